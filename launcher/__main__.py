@@ -1,0 +1,5 @@
+"""`python -m launcher` is the same as the `sandbox` command."""
+
+from launcher.cli import main
+
+main()

@@ -1,0 +1,165 @@
+"""compile_policy: a pure function from a Policy and HostFacts to a LaunchPlan.
+
+Host-side refusals live here too (sockets, runtime and credential paths, `/` or $HOME as the
+workspace), so the same input always gives the same plan or the same error.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+
+from launcher.errors import PolicyError, Problem
+from launcher.host import HostFacts, PathFact
+from launcher.model import Access, NetworkMode, Policy
+from launcher.plan import (PROBE_BUSYBOX, PROBE_DIR, PROBE_SCRIPT, ContainerSpec, LaunchPlan, Mount,
+                           MountKind, ProbeExpectations)
+from launcher.policy import CAPABILITY_BITS
+from launcher.secrets import secret_value
+
+LABEL = "dev.sandbox"
+_ROOT_DIRS = ("/", "/etc", "/usr", "/var", "/home")
+_REFUSED_SOURCES = ("/proc", "/sys", "/dev", "/boot")
+
+
+def _related(a: str, b: str) -> bool:
+    """True when one path is the other or contains it."""
+    return a == b or a == "/" or b == "/" or a.startswith(b + "/") or b.startswith(a + "/")
+
+
+def refuse_source(fact: PathFact, host: HostFacts, where: str, file: str) -> Problem | None:
+    """Why a host path may not be mounted into a sandbox, or None."""
+    def problem(found: str, hint: str) -> Problem:
+        return Problem(file=file, path=where, expected="a host path safe to share", found=found, hint=hint)
+
+    real = fact.real
+    if fact.kind == "missing":
+        return Problem(file=file, path=where, expected="an existing host path",
+                       found=f"{real} does not exist", hint="create it first, or fix the path")
+    if fact.kind == "socket":
+        return problem(f"{real} is a socket", "a socket reaches a service outside the sandbox")
+    if real == "/":
+        return problem("/ (the whole host)", "mount only the directories the agent needs")
+    if real == host.home:
+        return problem(f"{real} (your home directory)", "mount a project directory instead")
+    for path in host.runtime_sockets:
+        if _related(real, path):
+            return problem(f"{real}, which is or holds the container runtime path {path}",
+                           "a container runtime socket in the sandbox is root on the host")
+    for path in host.credential_paths:
+        if _related(real, path):
+            return problem(f"{real}, which is or holds the credential location {path}",
+                           "credentials never enter the sandbox")
+    for path in _REFUSED_SOURCES:
+        if _related(real, path) and real != "/":
+            return problem(f"{real} (kernel or device filesystem)", "devices cannot be mounted")
+    return None
+
+
+def _container_name(policy: Policy, host: HostFacts, kind: str, name: str | None) -> str:
+    if name:
+        return name
+    base = re.sub(r"[^a-z0-9-]+", "-", posixpath.basename(host.workspace.real).lower()).strip("-") or "ws"
+    if kind == "up":
+        return f"sandbox-{base[:40]}"
+    return f"sandbox-{policy.name}-{base[:30]}-{host.nonce}"
+
+
+def _user(policy: Policy, host: HostFacts) -> tuple[int, int]:
+    if policy.user is not None:
+        return policy.user
+    uid, gid = host.workspace.owner
+    return (uid, gid) if uid != 0 and gid != 0 else (1000, 1000)
+
+
+def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] = (),
+                   kind: str = "run", name: str | None = None) -> LaunchPlan:
+    """Compile the effective policy for this host into a LaunchPlan, or raise PolicyError."""
+    file = policy.source
+    problems: list[Problem] = []
+    ws = host.workspace
+    if ws.kind != "dir":
+        problems.append(Problem(file="command line", path="--workspace", expected="an existing directory",
+                                found=f"{ws.real} ({ws.kind})"))
+    else:
+        refusal = refuse_source(ws, host, "--workspace", "command line")
+        if refusal:
+            problems.append(refusal)
+    for index, fact in enumerate(host.mounts):
+        refusal = refuse_source(fact, host, f"mounts[{index}].source", file)
+        if refusal:
+            problems.append(refusal)
+    for name_, value in host.env:
+        if secret_value(value) or "\n" in value or "\0" in value:
+            problems.append(Problem(file=file, path=f"env.pass ({name_})", expected="a plain, non-secret value",
+                                    found="a secret-shaped or multi-line value (not shown)",
+                                    hint=f"unset {name_} or remove it from env.pass"))
+    writable_ws = policy.workspace.access is Access.READ_WRITE
+    for anchor in host.protected:
+        if writable_ws and anchor.kind in ("symlink", "other"):
+            problems.append(Problem(file="command line", path="--workspace",
+                                    expected="protected paths that are plain files or directories",
+                                    found=f"{anchor.real} is a {anchor.kind}",
+                                    hint="remove it; a link there could redirect a read-only mount"))
+    if problems:
+        raise PolicyError(problems)
+
+    target = policy.workspace.target
+    mounts = [Mount(kind=MountKind.BIND, source=ws.real, target=target, read_only=not writable_ws)]
+    placeholders: list[str] = []
+    if writable_ws:
+        for anchor in dict((a.given, a) for a in host.protected).values():
+            at = posixpath.join(target, anchor.given)
+            if anchor.kind == "missing":
+                # An empty read-only tmpfs takes the name, so nothing can be created there. Docker
+                # creates the mount point in the workspace; the launcher removes it afterwards.
+                mounts.append(Mount(kind=MountKind.TMPFS, target=at, read_only=True, size_bytes=4096))
+                placeholders.append(anchor.real)
+            else:
+                mounts.append(Mount(kind=MountKind.BIND, source=anchor.real, target=at, read_only=True))
+    for mount, fact in zip(policy.mounts, host.mounts):
+        mounts.append(Mount(kind=MountKind.BIND, source=fact.real, target=mount.target,
+                            read_only=mount.access is Access.READ_ONLY))
+    for tmpfs in policy.tmpfs:
+        mounts.append(Mount(kind=MountKind.TMPFS, target=tmpfs.target, read_only=False, size_bytes=tmpfs.size_bytes))
+    mounts.append(Mount(kind=MountKind.VOLUME, source=host.probe_volume, target=PROBE_DIR, read_only=True))
+
+    writable = tuple(m.target for m in mounts if not m.read_only)
+    uid, gid = _user(policy, host)
+    env = dict(host.env)
+    env.update(policy.env.set_values)
+    capbnd = sum(1 << CAPABILITY_BITS[c] for c in policy.capabilities)
+    probe = ProbeExpectations(
+        uid=uid, gid=gid, capbnd=f"{capbnd:016x}", nnp=1, seccomp=2,
+        rofs=tuple(d for d in _ROOT_DIRS if not any(_under(d, w) for w in writable)),
+        writable=writable,
+        mounts=tuple(m.target for m in mounts),
+        protected=tuple(posixpath.join(target, p) for p in policy.workspace.protect),
+        workspace=target, wsroot=ws.real,
+        net="none" if policy.network is NetworkMode.NONE else policy.network.value,
+        pids=str(policy.limits.pids), mem=str(policy.limits.memory_bytes),
+    )
+    agent = tuple(command) or policy.command
+    main = (PROBE_BUSYBOX, "sleep", "2147483647") if kind == "up" else agent
+    labels = {
+        f"{LABEL}.managed": "1", f"{LABEL}.kind": kind, f"{LABEL}.policy": policy.name,
+        f"{LABEL}.policy-digest": policy.digest, f"{LABEL}.workspace": ws.real,
+        f"{LABEL}.owner-pid": str(host.owner_pid), f"{LABEL}.placeholders": json.dumps(placeholders),
+    }
+    container = ContainerSpec(
+        name=_container_name(policy, host, kind, name), image=policy.image, user=f"{uid}:{gid}",
+        entrypoint=(PROBE_BUSYBOX, "sh", PROBE_SCRIPT), command=probe.to_args() + ("--",) + main,
+        env=tuple(env.items()), working_dir=target, mounts=tuple(mounts), network_mode="none",
+        read_only_root=True, cap_drop=("ALL",), cap_add=policy.capabilities,
+        security_opt=("no-new-privileges",), pids_limit=policy.limits.pids,
+        memory_bytes=policy.limits.memory_bytes, nano_cpus=int(policy.limits.cpus * 1e9),
+        labels=tuple(sorted(labels.items())), hostname="sandbox",
+    )
+    return LaunchPlan(policy_name=policy.name, policy_digest=policy.digest, container=container, probe=probe,
+                      agent_command=agent, timeout_seconds=policy.limits.timeout_seconds,
+                      placeholders=tuple(placeholders))
+
+
+def _under(path: str, mount: str) -> bool:
+    return mount != "/" and (path == mount or path.startswith(mount + "/"))

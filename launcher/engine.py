@@ -1,0 +1,185 @@
+"""The one module that imports `docker` (lazily: it costs ~0.3 s) and maps its errors."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from launcher.errors import EngineError, NotFound
+from launcher.plan import ContainerSpec, MountKind
+
+MANAGED = "dev.sandbox.managed=1"
+
+
+@contextmanager
+def _mapped(action: str) -> Iterator[None]:
+    import docker.errors
+    import requests.exceptions
+
+    try:
+        yield
+    except docker.errors.NotFound as exc:
+        raise NotFound(f"{action}: {exc.explanation or exc}") from None
+    except docker.errors.APIError as exc:
+        raise EngineError(f"{action}: {exc.explanation or exc}") from None
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        raise EngineError(f"{action}: {exc}") from None
+
+
+def connect() -> "Engine":
+    """Connect to the engine the environment points at (DOCKER_HOST or the default socket)."""
+    try:
+        import docker
+    except ImportError as exc:  # pragma: no cover - a broken install
+        raise EngineError(f"the docker Python package is missing: {exc}") from None
+    try:
+        client = docker.from_env(timeout=300)
+        client.ping()
+    except Exception as exc:  # noqa: BLE001 - every failure here means "no engine"
+        raise EngineError(
+            f"cannot reach the Docker engine ({exc.__class__.__name__}: {exc}).\n"
+            "    hint: start it (for example `sudo dockerd &` or `systemctl start docker`) "
+            "and check `docker info`") from None
+    return Engine(client)
+
+
+class Engine:
+    """Thin wrapper over the Docker SDK: typed inputs, mapped errors, nothing else."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def version(self) -> dict:
+        with _mapped("reading the engine version"):
+            return self.client.version()
+
+    # images
+    def image_exists(self, ref: str) -> bool:
+        import docker.errors
+
+        with _mapped(f"inspecting image {ref}"):
+            try:
+                self.client.api.inspect_image(ref)
+                return True
+            except docker.errors.ImageNotFound:
+                return False
+
+    def image_env(self, ref: str) -> list[str]:
+        with _mapped(f"inspecting image {ref}"):
+            return self.client.api.inspect_image(ref)["Config"].get("Env") or []
+
+    def pull(self, ref: str) -> None:
+        with _mapped(f"pulling {ref}"):
+            self.client.images.pull(ref)
+
+    def build(self, context: str, tag: str, labels: dict, on_line: Callable[[str], None]) -> None:
+        with _mapped(f"building {tag}"):
+            for chunk in self.client.api.build(path=context, tag=tag, labels=labels, rm=True,
+                                               forcerm=True, pull=False, decode=True):
+                if "error" in chunk:
+                    raise EngineError(f"building {tag} failed: {chunk['error'].strip()}")
+                text = chunk.get("stream", "").rstrip()
+                if text:
+                    on_line(text)
+
+    def import_tar(self, path: str, repository: str, tag: str) -> None:
+        with _mapped(f"importing {repository}:{tag}"):
+            self.client.api.import_image_from_file(path, repository=repository, tag=tag)
+
+    # volumes
+    def volume_exists(self, name: str) -> bool:
+        import docker.errors
+
+        with _mapped(f"inspecting volume {name}"):
+            try:
+                self.client.api.inspect_volume(name)
+                return True
+            except docker.errors.NotFound:
+                return False
+
+    def fill_volume(self, name: str, image: str, path: str, labels: dict) -> None:
+        """Create a volume holding the content of `path` in `image` (Docker copies it on first use)."""
+        import docker.types
+
+        with _mapped(f"creating volume {name}"):
+            self.client.volumes.create(name=name, labels=labels)
+            try:
+                self.client.containers.run(image, command=[f"{path}/busybox", "true"], remove=True,
+                                           network_mode="none", labels=labels,
+                                           mounts=[docker.types.Mount(path, name, type="volume")])
+            except Exception:
+                self.client.api.remove_volume(name, force=True)
+                raise
+
+    def list_volumes(self) -> list[dict]:
+        with _mapped("listing volumes"):
+            return self.client.api.volumes(filters={"label": MANAGED}).get("Volumes") or []
+
+    def remove_volume(self, name: str) -> None:
+        with _mapped(f"removing volume {name}"):
+            self.client.api.remove_volume(name, force=True)
+
+    # containers
+    def create(self, spec: ContainerSpec) -> str:
+        import docker.types
+
+        mounts = []
+        for m in spec.mounts:
+            if m.kind is MountKind.TMPFS:
+                mounts.append(docker.types.Mount(m.target, None, type="tmpfs", read_only=m.read_only,
+                                                 tmpfs_size=m.size_bytes))
+            else:
+                mounts.append(docker.types.Mount(m.target, m.source, type=m.kind.value, read_only=m.read_only))
+        with _mapped(f"creating container {spec.name}"):
+            container = self.client.containers.create(
+                spec.image, name=spec.name, command=list(spec.command), entrypoint=list(spec.entrypoint),
+                user=spec.user, environment=[f"{k}={v}" for k, v in spec.env], working_dir=spec.working_dir,
+                labels=dict(spec.labels), hostname=spec.hostname, mounts=mounts, network_mode=spec.network_mode,
+                read_only=spec.read_only_root, cap_drop=list(spec.cap_drop), cap_add=list(spec.cap_add) or None,
+                security_opt=list(spec.security_opt), pids_limit=spec.pids_limit, mem_limit=spec.memory_bytes,
+                memswap_limit=spec.memory_bytes, nano_cpus=spec.nano_cpus, devices=list(spec.devices) or None,
+                pid_mode=spec.pid_mode or None, stdin_open=False, tty=False)
+            return container.id
+
+    def inspect(self, ref: str) -> dict:
+        with _mapped(f"inspecting container {ref}"):
+            return self.client.api.inspect_container(ref)
+
+    def start(self, ref: str) -> None:
+        with _mapped(f"starting container {ref}"):
+            self.client.api.start(ref)
+
+    def output(self, ref: str) -> Iterator[tuple[bytes | None, bytes | None]]:
+        """(stdout, stderr) chunks from the start of the container until it exits."""
+        with _mapped(f"attaching to {ref}"):
+            return self.client.api.attach(ref, stdout=True, stderr=True, stream=True, logs=True, demux=True)
+
+    def wait(self, ref: str) -> int:
+        with _mapped(f"waiting for {ref}"):
+            return int(self.client.api.wait(ref)["StatusCode"])
+
+    def stop(self, ref: str, grace: int) -> None:
+        with _mapped(f"stopping {ref}"):
+            self.client.api.stop(ref, timeout=grace)
+
+    def remove(self, ref: str) -> None:
+        import docker.errors
+
+        with _mapped(f"removing {ref}"):
+            try:
+                self.client.api.remove_container(ref, force=True, v=True)
+            except docker.errors.NotFound:
+                pass
+
+    def list(self, *filters: str) -> list[dict]:
+        with _mapped("listing sandboxes"):
+            return self.client.api.containers(all=True, filters={"label": [MANAGED, *filters]})
+
+    def exec_stream(self, ref: str, argv: list[str]) -> tuple[str, Iterator]:
+        with _mapped(f"running a command in {ref}"):
+            exec_id = self.client.api.exec_create(ref, argv, stdout=True, stderr=True)["Id"]
+            return exec_id, self.client.api.exec_start(exec_id, stream=True, demux=True)
+
+    def exec_exit_code(self, exec_id: str) -> int:
+        with _mapped("reading the exit code"):
+            return int(self.client.api.exec_inspect(exec_id)["ExitCode"] or 0)

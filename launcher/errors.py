@@ -1,0 +1,73 @@
+"""One error tree; each class carries the stable exit code the CLI returns for it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class ExitCode:
+    """Stable exit codes (documented in the README). The agent's own code passes through."""
+
+    OK = 0
+    USAGE = 2
+    POLICY_INVALID = 120
+    ENGINE = 121
+    PROBE_FAILED = 122
+    AGENT_TIMEOUT = 124
+    INTERNAL = 125
+
+
+@dataclass(frozen=True, kw_only=True)
+class Problem:
+    """One thing wrong with an input: where, what was expected, what was found, what to do."""
+
+    file: str
+    path: str
+    expected: str
+    found: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.file}: {self.path}" if self.path else self.file
+        text = f"{where}: expected {self.expected}, found {self.found}"
+        return f"{text}\n    hint: {self.hint}" if self.hint else text
+
+
+class SandboxError(Exception):
+    exit_code = ExitCode.INTERNAL
+
+
+class PolicyError(SandboxError):
+    """The policy, the command line or a host path was refused before anything ran."""
+
+    exit_code = ExitCode.POLICY_INVALID
+
+    def __init__(self, problems: list[Problem] | tuple[Problem, ...]):
+        self.problems = tuple(problems)
+        count = len(self.problems)
+        lines = [f"{count} problem{'s' if count != 1 else ''}:"] + [f"  {p}" for p in self.problems]
+        super().__init__("\n".join(lines))
+
+
+class EngineError(SandboxError):
+    """The Docker engine is unreachable, or building, creating or starting failed."""
+
+    exit_code = ExitCode.ENGINE
+
+
+class NotFound(EngineError):
+    """A named sandbox or image does not exist."""
+
+
+class ProbeFailed(SandboxError):
+    """The sandbox did not take effect as planned: the agent was not started."""
+
+    exit_code = ExitCode.PROBE_FAILED
+
+    def __init__(self, message: str, report=None):
+        self.report = report
+        super().__init__(message)
+
+
+class AgentTimeout(SandboxError):
+    exit_code = ExitCode.AGENT_TIMEOUT

@@ -1,0 +1,76 @@
+"""The typed policy model: frozen, keyword-only dataclasses built only from validated data."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Access(enum.Enum):
+    READ_ONLY = "read-only"
+    READ_WRITE = "read-write"
+
+
+class NetworkMode(enum.Enum):
+    NONE = "none"
+
+
+# Always protected inside a writable workspace, also when they do not exist yet: each one can make
+# code run on the host later (git hooks, CI, IDE tasks, agent config) or change this policy.
+BUILTIN_PROTECTED = (
+    ".git/hooks", ".git/config", ".gitmodules", ".sandbox.yaml",
+    ".neo", ".claude", ".codex", ".visvoai", ".mcp.json",
+    ".vscode", ".devcontainer", ".github/workflows", ".gitlab-ci.yml", ".envrc",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkspacePolicy:
+    target: str
+    access: Access
+    protect: tuple[str, ...]  # built-in paths first, then the policy's own additions
+
+
+@dataclass(frozen=True, kw_only=True)
+class MountPolicy:
+    source: str
+    target: str
+    access: Access
+
+
+@dataclass(frozen=True, kw_only=True)
+class TmpfsPolicy:
+    target: str
+    size_bytes: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvPolicy:
+    pass_names: tuple[str, ...]
+    set_values: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    pids: int
+    memory_bytes: int
+    cpus: float
+    timeout_seconds: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    name: str
+    description: str
+    source: str       # file it was read from
+    digest: str       # sha256 of that file's bytes
+    image: str
+    workspace: WorkspacePolicy
+    mounts: tuple[MountPolicy, ...]
+    tmpfs: tuple[TmpfsPolicy, ...]
+    network: NetworkMode
+    env: EnvPolicy
+    limits: Limits
+    user: tuple[int, int] | None  # None: "auto", decided from the workspace owner
+    capabilities: tuple[str, ...]
+    command: tuple[str, ...]

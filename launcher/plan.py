@@ -1,0 +1,107 @@
+"""The compiled LaunchPlan: what to create, and what the probe must observe inside it."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+
+
+class MountKind(enum.Enum):
+    BIND = "bind"
+    TMPFS = "tmpfs"
+    VOLUME = "volume"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mount:
+    kind: MountKind
+    target: str
+    read_only: bool
+    source: str = ""            # host real path (bind) or volume name; empty for tmpfs
+    size_bytes: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContainerSpec:
+    """Container create settings. Nothing here can express privileged mode or host namespaces."""
+
+    name: str
+    image: str
+    user: str
+    entrypoint: tuple[str, ...]
+    command: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    working_dir: str
+    mounts: tuple[Mount, ...]
+    network_mode: str
+    read_only_root: bool
+    cap_drop: tuple[str, ...]
+    cap_add: tuple[str, ...]
+    security_opt: tuple[str, ...]
+    pids_limit: int | None
+    memory_bytes: int | None
+    nano_cpus: int | None
+    labels: tuple[tuple[str, str], ...]
+    hostname: str
+    devices: tuple[str, ...] = ()   # always empty from the compiler; tests use it to tamper
+    pid_mode: str = ""              # likewise
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeExpectations:
+    """What the probe must observe; rendered as key=value arguments (see images/probe/CONTRACT.md)."""
+
+    uid: int
+    gid: int
+    capbnd: str
+    nnp: int
+    seccomp: int
+    rofs: tuple[str, ...]
+    writable: tuple[str, ...]
+    mounts: tuple[str, ...]
+    protected: tuple[str, ...]
+    workspace: str
+    wsroot: str
+    net: str
+    pids: str
+    mem: str
+
+    def to_args(self) -> tuple[str, ...]:
+        args = []
+        for key, value in asdict(self).items():
+            if isinstance(value, tuple):
+                value = ",".join(escape_path(v) for v in value)
+            elif key in ("workspace", "wsroot"):
+                value = escape_path(value)
+            args.append(f"{key}={value}")
+        return tuple(args)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchPlan:
+    policy_name: str
+    policy_digest: str
+    container: ContainerSpec
+    probe: ProbeExpectations
+    agent_command: tuple[str, ...]
+    timeout_seconds: int
+    # Host paths Docker creates as mount points for protected paths that did not exist; the
+    # launcher removes them (when still empty) together with the container.
+    placeholders: tuple[str, ...] = field(default=())
+
+
+PROBE_DIR = "/.sandbox/probe"
+PROBE_BUSYBOX = f"{PROBE_DIR}/busybox"
+PROBE_SCRIPT = f"{PROBE_DIR}/probe.sh"
+PROBE_END = "PROBE-END"
+
+
+def escape_path(path: str) -> str:
+    """Escape like /proc/self/mountinfo does, plus the comma that separates list items."""
+    out = []
+    for char in path:
+        if char in " \t\n\\,":
+            out.append("\\%03o" % ord(char))
+        else:
+            out.append(char)
+    return "".join(out)

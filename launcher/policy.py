@@ -1,0 +1,152 @@
+"""Load a policy file (a preset name or a path) into the typed, validated Policy model."""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import re
+from pathlib import Path
+
+from launcher import resources
+from launcher.errors import PolicyError, Problem
+from launcher.model import (BUILTIN_PROTECTED, Access, EnvPolicy, Limits, MountPolicy, NetworkMode,
+                            Policy, TmpfsPolicy, WorkspacePolicy)
+from launcher.schema import check, policy_schema
+from launcher.secrets import secret_name, secret_value
+from launcher.yamlsafe import load_yaml
+
+CAPABILITY_BITS = {name: bit for bit, name in enumerate((
+    "CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP LINUX_IMMUTABLE "
+    "NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER SYS_MODULE SYS_RAWIO "
+    "SYS_CHROOT SYS_PTRACE SYS_PACCT SYS_ADMIN SYS_BOOT SYS_NICE SYS_RESOURCE SYS_TIME "
+    "SYS_TTY_CONFIG MKNOD LEASE AUDIT_WRITE AUDIT_CONTROL SETFCAP MAC_OVERRIDE MAC_ADMIN SYSLOG "
+    "WAKE_ALARM BLOCK_SUSPEND AUDIT_READ PERFMON BPF CHECKPOINT_RESTORE").split())}
+
+# Each of these is, on its own, a known way out of a container: they cannot be added back.
+FORBIDDEN_CAPABILITIES = frozenset(
+    "SYS_ADMIN SYS_MODULE SYS_RAWIO SYS_PTRACE DAC_READ_SEARCH NET_ADMIN SYS_BOOT SYS_TIME "
+    "MAC_OVERRIDE MAC_ADMIN AUDIT_CONTROL SYSLOG PERFMON BPF CHECKPOINT_RESTORE".split())
+
+# Container paths that belong to the launcher or the kernel; a policy may not mount over them.
+RESERVED_TARGETS = ("/", "/proc", "/sys", "/dev", "/.sandbox", "/etc")
+
+_UNITS = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}
+
+
+def parse_size(text: str) -> int:
+    number, unit = re.fullmatch(r"([0-9]+)([kmg]?)", text).groups()
+    return int(number) * _UNITS[unit]
+
+
+def parse_duration(text: str) -> int:
+    number, unit = re.fullmatch(r"([0-9]+)([smh]?)", text).groups()
+    return int(number) * _SECONDS[unit]
+
+
+def load_policy(ref: str) -> Policy:
+    """Load a preset by name (`untrusted`) or a policy file by path."""
+    path = resources.preset_path(ref) if resources.looks_like_preset(ref) else Path(ref)
+    if path is None:
+        known = ", ".join(resources.preset_names())
+        raise PolicyError([Problem(file=ref, path="", expected="a preset name or a policy file path",
+                                   found="no such preset", hint=f"bundled presets: {known}")])
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise PolicyError([Problem(file=str(path), path="", expected="a readable policy file",
+                                   found=exc.strerror or str(exc))]) from None
+    return parse_policy(data, str(path))
+
+
+def parse_policy(data: bytes, file: str) -> Policy:
+    raw = load_yaml(data, file)
+    if raw is None:
+        raw = {}
+    filled, problems = check(raw, policy_schema(), file)
+    if problems:
+        raise PolicyError(problems)
+    problems = _semantic_problems(filled, file)
+    if problems:
+        raise PolicyError(problems)
+    return _build(filled, file, hashlib.sha256(data).hexdigest())
+
+
+def _semantic_problems(doc: dict, file: str) -> list[Problem]:
+    """Rules the schema cannot say: reserved targets, paths, capabilities, secrets, sizes."""
+    problems: list[Problem] = []
+
+    def bad(path, expected, found, hint=""):
+        problems.append(Problem(file=file, path=path, expected=expected, found=found, hint=hint))
+
+    targets: dict[str, str] = {}
+
+    def target(path: str, value: str) -> None:
+        norm = posixpath.normpath(value)
+        if norm != value.rstrip("/") or "\n" in value or "\0" in value:
+            bad(path, "a normalised absolute path", repr(value), f"write {norm!r}")
+        elif any(norm == r or (r != "/" and norm.startswith(r + "/")) for r in RESERVED_TARGETS):
+            bad(path, "a path outside " + ", ".join(RESERVED_TARGETS), repr(value),
+                "those belong to the launcher or the kernel")
+        elif norm in targets:
+            bad(path, "a target used once", repr(value), f"also used by {targets[norm]}")
+        targets.setdefault(norm, path)
+
+    target("workspace.target", doc["workspace"]["target"])
+    for i, rel in enumerate(doc["workspace"]["protect"]):
+        norm = posixpath.normpath(rel)
+        if rel.startswith("/") or norm.startswith("..") or norm == "." or "\n" in rel or "\0" in rel:
+            bad(f"workspace.protect[{i}]", "a path inside the workspace, relative to it", repr(rel),
+                "for example .git/hooks")
+    for i, mount in enumerate(doc["mounts"]):
+        target(f"mounts[{i}].target", mount["target"])
+    for i, tmpfs in enumerate(doc["tmpfs"]):
+        target(f"tmpfs[{i}].target", tmpfs["target"])
+        if parse_size(tmpfs["size"]) == 0:
+            bad(f"tmpfs[{i}].size", "a size above zero", repr(tmpfs["size"]))
+    if parse_size(doc["limits"]["memory"]) < 16 * 1024 ** 2:
+        bad("limits.memory", "at least 16m", repr(doc["limits"]["memory"]))
+    if parse_duration(doc["limits"]["timeout"]) == 0:
+        bad("limits.timeout", "a duration above zero", repr(doc["limits"]["timeout"]))
+    if doc["user"] != "auto" and (doc["user"].startswith("0:") or doc["user"].endswith(":0")):
+        bad("user", "a non-root uid:gid", repr(doc["user"]), "the agent never runs as root or group 0")
+    for i, cap in enumerate(doc["capabilities"]):
+        name = cap.removeprefix("CAP_")
+        if name not in CAPABILITY_BITS:
+            bad(f"capabilities[{i}]", "a Linux capability name", repr(cap), "for example NET_BIND_SERVICE")
+        elif name in FORBIDDEN_CAPABILITIES:
+            bad(f"capabilities[{i}]", "a capability that does not break isolation", repr(cap),
+                f"{name} is a known container escape and cannot be granted")
+    for i, name in enumerate(doc["env"]["pass"]):
+        if secret_name(name):
+            bad(f"env.pass[{i}]", "a non-secret variable name", repr(name),
+                "secrets never enter the sandbox; give the agent an endpoint instead")
+    for name, value in doc["env"]["set"].items():
+        if secret_name(name) or secret_value(value):
+            bad(f"env.set.{name}", "a non-secret variable", f"a secret-shaped {'name' if secret_name(name) else 'value'}",
+                "secrets never enter the sandbox (the value is not shown)")
+        elif "\n" in value or "\0" in value:
+            bad(f"env.set.{name}", "a single-line value", "a newline or NUL in the value")
+    return problems
+
+
+def _build(doc: dict, file: str, digest: str) -> Policy:
+    ws = doc["workspace"]
+    extra = [posixpath.normpath(p) for p in ws["protect"] if posixpath.normpath(p) not in BUILTIN_PROTECTED]
+    user = None if doc["user"] == "auto" else tuple(int(x) for x in doc["user"].split(":"))
+    return Policy(
+        name=doc["name"], description=doc["description"], source=file, digest=digest, image=doc["image"],
+        workspace=WorkspacePolicy(target=posixpath.normpath(ws["target"]), access=Access(ws["access"]),
+                                  protect=BUILTIN_PROTECTED + tuple(dict.fromkeys(extra))),
+        mounts=tuple(MountPolicy(source=m["source"], target=posixpath.normpath(m["target"]),
+                                 access=Access(m["access"])) for m in doc["mounts"]),
+        tmpfs=tuple(TmpfsPolicy(target=posixpath.normpath(t["target"]), size_bytes=parse_size(t["size"]))
+                    for t in doc["tmpfs"]),
+        network=NetworkMode(doc["network"]["mode"]),
+        env=EnvPolicy(pass_names=tuple(doc["env"]["pass"]), set_values=tuple(doc["env"]["set"].items())),
+        limits=Limits(pids=doc["limits"]["pids"], memory_bytes=parse_size(doc["limits"]["memory"]),
+                      cpus=float(doc["limits"]["cpus"]), timeout_seconds=parse_duration(doc["limits"]["timeout"])),
+        user=user,
+        capabilities=tuple(sorted({c.removeprefix("CAP_") for c in doc["capabilities"]})),
+        command=tuple(doc["command"]),
+    )

@@ -1,0 +1,74 @@
+"""Other outputs of the same LaunchPlan: a JSON document and the equivalent `docker run` argv."""
+
+from __future__ import annotations
+
+import enum
+import shlex
+from dataclasses import asdict, is_dataclass
+
+from launcher.plan import LaunchPlan, Mount, MountKind
+
+
+def _plain(value):
+    if is_dataclass(value):
+        return {k: _plain(v) for k, v in asdict(value).items()}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, enum.Enum):
+        return value.value
+    return value
+
+
+def plan_to_dict(plan: LaunchPlan) -> dict:
+    data = _plain(plan)
+    data["container"]["env"] = dict(plan.container.env)
+    data["container"]["labels"] = dict(plan.container.labels)
+    return data
+
+
+def _csv_field(text: str) -> str:
+    # `--mount` values are CSV: quote a field holding a comma or a quote.
+    return '"' + text.replace('"', '""') + '"' if ("," in text or '"' in text) else text
+
+
+def mount_flag(mount: Mount) -> str:
+    fields = [f"type={mount.kind.value}"]
+    if mount.kind is not MountKind.TMPFS:
+        fields.append(_csv_field(f"src={mount.source}"))
+    fields.append(_csv_field(f"dst={mount.target}"))
+    if mount.read_only:
+        fields.append("readonly")
+    if mount.kind is MountKind.TMPFS and mount.size_bytes:
+        fields.append(f"tmpfs-size={mount.size_bytes}")
+    return ",".join(fields)
+
+
+def to_argv(plan: LaunchPlan) -> list[str]:
+    """The `docker run` command that creates the same container (without the launcher's checks)."""
+    c = plan.container
+    argv = ["docker", "run", "--rm", "--name", c.name, "--hostname", c.hostname, "--user", c.user,
+            "--network", c.network_mode, "--workdir", c.working_dir]
+    if c.read_only_root:
+        argv.append("--read-only")
+    argv += [f"--cap-drop={cap}" for cap in c.cap_drop] + [f"--cap-add={cap}" for cap in c.cap_add]
+    argv += [f"--security-opt={opt}" for opt in c.security_opt]
+    if c.pids_limit:
+        argv += ["--pids-limit", str(c.pids_limit)]
+    if c.memory_bytes:
+        argv += ["--memory", str(c.memory_bytes), "--memory-swap", str(c.memory_bytes)]
+    if c.nano_cpus:
+        argv += ["--cpus", f"{c.nano_cpus / 1e9:g}"]
+    for mount in c.mounts:
+        argv += ["--mount", mount_flag(mount)]
+    for name, value in c.env:
+        argv += ["--env", f"{name}={value}"]
+    for key, value in c.labels:
+        argv += ["--label", f"{key}={value}"]
+    argv += ["--entrypoint", c.entrypoint[0], c.image, *c.entrypoint[1:], *c.command]
+    return argv
+
+
+def argv_text(plan: LaunchPlan) -> str:
+    return shlex.join(to_argv(plan))

@@ -1,0 +1,46 @@
+"""The machine-readable run report (`--json`, `--report FILE`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+
+from launcher import __version__
+from launcher.plan import LaunchPlan
+from launcher.render import plan_to_dict
+from launcher.verify import ProbeReport
+
+
+def build(*, status: str, exit_code: int, started: float, plan: LaunchPlan | None = None,
+          probe: ProbeReport | None = None, agent_exit: int | None = None, timed_out: bool = False,
+          error: str = "") -> dict:
+    return {
+        "sandbox_version": __version__,
+        "status": status,
+        "exit_code": exit_code,
+        "error": error,
+        "duration_seconds": round(time.monotonic() - started, 3),
+        "policy": {"name": plan.policy_name, "sha256": plan.policy_digest} if plan else None,
+        "plan": plan_to_dict(plan) if plan else None,
+        "probe": None if probe is None else {
+            "ok": probe.ok, "finished": probe.finished,
+            "checks": [{"id": c.id, "ok": c.ok, "expected": c.expected, "observed": c.observed} for c in probe.checks],
+        },
+        "agent": {"exit_code": agent_exit, "timed_out": timed_out},
+    }
+
+
+def write(path: str, report: dict) -> None:
+    """Write atomically: a reader never sees half a report."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".sandbox-report-", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(report, handle, indent=2)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

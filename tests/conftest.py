@@ -1,0 +1,64 @@
+"""Shared fixtures. Engine-backed tests fail (never skip) when CI=true and no engine answers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from launcher.host import HostFacts, PathFact
+from launcher.model import BUILTIN_PROTECTED
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def fake_facts(workspace: str = "/home/dev/repo", *, protected_kind: str = "missing", mounts=(), env=(),
+               owner=(1000, 1000)) -> HostFacts:
+    """Host facts for a pure compiler test: nothing is read from this machine."""
+    return HostFacts(
+        home="/home/dev", env=tuple(env),
+        workspace=PathFact(given=workspace, real=workspace, kind="dir", owner=owner),
+        protected=tuple(_anchor(workspace, p, protected_kind) for p in BUILTIN_PROTECTED),
+        mounts=tuple(mounts),
+        runtime_sockets=("/run/docker.sock", "/run/containerd", "/var/lib/docker"),
+        credential_paths=("/home/dev/.ssh", "/home/dev/.aws", "/home/dev/.docker"),
+        probe_volume="sandbox-probe-test", nonce="abc123", owner_pid=4242,
+    )
+
+
+def _anchor(workspace: str, rel: str, kind: str) -> PathFact:
+    # A missing path is protected at its first component (.git for .git/hooks), as host.py does.
+    given = rel.split("/")[0] if kind == "missing" else rel
+    return PathFact(given=given, real=f"{workspace}/{given}", kind=kind)
+
+
+@pytest.fixture(scope="session")
+def engine():
+    """A connected Engine with the bundled images built; fails in CI when there is none."""
+    from launcher import engine as engine_mod
+    from launcher import images
+    from launcher.errors import EngineError
+
+    try:
+        eng = engine_mod.connect()
+    except EngineError as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true"):
+            pytest.fail(f"CI=true and no Docker engine: {exc}")
+        pytest.skip(f"no Docker engine: {exc}")
+    images.ensure_for(eng, images.AGENT_IMAGE, lambda line: None)
+    return eng
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    """A copy of the bundled example repository, owned by uid 1000 like a developer's checkout."""
+    ws = tmp_path / "repo"
+    shutil.copytree(ROOT / "examples" / "untrusted-repo", ws, symlinks=True)
+    (ws / ".git" / "hooks").mkdir(parents=True)
+    (ws / ".git" / "config").write_text("[core]\n\tbare = false\n")
+    for path in [ws, *ws.rglob("*")]:
+        os.lchown(path, 1000, 1000)
+    os.chmod(tmp_path, 0o755)
+    return ws

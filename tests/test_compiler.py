@@ -1,0 +1,151 @@
+"""The pure compiler: golden plans for every preset, host-side refusals, and plan invariants."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conftest import fake_facts
+from launcher import render, resources
+from launcher.compiler import compile_policy
+from launcher.errors import PolicyError
+from launcher.host import PathFact
+from launcher.plan import MountKind
+from launcher.policy import load_policy, parse_policy
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+@pytest.mark.parametrize("name", resources.preset_names())
+def test_every_preset_compiles_to_its_golden_plan(name):
+    policy = load_policy(name)
+    policy = replace(policy, source=f"policies/{name}.yaml")
+    plan = compile_policy(policy, fake_facts(env=(("TERM", "xterm"), ("LANG", "C.UTF-8"))))
+    got = {"plan": render.plan_to_dict(plan), "argv": render.to_argv(plan)}
+    path = GOLDEN / f"{name}.json"
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(json.dumps(got, indent=2) + "\n")
+    assert got == json.loads(path.read_text()), "plan changed: review, then UPDATE_GOLDEN=1 pytest"
+
+
+def untrusted(**facts):
+    return compile_policy(load_policy("untrusted"), fake_facts(**facts))
+
+
+def test_plan_is_locked_down():
+    c = untrusted().container
+    assert c.read_only_root and c.cap_drop == ("ALL",) and c.cap_add == ()
+    assert c.security_opt == ("no-new-privileges",)
+    assert c.network_mode == "none" and not c.devices and not c.pid_mode
+    assert c.user == "1000:1000" and c.entrypoint[0] == "/.sandbox/probe/busybox"
+    assert ("dev.sandbox.managed", "1") in c.labels
+
+
+def test_missing_protected_paths_get_read_only_placeholders():
+    plan = untrusted()
+    tmpfs = {m.target for m in plan.container.mounts if m.kind is MountKind.TMPFS and m.read_only}
+    assert "/workspace/.git" in tmpfs and "/workspace/.github" in tmpfs
+    assert "/home/dev/repo/.git" in plan.placeholders
+    assert "/workspace/.git/hooks" in plan.probe.protected
+
+
+def test_existing_protected_paths_are_read_only_binds():
+    plan = untrusted(protected_kind="dir")
+    binds = {m.target: m for m in plan.container.mounts if m.kind is MountKind.BIND}
+    assert binds["/workspace/.git/hooks"].read_only and binds["/workspace/.git/hooks"].source == "/home/dev/repo/.git/hooks"
+    assert not binds["/workspace"].read_only and plan.placeholders == ()
+
+
+def test_a_symlink_at_a_protected_path_is_refused():
+    with pytest.raises(PolicyError, match="is a symlink"):
+        untrusted(protected_kind="symlink")
+
+
+def test_read_only_workspace_needs_no_protection_mounts():
+    plan = compile_policy(load_policy("read-only"), fake_facts())
+    assert [m.target for m in plan.container.mounts if m.target.startswith("/workspace")] == ["/workspace"]
+    assert plan.probe.writable == ("/tmp",)
+
+
+def test_auto_user_is_the_workspace_owner_unless_root():
+    assert untrusted(owner=(1234, 555)).container.user == "1234:555"
+    assert untrusted(owner=(0, 0)).container.user == "1000:1000"
+
+
+def test_probe_expectations_follow_the_plan():
+    p = untrusted().probe
+    assert (p.uid, p.gid, p.capbnd, p.nnp, p.seccomp, p.net) == (1000, 1000, "0" * 16, 1, 2, "none")
+    assert p.writable == ("/workspace", "/tmp") and "/tmp" not in p.rofs and "/" in p.rofs
+    assert p.pids == "256" and p.mem == str(2 * 1024 ** 3)
+
+
+def test_declared_capability_is_the_only_one_in_the_bounding_set():
+    policy = parse_policy(b"version: 1\nname: t\ndescription: d\ncapabilities: [NET_BIND_SERVICE]\n", "p.yaml")
+    plan = compile_policy(policy, fake_facts())
+    assert plan.container.cap_add == ("NET_BIND_SERVICE",) and plan.probe.capbnd == f"{1 << 10:016x}"
+
+
+def policy_with_mount(source: str) -> tuple:
+    policy = parse_policy(f"version: 1\nname: t\ndescription: d\nmounts: [{{source: '{source}', target: /data}}]\n".encode(),
+                          "p.yaml")
+    return policy
+
+
+@pytest.mark.parametrize("real, kind, fragment", [
+    ("/run/docker.sock", "socket", "is a socket"),
+    ("/srv/app.sock", "socket", "is a socket"),
+    ("/run", "dir", "container runtime path"),
+    ("/var/lib", "dir", "container runtime path"),
+    ("/", "dir", "the whole host"),
+    ("/home/dev", "dir", "your home directory"),
+    ("/home/dev/.ssh", "dir", "credential location"),
+    ("/home/dev/.docker/config.json", "file", "credential location"),
+    ("/home", "dir", "credential location"),
+    ("/dev/sda", "other", "device"),
+    ("/nope", "missing", "does not exist"),
+])
+def test_sensitive_mount_sources_are_refused_with_the_resolved_path(real, kind, fragment):
+    facts = fake_facts(mounts=[PathFact(given="~/link", real=real, kind=kind)])
+    with pytest.raises(PolicyError) as info:
+        compile_policy(policy_with_mount("~/link"), facts)
+    assert fragment in str(info.value) and real in str(info.value) and "mounts[0].source" in str(info.value)
+
+
+def test_a_project_directory_can_be_mounted_read_only():
+    facts = fake_facts(mounts=[PathFact(given="../lib", real="/home/dev/lib", kind="dir")])
+    plan = compile_policy(policy_with_mount("../lib"), facts)
+    assert any(m.target == "/data" and m.read_only and m.source == "/home/dev/lib" for m in plan.container.mounts)
+
+
+@pytest.mark.parametrize("workspace", ["/", "/home/dev", "/home", "/run", "/var/lib/docker/volumes", "/home/dev/.ssh"])
+def test_workspace_of_root_home_or_sensitive_dirs_is_refused(workspace):
+    with pytest.raises(PolicyError, match="--workspace"):
+        untrusted(workspace=workspace)
+
+
+def test_secret_shaped_value_of_a_passed_variable_is_refused_without_showing_it():
+    with pytest.raises(PolicyError) as info:
+        untrusted(env=[("LANG", "ghp_0123456789abcdef")])
+    assert "LANG" in str(info.value) and "ghp_" not in str(info.value)
+
+
+def test_command_line_command_replaces_the_policy_default():
+    plan = compile_policy(load_policy("untrusted"), fake_facts(), command=("make", "test"))
+    assert plan.container.command[-3:] == ("--", "make", "test") and plan.agent_command == ("make", "test")
+
+
+def test_up_keeps_the_container_alive_after_the_probe():
+    plan = compile_policy(load_policy("untrusted"), fake_facts(), kind="up")
+    assert plan.container.name == "sandbox-repo"
+    assert plan.container.command[-2:] == ("sleep", "2147483647")
+
+
+def test_paths_with_odd_characters_are_escaped_for_the_probe_and_quoted_for_docker():
+    plan = untrusted(workspace="/home/dev/my repo,v2")
+    assert "wsroot=/home/dev/my\\040repo\\054v2" in plan.container.command
+    argv = render.to_argv(plan)
+    assert '"src=/home/dev/my repo,v2"' in argv[argv.index("--mount") + 1]
