@@ -138,7 +138,7 @@ class Engine:
                 read_only=spec.read_only_root, cap_drop=list(spec.cap_drop), cap_add=list(spec.cap_add) or None,
                 security_opt=list(spec.security_opt), pids_limit=spec.pids_limit, mem_limit=spec.memory_bytes,
                 memswap_limit=spec.memory_bytes, nano_cpus=spec.nano_cpus, devices=list(spec.devices) or None,
-                pid_mode=spec.pid_mode or None, stdin_open=False, tty=False)
+                pid_mode=spec.pid_mode or None, group_add=list(spec.group_add) or None, stdin_open=False, tty=False)
             return container.id
 
     def inspect(self, ref: str) -> dict:

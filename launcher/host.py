@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
-from pathlib import Path
 
 from launcher.model import Policy
 
@@ -148,7 +147,8 @@ def remove_empty_dirs(paths: tuple[str, ...]) -> None:
             pass
 
 
-def still_same(fact: PathFact) -> bool:
-    """Re-resolve a bind source just before start: same real path and kind as at compile time."""
-    again = path_fact(fact.real)
-    return again.real == fact.real and again.kind == fact.kind and Path(fact.real).exists()
+def bind_source_intact(path: str) -> bool:
+    """Just before start: the compiled real path still exists, is no socket, and no component of
+    it has been swapped for a symlink since it was resolved."""
+    fact = path_fact(path)
+    return fact.real == path and fact.kind in ("dir", "file")

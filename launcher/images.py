@@ -95,7 +95,9 @@ def build(engine: Engine, image: BundledImage, progress: Progress, force: bool =
         return False
     ensure_base(engine, progress)
     progress(f"building {image.tag} from {image.context}")
-    engine.build(str(image.context), image.tag, LABELS, lambda line: progress("  " + line))
+    # Docker's own step lines show progress; the package managers' chatter would drown it.
+    engine.build(str(image.context), image.tag, LABELS,
+                 lambda line: progress("  " + line) if line.startswith(("Step ", "Successfully")) else None)
     return True
 
 

@@ -101,7 +101,7 @@ def create_verified(engine: Engine, plan: LaunchPlan) -> str:
     try:
         diffs = compare_inspect(spec, engine.inspect(ref), engine.image_env(spec.image))
         for mount in spec.mounts:
-            if mount.kind is MountKind.BIND and not host.still_same(host.path_fact(mount.source)):
+            if mount.kind is MountKind.BIND and not host.bind_source_intact(mount.source):
                 diffs.append(f"bind source {mount.source} changed or vanished since it was checked")
         if diffs:
             raise ProbeFailed("the created container does not match the plan:\n  " + "\n  ".join(diffs))

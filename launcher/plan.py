@@ -43,8 +43,10 @@ class ContainerSpec:
     nano_cpus: int | None
     labels: tuple[tuple[str, str], ...]
     hostname: str
-    devices: tuple[str, ...] = ()   # always empty from the compiler; tests use it to tamper
-    pid_mode: str = ""              # likewise
+    # Always empty from the compiler; the tamper tests set them to prove the probe notices.
+    devices: tuple[str, ...] = ()
+    pid_mode: str = ""
+    group_add: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,212 @@
+"""Real-engine tests: launch, probe, stream, exit codes, cleanup, up/exec/down/gc, other images."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher import host, images, launch
+from launcher.compiler import compile_policy
+from launcher.errors import ExitCode
+from launcher.policy import load_policy
+
+pytestmark = pytest.mark.engine
+SANDBOX = [sys.executable, "-m", "launcher"]
+
+
+def sandbox(*args, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(SANDBOX + list(args), capture_output=True, text=True, timeout=300, **kwargs)
+
+
+def ours(engine) -> list[str]:
+    """Names of every container of ours, running or not (leak detector)."""
+    return sorted(c["Names"][0] for c in engine.list())
+
+
+def test_run_example_shows_every_hostile_attempt_blocked(engine, workspace):
+    before = sorted(os.listdir(workspace))
+    result = sandbox("run", "--policy", "untrusted", "--workspace", str(workspace), "--", "./scripts/try-everything.sh")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ESCAPED" not in result.stdout and result.stdout.count("BLOCKED") >= 20
+    assert "probe passed" in result.stderr
+    assert sorted(os.listdir(workspace)) == before and ours(engine) == []
+
+
+def test_agent_exit_code_passes_through_and_report_is_written(engine, workspace, tmp_path):
+    report = tmp_path / "report.json"
+    result = sandbox("run", "-w", str(workspace), "--report", str(report), "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+    assert result.returncode == 7 and result.stdout == "out\n" and "err" in result.stderr
+    data = json.loads(report.read_text())
+    assert data["status"] == "agent-failed" and data["agent"]["exit_code"] == 7 and data["probe"]["ok"]
+    assert data["policy"]["sha256"] == load_policy("untrusted").digest and len(data["probe"]["checks"]) >= 25
+
+
+def test_workspace_changes_stay_and_protected_files_do_not_change(engine, workspace):
+    config = (workspace / ".git" / "config").read_text()
+    result = sandbox("run", "-w", str(workspace), "--", "sh", "-c",
+                     "echo new > notes.txt; echo x >> .git/config; echo y > .git/hooks/pre-commit; true")
+    assert result.returncode == 0, result.stderr
+    assert (workspace / "notes.txt").read_text() == "new\n"
+    assert (workspace / ".git" / "config").read_text() == config
+    assert not (workspace / ".git" / "hooks" / "pre-commit").exists()
+
+
+def test_missing_protected_paths_cannot_be_created_and_placeholders_are_removed(engine, tmp_path):
+    ws = tmp_path / "bare"
+    ws.mkdir()
+    os.chown(ws, 1000, 1000)
+    result = sandbox("run", "-w", str(ws), "--", "sh", "-c",
+                     "mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit; touch .envrc; "
+                     "mkdir -p .github/workflows; ls -A")
+    assert result.returncode == 0
+    assert sorted(os.listdir(ws)) == []
+
+
+def test_timeout_stops_the_agent_with_its_own_exit_code(engine, workspace):
+    start = time.monotonic()
+    result = sandbox("run", "-w", str(workspace), "--timeout", "2s", "--", "sleep", "60")
+    assert result.returncode == ExitCode.AGENT_TIMEOUT and time.monotonic() - start < 30
+    assert ours(engine) == []
+
+
+def test_engine_unavailable_has_its_exit_code_and_a_hint(workspace, tmp_path):
+    env = dict(os.environ, DOCKER_HOST=f"unix://{tmp_path}/nothing.sock")
+    result = sandbox("run", "-w", str(workspace), "--", "true", env=env)
+    assert result.returncode == ExitCode.ENGINE and "cannot reach the Docker engine" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_policy_has_its_exit_code_and_no_traceback(workspace, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nname: bad\ndescription: x\nnetwork: {mode: host}\n")
+    result = sandbox("run", "-p", str(bad), "-w", str(workspace), "--", "true")
+    assert result.returncode == ExitCode.POLICY_INVALID
+    assert f"{bad}: network.mode: expected one of 'none'" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signals_remove_everything(engine, workspace, sig, code):
+    proc = subprocess.Popen(SANDBOX + ["run", "-w", str(workspace), "--", "sleep", "120"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if "probe passed" in line:
+            break
+    assert ours(engine), "the sandbox should be running now"
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) == code
+    assert ours(engine) == [] and not (workspace / ".envrc").exists()
+
+
+def test_up_exec_ls_down(engine, workspace):
+    name = "sandbox-test-up"
+    result = sandbox("up", str(workspace), "--name", name, "--no-shell")
+    assert result.returncode == 0, result.stderr
+    try:
+        listing = json.loads(sandbox("ls", "--json").stdout)
+        assert any(i["name"] == name and i["kind"] == "up" and i["state"] == "running" for i in listing)
+        result = sandbox("exec", name, "--", "sh", "-c", "id -u; touch /etc/x 2>&1; exit 3")
+        assert result.returncode == 3 and result.stdout.startswith("1000\n") and "Read-only" in result.stdout
+        again = sandbox("up", str(workspace), "--name", name, "--no-shell")
+        assert "already running" in again.stderr
+    finally:
+        assert sandbox("down", name).returncode == 0
+    assert ours(engine) == [] and not (workspace / ".envrc").exists()
+    missing = sandbox("down", name)
+    assert missing.returncode == ExitCode.ENGINE and "no sandbox named" in missing.stderr
+
+
+def test_gc_removes_what_a_killed_launcher_left(engine, workspace):
+    proc = subprocess.Popen(SANDBOX + ["run", "-w", str(workspace), "--", "sleep", "120"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if "probe passed" in line:
+            break
+    proc.kill()  # SIGKILL: no chance to clean up
+    proc.wait()
+    assert len(ours(engine)) == 1
+    result = sandbox("gc")
+    assert result.returncode == 0 and "removed 1" in result.stderr
+    assert ours(engine) == [] and not (workspace / ".envrc").exists()
+
+
+# --- the probe works in any image: it never uses the image's shell or loader ------------------
+
+def _import_image(engine, tag: str, files: dict[str, tuple[bytes, int]]) -> str:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, (data, mode) in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    path = Path(f"/tmp/{tag.replace('/', '_').replace(':', '_')}.tar")
+    path.write_bytes(buffer.getvalue())
+    try:
+        engine.import_tar(str(path), *tag.split(":"))
+    finally:
+        path.unlink()
+    return tag
+
+
+@pytest.fixture(scope="module")
+def odd_images(engine):
+    busybox = Path("/bin/busybox").read_bytes() if Path("/bin/busybox").exists() else None
+    lying_sh = b"#!/bin/busybox sh\necho lies\nexit 0\n"
+    tags = {
+        "no-shell": _import_image(engine, "sandbox-test/no-shell:1", {"etc/motd": (b"nothing here\n", 0o644)}),
+        "lying-sh": _import_image(engine, "sandbox-test/lying-sh:1", {"bin/sh": (lying_sh, 0o755),
+                                                                      "lib64/ld-linux-x86-64.so.2": (b"poison", 0o755)}),
+        "debian": images.AGENT_IMAGE,
+    }
+    if busybox:
+        tags["busybox"] = _import_image(engine, "sandbox-test/busybox:1", {"bin/busybox": (busybox, 0o755),
+                                                                             "bin/sh": (busybox, 0o755)})
+    yield tags
+    for key, tag in tags.items():
+        if key != "debian":
+            engine.client.api.remove_image(tag, force=True)
+
+
+@pytest.mark.parametrize("kind", ["debian", "busybox", "no-shell", "lying-sh"])
+def test_probe_passes_in_any_image(engine, workspace, odd_images, kind):
+    if kind not in odd_images:
+        pytest.fail("busybox-static is needed on the host to make the busybox test image")
+    from dataclasses import replace
+
+    policy = replace(load_policy("untrusted"), image=odd_images[kind])
+    plan = compile_policy(policy, host.gather(policy, str(workspace), images.probe_volume_name()),
+                          command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
+    outcome = launch.run(engine, plan, Listener())
+    assert outcome.probe.ok and outcome.exit_code == 0
+    assert (workspace / "AGENT-RAN").exists()
+
+
+class Listener:
+    def __init__(self):
+        self.out = b""
+
+    def status(self, message):
+        pass
+
+    def output(self, stream, data):
+        self.out += data
+
+
+def test_socket_planted_in_the_workspace_fails_the_probe(engine, workspace):
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(workspace / "planted.sock"))
+    try:
+        result = sandbox("run", "-w", str(workspace), "--", "touch", "AGENT-RAN")
+    finally:
+        sock.close()
+    assert result.returncode == ExitCode.PROBE_FAILED and "sockets.mounts" in result.stderr
+    assert not (workspace / "AGENT-RAN").exists() and ours(engine) == []

@@ -1,0 +1,120 @@
+"""Probe report parsing and the host-side `docker inspect` comparison, with the launch stage on a
+fake engine: a failed probe or a mismatch means no agent and no container left."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import fake_facts
+from fakes import FakeEngine, inspect_of
+from launcher import launch
+from launcher.compiler import compile_policy
+from launcher.errors import ProbeFailed
+from launcher.policy import load_policy
+from launcher.verify import compare_inspect, parse_probe
+
+PLAN = compile_policy(load_policy("untrusted"), fake_facts())
+
+
+@pytest.fixture
+def plan(tmp_path):
+    """A plan whose workspace exists: bind sources are re-checked on this host just before start."""
+    return compile_policy(load_policy("untrusted"), fake_facts(workspace=str(tmp_path)))
+PASS = "PROBE\tidentity.uid\tpass\t1000\t1000\n"
+FAIL = "PROBE\tfs.root_ro\tfail\tro\trw\n"
+
+
+class Quiet:
+    def __init__(self):
+        self.out = b""
+
+    def status(self, message):
+        pass
+
+    def output(self, stream, data):
+        self.out += data
+
+
+def test_parse_complete_report():
+    report = parse_probe((PASS + "PROBE-END\tok\t1\n").splitlines())
+    assert report.ok and report.checks[0].id == "identity.uid"
+
+
+@pytest.mark.parametrize("text", [
+    PASS,                                   # cut off: no PROBE-END
+    PASS + FAIL + "PROBE-END\tfail\t2\n",   # one failed check
+    FAIL + "PROBE-END\tok\t1\n",            # a lying verdict line
+    "PROBE-END\tok\t0\n",                   # no checks at all
+    "garbage\n",
+])
+def test_anything_but_a_clean_report_fails(text):
+    assert not parse_probe(text.splitlines()).ok
+
+
+def test_inspect_of_a_faithful_container_matches():
+    assert compare_inspect(PLAN.container, inspect_of(PLAN.container), ["PATH=/usr/bin"]) == []
+
+
+@pytest.mark.parametrize("field, change", [
+    ("Privileged", lambda a: a["HostConfig"].update(Privileged=True)),
+    ("CapAdd", lambda a: a["HostConfig"].update(CapAdd=["SYS_ADMIN"])),
+    ("CapDrop", lambda a: a["HostConfig"].update(CapDrop=[])),
+    ("ReadonlyRootfs", lambda a: a["HostConfig"].update(ReadonlyRootfs=False)),
+    ("SecurityOpt", lambda a: a["HostConfig"].update(SecurityOpt=["no-new-privileges", "seccomp=unconfined"])),
+    ("NetworkMode", lambda a: a["HostConfig"].update(NetworkMode="host")),
+    ("PidMode", lambda a: a["HostConfig"].update(PidMode="host")),
+    ("IpcMode", lambda a: a["HostConfig"].update(IpcMode="host")),
+    ("Devices", lambda a: a["HostConfig"].update(Devices=[{"PathOnHost": "/dev/sda", "PathInContainer": "/dev/sda"}])),
+    ("GroupAdd", lambda a: a["HostConfig"].update(GroupAdd=["0"])),
+    ("PortBindings", lambda a: a["HostConfig"].update(PortBindings={"22/tcp": [{}]})),
+    ("User", lambda a: a["Config"].update(User="0:0")),
+    ("Env names", lambda a: a["Config"]["Env"].append("DOCKER_HOST=tcp://x")),
+    ("Mounts", lambda a: a["Mounts"].append({"Type": "bind", "Destination": "/var/run/docker.sock", "RW": False,
+                                             "Source": "/run/docker.sock"})),
+    ("Mounts", lambda a: a["Mounts"][0].update(RW=False)),
+    ("Memory", lambda a: a["HostConfig"].update(Memory=0)),
+])
+def test_every_difference_is_named(field, change):
+    attrs = inspect_of(PLAN.container)
+    change(attrs)
+    diffs = compare_inspect(PLAN.container, attrs, ["PATH=/usr/bin"])
+    assert any(d.startswith(field) for d in diffs), diffs
+
+
+def test_a_vanished_bind_source_refuses_the_start():
+    plan = compile_policy(load_policy("untrusted"), fake_facts(workspace="/nonexistent/repo"))
+    engine = FakeEngine()
+    with pytest.raises(ProbeFailed, match="changed or vanished"):
+        launch.run(engine, plan, Quiet())
+    assert engine.calls == ["create", "remove"]
+
+
+def test_mismatch_refuses_the_start_and_removes_the_container(plan):
+    engine = FakeEngine(tamper=lambda a: a["HostConfig"].update(Privileged=True))
+    with pytest.raises(ProbeFailed, match="Privileged"):
+        launch.run(engine, plan, Quiet())
+    assert engine.calls == ["create", "remove"]
+
+
+def test_failed_probe_never_shows_agent_output_and_removes_the_container(plan):
+    engine = FakeEngine(output=[((FAIL + "PROBE-END\tfail\t1\n").encode(), None), (b"AGENT RAN\n", None)])
+    listener = Quiet()
+    with pytest.raises(ProbeFailed) as info:
+        launch.run(engine, plan, listener)
+    assert "fs.root_ro: expected ro, observed rw" in str(info.value)
+    assert listener.out == b"" and engine.calls[-1] == "remove"
+
+
+def test_probe_that_crashes_is_a_failure(plan):
+    engine = FakeEngine(output=[(PASS.encode(), b"sh: segfault\n")])
+    with pytest.raises(ProbeFailed, match="did not complete"):
+        launch.run(engine, plan, Quiet())
+    assert engine.calls[-1] == "remove"
+
+
+def test_passing_probe_streams_the_agent_and_returns_its_exit_code(plan):
+    engine = FakeEngine(output=[((PASS + "PROBE-END\tok\t1\nhello ").encode(), None), (b"world\n", None)], exit_code=3)
+    listener = Quiet()
+    outcome = launch.run(engine, plan, listener)
+    assert outcome.exit_code == 3 and listener.out == b"hello world\n"
+    assert engine.calls == ["create", "start", "remove"]
