@@ -150,7 +150,7 @@ class Engine:
             self.client.api.start(ref)
 
     def output(self, ref: str) -> Iterator[tuple[bytes | None, bytes | None]]:
-        """(stdout, stderr) chunks from the start of the container until it exits."""
+        """(stdout, stderr) chunks until the container exits; attach before starting it."""
         with _mapped(f"attaching to {ref}"):
             return self.client.api.attach(ref, stdout=True, stderr=True, stream=True, logs=True, demux=True)
 

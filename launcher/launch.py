@@ -122,8 +122,8 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener) -> tu
     listener.status(f"creating {plan.container.name} (policy {plan.policy_name})")
     ref = create_verified(engine, plan)
     try:
+        output = _Output(engine, ref)  # attach first: output written before attaching can be lost
         engine.start(ref)
-        output = _Output(engine, ref)
         report, rest, errors = output.read_probe(PROBE_TIMEOUT)
         if not report.ok:
             raise _probe_failed(report, errors)

@@ -1,0 +1,145 @@
+"""The tamper matrix: for every probe check, remove that one protection from the container while
+the probe keeps the plan's expectations. The check must fail and the agent must never run."""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from launcher import host, images, launch
+from launcher.compiler import compile_policy
+from launcher.errors import ProbeFailed
+from launcher.plan import Mount, MountKind
+from launcher.policy import load_policy
+
+pytestmark = pytest.mark.engine
+MARKER = "AGENT-RAN"
+# A seccomp filter that allows everything: mode 2 is set, yet unshare is no longer refused.
+ALLOW_ALL_SECCOMP = "seccomp=" + json.dumps({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": []})
+
+
+def plain_socket(path: Path) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    return sock
+
+
+def add_mount(c, mount):
+    return replace(c, mounts=c.mounts + (mount,))
+
+
+def add_env(c, name, value):
+    return replace(c, env=c.env + ((name, value),))
+
+
+# check id -> how to take its protection away: f(container spec, workspace, scratch dir)
+TAMPERS = {
+    "identity.uid": lambda c, ws, tmp: replace(c, user="1001:1000"),
+    "identity.gid": lambda c, ws, tmp: replace(c, user="1000:1001"),
+    "identity.groups": lambda c, ws, tmp: replace(c, group_add=("0",)),
+    "caps.process": lambda c, ws, tmp: replace(c, user="0:0", cap_drop=()),
+    "caps.bnd": lambda c, ws, tmp: replace(c, cap_add=("NET_RAW",)),
+    "nnp": lambda c, ws, tmp: replace(c, security_opt=()),
+    "seccomp.mode": lambda c, ws, tmp: replace(c, security_opt=("no-new-privileges", "seccomp=unconfined")),
+    "seccomp.unshare": lambda c, ws, tmp: replace(c, security_opt=("no-new-privileges", ALLOW_ALL_SECCOMP)),
+    "fs.root_ro": lambda c, ws, tmp: replace(c, read_only_root=False),
+    "fs.rofs": lambda c, ws, tmp: replace(c, read_only_root=False),
+    "fs.sysfs_ro": lambda c, ws, tmp: add_mount(c, Mount(kind=MountKind.BIND, source="/sys", target="/sys",
+                                                         read_only=False)),
+    "mounts.inventory": lambda c, ws, tmp: add_mount(c, Mount(kind=MountKind.BIND, source="/usr/share/doc",
+                                                              target="/extra", read_only=True)),
+    "mounts.writable": lambda c, ws, tmp: add_mount(c, Mount(kind=MountKind.TMPFS, target="/extra",
+                                                             read_only=False, size_bytes=1 << 20)),
+    "mounts.workspace": lambda c, ws, tmp: replace(c, mounts=tuple(
+        replace(m, source=str(tmp)) if m.target == "/workspace" else m for m in c.mounts)),
+    "fs.protected": lambda c, ws, tmp: replace(c, mounts=tuple(
+        m for m in c.mounts if not m.target.startswith("/workspace/"))),
+    "sockets.mounts": lambda c, ws, tmp: c,   # the socket is planted in the workspace, see below
+    "sockets.runtime": lambda c, ws, tmp: add_mount(c, Mount(kind=MountKind.BIND, source=str(tmp / "docker.sock"),
+                                                             target="/run/docker.sock", read_only=True)),
+    "env.secrets": lambda c, ws, tmp: add_env(c, "GITHUB_TOKEN", "ghp_" + "x" * 36),
+    "env.runtime": lambda c, ws, tmp: add_env(c, "DOCKER_HOST", "tcp://127.0.0.1:2375"),
+    "creds.files": lambda c, ws, tmp: add_env(c, "HOME", "/workspace"),   # and ws/.ssh exists, see below
+    "net.interfaces": lambda c, ws, tmp: replace(c, network_mode="bridge"),
+    "net.routes": lambda c, ws, tmp: replace(c, network_mode="bridge"),
+    "limits.pids": lambda c, ws, tmp: replace(c, pids_limit=None),
+    "limits.memory": lambda c, ws, tmp: replace(c, memory_bytes=None),
+    "proc.pid1": lambda c, ws, tmp: replace(c, pid_mode="host"),
+    "dev.nodes": lambda c, ws, tmp: replace(c, devices=("/dev/zero:/dev/extra0:rwm",)),
+}
+
+
+class Listener:
+    def __init__(self):
+        self.out = b""
+
+    def status(self, message):
+        pass
+
+    def output(self, stream, data):
+        self.out += data
+
+
+@pytest.fixture
+def probe_only(monkeypatch):
+    """Switch off the host-side inspect comparison (it would refuse most tampers before start),
+    so that what is tested here is the probe alone."""
+    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env: [])
+    monkeypatch.setattr(launch.host, "bind_source_intact", lambda path: True)
+
+
+def plan_for(workspace):
+    policy = load_policy("untrusted")
+    return compile_policy(policy, host.gather(policy, str(workspace), images.probe_volume_name()),
+                          command=("/.sandbox/probe/busybox", "touch", f"/workspace/{MARKER}"))
+
+
+def test_the_untampered_plan_passes_and_every_check_has_a_tamper(engine, workspace):
+    outcome = launch.run(engine, plan_for(workspace), Listener())
+    assert outcome.probe.ok and outcome.exit_code == 0 and (workspace / MARKER).exists()
+    assert [c.id for c in outcome.probe.checks] == list(TAMPERS)
+
+
+@pytest.mark.parametrize("check", list(TAMPERS))
+def test_tampered_protection_fails_its_check_and_the_agent_never_runs(engine, workspace, tmp_path, check, probe_only):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    keep = [plain_socket(scratch / "docker.sock")]
+    if check == "sockets.mounts":
+        keep.append(plain_socket(workspace / "planted.sock"))
+    if check == "creds.files":
+        (workspace / ".ssh").mkdir()
+    plan = plan_for(workspace)
+    plan = replace(plan, container=TAMPERS[check](plan.container, workspace, scratch))
+    listener = Listener()
+    try:
+        with pytest.raises(ProbeFailed) as info:
+            launch.run(engine, plan, listener)
+    finally:
+        for sock in keep:
+            sock.close()
+    assert info.value.report is not None, str(info.value)
+    failed = {c.id for c in info.value.report.failed}
+    assert check in failed, f"{check} passed although its protection was removed; failed: {failed}"
+    assert not (workspace / MARKER).exists() and listener.out == b""
+    assert engine.list() == []
+
+
+def test_inspect_comparison_refuses_a_container_that_differs_from_the_plan(engine, workspace):
+    """The host-side half: the real engine's `docker inspect` of a tampered container is caught."""
+    from launcher.verify import compare_inspect
+
+    plan = plan_for(workspace)
+    tampered = replace(plan.container, cap_add=("NET_RAW",), security_opt=("no-new-privileges", "seccomp=unconfined"),
+                       devices=("/dev/zero:/dev/extra0:rwm",), pid_mode="host", read_only_root=False)
+    ref = engine.create(tampered)
+    try:
+        diffs = compare_inspect(plan.container, engine.inspect(ref), engine.image_env(plan.container.image))
+    finally:
+        engine.remove(ref)
+    for field in ("CapAdd", "SecurityOpt", "Devices", "PidMode", "ReadonlyRootfs"):
+        assert any(d.startswith(field) for d in diffs), (field, diffs)
