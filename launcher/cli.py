@@ -53,6 +53,8 @@ def _plan(policy_ref: str, workspace: str, command: tuple[str, ...], kind: str =
     policy = load_policy(policy_ref)
     facts = host.gather(policy, workspace, images.probe_volume_name())
     plan = compiler.compile_policy(policy, facts, command=command, kind=kind, name=name)
+    for warning in plan.warnings:
+        click.echo(f"sandbox: warning: {warning}", err=True)
     if timeout:
         from dataclasses import replace
 

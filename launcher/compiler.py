@@ -156,9 +156,13 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         memory_bytes=policy.limits.memory_bytes, nano_cpus=int(policy.limits.cpus * 1e9),
         labels=tuple(sorted(labels.items())), hostname="sandbox",
     )
+    warnings = []
+    if writable_ws and ws.owner[0] != uid:
+        warnings.append(f"the workspace {ws.real} belongs to uid {ws.owner[0]}; the agent runs as {uid}:{gid} "
+                        "and may not be able to write it (set `user:` in the policy or chown the directory)")
     return LaunchPlan(policy_name=policy.name, policy_digest=policy.digest, container=container, probe=probe,
                       agent_command=agent, timeout_seconds=policy.limits.timeout_seconds,
-                      placeholders=tuple(placeholders))
+                      placeholders=tuple(placeholders), warnings=tuple(warnings))
 
 
 def _under(path: str, mount: str) -> bool:

@@ -90,6 +90,7 @@ class LaunchPlan:
     # Host paths Docker creates as mount points for protected paths that did not exist; the
     # launcher removes them (when still empty) together with the container.
     placeholders: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = field(default=())
 
 
 PROBE_DIR = "/.sandbox/probe"
