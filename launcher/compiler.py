@@ -54,6 +54,9 @@ def refuse_source(fact: PathFact, host: HostFacts, where: str, file: str) -> Pro
     for path in _REFUSED_SOURCES:
         if _related(real, path) and real != "/":
             return problem(f"{real} (kernel or device filesystem)", "devices cannot be mounted")
+    if fact.sockets:
+        return problem(f"{real}, which holds the socket {fact.sockets[0]}",
+                       "a socket reaches a service outside the sandbox; remove it or mount a subdirectory")
     return None
 
 

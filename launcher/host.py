@@ -18,6 +18,7 @@ class PathFact:
     real: str
     kind: str            # dir, file, socket, missing, other
     owner: tuple[int, int] = (0, 0)
+    sockets: tuple[str, ...] = ()   # socket files found inside a directory (bounded scan)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,8 +56,28 @@ def _kind(mode: int) -> str:
     return "other"
 
 
-def path_fact(given: str, base: str | None = None) -> PathFact:
-    """Resolve ~, .. and every symlink, then stat the result."""
+SCAN_LIMIT = 20_000  # entries; beyond that the probe's sockets.mounts check still walks every mount
+
+
+def find_sockets(root: str, limit: int = SCAN_LIMIT) -> tuple[str, ...]:
+    """Socket files below a directory (symlinks not followed), up to `limit` entries looked at."""
+    found, stack, seen = [], [root], 0
+    while stack and seen < limit and len(found) < 5:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    seen += 1
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    elif stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
+                        found.append(entry.path)
+        except OSError:
+            continue
+    return tuple(found)
+
+
+def path_fact(given: str, base: str | None = None, scan: bool = False) -> PathFact:
+    """Resolve ~, .. and every symlink, then stat the result (and look for sockets inside)."""
     expanded = os.path.expanduser(given)
     if base and not os.path.isabs(expanded):
         expanded = os.path.join(base, expanded)
@@ -65,7 +86,9 @@ def path_fact(given: str, base: str | None = None) -> PathFact:
         st = os.stat(real)
     except OSError:
         return PathFact(given=given, real=real, kind="missing")
-    return PathFact(given=given, real=real, kind=_kind(st.st_mode), owner=(st.st_uid, st.st_gid))
+    kind = _kind(st.st_mode)
+    sockets = find_sockets(real) if scan and kind == "dir" else ()
+    return PathFact(given=given, real=real, kind=kind, owner=(st.st_uid, st.st_gid), sockets=sockets)
 
 
 def protected_anchor(workspace: str, rel: str) -> PathFact:
@@ -103,13 +126,13 @@ def runtime_socket_paths() -> tuple[str, ...]:
 
 def gather(policy: Policy, workspace: str, probe_volume: str) -> HostFacts:
     home = os.path.realpath(os.path.expanduser("~"))
-    ws = path_fact(workspace, os.getcwd())
+    ws = path_fact(workspace, os.getcwd(), scan=True)
     return HostFacts(
         home=home,
         env=tuple((name, os.environ[name]) for name in policy.env.pass_names if name in os.environ),
         workspace=ws,
         protected=tuple(protected_anchor(ws.real, rel) for rel in policy.workspace.protect),
-        mounts=tuple(path_fact(m.source, os.getcwd()) for m in policy.mounts),
+        mounts=tuple(path_fact(m.source, os.getcwd(), scan=True) for m in policy.mounts),
         runtime_sockets=runtime_socket_paths(),
         credential_paths=tuple(os.path.realpath(os.path.join(home, p)) for p in _CREDENTIAL_PATHS),
         probe_volume=probe_volume,

@@ -201,12 +201,50 @@ class Listener:
         self.out += data
 
 
-def test_socket_planted_in_the_workspace_fails_the_probe(engine, workspace):
+def test_socket_planted_in_the_workspace_is_refused_before_launch(engine, workspace):
+    # The probe's sockets.mounts check catches one that appears later (see test_tamper.py).
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(str(workspace / "planted.sock"))
     try:
         result = sandbox("run", "-w", str(workspace), "--", "touch", "AGENT-RAN")
     finally:
         sock.close()
-    assert result.returncode == ExitCode.PROBE_FAILED and "sockets.mounts" in result.stderr
+    assert result.returncode == ExitCode.POLICY_INVALID and "planted.sock" in result.stderr
     assert not (workspace / "AGENT-RAN").exists() and ours(engine) == []
+
+
+def _read_until(fd: int, needle: bytes, timeout: float) -> bytes:
+    import select
+
+    seen, deadline = b"", time.monotonic() + timeout
+    while needle not in seen and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen
+
+
+def test_up_opens_an_interactive_shell_in_a_terminal(engine, workspace):
+    name = "sandbox-test-tty"
+    primary, secondary = os.openpty()
+    proc = subprocess.Popen(SANDBOX + ["up", str(workspace), "--name", name], stdin=secondary, stdout=secondary,
+                            stderr=secondary, start_new_session=True)
+    os.close(secondary)
+    try:
+        assert b"is up" in _read_until(primary, b"is up", 120)
+        os.write(primary, b"echo UID=$(id -u) TTY=$(tty) W=$(pwd)\n")
+        seen = _read_until(primary, b"W=/workspace", 30)
+        assert b"UID=1000 TTY=/dev/pts/" in seen, seen
+        os.write(primary, b"exit\n")
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        os.close(primary)
+        sandbox("down", name)
+    assert ours(engine) == []

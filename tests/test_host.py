@@ -57,6 +57,17 @@ def test_socket_file_is_refused(home, tmp_path):
         sock.close()
 
 
+def test_directory_holding_a_socket_is_refused(home, tmp_path):
+    (tmp_path / "data" / "deep").mkdir(parents=True)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "data" / "deep" / "agent.sock"))
+    try:
+        with pytest.raises(PolicyError, match="holds the socket .*agent.sock"):
+            compile_with_mount(str(tmp_path / "data"), str(home / "project"))
+    finally:
+        sock.close()
+
+
 def test_docker_host_socket_path_counts_as_runtime(home, tmp_path, monkeypatch):
     (tmp_path / "rt").mkdir()
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/rt/engine.sock")

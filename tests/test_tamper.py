@@ -108,12 +108,12 @@ def test_the_untampered_plan_passes_and_every_check_has_a_tamper(engine, workspa
 def test_tampered_protection_fails_its_check_and_the_agent_never_runs(engine, workspace, tmp_path, check, probe_only):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
+    plan = plan_for(workspace)
     keep = [plain_socket(scratch / "docker.sock")]
-    if check == "sockets.mounts":
+    if check == "sockets.mounts":  # appears after compile, which would have refused it
         keep.append(plain_socket(workspace / "planted.sock"))
     if check == "creds.files":
         (workspace / ".ssh").mkdir()
-    plan = plan_for(workspace)
     plan = replace(plan, container=TAMPERS[check](plan.container, workspace, scratch))
     listener = Listener()
     try:
