@@ -134,7 +134,7 @@ def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_
 
     started, plan, probe, outcome, error = time.monotonic(), None, None, None, None
     console = Console(agent_stdout=sys.stderr.buffer if as_json else None)
-    code = ExitCode.INTERNAL
+    code, status = ExitCode.INTERNAL, "error"
     try:
         _, plan = _plan(policy, workspace, command, timeout=timeout)
         eng = _engine_and_images(plan, console)

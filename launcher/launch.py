@@ -84,7 +84,7 @@ class _Output:
                     errors.append(data.decode(errors="replace"))
                     continue
                 buffer += data
-                marker = buffer.find(PROBE_END.encode())
+                marker = (b"\n" + buffer).find(b"\n" + PROBE_END.encode() + b"\t")
                 if marker >= 0 and buffer.find(b"\n", marker) >= 0:
                     end = buffer.find(b"\n", marker) + 1
                     lines = buffer[:end].decode(errors="replace").splitlines()

@@ -61,3 +61,16 @@ class FakeEngine:
 
     def remove(self, ref):
         self.calls.append("remove")
+
+
+class Recorder:
+    """A launch Listener that keeps the agent's output and ignores status lines."""
+
+    def __init__(self):
+        self.out = b""
+
+    def status(self, message):
+        pass
+
+    def output(self, stream, data):
+        self.out += data

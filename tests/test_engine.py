@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from fakes import Recorder
+
 from launcher import host, images, launch
 from launcher.compiler import compile_policy
 from launcher.errors import ExitCode
@@ -185,20 +187,10 @@ def test_probe_passes_in_any_image(engine, workspace, odd_images, kind):
     policy = replace(load_policy("untrusted"), image=odd_images[kind])
     plan = compile_policy(policy, host.gather(policy, str(workspace), images.probe_volume_name()),
                           command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
-    outcome = launch.run(engine, plan, Listener())
+    outcome = launch.run(engine, plan, Recorder())
     assert outcome.probe.ok and outcome.exit_code == 0
     assert (workspace / "AGENT-RAN").exists()
 
-
-class Listener:
-    def __init__(self):
-        self.out = b""
-
-    def status(self, message):
-        pass
-
-    def output(self, stream, data):
-        self.out += data
 
 
 def test_socket_planted_in_the_workspace_is_refused_before_launch(engine, workspace):

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from fakes import Recorder
+
 from launcher import host, images, launch
 from launcher.compiler import compile_policy
 from launcher.errors import ProbeFailed
@@ -73,16 +75,6 @@ TAMPERS = {
 }
 
 
-class Listener:
-    def __init__(self):
-        self.out = b""
-
-    def status(self, message):
-        pass
-
-    def output(self, stream, data):
-        self.out += data
-
 
 @pytest.fixture
 def probe_only(monkeypatch):
@@ -99,7 +91,7 @@ def plan_for(workspace):
 
 
 def test_the_untampered_plan_passes_and_every_check_has_a_tamper(engine, workspace):
-    outcome = launch.run(engine, plan_for(workspace), Listener())
+    outcome = launch.run(engine, plan_for(workspace), Recorder())
     assert outcome.probe.ok and outcome.exit_code == 0 and (workspace / MARKER).exists()
     assert [c.id for c in outcome.probe.checks] == list(TAMPERS)
 
@@ -115,7 +107,7 @@ def test_tampered_protection_fails_its_check_and_the_agent_never_runs(engine, wo
     if check == "creds.files":
         (workspace / ".ssh").mkdir()
     plan = replace(plan, container=TAMPERS[check](plan.container, workspace, scratch))
-    listener = Listener()
+    listener = Recorder()
     try:
         with pytest.raises(ProbeFailed) as info:
             launch.run(engine, plan, listener)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import fake_facts
-from fakes import FakeEngine, inspect_of
+from fakes import FakeEngine, Recorder, inspect_of
 from launcher import launch
 from launcher.compiler import compile_policy
 from launcher.errors import ProbeFailed
@@ -23,16 +23,6 @@ def plan(tmp_path):
 PASS = "PROBE\tidentity.uid\tpass\t1000\t1000\n"
 FAIL = "PROBE\tfs.root_ro\tfail\tro\trw\n"
 
-
-class Quiet:
-    def __init__(self):
-        self.out = b""
-
-    def status(self, message):
-        pass
-
-    def output(self, stream, data):
-        self.out += data
 
 
 def test_parse_complete_report():
@@ -85,20 +75,20 @@ def test_a_vanished_bind_source_refuses_the_start():
     plan = compile_policy(load_policy("untrusted"), fake_facts(workspace="/nonexistent/repo"))
     engine = FakeEngine()
     with pytest.raises(ProbeFailed, match="changed or vanished"):
-        launch.run(engine, plan, Quiet())
+        launch.run(engine, plan, Recorder())
     assert engine.calls == ["create", "remove"]
 
 
 def test_mismatch_refuses_the_start_and_removes_the_container(plan):
     engine = FakeEngine(tamper=lambda a: a["HostConfig"].update(Privileged=True))
     with pytest.raises(ProbeFailed, match="Privileged"):
-        launch.run(engine, plan, Quiet())
+        launch.run(engine, plan, Recorder())
     assert engine.calls == ["create", "remove"]
 
 
 def test_failed_probe_never_shows_agent_output_and_removes_the_container(plan):
     engine = FakeEngine(output=[((FAIL + "PROBE-END\tfail\t1\n").encode(), None), (b"AGENT RAN\n", None)])
-    listener = Quiet()
+    listener = Recorder()
     with pytest.raises(ProbeFailed) as info:
         launch.run(engine, plan, listener)
     assert "fs.root_ro: expected ro, observed rw" in str(info.value)
@@ -108,13 +98,13 @@ def test_failed_probe_never_shows_agent_output_and_removes_the_container(plan):
 def test_probe_that_crashes_is_a_failure(plan):
     engine = FakeEngine(output=[(PASS.encode(), b"sh: segfault\n")])
     with pytest.raises(ProbeFailed, match="did not complete"):
-        launch.run(engine, plan, Quiet())
+        launch.run(engine, plan, Recorder())
     assert engine.calls[-1] == "remove"
 
 
 def test_passing_probe_streams_the_agent_and_returns_its_exit_code(plan):
     engine = FakeEngine(output=[((PASS + "PROBE-END\tok\t1\nhello ").encode(), None), (b"world\n", None)], exit_code=3)
-    listener = Quiet()
+    listener = Recorder()
     outcome = launch.run(engine, plan, listener)
     assert outcome.exit_code == 3 and listener.out == b"hello world\n"
     assert engine.calls == ["create", "start", "remove"]
