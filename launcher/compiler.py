@@ -140,7 +140,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         mounts=tuple(m.target for m in mounts),
         protected=tuple(posixpath.join(target, p) for p in policy.workspace.protect),
         workspace=target, wsroot=ws.real,
-        net="none" if policy.network is NetworkMode.NONE else policy.network.value,
+        net=policy.network.mode.value,
         pids=str(policy.limits.pids), mem=str(policy.limits.memory_bytes),
     )
     agent = tuple(command) or policy.command

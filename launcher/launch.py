@@ -193,8 +193,11 @@ def gc(engine: Engine, everything: bool) -> list[str]:
     removed = []
     for item in engine.list():
         labels = item["Labels"]
-        orphan = labels.get("dev.sandbox.kind") == "run" and not host.pid_alive(int(labels.get("dev.sandbox.owner-pid", "0") or 0))
-        if everything or item.get("State") != "running" or orphan:
+        owner_alive = host.pid_alive(int(labels.get("dev.sandbox.owner-pid", "0") or 0))
+        # A "created" container whose launcher lives is being started right now: leave it alone.
+        stopped = item.get("State") in ("exited", "dead") or (item.get("State") == "created" and not owner_alive)
+        orphan = labels.get("dev.sandbox.kind") == "run" and not owner_alive
+        if everything or stopped or orphan:
             _remove(engine, item["Id"], tuple(json.loads(labels.get("dev.sandbox.placeholders", "[]"))))
             removed.append((item.get("Names") or ["?"])[0].lstrip("/"))
     return removed

@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from launcher.egress import AllowRule
+
 
 class Access(enum.Enum):
     READ_ONLY = "read-only"
@@ -13,6 +15,7 @@ class Access(enum.Enum):
 
 class NetworkMode(enum.Enum):
     NONE = "none"
+    PROXY = "proxy"
 
 
 # Always protected inside a writable workspace, also when they do not exist yet: each one can make
@@ -45,6 +48,13 @@ class TmpfsPolicy:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NetworkPolicy:
+    mode: NetworkMode
+    allow: tuple[AllowRule, ...]   # proxy mode only; empty in none mode
+    allow_ip_literals: bool
+
+
+@dataclass(frozen=True, kw_only=True)
 class EnvPolicy:
     pass_names: tuple[str, ...]
     set_values: tuple[tuple[str, str], ...]
@@ -68,7 +78,7 @@ class Policy:
     workspace: WorkspacePolicy
     mounts: tuple[MountPolicy, ...]
     tmpfs: tuple[TmpfsPolicy, ...]
-    network: NetworkMode
+    network: NetworkPolicy
     env: EnvPolicy
     limits: Limits
     user: tuple[int, int] | None  # None: "auto", decided from the workspace owner

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from launcher import resources
 from launcher.errors import PolicyError, Problem
+from launcher.egress import parse_rule
 from launcher.model import (BUILTIN_PROTECTED, Access, EnvPolicy, Limits, MountPolicy, NetworkMode,
-                            Policy, TmpfsPolicy, WorkspacePolicy)
+                            NetworkPolicy, Policy, TmpfsPolicy, WorkspacePolicy)
 from launcher.schema import check, policy_schema
 from launcher.secrets import secret_name, secret_value
 from launcher.yamlsafe import load_yaml
@@ -117,6 +118,15 @@ def _semantic_problems(doc: dict, file: str) -> list[Problem]:
         elif name in FORBIDDEN_CAPABILITIES:
             bad(f"capabilities[{i}]", "a capability that does not break isolation", repr(cap),
                 f"{name} is a known container escape and cannot be granted")
+    net = doc["network"]
+    if net["mode"] == "none" and net["allow"]:
+        bad("network.allow", "no entries in mode none", f"{len(net['allow'])} entries",
+            "set network.mode: proxy to allow hosts through the egress proxy")
+    for i, entry in enumerate(net["allow"]):
+        try:
+            parse_rule(entry, net["allow_ip_literals"])
+        except ValueError as exc:
+            bad(f"network.allow[{i}]", str(exc), repr(entry), "for example api.example.com, *.pypi.org or host:8443")
     for i, name in enumerate(doc["env"]["pass"]):
         if secret_name(name):
             bad(f"env.pass[{i}]", "a non-secret variable name", repr(name),
@@ -142,7 +152,10 @@ def _build(doc: dict, file: str, digest: str) -> Policy:
                                  access=Access(m["access"])) for m in doc["mounts"]),
         tmpfs=tuple(TmpfsPolicy(target=posixpath.normpath(t["target"]), size_bytes=parse_size(t["size"]))
                     for t in doc["tmpfs"]),
-        network=NetworkMode(doc["network"]["mode"]),
+        network=NetworkPolicy(mode=NetworkMode(doc["network"]["mode"]),
+                              allow=tuple(dict.fromkeys(parse_rule(e, doc["network"]["allow_ip_literals"])
+                                                        for e in doc["network"]["allow"])),
+                              allow_ip_literals=doc["network"]["allow_ip_literals"]),
         env=EnvPolicy(pass_names=tuple(doc["env"]["pass"]), set_values=tuple(doc["env"]["set"].items())),
         limits=Limits(pids=doc["limits"]["pids"], memory_bytes=parse_size(doc["limits"]["memory"]),
                       cpus=float(doc["limits"]["cpus"]), timeout_seconds=parse_duration(doc["limits"]["timeout"])),

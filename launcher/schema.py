@@ -15,7 +15,7 @@ from importlib import resources
 
 from launcher.errors import Problem
 
-_TYPES = {"object": dict, "array": list, "string": str, "integer": int, "number": (int, float)}
+_TYPES = {"object": dict, "array": list, "string": str, "integer": int, "number": (int, float), "boolean": bool}
 _MAX_DEPTH = 8
 
 
@@ -56,9 +56,9 @@ def check(value, schema: dict, file: str, path: str = "", depth: int = 0) -> tup
         return value, problems
     wanted = schema.get("type")
     if wanted:
-        ok = isinstance(value, _TYPES[wanted]) and not isinstance(value, bool)
+        ok = isinstance(value, _TYPES[wanted]) and (wanted == "boolean" or not isinstance(value, bool))
         if not ok:
-            article = {"object": "a mapping", "array": "a list", "integer": "an integer"}
+            article = {"object": "a mapping", "array": "a list", "integer": "an integer", "boolean": "true or false"}
             bad(article.get(wanted, f"a {wanted}"), _kind(value))
             return value, problems
     if wanted == "string":

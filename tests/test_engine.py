@@ -30,9 +30,10 @@ def sandbox(*args, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(SANDBOX + list(args), capture_output=True, text=True, timeout=300, **kwargs)
 
 
-def ours(engine) -> list[str]:
-    """Names of every container of ours, running or not (leak detector)."""
-    return sorted(c["Names"][0] for c in engine.list())
+def ours(engine, workspace) -> list[str]:
+    """Containers of ours on this test's workspace, running or not (leak detector that other
+    sandboxes on the same engine do not disturb)."""
+    return sorted(c["Names"][0] for c in engine.list(f"dev.sandbox.workspace={os.path.realpath(workspace)}"))
 
 
 def test_run_example_shows_every_hostile_attempt_blocked(engine, workspace):
@@ -41,7 +42,7 @@ def test_run_example_shows_every_hostile_attempt_blocked(engine, workspace):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ESCAPED" not in result.stdout and result.stdout.count("BLOCKED") >= 20
     assert "probe passed" in result.stderr
-    assert sorted(os.listdir(workspace)) == before and ours(engine) == []
+    assert sorted(os.listdir(workspace)) == before and ours(engine, workspace) == []
 
 
 def test_agent_exit_code_passes_through_and_report_is_written(engine, workspace, tmp_path):
@@ -78,7 +79,7 @@ def test_timeout_stops_the_agent_with_its_own_exit_code(engine, workspace):
     start = time.monotonic()
     result = sandbox("run", "-w", str(workspace), "--timeout", "2s", "--", "sleep", "60")
     assert result.returncode == ExitCode.AGENT_TIMEOUT and time.monotonic() - start < 30
-    assert ours(engine) == []
+    assert ours(engine, workspace) == []
 
 
 def test_engine_unavailable_has_its_exit_code_and_a_hint(workspace, tmp_path):
@@ -103,10 +104,10 @@ def test_signals_remove_everything(engine, workspace, sig, code):
     for line in proc.stderr:
         if "probe passed" in line:
             break
-    assert ours(engine), "the sandbox should be running now"
+    assert ours(engine, workspace), "the sandbox should be running now"
     proc.send_signal(sig)
     assert proc.wait(timeout=60) == code
-    assert ours(engine) == [] and not (workspace / ".envrc").exists()
+    assert ours(engine, workspace) == [] and not (workspace / ".envrc").exists()
 
 
 def test_up_exec_ls_down(engine, workspace):
@@ -122,7 +123,7 @@ def test_up_exec_ls_down(engine, workspace):
         assert "already running" in again.stderr
     finally:
         assert sandbox("down", name).returncode == 0
-    assert ours(engine) == [] and not (workspace / ".envrc").exists()
+    assert ours(engine, workspace) == [] and not (workspace / ".envrc").exists()
     missing = sandbox("down", name)
     assert missing.returncode == ExitCode.ENGINE and "no sandbox named" in missing.stderr
 
@@ -135,10 +136,10 @@ def test_gc_removes_what_a_killed_launcher_left(engine, workspace):
             break
     proc.kill()  # SIGKILL: no chance to clean up
     proc.wait()
-    assert len(ours(engine)) == 1
+    assert len(ours(engine, workspace)) == 1
     result = sandbox("gc")
-    assert result.returncode == 0 and "removed 1" in result.stderr
-    assert ours(engine) == [] and not (workspace / ".envrc").exists()
+    assert result.returncode == 0 and "removed" in result.stderr
+    assert ours(engine, workspace) == [] and not (workspace / ".envrc").exists()
 
 
 # --- the probe works in any image: it never uses the image's shell or loader ------------------
@@ -202,7 +203,7 @@ def test_socket_planted_in_the_workspace_is_refused_before_launch(engine, worksp
     finally:
         sock.close()
     assert result.returncode == ExitCode.POLICY_INVALID and "planted.sock" in result.stderr
-    assert not (workspace / "AGENT-RAN").exists() and ours(engine) == []
+    assert not (workspace / "AGENT-RAN").exists() and ours(engine, workspace) == []
 
 
 def _read_until(fd: int, needle: bytes, timeout: float) -> bytes:
@@ -239,4 +240,4 @@ def test_up_opens_an_interactive_shell_in_a_terminal(engine, workspace):
         proc.kill()
         os.close(primary)
         sandbox("down", name)
-    assert ours(engine) == []
+    assert ours(engine, workspace) == []

@@ -21,7 +21,7 @@ def problems(text: bytes) -> list[str]:
 def test_minimal_policy_gets_safe_defaults():
     policy = parse_policy(MINIMAL, "p.yaml")
     assert policy.workspace.access is Access.READ_ONLY
-    assert policy.network is NetworkMode.NONE
+    assert policy.network.mode is NetworkMode.NONE and policy.network.allow == ()
     assert policy.capabilities == ()
     assert policy.env.pass_names == () and policy.env.set_values == ()
     assert policy.workspace.protect == BUILTIN_PROTECTED
@@ -71,6 +71,37 @@ def test_not_utf8_and_huge_files_are_refused():
 
 def test_not_a_mapping():
     assert "(top level): expected a mapping, found a list" in problems(b"- 1\n")[0]
+
+
+@pytest.mark.parametrize("entry, fragment", [
+    ("https://api.example.com", "not a URL"),
+    ("api.example.com/v1", "no path"),
+    ("*", "valid host name"),
+    ("*.com", "narrower wildcard"),
+    ("*.co.uk", "narrower wildcard"),
+    ("*.github.io", "narrower wildcard"),
+    ("a.*.example.com", "wildcard only as the first label"),
+    ("10.0.0.1", "IP literals need"),
+    ("[::1]:443", "IPv6"),
+    ("example.com:0", "port between"),
+    ("exa_mple.com", "valid host name"),
+])
+def test_malformed_or_over_broad_allow_entries_are_refused(entry, fragment):
+    text = f"network: {{mode: proxy, allow: ['{entry}']}}\n".encode()
+    assert fragment in "\n".join(problems(MINIMAL + text))
+
+
+def test_allow_entries_parse_into_rules():
+    policy = parse_policy(MINIMAL + b"network: {mode: proxy, allow: [api.example.com, '*.pypi.org', 'git.example.com:8443', "
+                                    b"'10.1.2.3:443'], allow_ip_literals: true}\n", "p.yaml")
+    rules = policy.network.allow
+    assert [str(r) for r in rules] == ["api.example.com", "*.pypi.org", "git.example.com:8443", "10.1.2.3:443"]
+    assert rules[1].matches("files.pypi.org", 443) and not rules[1].matches("pypi.org", 443)
+    assert not rules[2].matches("git.example.com", 443) and rules[2].matches("git.example.com", 8443)
+
+
+def test_allow_needs_proxy_mode():
+    assert "network.allow: expected no entries in mode none" in problems(MINIMAL + b"network: {allow: [a.example.com]}\n")[0]
 
 
 @pytest.mark.parametrize("extra, fragment", [

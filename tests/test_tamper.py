@@ -118,7 +118,7 @@ def test_tampered_protection_fails_its_check_and_the_agent_never_runs(engine, wo
     failed = {c.id for c in info.value.report.failed}
     assert check in failed, f"{check} passed although its protection was removed; failed: {failed}"
     assert not (workspace / MARKER).exists() and listener.out == b""
-    assert engine.list() == []
+    assert engine.list(f"dev.sandbox.workspace={workspace}") == []
 
 
 def test_inspect_comparison_refuses_a_container_that_differs_from_the_plan(engine, workspace):

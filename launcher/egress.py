@@ -1,0 +1,78 @@
+"""Egress allow-list entries: parsing and the rules that refuse malformed or over-broad ones."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+
+DEFAULT_PORTS = (80, 443)
+
+# Suffixes under which anyone can register names: a wildcard over one of them allows the world.
+# Single-label suffixes (com, org, io, ...) are caught by counting labels; these are the common
+# multi-label ones (a subset of the Public Suffix List, which we do not ship).
+PUBLIC_SUFFIXES = frozenset("""
+co.uk org.uk ac.uk gov.uk me.uk net.uk ltd.uk plc.uk com.au net.au org.au edu.au gov.au co.nz org.nz
+co.jp ne.jp or.jp ac.jp com.br net.br org.br com.cn net.cn org.cn co.in net.in org.in co.za org.za
+com.mx com.ar com.tr com.tw com.hk com.sg co.kr co.il com.pl co.id com.my com.ph com.vn com.ua
+github.io gitlab.io herokuapp.com appspot.com cloudfront.net amazonaws.com azurewebsites.net
+blob.core.windows.net web.app firebaseapp.com netlify.app vercel.app pages.dev workers.dev
+s3.amazonaws.com googleusercontent.com ngrok.io ngrok-free.app trycloudflare.com
+""".split())
+
+_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllowRule:
+    host: str                  # exact name, or the suffix after "*." for a wildcard
+    wildcard: bool             # *.example.com: any name below example.com, not example.com itself
+    ports: tuple[int, ...]
+    ip: bool = False
+
+    def __str__(self) -> str:
+        name = f"*.{self.host}" if self.wildcard else self.host
+        return name if self.ports == DEFAULT_PORTS else f"{name}:{self.ports[0]}"
+
+    def matches(self, host: str, port: int) -> bool:
+        host = host.lower().rstrip(".")
+        if port not in self.ports:
+            return False
+        return host.endswith("." + self.host) if self.wildcard else host == self.host
+
+
+def parse_rule(entry: str, allow_ip_literals: bool = False) -> AllowRule:
+    """Parse `host`, `*.suffix`, either with `:port`. Raises ValueError with a hint-ready message."""
+    text = entry.strip().lower()
+    if "://" in text:
+        raise ValueError("a host name, not a URL (drop the scheme)")
+    if any(c in text for c in "/?#@ \t"):
+        raise ValueError("a host name only (no path, query, user or spaces)")
+    host, ports = text, DEFAULT_PORTS
+    if text.startswith("["):
+        raise ValueError("no IPv6 literal (IPv6 has no way out of the sandbox)")
+    if text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ValueError(f"a port between 1 and 65535 after ':', not {port_text!r}")
+        ports = (int(port_text),)
+    elif ":" in text:
+        raise ValueError("no IPv6 literal (IPv6 has no way out of the sandbox)")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        if not allow_ip_literals:
+            raise ValueError("a host name; IP literals need network.allow_ip_literals: true")
+        return AllowRule(host=host, wildcard=False, ports=ports, ip=True)
+    wildcard = host.startswith("*.")
+    name = host[2:] if wildcard else host
+    labels = name.split(".")
+    if "*" in name or not all(_LABEL.match(label) for label in labels):
+        raise ValueError("a valid host name, or *. followed by one (a wildcard only as the first label)")
+    if wildcard and (len(labels) < 2 or name in PUBLIC_SUFFIXES):
+        raise ValueError(f"a narrower wildcard: *.{name} covers names anyone can register")
+    if not wildcard and name in PUBLIC_SUFFIXES:
+        raise ValueError(f"a host, not the public suffix {name}")
+    return AllowRule(host=name, wildcard=wildcard, ports=ports)
