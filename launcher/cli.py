@@ -46,20 +46,76 @@ def _fail(exc: SandboxError) -> None:
 
 
 def _plan(policy_ref: str, workspace: str, command: tuple[str, ...], kind: str = "run", name: str | None = None,
-          timeout: str | None = None):
-    from launcher import compiler, host, images
-    from launcher.policy import load_policy, parse_duration
+          timeout: str | None = None, allow: tuple[str, ...] = (), egress_network: str | None = None):
+    from launcher import compiler, host, images, stack
+    from launcher.policy import with_allowed
 
-    policy = load_policy(policy_ref)
-    facts = host.gather(policy, workspace, images.probe_volume_name())
-    plan = compiler.compile_policy(policy, facts, command=command, kind=kind, name=name)
+    base = stack.load_base(policy_ref)
+    policy = with_allowed(base.policy, allow) if allow else base.policy   # --allow widens the base only
+    policy = _layers(base, policy, workspace, timeout).policy
+    facts = host.gather(policy, workspace, images.probe_volume_name(), images.proxy_image().tag)
+    plan = compiler.compile_policy(policy, facts, command=command, kind=kind, name=name,
+                                   egress_network=egress_network)
     for warning in plan.warnings:
         click.echo(f"sandbox: warning: {warning}", err=True)
-    if timeout:
-        from dataclasses import replace
-
-        plan = replace(plan, timeout_seconds=min(plan.timeout_seconds, parse_duration(timeout)))
     return policy, plan
+
+
+_LAYER_OPTIONS = "sandbox.layer-options"
+
+
+def _layer_option(ctx, param, value):
+    from launcher.trust import normalise_pin
+
+    if param.name == "pin" and value is not None:
+        if normalise_pin(value) is None:
+            raise click.BadParameter("expected a SHA-256 digest (64 hex digits), as `sandbox check` prints it")
+        value = normalise_pin(value)
+    ctx.meta.setdefault(_LAYER_OPTIONS, {})[param.name] = value
+
+
+def layer_options(command):
+    """--trust-repo-policy and --ignore-repo-policy (compile, run, up, explain), kept in the click
+    context where _layers reads them, so that commands need not pass them along."""
+    command = click.option("--ignore-repo-policy", "ignore_repo", is_flag=True, expose_value=False, callback=_layer_option,
+                           help="Do not apply the workspace's .sandbox.yaml (it stays read-only inside).")(command)
+    return click.option("--trust-repo-policy", "pin", metavar="SHA256", expose_value=False, callback=_layer_option,
+                        help="Apply the workspace's .sandbox.yaml only if its SHA-256 is this (no prompt; CI).")(command)
+
+
+def _ask(text: str) -> bool:
+    click.echo(text, err=True)
+    try:
+        return click.confirm("Apply this repository policy?", default=False, err=True)
+    except click.exceptions.Abort:
+        return False
+
+
+def _layers(base, policy, workspace: str, timeout: str | None, approved_only: bool = False):
+    """The layers after the base (org, user, repository, git hooks path, --timeout), narrowing `policy`.
+    An unapproved repository policy is asked about only in a terminal, never in CI."""
+    from launcher import host, layers, stack
+
+    opts = click.get_current_context().meta.get(_LAYER_OPTIONS, {})
+    if opts.get("pin") and opts.get("ignore_repo"):
+        raise click.UsageError("--trust-repo-policy and --ignore-repo-policy exclude each other")
+    result = stack.build(policy, base, workspace, timeout=timeout, pin=opts.get("pin"), approved_only=approved_only,
+                         ignore_repo=bool(opts.get("ignore_repo")), ask=_ask if host.is_interactive() else None)
+    for note in result.notes:
+        click.echo(f"sandbox: {note}", err=True)
+    if opts.get("show_layers"):
+        click.echo(layers.layers_table(result.effective), err=True)
+    return result.effective
+
+
+def egress_options(command):
+    """--allow and --egress-network, shared by compile, run and up."""
+    command = click.option("--egress-network", metavar="NETWORK",
+                           help="Proxy mode: attach the proxy to this existing Docker network instead of a new bridge "
+                                "(air-gapped hosts, tests).")(command)
+    return click.option("--allow", multiple=True, metavar="HOST",
+                        help="Proxy mode: add HOST (or *.suffix, host:port) to the base policy's network.allow; "
+                             "repeatable. Later layers can still narrow it.")(command)
 
 
 def _duration(ctx, param, value):
@@ -91,13 +147,18 @@ def main() -> None:
               help="Host directory the agent works on.")
 @click.option("--format", "fmt", type=click.Choice(["json", "argv"]), default="json", show_default=True,
               help="json: the whole plan; argv: the equivalent `docker run` command.")
+@egress_options
+@layer_options
+@click.option("--show-layers", is_flag=True, expose_value=False, callback=_layer_option,
+              help="Show on stderr which layer (base, org, user, repository, flags) decided each field.")
 @click.argument("command", nargs=-1)
-def compile(policy: str, workspace: str, fmt: str, command: tuple[str, ...]) -> None:
+def compile(policy: str, workspace: str, fmt: str, allow: tuple[str, ...], egress_network: str | None,
+            command: tuple[str, ...]) -> None:
     """Compile a policy into a launch plan, without touching the Docker engine."""
     from launcher import render
 
     try:
-        _, plan = _plan(policy, workspace, command)
+        _, plan = _plan(policy, workspace, command, allow=allow, egress_network=egress_network)
     except SandboxError as exc:
         _fail(exc)
     if fmt == "argv":
@@ -106,12 +167,60 @@ def compile(policy: str, workspace: str, fmt: str, command: tuple[str, ...]) -> 
         click.echo(json.dumps(render.plan_to_dict(plan), indent=2))
 
 
+@main.command()
+@click.argument("policies", nargs=-1)
+@click.option("--workspace", "-w", default=".", show_default=True, help="Workspace whose .sandbox.yaml and git config count.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def check(policies: tuple[str, ...], workspace: str, fmt: str) -> None:
+    """Lint POLICIES without running anything: the first is the base (default: untrusted), further
+    files are layers after it; the org, user and repository layers follow as `run` applies them.
+    Exit code 120 when there is an error."""
+    from launcher import lint
+
+    try:
+        findings, docs = lint.check(policies or ("untrusted",), workspace)
+    except SandboxError as exc:
+        _fail(exc)
+    click.echo(lint.render(findings, docs, fmt))
+    sys.exit(ExitCode.POLICY_INVALID if any(f.severity is lint.Severity.ERROR for f in findings) else ExitCode.OK)
+
+
+@main.command()
+@click.argument("policy", default="untrusted")
+@click.option("--workspace", "-w", default=".", show_default=True, help="Workspace whose layers count.")
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True)
+@layer_options
+def explain(policy: str, workspace: str, fmt: str) -> None:
+    """For every effective field: value, Docker mechanism, enforcing component and the probe check
+    that proves it; fields enforced by nothing or not probed are flagged. Never asks or runs."""
+    from launcher import explain as table, stack
+
+    try:
+        base = stack.load_base(policy)
+        eff = _layers(base, base.policy, workspace, None, approved_only=True)
+    except SandboxError as exc:
+        _fail(exc)
+    click.echo(json.dumps(table.to_json(eff), indent=2) if fmt == "json" else table.render(eff, fmt == "markdown"))
+
+
 def _engine_and_images(plan, console: Console):
     from launcher import engine, images
 
     eng = engine.connect()
-    images.ensure_for(eng, plan.container.image, console.status)
+    images.ensure_for(eng, plan.container.image, console.status, proxy=plan.proxy is not None)
     return eng
+
+
+def _print_blocked(events) -> None:
+    from launcher.audit import summarize
+
+    blocked = summarize(tuple(e for e in events if e.denied))
+    if not blocked:
+        click.echo("sandbox: egress: nothing was blocked", err=True)
+        return
+    click.echo(f"sandbox: egress blocked ({sum(b.count for b in blocked)} requests):", err=True)
+    for b in blocked:
+        click.echo(f"  {b.method} {b.host}:{b.port}  x{b.count}", err=True)
 
 
 @main.command()
@@ -121,9 +230,11 @@ def _engine_and_images(plan, console: Console):
 @click.option("--timeout", callback=_duration, help="Stop the agent after this long (can only shorten the policy's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report on stdout (agent output goes to stderr).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the JSON report to this file.")
+@egress_options
+@layer_options
 @click.argument("command", nargs=-1, required=True)
 def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_path: str | None,
-        command: tuple[str, ...]) -> None:
+        allow: tuple[str, ...], egress_network: str | None, command: tuple[str, ...]) -> None:
     """Run COMMAND as the agent in a fresh sandbox, then remove it.
 
     The probe runs first; if any check fails the command never starts. Output is streamed; the
@@ -136,7 +247,7 @@ def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_
     console = Console(agent_stdout=sys.stderr.buffer if as_json else None)
     code, status = ExitCode.INTERNAL, "error"
     try:
-        _, plan = _plan(policy, workspace, command, timeout=timeout)
+        _, plan = _plan(policy, workspace, command, timeout=timeout, allow=allow, egress_network=egress_network)
         eng = _engine_and_images(plan, console)
         outcome = launch.run(eng, plan, console)
         probe = outcome.probe
@@ -155,12 +266,15 @@ def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_
     finally:
         if as_json or report_path:
             data = report.build(status=status, exit_code=code, started=started, plan=plan, probe=probe,
+                                egress=outcome.egress if outcome else (),
                                 agent_exit=outcome.exit_code if outcome else None,
                                 timed_out=bool(outcome and outcome.timed_out), error=str(error or ""))
             if report_path:
                 report.write(report_path, data)
             if as_json:
                 click.echo(json.dumps(data, indent=2))
+    if outcome and plan.proxy:
+        _print_blocked(outcome.egress)
     if error:
         click.echo(f"sandbox: error: {error}", err=True)
     elif outcome and outcome.timed_out:
@@ -173,21 +287,24 @@ def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_
 @click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP)
 @click.option("--name", help="Sandbox name (default: sandbox-<directory name>).")
 @click.option("--no-shell", is_flag=True, help="Start the sandbox but do not open a shell in it.")
-def up(workspace: str, policy: str, name: str | None, no_shell: bool) -> None:
+@egress_options
+@layer_options
+def up(workspace: str, policy: str, name: str | None, no_shell: bool, allow: tuple[str, ...],
+       egress_network: str | None) -> None:
     """Start a long-lived sandbox on WORKSPACE and open an interactive shell in it.
 
     The sandbox stays after the shell ends: `sandbox ls`, `sandbox exec NAME -- CMD`,
     `sandbox down NAME`. Running `sandbox up` again opens another shell in the same sandbox.
     """
-    from launcher import launch
+    from launcher import launch, sandboxes
     from launcher.errors import NotFound
 
     console = Console()
     try:
-        pol, plan = _plan(policy, workspace, (), kind="up", name=name)
+        pol, plan = _plan(policy, workspace, (), kind="up", name=name, allow=allow, egress_network=egress_network)
         eng = _engine_and_images(plan, console)
         try:
-            launch.find(eng, plan.container.name)
+            sandboxes.find(eng, plan.container.name)
             console.status(f"{plan.container.name} is already running; opening a shell in it")
         except NotFound:
             launch.up(eng, plan, console)
@@ -206,92 +323,5 @@ def up(workspace: str, policy: str, name: str | None, no_shell: bool) -> None:
     os.execvp("docker", ["docker", "exec", "-it", plan.container.name, *shell])
 
 
-@main.command(name="exec")
-@click.argument("name")
-@click.argument("command", nargs=-1, required=True)
-def exec_(name: str, command: tuple[str, ...]) -> None:
-    """Run COMMAND in the running sandbox NAME (non-interactive; streams output)."""
-    from launcher import engine, launch
-
-    try:
-        sys.exit(launch.exec_in(engine.connect(), name, list(command), Console()))
-    except SandboxError as exc:
-        _fail(exc)
-
-
-@main.command(name="ls")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def ls_(as_json: bool) -> None:
-    """List sandboxes (and leftovers) created by this tool."""
-    from dataclasses import asdict
-
-    from launcher import engine, launch
-
-    try:
-        items = launch.ls(engine.connect())
-    except SandboxError as exc:
-        _fail(exc)
-    if as_json:
-        click.echo(json.dumps([asdict(i) for i in items], indent=2))
-        return
-    click.echo(f"{'NAME':40} {'KIND':4} {'STATE':9} {'POLICY':12} WORKSPACE")
-    for i in items:
-        click.echo(f"{i.name:40} {i.kind:4} {i.state:9} {i.policy:12} {i.workspace}")
-
-
-@main.command()
-@click.argument("name")
-def down(name: str) -> None:
-    """Stop (SIGTERM, then a grace period) and remove the sandbox NAME."""
-    from launcher import engine, launch
-
-    try:
-        launch.down(engine.connect(), name)
-    except SandboxError as exc:
-        _fail(exc)
-    click.echo(f"sandbox: removed {name}", err=True)
-
-
-@main.command()
-@click.option("--all", "everything", is_flag=True, help="Also remove running `up` sandboxes.")
-def gc(everything: bool) -> None:
-    """Remove containers of ours left behind (stopped, or whose launcher died)."""
-    from launcher import engine, launch
-
-    try:
-        removed = launch.gc(engine.connect(), everything)
-    except SandboxError as exc:
-        _fail(exc)
-    click.echo(f"sandbox: removed {len(removed)}: {', '.join(removed)}" if removed else "sandbox: nothing to remove", err=True)
-
-
-@main.group()
-def images() -> None:
-    """Build the bundled images (agent, probe)."""
-
-
-@images.command()
-@click.option("--force", is_flag=True, help="Rebuild even if present.")
-def build(force: bool) -> None:
-    """Build the agent and probe images that are missing (makes the base image if needed)."""
-    from launcher import engine, images as imgs
-
-    console = Console()
-    try:
-        eng = engine.connect()
-        for image in (imgs.probe_image(), imgs.agent_image()):
-            if not imgs.build(eng, image, console.status, force=force):
-                console.status(f"{image.tag} is present")
-    except SandboxError as exc:
-        _fail(exc)
-
-
-@images.command()
-def bootstrap() -> None:
-    """Create debian:bookworm-slim locally with debootstrap (for hosts without a registry)."""
-    from launcher import engine, images as imgs
-
-    try:
-        imgs.bootstrap(engine.connect(), Console().status)
-    except SandboxError as exc:
-        _fail(exc)
+# The management commands register themselves on `main` (kept apart to keep files short).
+from launcher import cli_manage  # noqa: E402,F401

@@ -16,6 +16,8 @@ from launcher.model import Access, NetworkMode, Policy
 from launcher.plan import (PROBE_BUSYBOX, PROBE_DIR, PROBE_SCRIPT, ContainerSpec, LaunchPlan, Mount,
                            MountKind, ProbeExpectations)
 from launcher.policy import CAPABILITY_BITS
+from launcher.proxy import (INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_ALIAS, PROXY_PORT, NetworkSpec,
+                            ProxySpec, render_squid)
 from launcher.secrets import secret_value
 
 LABEL = "dev.sandbox"
@@ -76,8 +78,26 @@ def _user(policy: Policy, host: HostFacts) -> tuple[int, int]:
     return (uid, gid) if uid != 0 and gid != 0 else (1000, 1000)
 
 
+def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egress_network: str | None):
+    """Networks, proxy and sandbox environment for proxy mode: the sandbox's only network is an
+    internal one shared with the proxy alone; the proxy also sits on the egress network."""
+    internal, egress = f"{name}-net", egress_network or f"{name}-egress"
+    net_labels = tuple(sorted({**labels, f"{LABEL}.kind": "network"}.items()))
+    networks = [NetworkSpec(name=internal, internal=True, options=INTERNAL_OPTIONS, labels=net_labels)]
+    if not egress_network:
+        networks.append(NetworkSpec(name=egress, internal=False, options=(), labels=net_labels))
+    proxy = ProxySpec(name=f"{name}-proxy", image=host.proxy_image,
+                      config=render_squid(name, policy.network.allow), internal_network=internal,
+                      egress_network=egress, alias=PROXY_ALIAS, port=PROXY_PORT,
+                      labels=tuple(sorted({**labels, f"{LABEL}.kind": "proxy"}.items())))
+    url = f"http://{PROXY_ALIAS}:{PROXY_PORT}"
+    env = {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
+           "NO_PROXY": "localhost,127.0.0.1", "no_proxy": "localhost,127.0.0.1"}
+    return tuple(networks), proxy, env
+
+
 def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] = (),
-                   kind: str = "run", name: str | None = None) -> LaunchPlan:
+                   kind: str = "run", name: str | None = None, egress_network: str | None = None) -> LaunchPlan:
     """Compile the effective policy for this host into a LaunchPlan, or raise PolicyError."""
     file = policy.source
     problems: list[Problem] = []
@@ -130,8 +150,18 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
 
     writable = tuple(m.target for m in mounts if not m.read_only)
     uid, gid = _user(policy, host)
+    container_name = _container_name(policy, host, kind, name)
+    labels = {
+        f"{LABEL}.managed": "1", f"{LABEL}.kind": kind, f"{LABEL}.policy": policy.name,
+        f"{LABEL}.policy-digest": policy.digest, f"{LABEL}.workspace": ws.real,
+        f"{LABEL}.owner-pid": str(host.owner_pid), f"{LABEL}.sandbox": container_name,
+    }
+    networks, proxy, proxy_env = (), None, {}
+    if policy.network.mode is NetworkMode.PROXY:
+        networks, proxy, proxy_env = _proxy_parts(policy, host, container_name, labels, egress_network)
     env = dict(host.env)
     env.update(policy.env.set_values)
+    env.update(proxy_env)
     capbnd = sum(1 << CAPABILITY_BITS[c] for c in policy.capabilities)
     probe = ProbeExpectations(
         uid=uid, gid=gid, capbnd=f"{capbnd:016x}", nnp=1, seccomp=2,
@@ -142,18 +172,21 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         workspace=target, wsroot=ws.real,
         net=policy.network.mode.value,
         pids=str(policy.limits.pids), mem=str(policy.limits.memory_bytes),
+        **({"proxy": f"{PROXY_ALIAS}:{PROXY_PORT}", "denyhost": PROBE_DENIED_HOST,
+            "dnsname": next((r.host for r in policy.network.allow if not r.wildcard and not r.ip), "-")}
+           if proxy else {}),
     )
     agent = tuple(command) or policy.command
     main = (PROBE_BUSYBOX, "sleep", "2147483647") if kind == "up" else agent
-    labels = {
-        f"{LABEL}.managed": "1", f"{LABEL}.kind": kind, f"{LABEL}.policy": policy.name,
-        f"{LABEL}.policy-digest": policy.digest, f"{LABEL}.workspace": ws.real,
-        f"{LABEL}.owner-pid": str(host.owner_pid), f"{LABEL}.placeholders": json.dumps(placeholders),
-    }
+    labels[f"{LABEL}.placeholders"] = json.dumps(placeholders)
     container = ContainerSpec(
-        name=_container_name(policy, host, kind, name), image=policy.image, user=f"{uid}:{gid}",
+        name=container_name, image=policy.image, user=f"{uid}:{gid}",
         entrypoint=(PROBE_BUSYBOX, "sh", PROBE_SCRIPT), command=probe.to_args() + ("--",) + main,
-        env=tuple(env.items()), working_dir=target, mounts=tuple(mounts), network_mode="none",
+        env=tuple(env.items()), working_dir=target, mounts=tuple(mounts),
+        network_mode=proxy.internal_network if proxy else "none",
+        # Docker's embedded resolver still answers for the proxy's name, but forwards every other
+        # name to the sandbox's own loopback, where nothing answers: no DNS channel out.
+        dns=("127.0.0.1",) if proxy else (),
         read_only_root=True, cap_drop=("ALL",), cap_add=policy.capabilities,
         security_opt=("no-new-privileges",), pids_limit=policy.limits.pids,
         memory_bytes=policy.limits.memory_bytes, nano_cpus=int(policy.limits.cpus * 1e9),
@@ -165,7 +198,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
                         "and may not be able to write it (set `user:` in the policy or chown the directory)")
     return LaunchPlan(policy_name=policy.name, policy_digest=policy.digest, container=container, probe=probe,
                       agent_command=agent, timeout_seconds=policy.limits.timeout_seconds,
-                      placeholders=tuple(placeholders), warnings=tuple(warnings))
+                      placeholders=tuple(placeholders), warnings=tuple(warnings), networks=networks, proxy=proxy)
 
 
 def _under(path: str, mount: str) -> bool:

@@ -7,6 +7,7 @@ from typing import Callable, Iterator
 
 from launcher.errors import EngineError, NotFound
 from launcher.plan import ContainerSpec, MountKind
+from launcher.proxy import NetworkSpec, ProxySpec
 
 MANAGED = "dev.sandbox.managed=1"
 
@@ -138,8 +139,51 @@ class Engine:
                 read_only=spec.read_only_root, cap_drop=list(spec.cap_drop), cap_add=list(spec.cap_add) or None,
                 security_opt=list(spec.security_opt), pids_limit=spec.pids_limit, mem_limit=spec.memory_bytes,
                 memswap_limit=spec.memory_bytes, nano_cpus=spec.nano_cpus, devices=list(spec.devices) or None,
-                pid_mode=spec.pid_mode or None, group_add=list(spec.group_add) or None, stdin_open=False, tty=False)
+                pid_mode=spec.pid_mode or None, dns=list(spec.dns) or None, group_add=list(spec.group_add) or None, stdin_open=False, tty=False)
             return container.id
+
+    def create_proxy(self, spec: ProxySpec) -> str:
+        """The egress proxy: unprivileged, read-only root, no capabilities, on both networks."""
+        import base64
+
+        api = self.client.api
+        with _mapped(f"creating proxy {spec.name}"):
+            host_config = api.create_host_config(
+                read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"], network_mode=spec.internal_network,
+                tmpfs={path: spec.scratch_options for path in spec.scratch_dirs},
+                pids_limit=spec.pids_limit, mem_limit=spec.memory_bytes, memswap_limit=spec.memory_bytes)
+            networking = api.create_networking_config(
+                {spec.internal_network: api.create_endpoint_config(aliases=[spec.alias])})
+            ref = api.create_container(
+                spec.image, name=spec.name, user=spec.user, labels=dict(spec.labels), host_config=host_config,
+                networking_config=networking,
+                environment={"SANDBOX_SQUID_CONF": base64.b64encode(spec.config.encode()).decode()})["Id"]
+            api.connect_container_to_network(ref, spec.egress_network)
+            return ref
+
+    def logs(self, ref: str, stdout: bool = True, stderr: bool = False) -> str:
+        with _mapped(f"reading the logs of {ref}"):
+            return self.client.api.logs(ref, stdout=stdout, stderr=stderr).decode(errors="replace")
+
+    # networks
+    def create_network(self, spec: NetworkSpec) -> None:
+        with _mapped(f"creating network {spec.name}"):
+            self.client.api.create_network(spec.name, driver="bridge", internal=spec.internal,
+                                           options=dict(spec.options), labels=dict(spec.labels),
+                                           check_duplicate=True)
+
+    def remove_network(self, name: str) -> None:
+        import docker.errors
+
+        with _mapped(f"removing network {name}"):
+            try:
+                self.client.api.remove_network(name)
+            except docker.errors.NotFound:
+                pass
+
+    def list_networks(self, *filters: str) -> list[dict]:
+        with _mapped("listing networks"):
+            return self.client.api.networks(filters={"label": [MANAGED, *filters]})
 
     def inspect(self, ref: str) -> dict:
         with _mapped(f"inspecting container {ref}"):

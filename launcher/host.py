@@ -31,6 +31,7 @@ class HostFacts:
     runtime_sockets: tuple[str, ...]       # real paths of known runtime sockets and dirs
     credential_paths: tuple[str, ...]      # real paths of credential locations
     probe_volume: str
+    proxy_image: str
     nonce: str                             # makes container names unique
     owner_pid: int                         # the launcher process, for `sandbox gc`
 
@@ -124,7 +125,7 @@ def runtime_socket_paths() -> tuple[str, ...]:
     return tuple(sorted({os.path.realpath(p) for p in paths}))
 
 
-def gather(policy: Policy, workspace: str, probe_volume: str) -> HostFacts:
+def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str = "") -> HostFacts:
     home = os.path.realpath(os.path.expanduser("~"))
     ws = path_fact(workspace, os.getcwd(), scan=True)
     return HostFacts(
@@ -136,6 +137,7 @@ def gather(policy: Policy, workspace: str, probe_volume: str) -> HostFacts:
         runtime_sockets=runtime_socket_paths(),
         credential_paths=tuple(os.path.realpath(os.path.join(home, p)) for p in _CREDENTIAL_PATHS),
         probe_volume=probe_volume,
+        proxy_image=proxy_image,
         nonce=os.urandom(3).hex(),
         owner_pid=os.getpid(),
     )
@@ -177,3 +179,145 @@ def bind_source_intact(path: str) -> bool:
     it has been swapped for a symlink since it was resolved."""
     fact = path_fact(path)
     return fact.real == path and fact.kind in ("dir", "file")
+
+
+# ---- policy layers, trust store and git control paths (read here: the one module that reads the host)
+
+ORG_POLICY = "/etc/sandbox/policy.yaml"
+_LAYER_MAX_BYTES = 256 * 1024 + 1   # one byte more than the YAML loader accepts, so it reports the size
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerFile:
+    path: str
+    data: bytes
+
+
+def _xdg_dir(variable: str, default: str) -> str:
+    value = os.environ.get(variable, "")
+    # The XDG spec says to ignore a relative value.
+    return value if os.path.isabs(value) else os.path.join(os.path.expanduser("~"), default)
+
+
+def _read_regular(path: str, *, required: bool, follow: bool, limit: int = _LAYER_MAX_BYTES) -> bytes | None:
+    """The bytes of a regular file (never a FIFO or device: a repository could plant one to hang us)."""
+    from launcher.errors import PolicyError, Problem
+
+    def refuse(found: str, hint: str = "") -> PolicyError:
+        return PolicyError([Problem(file=path, path="", expected="a readable regular file", found=found, hint=hint)])
+
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        if required:
+            raise refuse("no such file", "fix the path, or unset the variable that names it") from None
+        return None
+    except OSError as exc:
+        if not follow and os.path.islink(path):
+            raise refuse("a symbolic link", "a repository policy must be the file itself") from None
+        raise refuse(exc.strerror or str(exc)) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise refuse(_kind(os.fstat(fd).st_mode))
+        chunks, size = [], 0
+        while size < limit:
+            chunk = os.read(fd, limit - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def org_policy_file() -> LayerFile | None:
+    """$SANDBOX_ORG_POLICY (must exist when set) or /etc/sandbox/policy.yaml (when present)."""
+    named = os.environ.get("SANDBOX_ORG_POLICY", "")
+    path = named or ORG_POLICY
+    data = _read_regular(path, required=bool(named), follow=True)
+    return None if data is None else LayerFile(path=path, data=data)
+
+
+def user_policy_file() -> LayerFile | None:
+    path = os.path.join(_xdg_dir("XDG_CONFIG_HOME", ".config"), "sandbox", "policy.yaml")
+    data = _read_regular(path, required=False, follow=True)
+    return None if data is None else LayerFile(path=path, data=data)
+
+
+def workspace_real(workspace: str) -> str:
+    return os.path.realpath(os.path.join(os.getcwd(), os.path.expanduser(workspace)))
+
+
+def repo_policy_file(workspace: str) -> LayerFile | None:
+    """`.sandbox.yaml` at the workspace root, never through a symlink."""
+    path = os.path.join(workspace, ".sandbox.yaml")
+    if os.path.isdir(path) and not os.path.islink(path):
+        # The empty mount point Docker makes while a sandbox protects the missing file: no policy.
+        return None
+    data = _read_regular(path, required=False, follow=False)
+    return None if data is None else LayerFile(path=path, data=data)
+
+
+def trust_store_path() -> str:
+    return os.path.join(_xdg_dir("XDG_STATE_HOME", os.path.join(".local", "state")), "sandbox", "trust.json")
+
+
+def read_trust_store() -> tuple[str, str]:
+    """(path, text); text is empty when nothing was approved yet."""
+    path = trust_store_path()
+    data = _read_regular(path, required=False, follow=True, limit=64 * 1024 * 1024)
+    return path, (data or b"").decode("utf-8", errors="replace")
+
+
+def write_trust_store(text: str) -> str:
+    """Replace the trust store atomically, readable by this user only."""
+    path = trust_store_path()
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    temp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+    return path
+
+
+@dataclass(frozen=True, kw_only=True)
+class GitPath:
+    config: str        # the config file that names it
+    scope: str         # repo (the workspace's .git/config) or global (the user's own)
+    key: str           # core.hooksPath or include.path
+    value: str
+    path: str          # absolute and normalised (symlinks are found later, by protected_anchor)
+
+
+def git_control_paths(workspace: str) -> tuple[GitPath, ...]:
+    """Paths git would run or read config from for this workspace: a hooks directory inside the
+    workspace must stay read-only like .git/hooks."""
+    from launcher.errors import PolicyError
+    from launcher.gitconfig import control_paths
+
+    home = os.path.expanduser("~")
+    configs = [(os.path.join(_xdg_dir("XDG_CONFIG_HOME", ".config"), "git", "config"), "global"),
+               (os.path.join(home, ".gitconfig"), "global")]
+    gitdir = os.path.join(workspace, ".git")
+    if os.path.isdir(gitdir) and not os.path.islink(gitdir):
+        configs.insert(0, (os.path.join(gitdir, "config"), "repo"))
+    found = []
+    for config, scope in configs:
+        try:
+            data = _read_regular(config, required=False, follow=scope == "global", limit=1024 * 1024)
+        except PolicyError:   # a config that is no regular file is git's problem, not a path to protect
+            data = None
+        for key, value in control_paths((data or b"").decode("utf-8", errors="replace")):
+            if key != "core.hooksPath" and scope != "repo":
+                continue
+            base = workspace if key == "core.hooksPath" else os.path.dirname(config)
+            expanded = home + value[1:] if value.startswith("~/") else value
+            found.append(GitPath(config=config, scope=scope, key=key, value=value,
+                                 path=os.path.normpath(os.path.join(base, expanded))))
+    return tuple(found)

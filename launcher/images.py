@@ -43,6 +43,11 @@ def probe_image() -> BundledImage:
     return BundledImage(key="probe", tag=f"sandbox/probe:{_context_hash(context)}", context=context)
 
 
+def proxy_image() -> BundledImage:
+    context = resources.images_dir() / "proxy"
+    return BundledImage(key="proxy", tag=f"sandbox/proxy:{_context_hash(context)}", context=context)
+
+
 def agent_image() -> BundledImage:
     return BundledImage(key="agent", tag=AGENT_IMAGE, context=resources.images_dir() / "agent")
 
@@ -101,10 +106,12 @@ def build(engine: Engine, image: BundledImage, progress: Progress, force: bool =
     return True
 
 
-def ensure_for(engine: Engine, policy_image: str, progress: Progress) -> str:
-    """Make sure the probe image, its volume and the policy's image exist. Returns the volume."""
+def ensure_for(engine: Engine, policy_image: str, progress: Progress, proxy: bool = False) -> str:
+    """Make sure the probe image, its volume, the policy's image (and the proxy) exist. Returns the volume."""
     probe = probe_image()
     build(engine, probe, progress)
+    if proxy:
+        build(engine, proxy_image(), progress)
     volume = probe_volume_name()
     if not engine.volume_exists(volume):
         engine.fill_volume(volume, probe.tag, "/probe", LABELS)  # image path, see images/probe

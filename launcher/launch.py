@@ -12,7 +12,8 @@ from typing import Protocol
 
 from launcher import host
 from launcher.engine import Engine
-from launcher.errors import NotFound, ProbeFailed
+from launcher.audit import EgressEvent, parse_log
+from launcher.errors import EngineError, NotFound, ProbeFailed
 from launcher.plan import PROBE_END, LaunchPlan, MountKind
 from launcher.verify import ProbeReport, compare_inspect, parse_probe
 
@@ -31,16 +32,7 @@ class Outcome:
     probe: ProbeReport
     exit_code: int | None
     timed_out: bool
-
-
-@dataclass(frozen=True, kw_only=True)
-class SandboxInfo:
-    name: str
-    kind: str
-    state: str
-    policy: str
-    workspace: str
-    created: int
+    egress: tuple[EgressEvent, ...] = ()
 
 
 class _Output:
@@ -118,10 +110,34 @@ def _probe_failed(report: ProbeReport, errors: list[str]) -> ProbeFailed:
     return ProbeFailed("the sandbox did not take effect; the agent was not started:\n  " + "\n  ".join(lines), report)
 
 
+PROXY_READY = "Accepting HTTP Socket connections"
+PROXY_TIMEOUT = 30
+
+
+def _start_proxy(engine: Engine, plan: LaunchPlan, listener: Listener) -> None:
+    """Networks first, then the proxy; wait until Squid accepts connections."""
+    for network in plan.networks:
+        engine.create_network(network)
+    listener.status(f"starting egress proxy {plan.proxy.name} ({len(plan.proxy.config.splitlines())} config lines)")
+    ref = engine.create_proxy(plan.proxy)
+    engine.start(ref)
+    deadline = time.monotonic() + PROXY_TIMEOUT
+    while time.monotonic() < deadline:
+        if PROXY_READY in engine.logs(ref, stdout=False, stderr=True):
+            return
+        if not engine.inspect(ref)["State"]["Running"]:
+            break
+        time.sleep(0.05)
+    tail = "\n    ".join(engine.logs(ref, stdout=False, stderr=True).strip().splitlines()[-5:])
+    raise EngineError(f"the egress proxy did not come up:\n    {tail}")
+
+
 def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener) -> tuple[str, _Output, ProbeReport, bytes]:
-    listener.status(f"creating {plan.container.name} (policy {plan.policy_name})")
-    ref = create_verified(engine, plan)
     try:
+        if plan.proxy:
+            _start_proxy(engine, plan, listener)
+        listener.status(f"creating {plan.container.name} (policy {plan.policy_name})")
+        ref = create_verified(engine, plan)
         output = _Output(engine, ref)  # attach first: output written before attaching can be lost
         engine.start(ref)
         report, rest, errors = output.read_probe(PROBE_TIMEOUT)
@@ -130,24 +146,45 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener) -> tu
         listener.status(f"probe passed: {len(report.checks)} checks")
         return ref, output, report, rest
     except BaseException:
-        _remove(engine, ref, plan.placeholders)
+        remove_sandbox(engine, plan.container.name)
         raise
 
 
-def _remove(engine: Engine, ref: str, placeholders: tuple[str, ...]) -> None:
+def egress_events(engine: Engine, plan: LaunchPlan) -> tuple[EgressEvent, ...]:
+    if not plan.proxy:
+        return ()
     try:
-        if engine.inspect(ref)["State"]["Running"]:
-            engine.stop(ref, GRACE)
+        events = parse_log(engine.logs(plan.proxy.name))
     except NotFound:
-        pass
+        return ()
+    # The probe's own request for a name that must be refused is not the agent's doing.
+    return tuple(e for e in events if e.host != plan.probe.denyhost)
+
+
+def remove_sandbox(engine: Engine, name: str) -> None:
+    """Stop gracefully and remove a sandbox with its proxy and networks, and the placeholder
+    directories it left in the workspace. Safe to call on a half-created sandbox."""
+    containers = engine.list(f"dev.sandbox.sandbox={name}")
+    # The agent's container first, so its work is flushed before anything else goes.
+    containers.sort(key=lambda item: item["Labels"].get("dev.sandbox.kind") == "proxy")
+    try:
+        for item in containers:
+            try:
+                # Only the agent's container holds work worth a graceful stop; the proxy does not.
+                if item.get("State") == "running" and item["Labels"].get("dev.sandbox.kind") != "proxy":
+                    engine.stop(item["Id"], GRACE)
+            finally:
+                engine.remove(item["Id"])
+                host.remove_empty_dirs(tuple(json.loads(item["Labels"].get("dev.sandbox.placeholders", "[]"))))
     finally:
-        engine.remove(ref)
-        host.remove_empty_dirs(placeholders)
+        for network in engine.list_networks(f"dev.sandbox.sandbox={name}"):
+            engine.remove_network(network["Name"])
 
 
 def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
     """Run the agent to completion (or timeout) in a probed sandbox; always remove it."""
     ref, output, report, rest = _start_and_probe(engine, plan, listener)
+    timed_out, code = False, None
     try:
         if rest:
             listener.output("stdout", rest)
@@ -155,60 +192,17 @@ def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
         try:
             while (chunk := output.next(deadline)) is not None:
                 listener.output(*chunk)
+            code = engine.wait(ref)
         except TimeoutError:
             listener.status(f"timeout after {plan.timeout_seconds} s: stopping the agent")
-            return Outcome(container=plan.container.name, probe=report, exit_code=None, timed_out=True)
-        return Outcome(container=plan.container.name, probe=report, exit_code=engine.wait(ref), timed_out=False)
+            timed_out = True
+        egress = egress_events(engine, plan)
     finally:
-        _remove(engine, ref, plan.placeholders)
+        remove_sandbox(engine, plan.container.name)
+    return Outcome(container=plan.container.name, probe=report, exit_code=code, timed_out=timed_out, egress=egress)
 
 
 def up(engine: Engine, plan: LaunchPlan, listener: Listener) -> ProbeReport:
     """Start a long-lived sandbox; it stays until `sandbox down`."""
     _, _, report, _ = _start_and_probe(engine, plan, listener)
     return report
-
-
-def find(engine: Engine, name: str) -> dict:
-    for item in engine.list(f"dev.sandbox.kind"):
-        if name in (n.lstrip("/") for n in item.get("Names") or []):
-            return item
-    raise NotFound(f"no sandbox named {name!r}; `sandbox ls` lists them")
-
-
-def down(engine: Engine, name: str) -> None:
-    item = find(engine, name)
-    _remove(engine, item["Id"], tuple(json.loads(item["Labels"].get("dev.sandbox.placeholders", "[]"))))
-
-
-def ls(engine: Engine) -> list[SandboxInfo]:
-    return [SandboxInfo(name=(item.get("Names") or ["?"])[0].lstrip("/"), kind=item["Labels"].get("dev.sandbox.kind", "?"),
-                        state=item.get("State", "?"), policy=item["Labels"].get("dev.sandbox.policy", "?"),
-                        workspace=item["Labels"].get("dev.sandbox.workspace", "?"), created=item.get("Created", 0))
-            for item in engine.list()]
-
-
-def gc(engine: Engine, everything: bool) -> list[str]:
-    """Remove what a crashed or killed launcher left behind; with everything, `up` sandboxes too."""
-    removed = []
-    for item in engine.list():
-        labels = item["Labels"]
-        owner_alive = host.pid_alive(int(labels.get("dev.sandbox.owner-pid", "0") or 0))
-        # A "created" container whose launcher lives is being started right now: leave it alone.
-        stopped = item.get("State") in ("exited", "dead") or (item.get("State") == "created" and not owner_alive)
-        orphan = labels.get("dev.sandbox.kind") == "run" and not owner_alive
-        if everything or stopped or orphan:
-            _remove(engine, item["Id"], tuple(json.loads(labels.get("dev.sandbox.placeholders", "[]"))))
-            removed.append((item.get("Names") or ["?"])[0].lstrip("/"))
-    return removed
-
-
-def exec_in(engine: Engine, name: str, argv: list[str], listener: Listener) -> int:
-    item = find(engine, name)
-    exec_id, stream = engine.exec_stream(item["Id"], argv)
-    for out, err in stream:
-        if out:
-            listener.output("stdout", out)
-        if err:
-            listener.output("stderr", err)
-    return engine.exec_exit_code(exec_id)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import asdict, dataclass, field
 
+from launcher.proxy import NetworkSpec, ProxySpec
+
 
 class MountKind(enum.Enum):
     BIND = "bind"
@@ -43,6 +45,7 @@ class ContainerSpec:
     nano_cpus: int | None
     labels: tuple[tuple[str, str], ...]
     hostname: str
+    dns: tuple[str, ...] = ()       # upstream servers of Docker's embedded resolver
     # Always empty from the compiler; the tamper tests set them to prove the probe notices.
     devices: tuple[str, ...] = ()
     pid_mode: str = ""
@@ -67,6 +70,9 @@ class ProbeExpectations:
     net: str
     pids: str
     mem: str
+    proxy: str = "-"        # host:port of the egress proxy, proxy mode only
+    denyhost: str = "-"     # a name the proxy must refuse with 403
+    dnsname: str = "-"      # an allowed name that must NOT resolve inside the sandbox
 
     def to_args(self) -> tuple[str, ...]:
         args = []
@@ -81,6 +87,8 @@ class ProbeExpectations:
 
 @dataclass(frozen=True, kw_only=True)
 class LaunchPlan:
+    """Everything to create, in order: networks, the proxy, then the sandbox container."""
+
     policy_name: str
     policy_digest: str
     container: ContainerSpec
@@ -91,6 +99,8 @@ class LaunchPlan:
     # launcher removes them (when still empty) together with the container.
     placeholders: tuple[str, ...] = field(default=())
     warnings: tuple[str, ...] = field(default=())
+    networks: tuple[NetworkSpec, ...] = field(default=())   # created by the launcher, proxy mode only
+    proxy: ProxySpec | None = None
 
 
 PROBE_DIR = "/.sandbox/probe"

@@ -47,6 +47,12 @@ def parse_duration(text: str) -> int:
 
 def load_policy(ref: str) -> Policy:
     """Load a preset by name (`untrusted`) or a policy file by path."""
+    file, data = read_policy(ref)
+    return parse_policy(data, file)
+
+
+def read_policy(ref: str) -> tuple[str, bytes]:
+    """The file a preset name or a path refers to, and its bytes."""
     path = resources.preset_path(ref) if resources.looks_like_preset(ref) else Path(ref)
     if path is None:
         known = ", ".join(resources.preset_names())
@@ -57,20 +63,43 @@ def load_policy(ref: str) -> Policy:
     except OSError as exc:
         raise PolicyError([Problem(file=str(path), path="", expected="a readable policy file",
                                    found=exc.strerror or str(exc))]) from None
-    return parse_policy(data, str(path))
+    return str(path), data
+
+
+def with_allowed(policy: Policy, entries: tuple[str, ...]) -> Policy:
+    """The base policy with the command line's --allow entries added (proxy mode only)."""
+    from dataclasses import replace
+
+    if policy.network.mode is not NetworkMode.PROXY:
+        raise PolicyError([Problem(file="command line", path="--allow", expected="a policy in network mode proxy",
+                                   found=f"{policy.name} uses mode {policy.network.mode.value}",
+                                   hint="use --policy ci, or a policy with network: {mode: proxy}")])
+    rules, problems = list(policy.network.allow), []
+    for i, entry in enumerate(entries):
+        try:
+            rules.append(parse_rule(entry, policy.network.allow_ip_literals))
+        except ValueError as exc:
+            problems.append(Problem(file="command line", path=f"--allow[{i}]", expected=str(exc), found=repr(entry),
+                                    hint="for example api.example.com, *.pypi.org or host:8443"))
+    if problems:
+        raise PolicyError(problems)
+    return replace(policy, network=replace(policy.network, allow=tuple(dict.fromkeys(rules))))
 
 
 def parse_policy(data: bytes, file: str) -> Policy:
     raw = load_yaml(data, file)
-    if raw is None:
-        raw = {}
+    return policy_from_raw({} if raw is None else raw, file, hashlib.sha256(data).hexdigest())
+
+
+def policy_from_raw(raw, file: str, digest: str) -> Policy:
+    """Validate a parsed document (the schema, then what it cannot say) and build the typed model."""
     filled, problems = check(raw, policy_schema(), file)
     if problems:
         raise PolicyError(problems)
     problems = _semantic_problems(filled, file)
     if problems:
         raise PolicyError(problems)
-    return _build(filled, file, hashlib.sha256(data).hexdigest())
+    return _build(filled, file, digest)
 
 
 def _semantic_problems(doc: dict, file: str) -> list[Problem]:

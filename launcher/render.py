@@ -60,6 +60,8 @@ def to_argv(plan: LaunchPlan) -> list[str]:
         argv += ["--memory", str(c.memory_bytes), "--memory-swap", str(c.memory_bytes)]
     if c.nano_cpus:
         argv += ["--cpus", f"{c.nano_cpus / 1e9:g}"]
+    for server in c.dns:
+        argv += ["--dns", server]
     for mount in c.mounts:
         argv += ["--mount", mount_flag(mount)]
     for name, value in c.env:
@@ -70,5 +72,28 @@ def to_argv(plan: LaunchPlan) -> list[str]:
     return argv
 
 
+def proxy_argvs(plan: LaunchPlan) -> list[list[str]]:
+    """Proxy mode: the networks and the proxy, created before the sandbox."""
+    import base64
+
+    out = []
+    for net in plan.networks:
+        argv = ["docker", "network", "create", *(["--internal"] if net.internal else [])]
+        argv += [f"--opt={k}={v}" for k, v in net.options] + [f"--label={k}={v}" for k, v in net.labels]
+        out.append(argv + [net.name])
+    p = plan.proxy
+    config = base64.b64encode(p.config.encode()).decode()
+    out.append(["docker", "create", "--name", p.name, "--user", p.user, "--read-only", "--cap-drop=ALL",
+                "--security-opt=no-new-privileges", "--pids-limit", str(p.pids_limit), "--memory", str(p.memory_bytes),
+                "--memory-swap", str(p.memory_bytes), "--network", p.internal_network, "--network-alias", p.alias,
+                *[f"--tmpfs={d}:{p.scratch_options}" for d in p.scratch_dirs],
+                *[f"--label={k}={v}" for k, v in p.labels], "--env", f"SANDBOX_SQUID_CONF={config}", p.image])
+    out.append(["docker", "network", "connect", p.egress_network, p.name])
+    out.append(["docker", "start", p.name])
+    return out
+
+
 def argv_text(plan: LaunchPlan) -> str:
-    return shlex.join(to_argv(plan))
+    """The `docker` commands, one per line (the probe's result is not checked by plain docker)."""
+    lines = proxy_argvs(plan) if plan.proxy else []
+    return "\n".join(shlex.join(argv) for argv in lines + [to_argv(plan)])

@@ -7,7 +7,10 @@ import os
 import tempfile
 import time
 
+from dataclasses import asdict
+
 from launcher import __version__
+from launcher.audit import summarize
 from launcher.plan import LaunchPlan
 from launcher.render import plan_to_dict
 from launcher.verify import ProbeReport
@@ -15,7 +18,7 @@ from launcher.verify import ProbeReport
 
 def build(*, status: str, exit_code: int, started: float, plan: LaunchPlan | None = None,
           probe: ProbeReport | None = None, agent_exit: int | None = None, timed_out: bool = False,
-          error: str = "") -> dict:
+          error: str = "", egress: tuple = ()) -> dict:
     return {
         "sandbox_version": __version__,
         "status": status,
@@ -29,6 +32,10 @@ def build(*, status: str, exit_code: int, started: float, plan: LaunchPlan | Non
             "checks": [{"id": c.id, "ok": c.ok, "expected": c.expected, "observed": c.observed} for c in probe.checks],
         },
         "agent": {"exit_code": agent_exit, "timed_out": timed_out},
+        "egress": None if not (plan and plan.proxy) else {
+            "blocked": [asdict(s) for s in summarize(tuple(e for e in egress if e.denied))],
+            "requests": [asdict(e) | {"denied": e.denied} for e in egress],
+        },
     }
 
 

@@ -68,6 +68,7 @@ def compare_inspect(spec: ContainerSpec, attrs: dict, image_env: list[str]) -> l
         diffs.append("IpcMode: expected a private namespace, found 'host'")
     want("Devices", list(spec.devices), [f"{d['PathOnHost']}:{d['PathInContainer']}" for d in host.get("Devices") or []])
     want("GroupAdd", list(spec.group_add), host.get("GroupAdd") or [])
+    want("Dns", list(spec.dns), host.get("Dns") or [])
     want("PortBindings", {}, host.get("PortBindings") or {})
     want("PublishAllPorts", False, bool(host.get("PublishAllPorts")))
     want("Binds", [], host.get("Binds") or [])

@@ -24,7 +24,7 @@ def fake_facts(workspace: str = "/home/dev/repo", *, protected_kind: str = "miss
         mounts=tuple(mounts),
         runtime_sockets=("/run/docker.sock", "/run/containerd", "/var/lib/docker"),
         credential_paths=("/home/dev/.ssh", "/home/dev/.aws", "/home/dev/.docker"),
-        probe_volume="sandbox-probe-test", nonce="abc123", owner_pid=4242,
+        probe_volume="sandbox-probe-test", proxy_image="sandbox/proxy:test", nonce="abc123", owner_pid=4242,
     )
 
 

@@ -13,7 +13,7 @@ def inspect_of(spec: ContainerSpec, image_env=("PATH=/usr/bin",)) -> dict:
             "Privileged": False, "CapDrop": list(spec.cap_drop), "CapAdd": list(spec.cap_add) or None,
             "ReadonlyRootfs": spec.read_only_root, "SecurityOpt": list(spec.security_opt),
             "NetworkMode": spec.network_mode, "PidMode": spec.pid_mode, "IpcMode": "private", "UTSMode": "",
-            "UsernsMode": "", "Devices": None, "GroupAdd": list(spec.group_add) or None, "PortBindings": None, "Binds": None,
+            "UsernsMode": "", "Devices": None, "GroupAdd": list(spec.group_add) or None, "Dns": list(spec.dns) or None, "PortBindings": None, "Binds": None,
             "PidsLimit": spec.pids_limit, "Memory": spec.memory_bytes, "NanoCpus": spec.nano_cpus,
         },
         "Config": {"User": spec.user, "Image": spec.image, "Entrypoint": list(spec.entrypoint),
@@ -61,6 +61,15 @@ class FakeEngine:
 
     def remove(self, ref):
         self.calls.append("remove")
+        self.spec = None
+
+    def list(self, *filters):
+        if self.spec is None:
+            return []
+        return [{"Id": "cid", "Names": [f"/{self.spec.name}"], "State": "exited", "Labels": dict(self.spec.labels)}]
+
+    def list_networks(self, *filters):
+        return []
 
 
 class Recorder:

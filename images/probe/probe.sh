@@ -126,12 +126,96 @@ _p_validlist() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# ---- proxy mode: active checks from the sandbox's own network namespace -----------------------
+# They run concurrently (each waits up to a second for something that must not answer) and print
+# "id<TAB>0|1<TAB>expected<TAB>observed" lines for the main shell to record.
+
+# _p_within SECONDS CMD... -- run CMD for at most SECONDS (fractions work, unlike busybox
+# timeout, which counts whole seconds); its output and exit status are CMD's, 143 if cut off
+_p_within() {
+	_w_s=$1; shift
+	"$@" &
+	_w_p=$!
+	"$BB" sleep "$_w_s"
+	kill "$_w_p" 2>/dev/null
+	wait "$_w_p"
+}
+
+# _p_hexip HEX -- little-endian hex of /proc/net/route to a dotted quad in _P_R
+_p_hexip() {
+	_P_R=$((0x${1#??????})).$((0x$(printf '%s' "$1" | "$BB" cut -c5-6))).$((0x$(printf '%s' "$1" | "$BB" cut -c3-4))).$((0x${1%??????}))
+}
+
+_p_chk_proxy() {
+	_c_host=${A_proxy%:*}; _c_port=${A_proxy##*:}
+	# busybox nc hangs up when its input ends, and Squid drops a request whose client left, so
+	# the input stays open a moment while the answer (immediate for a 403) comes back.
+	_c_r=$( { printf 'GET http://%s/ HTTP/1.0\r\nHost: %s\r\n\r\n' "$A_denyhost" "$A_denyhost"; "$BB" sleep 0.3; } |
+		"$BB" nc -w 3 "$_c_host" "$_c_port" 2>&1 | "$BB" head -n 1)
+	_c_r=${_c_r%"$_P_CR"}
+	case $_c_r in
+	HTTP/1.[01]\ *) printf 'egress.proxy\t1\t%s answers\t%s\n' "$A_proxy" "$_c_r" ;;
+	*) printf 'egress.proxy\t0\t%s answers\t%s\n' "$A_proxy" "${_c_r:-no answer}" ;;
+	esac
+	case $_c_r in
+	HTTP/1.[01]\ 403*) printf 'egress.denied\t1\t403 for %s\t%s\n' "$A_denyhost" "$_c_r" ;;
+	*) printf 'egress.denied\t0\t403 for %s\t%s\n' "$A_denyhost" "${_c_r:-no answer}" ;;
+	esac
+}
+
+# A direct connection to the gateway (the host's side of the network) must not get through. A
+# refused connection proves the host is reachable, so only a timeout or "no route" passes.
+_p_chk_direct() {
+	if [ -z "$_gw" ]; then printf 'egress.direct\t1\tno path to the host\tno default route\n'; return; fi
+	_p_hexip "$_gw"; _c_ip=$_P_R; _c_ok=1
+	_c_obs=$(for _c_port in 80 443 22 2375; do
+		{
+			# A reachable host refuses or accepts within milliseconds: 0.3 s is plenty.
+			_c_e=$(_p_within 0.3 "$BB" nc -w 1 "$_c_ip" "$_c_port" </dev/null 2>&1)
+			case $?:$_c_e in
+			0:*) echo "$_c_port:connected" ;;
+			*refused*) echo "$_c_port:refused" ;;
+			*) echo "$_c_port:blocked" ;;
+			esac
+		} &
+	done; wait)
+	case $_c_obs in *connected* | *refused*) _c_ok=0 ;; esac
+	_c_obs=$(printf '%s' "$_c_obs" | "$BB" sort | "$BB" tr '\n' ' ')
+	printf 'egress.direct\t%s\tno path to the host via %s\t%s\n' "$_c_ok" "$_c_ip" "${_c_obs# }"
+}
+
+# DNS: only Docker's embedded resolver, and it must not resolve a name only the proxy may reach.
+_p_chk_dns() {
+	_c_ok=1; _c_obs=
+	for _c_ns in $("$BB" awk '$1 == "nameserver" { print $2 }' /etc/resolv.conf 2>/dev/null); do
+		[ "$_c_ns" = 127.0.0.11 ] || { _c_ok=0; _c_obs="$_c_obs nameserver:$_c_ns"; }
+	done
+	if [ "$A_dnsname" != - ]; then
+		# Docker's resolver answers at once for names it knows; an outside name gets no answer.
+		case $(_p_within 0.3 "$BB" nslookup "$A_dnsname" 2>&1) in
+		*Name:*) _c_ok=0; _c_obs="$_c_obs $A_dnsname:resolves" ;;
+		esac
+	fi
+	printf 'egress.dns\t%s\tno outside name resolves (%s)\t%s\n' "$_c_ok" "$A_dnsname" "${_c_obs# }"
+}
+
+_p_egress() {
+	_e_out=$( { _p_chk_proxy & _p_chk_direct & _p_chk_dns & wait; } )
+	for _e_id in egress.proxy egress.denied egress.direct egress.dns; do
+		_e_line=$(printf '%s\n' "$_e_out" | "$BB" grep "^$_e_id$_P_TAB")
+		if [ -z "$_e_line" ]; then _p_line "$_e_id" 0 "a result" "the check did not report"; continue; fi
+		_e_rest=${_e_line#*$_P_TAB}; _e_ok=${_e_rest%%$_P_TAB*}; _e_rest=${_e_rest#*$_P_TAB}
+		_p_line "$_e_id" "$_e_ok" "${_e_rest%%$_P_TAB*}" "${_e_rest#*$_P_TAB}"
+	done
+}
+
 _p_main() {
 	BB=/.sandbox/probe/busybox
 	PATH=
 	_P_TAB='	'
 	_P_NL='
 '
+	_P_CR=$(printf '\r')
 	IFS=" $_P_TAB$_P_NL"
 	_P_IFS=$IFS
 	set -C          # noclobber: ">" never truncates, it creates with O_EXCL
@@ -140,7 +224,7 @@ _p_main() {
 	_P_LEFT=
 
 	# ---- arguments --------------------------------------------------------------------------
-	_keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,net,pids,mem,"
+	_keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,net,pids,mem,proxy,denyhost,dnsname,"
 	_bad=
 	_seen=
 	_dash=0
@@ -163,7 +247,9 @@ _p_main() {
 		nnp) case $_v in 0 | 1) ;; *) _ok=0 ;; esac ;;
 		seccomp) case $_v in 0 | 1 | 2) ;; *) _ok=0 ;; esac ;;
 		pids | mem) case $_v in max) ;; '' | *[!0-9]*) _ok=0 ;; esac ;;
-		net) case $_v in none) ;; *) _ok=0 ;; esac ;;
+		net) case $_v in none | proxy) ;; *) _ok=0 ;; esac ;;
+		proxy) case $_v in -) ;; *:*[!0-9]* | :* | *: | *[!a-z0-9.:-]*) _ok=0 ;; *:*) ;; *) _ok=0 ;; esac ;;
+		denyhost | dnsname) case $_v in -) ;; '' | *[!a-z0-9.-]*) _ok=0 ;; esac ;;
 		workspace | wsroot) [ "$_v" = - ] || _p_validpath "$_v" || _ok=0 ;;
 		*) _p_validlist "$_v" || _ok=0 ;;
 		esac
@@ -178,6 +264,7 @@ _p_main() {
 	[ "$_dash" = 1 ] || _p_add _bad "missing:--"
 	[ "$_dash" = 1 ] && [ "$_nafter" = 0 ] && _p_add _bad "missing:agent-argv"
 	if [ "$A_workspace" != - ] && [ "$A_wsroot" = - ]; then _p_add _bad "invalid:wsroot=-"; fi
+	if [ "$A_net" = proxy ] && { [ "$A_proxy" = - ] || [ "$A_denyhost" = - ]; }; then _p_add _bad "invalid:proxy=-"; fi
 	if [ -n "$_bad" ]; then
 		_p_line args 0 "key=value... -- argv" "$_bad"
 		printf 'PROBE-END\tfail\t%s\n' "$_P_N"
@@ -608,25 +695,39 @@ _p_main() {
 	fi
 	_p_line creds.files "$_ok" "none" "$_obs"
 
-	# net.interfaces (net=none)
-	_ok=1; _obs=
+	# net.interfaces: none -> only lo; proxy -> lo and exactly one interface (the internal network)
+	_ok=1; _obs=; _nif=0
 	for _p in /sys/class/net/* /sys/class/net/.[!.]*; do
 		[ -e "$_p" ] || [ -L "$_p" ] || continue   # an unmatched pattern stays literal
 		_n=${_p##*/}
 		_p_esc "$_n"; _p_add _obs "$_P_R"
-		[ "$_n" = lo ] || _ok=0
+		[ "$_n" = lo ] || _nif=$((_nif + 1))
 	done
-	[ "$_obs" = lo ] || _ok=0
-	_p_line net.interfaces "$_ok" lo "$_obs"
+	_p_in lo "$_obs" || _ok=0
+	if [ "$A_net" = proxy ]; then
+		[ "$_nif" = 1 ] || _ok=0
+		_p_line net.interfaces "$_ok" "lo and one interface" "$_obs"
+	else
+		[ "$_nif" = 0 ] || _ok=0
+		_p_line net.interfaces "$_ok" lo "$_obs"
+	fi
 
-	# net.routes (net=none): no IPv4 route, no IPv6 address or route beyond lo
-	_ok=1; _obs=
-	_nr=-1
+	# net.routes: none -> no IPv4 route at all; proxy -> IPv4 routes only through that one
+	# interface. Both: no IPv6 address or route beyond lo (IPv6 has no way out).
+	_ok=1; _obs=; _nr=-1; _rdev=; _gw=
 	if { while IFS= read -r _ln; do
 		_nr=$((_nr + 1))
+		[ "$_nr" -gt 0 ] || continue
+		set -f; set -- $_ln; set +f
+		_p_in "$1" "$_rdev" || _p_add _rdev "$1"
+		[ "$2" != 00000000 ] || _gw=$3
 	done </proc/net/route; } 2>/dev/null; then
 		[ "$_nr" -ge 0 ] || { _ok=0; _obs="route: empty"; }
-		[ "$_nr" -le 0 ] || { _ok=0; _obs="ipv4 routes: $_nr"; }
+		if [ "$A_net" = proxy ]; then
+			case $_rdev in *,*) _ok=0; _p_add _obs "ipv4 routes via $_rdev" ;; esac
+		else
+			[ "$_nr" -le 0 ] || { _ok=0; _p_add _obs "ipv4 routes: $_nr"; }
+		fi
 	else _ok=0; _obs="route: unreadable"; fi
 	for _f in /proc/net/if_inet6 /proc/net/ipv6_route; do
 		[ -e "$_f" ] || continue
@@ -637,7 +738,13 @@ _p_main() {
 			[ "$_n" = lo ] || { _ok=0; _p_add _obs "${_f##*/}:$_n"; }
 		done <"$_f"; } 2>/dev/null || { _ok=0; _p_add _obs "${_f##*/}: unreadable"; }
 	done
-	_p_line net.routes "$_ok" "none beyond lo" "$_obs"
+	if [ "$A_net" = proxy ]; then
+		_p_line net.routes "$_ok" "ipv4 via one interface, no ipv6" "$_obs"
+	else
+		_p_line net.routes "$_ok" "none beyond lo" "$_obs"
+	fi
+
+	[ "$A_net" != proxy ] || _p_egress
 
 	# limits.pids / limits.memory (cgroup v2 or v1)
 	if [ -e /sys/fs/cgroup/cgroup.controllers ]; then

@@ -1,0 +1,129 @@
+"""The `sandbox` commands that manage what exists: exec, ls, down, gc, logs, images."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from launcher.cli import Console, _fail, _print_blocked, main
+from launcher.errors import SandboxError
+
+
+@main.command(name="exec")
+@click.argument("name")
+@click.argument("command", nargs=-1, required=True)
+def exec_(name: str, command: tuple[str, ...]) -> None:
+    """Run COMMAND in the running sandbox NAME (non-interactive; streams output)."""
+    from launcher import engine, sandboxes
+
+    try:
+        sys.exit(sandboxes.exec_in(engine.connect(), name, list(command), Console()))
+    except SandboxError as exc:
+        _fail(exc)
+
+
+@main.command(name="ls")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def ls_(as_json: bool) -> None:
+    """List sandboxes (and leftovers) created by this tool."""
+    from dataclasses import asdict
+
+    from launcher import engine, sandboxes
+
+    try:
+        items = sandboxes.ls(engine.connect())
+    except SandboxError as exc:
+        _fail(exc)
+    if as_json:
+        click.echo(json.dumps([asdict(i) for i in items], indent=2))
+        return
+    click.echo(f"{'NAME':40} {'KIND':4} {'STATE':9} {'POLICY':12} WORKSPACE")
+    for i in items:
+        click.echo(f"{i.name:40} {i.kind:4} {i.state:9} {i.policy:12} {i.workspace}")
+
+
+@main.command()
+@click.argument("name")
+def down(name: str) -> None:
+    """Stop (SIGTERM, then a grace period) and remove the sandbox NAME."""
+    from launcher import engine, sandboxes
+
+    try:
+        sandboxes.down(engine.connect(), name)
+    except SandboxError as exc:
+        _fail(exc)
+    click.echo(f"sandbox: removed {name}", err=True)
+
+
+@main.command()
+@click.option("--all", "everything", is_flag=True, help="Also remove running `up` sandboxes.")
+def gc(everything: bool) -> None:
+    """Remove containers of ours left behind (stopped, or whose launcher died)."""
+    from launcher import engine, sandboxes
+
+    try:
+        removed = sandboxes.gc(engine.connect(), everything)
+    except SandboxError as exc:
+        _fail(exc)
+    click.echo(f"sandbox: removed {len(removed)}: {', '.join(removed)}" if removed else "sandbox: nothing to remove", err=True)
+
+
+@main.command()
+@click.argument("name")
+@click.option("--egress", is_flag=True, required=True, help="Show the egress proxy's record (the only log kept).")
+@click.option("--allowed", is_flag=True, help="List allowed requests too, not only the blocked ones.")
+@click.option("--json", "as_json", is_flag=True, help="Every request as JSON.")
+def logs(name: str, egress: bool, allowed: bool, as_json: bool) -> None:
+    """Show what the sandbox NAME tried to reach through its egress proxy."""
+    from dataclasses import asdict
+
+    from launcher import engine, sandboxes
+    from launcher.audit import summarize
+
+    try:
+        events = sandboxes.egress_log(engine.connect(), name)
+    except SandboxError as exc:
+        _fail(exc)
+    if as_json:
+        click.echo(json.dumps([asdict(e) | {"denied": e.denied} for e in events], indent=2))
+        return
+    _print_blocked(events)
+    if allowed:
+        passed = summarize(tuple(e for e in events if not e.denied))
+        click.echo(f"sandbox: egress allowed ({sum(p.count for p in passed)} requests):", err=True)
+        for p in passed:
+            click.echo(f"  {p.method} {p.host}:{p.port}  x{p.count}", err=True)
+
+
+@main.group()
+def images() -> None:
+    """Build the bundled images (agent, probe, proxy)."""
+
+
+@images.command()
+@click.option("--force", is_flag=True, help="Rebuild even if present.")
+def build(force: bool) -> None:
+    """Build the bundled images that are missing (makes the base image if needed)."""
+    from launcher import engine, images as imgs
+
+    console = Console()
+    try:
+        eng = engine.connect()
+        for image in (imgs.probe_image(), imgs.proxy_image(), imgs.agent_image()):
+            if not imgs.build(eng, image, console.status, force=force):
+                console.status(f"{image.tag} is present")
+    except SandboxError as exc:
+        _fail(exc)
+
+
+@images.command()
+def bootstrap() -> None:
+    """Create debian:bookworm-slim locally with debootstrap (for hosts without a registry)."""
+    from launcher import engine, images as imgs
+
+    try:
+        imgs.bootstrap(engine.connect(), Console().status)
+    except SandboxError as exc:
+        _fail(exc)

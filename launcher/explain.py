@@ -1,0 +1,171 @@
+"""`sandbox explain`: for every effective field, the Docker mechanism that applies it, the component
+that enforces it and the probe check that proves it. ENFORCEMENT below is the one place that says so."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from launcher.layers import FIELDS, Effective
+from launcher.model import NetworkMode
+
+
+class Component(enum.Enum):
+    NAMESPACE = "kernel namespace"
+    CGROUP = "cgroup"
+    SECCOMP = "seccomp"
+    CAPABILITIES = "capability set"
+    MOUNT = "mount flag"
+    PROCESS = "process credentials"
+    PROXY = "proxy"
+    LAUNCHER = "launcher only"
+    NOTHING = "nothing"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Enforcement:
+    mechanism: str
+    component: Component
+    checks: tuple[str, ...]       # probe check ids (images/probe/CONTRACT.md) that prove it
+    note: str = ""
+
+
+E = Enforcement
+# (field, variant) -> how it is enforced. The variant is the network mode for network.* fields,
+# the value for workspace.access, and "" otherwise (see _variant).
+ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
+    ("image", ""): E(mechanism="the container's image", component=Component.NOTHING, checks=(),
+                     note="not a boundary: the image is untrusted and the probe never runs its programs"),
+    ("workspace.target", ""): E(mechanism="--mount type=bind,dst=TARGET", component=Component.MOUNT,
+                                checks=("mounts.workspace",)),
+    ("workspace.access", "read-write"): E(mechanism="--mount type=bind (writable)", component=Component.MOUNT,
+                                          checks=("mounts.writable", "mounts.workspace")),
+    ("workspace.access", "read-only"): E(mechanism="--mount type=bind,readonly", component=Component.MOUNT,
+                                         checks=("mounts.writable", "mounts.workspace")),
+    ("workspace.protect", ""): E(mechanism="read-only bind per path; read-only tmpfs if missing",
+                                 component=Component.MOUNT, checks=("fs.protected",)),
+    ("mounts", ""): E(mechanism="--mount type=bind[,readonly] per entry", component=Component.MOUNT,
+                      checks=("mounts.inventory", "mounts.writable", "sockets.mounts"),
+                      note="sockets, runtime dirs, credential dirs, / and $HOME are refused by the launcher"),
+    ("tmpfs", ""): E(mechanism="--mount type=tmpfs,tmpfs-size=SIZE", component=Component.MOUNT,
+                     checks=("mounts.inventory", "mounts.writable"), note="the size is applied, not probed"),
+    ("network.mode", "none"): E(mechanism="--network none", component=Component.NAMESPACE,
+                                checks=("net.interfaces", "net.routes")),
+    ("network.mode", "proxy"): E(mechanism="internal network, no gateway; proxy sidecar", component=Component.NAMESPACE,
+                                 checks=("net.interfaces", "net.routes", "egress.proxy", "egress.direct", "egress.dns")),
+    ("network.allow", "none"): E(mechanism="nothing to allow: no interface but lo", component=Component.NAMESPACE,
+                                 checks=("net.interfaces", "net.routes")),
+    ("network.allow", "proxy"): E(mechanism="proxy ACL (host and port) in its config", component=Component.PROXY,
+                                  checks=("egress.proxy", "egress.denied")),
+    ("network.allow_ip_literals", "none"): E(mechanism="nothing to allow: no interface but lo",
+                                             component=Component.NAMESPACE, checks=("net.interfaces",)),
+    ("network.allow_ip_literals", "proxy"): E(mechanism="proxy ACL (IP entries only if on)", component=Component.PROXY,
+                                              checks=("egress.denied",),
+                                              note="the probe shows default deny for a name, not for an IP"),
+    ("env.pass", ""): E(mechanism="--env NAME=VALUE from the host", component=Component.LAUNCHER,
+                        checks=("env.secrets", "env.runtime"),
+                        note="the environment is built from nothing; the probe proves no secret-shaped variable"),
+    ("env.set", ""): E(mechanism="--env NAME=VALUE", component=Component.LAUNCHER, checks=("env.secrets", "env.runtime")),
+    ("limits.pids", ""): E(mechanism="--pids-limit", component=Component.CGROUP, checks=("limits.pids",)),
+    ("limits.memory", ""): E(mechanism="--memory, --memory-swap (same value)", component=Component.CGROUP,
+                             checks=("limits.memory",)),
+    ("limits.cpus", ""): E(mechanism="--cpus (CFS quota)", component=Component.CGROUP, checks=()),
+    ("limits.timeout", ""): E(mechanism="the launcher stops the container", component=Component.LAUNCHER, checks=(),
+                              note="kept by `sandbox run`; a killed launcher leaves it to `sandbox gc`"),
+    ("user", ""): E(mechanism="--user UID:GID (auto: the workspace owner)", component=Component.PROCESS,
+                    checks=("identity.uid", "identity.gid", "identity.groups")),
+    ("capabilities", ""): E(mechanism="--cap-drop ALL, --cap-add per entry", component=Component.CAPABILITIES,
+                            checks=("caps.bnd", "caps.process")),
+    ("command", ""): E(mechanism="the container command, run after the probe", component=Component.NOTHING, checks=(),
+                       note="what runs inside, not a boundary"),
+}
+
+# Not fields: what every sandbox gets, whatever the policy says.
+ALWAYS: tuple[tuple[str, Enforcement], ...] = (
+    ("root filesystem read-only", E(mechanism="--read-only", component=Component.MOUNT, checks=("fs.root_ro", "fs.rofs"))),
+    ("/sys and /proc/sys read-only", E(mechanism="engine default (never --privileged)", component=Component.MOUNT,
+                                       checks=("fs.sysfs_ro",))),
+    ("no capabilities in effect", E(mechanism="--cap-drop ALL", component=Component.CAPABILITIES, checks=("caps.process",))),
+    ("no new privileges", E(mechanism="--security-opt no-new-privileges", component=Component.PROCESS, checks=("nnp",))),
+    ("system call filter", E(mechanism="Docker's default seccomp profile", component=Component.SECCOMP,
+                             checks=("seccomp.mode", "seccomp.unshare"))),
+    ("own PID namespace", E(mechanism="never --pid host", component=Component.NAMESPACE, checks=("proc.pid1",))),
+    ("no devices", E(mechanism="never --device", component=Component.CGROUP, checks=("dev.nodes",))),
+    ("no container-runtime socket", E(mechanism="such mounts refused", component=Component.LAUNCHER,
+                                      checks=("sockets.runtime", "sockets.mounts"))),
+    ("no credentials", E(mechanism="credential mounts and secret env refused", component=Component.LAUNCHER,
+                         checks=("creds.files", "env.secrets", "env.runtime"))),
+)
+
+
+def _variant(field: str, eff: Effective) -> str:
+    if field.startswith("network."):
+        return eff.policy.network.mode.value
+    if field == "workspace.access":
+        return eff.policy.workspace.access.value
+    return ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    field: str
+    value: str
+    decided_by: str
+    enforcement: Enforcement
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        out = []
+        if self.enforcement.component is Component.NOTHING:
+            out.append("enforced by nothing")
+        if not self.enforcement.checks:
+            out.append("not probed")
+        return tuple(out)
+
+
+def rows(eff: Effective) -> tuple[Row, ...]:
+    decided = {d.field: d for d in eff.decisions}
+    return tuple(Row(field=f, value=decided[f].value, decided_by=decided[f].decided_by,
+                     enforcement=ENFORCEMENT.get((f, _variant(f, eff))) or ENFORCEMENT[(f, "")]) for f in FIELDS)
+
+
+def checks_named() -> set[str]:
+    """Every probe check id this table relies on (a test compares them with the probe)."""
+    return {c for e in (*ENFORCEMENT.values(), *(e for _, e in ALWAYS)) for c in e.checks}
+
+
+def to_json(eff: Effective) -> dict:
+    def one(name, e, **extra):
+        return {"field": name, **extra, "mechanism": e.mechanism, "enforced_by": e.component.value,
+                "probe_checks": list(e.checks), "note": e.note}
+    return {
+        "policy": eff.policy.name, "sha256": eff.policy.digest,
+        "layers": [{"kind": layer.kind.value, "file": layer.file, "sha256": layer.digest} for layer in eff.layers],
+        "fields": [one(r.field, r.enforcement, value=r.value, decided_by=r.decided_by, flags=list(r.flags))
+                   for r in rows(eff)],
+        "always": [one(name, e) for name, e in ALWAYS],
+        "proxy_mode": eff.policy.network.mode is NetworkMode.PROXY,
+    }
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render(eff: Effective, markdown: bool = False) -> str:
+    """A table: field, value, Docker mechanism, enforcing component, probe checks, and a flag."""
+    head = ("field", "value", "mechanism", "enforced by", "probe check", "flag")
+    body = [(r.field, _clip(r.value, 36), r.enforcement.mechanism, r.enforcement.component.value,
+             ", ".join(r.enforcement.checks) or "-", ", ".join(r.flags)) for r in rows(eff)]
+    body += [(f"({name})", "always", e.mechanism, e.component.value, ", ".join(e.checks), "") for name, e in ALWAYS]
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]
+    else:
+        widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [head, *body]]
+    unenforced = [r.field for r in rows(eff) if r.enforcement.component is Component.NOTHING]
+    unprobed = [r.field for r in rows(eff) if not r.enforcement.checks]
+    lines += ["", f"policy {eff.policy.name} (sha256 {eff.policy.digest[:12]}), {len(eff.layers)} layer(s)",
+              f"enforced by nothing: {', '.join(unenforced) or '-'}", f"not probed: {', '.join(unprobed) or '-'}"]
+    return "\n".join(lines)

@@ -1,0 +1,309 @@
+"""`sandbox check`: lint a stack of policy files without running anything. Errors and warnings
+carry the file, the key path and the line; nothing here reads the host (facts are passed in)."""
+
+from __future__ import annotations
+
+import enum
+import functools
+import re
+from dataclasses import dataclass
+
+import yaml
+
+from launcher.compiler import refuse_source
+from launcher.egress import AllowRule
+from launcher.errors import PolicyError, Problem
+from launcher.host import GitPath, HostFacts
+from launcher.layers import FIELDS, Effective, Layer, LayerKind, combine, covers, get, show_entry
+from launcher.model import Access, Policy
+
+
+class Severity(enum.Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    severity: Severity
+    code: str
+    file: str
+    path: str
+    line: int | None
+    message: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        text = f"{where}: {self.severity.value}: {self.path + ': ' if self.path else ''}{self.message}"
+        return f"{text}\n    hint: {self.hint}" if self.hint else text
+
+
+@dataclass(frozen=True, kw_only=True)
+class Doc:
+    """One file of the stack as read: its layer kind, path and exact bytes."""
+
+    kind: LayerKind
+    file: str
+    data: bytes
+
+
+# Anywhere in the file, comments included: token prefixes, private keys, passwords in URLs.
+_SECRET = re.compile(
+    r"(?<![A-Za-z0-9])(ghp_|gho_|ghs_|ghu_|ghr_|github_pat_|glpat-|sk-|AKIA|ASIA|xox[abprs]-|AIza)[A-Za-z0-9_\-]{8,}"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|://[^/\s:@'\"]+:[^/\s@'\"]+@")
+# Hosts where anyone can publish content: an allowed one is a way to exfiltrate or fetch payloads.
+_SHARED_HOSTS = ("github.com", "raw.githubusercontent.com", "gist.github.com", "gist.githubusercontent.com",
+                 "pastebin.com", "transfer.sh", "webhook.site", "storage.googleapis.com", "s3.amazonaws.com",
+                 "dropbox.com", "drive.google.com", "discord.com", "hooks.slack.com")
+
+
+def _tokens(path: str) -> list:
+    return [int(t[1:-1]) if t.startswith("[") else t for t in re.findall(r"\[\d+\]|[^.\[\]]+", path)]
+
+
+def line_of(data: bytes, path: str) -> int | None:
+    """The 1-based line of a key path (`network.allow[2]`), or of its nearest ancestor present."""
+    match = re.match(r"line (\d+)", path)
+    if match:
+        return int(match.group(1))
+    try:
+        node = yaml.compose(data.decode("utf-8"), Loader=yaml.SafeLoader)
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return None
+    line = None
+    for token in _tokens(path):
+        if isinstance(node, yaml.MappingNode) and isinstance(token, str):
+            pair = next(((k, v) for k, v in node.value if k.value == token), None)
+            if pair is None:
+                break
+            line, node = pair[0].start_mark.line + 1, pair[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(token, int) and token < len(node.value):
+            node = node.value[token]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line if line is not None else (1 if node is not None else None)
+
+
+class _Report:
+    def __init__(self):
+        self.findings: list[Finding] = []
+
+    def add(self, severity, code, doc_or_file, path, message, hint="", data: bytes | None = None):
+        file = doc_or_file.file if isinstance(doc_or_file, Doc) else doc_or_file
+        data = doc_or_file.data if isinstance(doc_or_file, Doc) else data
+        line = line_of(data, path) if data is not None and path else None
+        self.findings.append(Finding(severity=severity, code=code, file=file, path=path, line=line,
+                                     message=message, hint=hint))
+
+    def problems(self, severity, code, problems: tuple[Problem, ...], docs: dict[str, Doc], prefix=""):
+        for p in problems:
+            doc = docs.get(p.file)
+            self.add(severity, code, doc or p.file, p.path.replace("(top level)", ""),
+                     f"{prefix}expected {p.expected}, found {p.found}", p.hint)
+
+
+def _secrets(report: _Report, doc: Doc) -> None:
+    for number, line in enumerate(doc.data.decode("utf-8", errors="replace").splitlines(), 1):
+        match = _SECRET.search(line)
+        if match:
+            shape = match.group(1) or ("a URL with a password" if "://" in match.group(0) else "a private key")
+            report.findings.append(Finding(severity=Severity.ERROR, code="secret", file=doc.file, path="", line=number,
+                                           message=f"secret-shaped literal ({shape}…; the value is not shown)",
+                                           hint="secrets never belong in a policy file; remove it and rotate it"))
+
+
+def _egress(report: _Report, doc: Doc, rules: tuple[AllowRule, ...], ip_literals: bool) -> None:
+    if ip_literals:
+        report.add(Severity.WARNING, "egress-broad", doc, "network.allow_ip_literals",
+                   "IP literals are allowed: the proxy cannot tell who answers at an address")
+    for i, rule in enumerate(rules):
+        at = f"network.allow[{i}]"
+        if rule.wildcard:
+            report.add(Severity.WARNING, "egress-broad", doc, at, f"{rule} allows every name below {rule.host}",
+                       "list the exact hosts the agent needs")
+        if rule.host in _SHARED_HOSTS or any(rule.host.endswith("." + h) for h in _SHARED_HOSTS) or (
+                rule.wildcard and any(h.endswith("." + rule.host) for h in _SHARED_HOSTS)):
+            report.add(Severity.WARNING, "egress-broad", doc, at, f"{rule} serves content anyone can publish",
+                       "an allowed shared host is a channel out of the sandbox")
+        for j, other in enumerate(rules):
+            if j != i and covers(other, rule) and (not covers(rule, other) or j < i):
+                report.add(Severity.WARNING, "shadowed", doc, at, f"{rule} is already covered by {other} "
+                           f"(network.allow[{j}])", "remove one of them")
+                break
+
+
+def _mounts(report: _Report, doc: Doc, policy: Policy, facts: HostFacts | None, workspace: str) -> None:
+    for i, mount in enumerate(policy.mounts):
+        fact = facts.mounts[i] if facts and i < len(facts.mounts) else None
+        if fact is not None:
+            refusal = refuse_source(fact, facts, f"mounts[{i}].source", doc.file)
+            if refusal and fact.kind == "missing":
+                report.add(Severity.WARNING, "mount-missing", doc, f"mounts[{i}].source", refusal.found, refusal.hint)
+            elif refusal:
+                report.add(Severity.ERROR, "mount-sensitive", doc, f"mounts[{i}].source",
+                           f"sensitive host mount: {refusal.found}", refusal.hint)
+        real = fact.real if fact else mount.source
+        inside = real == workspace or real.startswith(workspace.rstrip("/") + "/")
+        if mount.access is Access.READ_WRITE and not inside:
+            report.add(Severity.WARNING, "mount-writable", doc, f"mounts[{i}].access",
+                       f"{mount.source} is writable from the sandbox, outside the workspace",
+                       "the agent changes host files there; prefer read-only")
+
+
+def _per_file(report: _Report, doc: Doc, layer: Layer, policy: Policy) -> None:
+    values = dict(layer.values)
+    if doc.kind is LayerKind.REPO and "image" in values and "@sha256:" not in values["image"]:
+        report.add(Severity.WARNING, "image-digest", doc, "image", f"{values['image']} is not pinned to a digest",
+                   "a repository layer may only pin the image (image@sha256:…); without one it does nothing")
+    passed, set_names = values.get("env.pass", ()), dict(values.get("env.set", ()))
+    for i, name in enumerate(passed):
+        if name in set_names:
+            report.add(Severity.WARNING, "shadowed", doc, f"env.pass[{i}]",
+                       f"{name} is also in env.set, whose value wins", "keep one of them")
+    if "network.allow" in values:
+        _egress(report, doc, values["network.allow"], policy.network.allow_ip_literals)
+
+
+def _survives(field: str, entry, value: tuple) -> bool:
+    if field == "network.allow":
+        return any(covers(entry, rule) for rule in value)
+    if field == "mounts":
+        return any((m.source, m.target) == (entry.source, entry.target) for m in value)
+    if field == "tmpfs":
+        return any(t.target == entry.target for t in value)
+    if field == "env.set":
+        return any(name == entry[0] for name, _ in value)
+    return entry in value
+
+
+def _unreachable(report: _Report, eff: Effective, docs: dict[str, Doc]) -> None:
+    """Entries a layer allows that a later layer took away: they never take effect here."""
+    for i, layer in enumerate(eff.layers):
+        doc = docs.get(layer.file)
+        for field, value in layer.values:
+            if doc is None or FIELDS[field][1] != "intersect":
+                continue
+            for index, entry in enumerate(value):
+                gone = next((j for j in range(i + 1, len(eff.steps))
+                             if not _survives(field, entry, get(eff.steps[j], field))), None)
+                if gone is not None:
+                    at = f"{field}.{entry[0]}" if field == "env.set" else f"{field}[{index}]"
+                    report.add(Severity.WARNING, "unreachable", doc, at,
+                               f"{show_entry(field, entry)} never applies: {eff.layers[gone].label} removes it")
+
+
+def lint(docs: list[Doc], *, base: Effective | None, base_problem: PolicyError | None, layers: list[Layer],
+         layer_problems: list[tuple[Doc, PolicyError]], facts: HostFacts | None, workspace: str,
+         git_paths: tuple[GitPath, ...] = (), repo_state: str = "") -> list[Finding]:
+    """Findings for a stack: `docs` are the files as read, `base`/`layers` what parsed of them."""
+    report = _Report()
+    by_file = {doc.file: doc for doc in docs}
+    for doc in docs:
+        _secrets(report, doc)
+    if base_problem is not None:
+        report.problems(Severity.ERROR, "invalid", base_problem.problems, by_file)
+    for doc, problem in layer_problems:
+        report.problems(Severity.ERROR, "invalid", problem.problems, by_file)
+    if base is not None:
+        base_doc = by_file.get(base.policy.source)
+        if base_doc:
+            _mounts(report, base_doc, base.policy, facts, workspace)
+            _per_file(report, base_doc, base.layers[-1], base.policy)
+        for layer in layers:
+            doc = by_file.get(layer.file)
+            if doc:
+                _per_file(report, doc, layer, base.policy)
+        eff, widenings = combine(base.policy, layers, prior=base)
+        for problem in widenings:
+            doc = by_file.get(problem.file)
+            prefix = "the repository layer would widen: " if doc and doc.kind is LayerKind.REPO else "widens: "
+            report.problems(Severity.ERROR, "widening", (problem,), by_file, prefix)
+        _unreachable(report, eff, by_file)
+    for git in git_paths:
+        inside = git.path.startswith(workspace.rstrip("/") + "/")
+        if git.scope == "repo" and not inside and git.path != workspace:
+            report.add(Severity.WARNING, "hooks-outside", git.config, "", f"{git.key} = {git.value} points outside "
+                       f"the workspace ({git.path})", "git runs hooks from there; make sure no mount exposes it")
+        elif inside:
+            report.add(Severity.INFO, "hooks-protected", git.config, "",
+                       f"{git.key} = {git.value}: {git.path} is kept read-only in the sandbox")
+    if repo_state:
+        repo = next((d for d in docs if d.kind is LayerKind.REPO), None)
+        report.add(Severity.INFO, "repo-trust", repo.file if repo else workspace, "", repo_state)
+    order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+    return sorted(report.findings, key=lambda f: (order[f.severity], f.file, f.line or 0))
+
+
+def check(refs: tuple[str, ...], workspace: str) -> tuple[list[Finding], list[Doc]]:
+    """Read the stack `sandbox run` would apply (plus the files named after the base) and lint it."""
+    from launcher import host, stack, trust
+    from launcher.policy import read_policy
+
+    ws = host.workspace_real(workspace)
+    docs, layers, layer_problems, base, base_problem = [], [], [], None, None
+    try:
+        file, data = read_policy(refs[0])
+        docs.append(Doc(kind=LayerKind.BASE, file=file, data=data))
+        base = stack.load_base(refs[0])
+    except PolicyError as exc:
+        base_problem = exc
+    # Files named after the base, then what `sandbox run` would add: org, user, the workspace's.
+    pending: list[tuple[LayerKind, object]] = [
+        (LayerKind.REPO if ref.rstrip("/").endswith(".sandbox.yaml") else LayerKind.EXTRA, ref) for ref in refs[1:]]
+    pending += [(LayerKind.ORG, host.org_policy_file), (LayerKind.USER, host.user_policy_file),
+                (LayerKind.REPO, functools.partial(host.repo_policy_file, ws))]
+    seen = {host.workspace_real(d.file) for d in docs}
+    for kind, source in pending:
+        try:
+            if isinstance(source, str):
+                file, data = read_policy(source)
+            else:
+                found = source()
+                if found is None:
+                    continue
+                file, data = found.path, found.data
+        except PolicyError as exc:
+            layer_problems.append((None, exc))
+            continue
+        if host.workspace_real(file) in seen:
+            continue
+        seen.add(host.workspace_real(file))
+        doc = Doc(kind=kind, file=file, data=data)
+        docs.append(doc)
+        try:
+            layers.append(stack.parse_layer(doc.data, doc.file, kind))
+        except PolicyError as exc:
+            layer_problems.append((doc, exc))
+    repo = next((d for d in docs if d.kind is LayerKind.REPO and d.file == f"{ws}/.sandbox.yaml"), None)
+    state = ""
+    if repo:
+        digest = trust.sha256(repo.data)
+        store_path, text = host.read_trust_store()
+        if trust.status(trust.parse_store(text, store_path), ws, repo.data, None) is trust.Status.APPROVED:
+            state = f"approved on this machine (sha256 {digest})"
+        else:
+            state = (f"not approved on this machine (sha256 {digest}); after review, approve it in a terminal "
+                     f"or pass --trust-repo-policy {digest}")
+    facts = host.gather(base.policy, workspace, "lint") if base else None
+    findings = lint(docs, base=base, base_problem=base_problem, layers=layers, layer_problems=layer_problems,
+                    facts=facts, workspace=ws, git_paths=host.git_control_paths(ws), repo_state=state)
+    return findings, docs
+
+
+def render(findings: list[Finding], docs: list[Doc], fmt: str = "text") -> str:
+    counts = {s: sum(f.severity is s for f in findings) for s in Severity}
+    if fmt == "json":
+        import json
+
+        return json.dumps({
+            "files": [{"kind": d.kind.value, "file": d.file} for d in docs],
+            "errors": counts[Severity.ERROR], "warnings": counts[Severity.WARNING],
+            "findings": [{"severity": f.severity.value, "code": f.code, "file": f.file, "line": f.line,
+                          "path": f.path, "message": f.message, "hint": f.hint} for f in findings]}, indent=2)
+    lines = ["checked, in order: " + ", ".join(f"{d.kind.value} {d.file}" for d in docs)]
+    lines += [str(f) for f in findings]
+    lines.append(f"{counts[Severity.ERROR]} error(s), {counts[Severity.WARNING]} warning(s)")
+    return "\n".join(lines)

@@ -1,0 +1,61 @@
+"""Proxy-mode pieces of a plan: the Squid configuration (rendered from a jinja2 template) and the
+names of the per-sandbox networks."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from launcher.egress import AllowRule
+
+PROXY_ALIAS = "sandbox-proxy"
+PROXY_PORT = 3128
+# A name that no allow-list may contain (.invalid is reserved): the probe expects a 403 for it.
+PROBE_DENIED_HOST = "denied.sandbox-probe.invalid"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkSpec:
+    name: str
+    internal: bool
+    options: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProxySpec:
+    name: str
+    image: str
+    config: str
+    internal_network: str
+    egress_network: str
+    alias: str
+    port: int
+    labels: tuple[tuple[str, str], ...]
+    user: str = "13:13"          # Debian's proxy user; never root
+    pids_limit: int = 128
+    memory_bytes: int = 256 * 1024 ** 2
+    # The root filesystem is read-only; Squid writes only to these small tmpfs directories.
+    scratch_dirs: tuple[str, ...] = ("/run/squid", "/var/spool/squid", "/var/log/squid")
+    scratch_options: str = "uid=13,gid=13,mode=0700,size=16m"
+
+
+# The sandbox's only network. inhibit_ipv4 keeps the gateway address off the host's bridge, so
+# the sandbox cannot reach services on the host through it (a plain --internal network can).
+INTERNAL_OPTIONS = (("com.docker.network.bridge.inhibit_ipv4", "true"),)
+
+
+def _acl(rule: AllowRule) -> str:
+    if rule.wildcard:
+        # Any name below the suffix, never the suffix itself (Squid's ".suffix" would match both).
+        return "dstdom_regex -i ^([a-z0-9-]+\\.)+" + re.escape(rule.host).replace("\\-", "-") + "$"
+    return f"dstdomain -n {rule.host}"  # -n: compare the name as written, no reverse lookups
+
+
+def render_squid(sandbox: str, rules: tuple[AllowRule, ...], port: int = PROXY_PORT) -> str:
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
+    env = Environment(loader=PackageLoader("launcher", "templates"), undefined=StrictUndefined,
+                      keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    context = [{"acl": _acl(r), "ports": " ".join(map(str, r.ports))} for r in rules]
+    return env.get_template("squid.conf.j2").render(sandbox=sandbox, rules=context, port=port)

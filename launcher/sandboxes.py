@@ -1,0 +1,99 @@
+"""Long-lived sandboxes and leftovers: list, find, exec, egress logs, down, gc."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from launcher import host
+from launcher.audit import EgressEvent, parse_log
+from launcher.engine import Engine
+from launcher.errors import NotFound
+from launcher.launch import Listener, remove_sandbox
+
+SANDBOX_KINDS = ("run", "up")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxInfo:
+    name: str
+    kind: str
+    state: str
+    policy: str
+    workspace: str
+    created: int
+
+
+def _name(item: dict) -> str:
+    return (item.get("Names") or ["?"])[0].lstrip("/")
+
+
+def _sandboxes(engine: Engine) -> list[dict]:
+    return [i for i in engine.list() if i["Labels"].get("dev.sandbox.kind") in SANDBOX_KINDS]
+
+
+def find(engine: Engine, name: str) -> dict:
+    for item in _sandboxes(engine):
+        if _name(item) == name:
+            return item
+    raise NotFound(f"no sandbox named {name!r}; `sandbox ls` lists them")
+
+
+def ls(engine: Engine) -> list[SandboxInfo]:
+    return [SandboxInfo(name=_name(i), kind=i["Labels"]["dev.sandbox.kind"], state=i.get("State", "?"),
+                        policy=i["Labels"].get("dev.sandbox.policy", "?"),
+                        workspace=i["Labels"].get("dev.sandbox.workspace", "?"), created=i.get("Created", 0))
+            for i in _sandboxes(engine)]
+
+
+def down(engine: Engine, name: str) -> None:
+    find(engine, name)
+    remove_sandbox(engine, name)
+
+
+def gc(engine: Engine, everything: bool) -> list[str]:
+    """Remove what a crashed or killed launcher left behind; with everything, `up` sandboxes too.
+
+    Containers, proxies and networks are grouped by the sandbox they belong to; a group goes when
+    its sandbox container is gone, stopped, or was a `run` whose launcher died.
+    """
+    groups: dict[str, list[dict]] = {}
+    for item in engine.list():
+        groups.setdefault(item["Labels"].get("dev.sandbox.sandbox", _name(item)), []).append(item)
+    for network in engine.list_networks():
+        groups.setdefault(network["Labels"].get("dev.sandbox.sandbox", network["Name"]), [])
+    removed = []
+    for name, items in groups.items():
+        main = next((i for i in items if i["Labels"].get("dev.sandbox.kind") in SANDBOX_KINDS), None)
+        if main is not None and not everything:
+            labels, state = main["Labels"], main.get("State")
+            owner_alive = host.pid_alive(int(labels.get("dev.sandbox.owner-pid", "0") or 0))
+            # A "created" sandbox whose launcher lives is being started right now: leave it alone.
+            stopped = state in ("exited", "dead") or (state == "created" and not owner_alive)
+            if not (stopped or (labels["dev.sandbox.kind"] == "run" and not owner_alive)):
+                continue
+        elif main is None and items and not everything:
+            owner_alive = host.pid_alive(int(items[0]["Labels"].get("dev.sandbox.owner-pid", "0") or 0))
+            if owner_alive:  # a proxy whose sandbox is still being created
+                continue
+        remove_sandbox(engine, name)
+        removed.append(name)
+    return removed
+
+
+def exec_in(engine: Engine, name: str, argv: list[str], listener: Listener) -> int:
+    item = find(engine, name)
+    exec_id, stream = engine.exec_stream(item["Id"], argv)
+    for out, err in stream:
+        if out:
+            listener.output("stdout", out)
+        if err:
+            listener.output("stderr", err)
+    return engine.exec_exit_code(exec_id)
+
+
+def egress_log(engine: Engine, name: str) -> tuple[EgressEvent, ...]:
+    find(engine, name)
+    proxies = [i for i in engine.list(f"dev.sandbox.sandbox={name}") if i["Labels"].get("dev.sandbox.kind") == "proxy"]
+    if not proxies:
+        raise NotFound(f"{name} has no egress proxy (its network mode is not proxy)")
+    return parse_log(engine.logs(proxies[0]["Id"]))

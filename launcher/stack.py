@@ -1,0 +1,210 @@
+"""Which layers apply, in order: the base policy (and its `extends`) → org → user → repository
+(`.sandbox.yaml`, only once its exact content was approved) → git hooks path → command line."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Callable
+
+from launcher import host, trust
+from launcher.errors import PolicyError, Problem
+from launcher.layers import FIELDS, Effective, Layer, LayerKind, combine, effective, full_layer, get
+from launcher.model import BUILTIN_PROTECTED, Access, Policy
+from launcher.policy import parse_duration, policy_from_raw, read_policy
+from launcher.schema import policy_schema
+from launcher.yamlsafe import load_yaml
+
+META_KEYS = ("version", "name", "description", "extends")
+MAX_EXTENDS = 4
+
+
+def present(raw: dict, field: str) -> bool:
+    node = raw
+    for key in field.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+    return True
+
+
+def _unruled(raw: dict, props: dict, prefix: str = ""):
+    """Schema fields set in `raw` that have no combine rule (a layer may not set them)."""
+    for key, value in raw.items():
+        name = prefix + str(key)
+        if name in FIELDS or name in META_KEYS or key not in props:
+            continue
+        sub = props[key]
+        if isinstance(value, dict) and "properties" in sub and any(f.startswith(name + ".") for f in FIELDS):
+            yield from _unruled(value, sub["properties"], name + ".")
+        else:
+            yield name
+
+
+def _partial(raw, data: bytes, file: str, kind: LayerKind, *, named: bool) -> tuple[Policy, Layer]:
+    """Validate a document that sets only some fields; `named`: name and description required."""
+    if not isinstance(raw, dict):
+        raise PolicyError([Problem(file=file, path="(top level)", expected="a mapping with version: 1",
+                                   found="nothing" if raw is None else type(raw).__name__)])
+    problems = []
+    if "version" not in raw:
+        problems.append(Problem(file=file, path="version", expected="this key", found="nothing",
+                                hint="every policy layer starts with version: 1"))
+    if "extends" in raw and kind not in (LayerKind.BASE, LayerKind.PRESET):
+        problems.append(Problem(file=file, path="extends", expected="no extends in a layer", found="extends",
+                                hint="only the base policy (--policy) starts from presets"))
+    problems += [Problem(file=file, path=name, expected="a field a layer can narrow", found="a field without a combine rule",
+                         hint="set it in the base policy") for name in _unruled(raw, policy_schema()["properties"])]
+    doc = dict(raw)
+    if not named:
+        doc = {"name": "layer", "description": "layer", **doc}
+    net = doc.get("network")
+    if isinstance(net, dict) and "allow" in net and "mode" not in net:
+        # The mode is inherited; if it is none there, the entries are reported as a widening.
+        doc["network"] = {**net, "mode": "proxy"}
+    try:
+        policy = policy_from_raw(doc, file, trust.sha256(data))
+    except PolicyError as exc:
+        problems += exc.problems
+    if problems:
+        raise PolicyError(problems)
+    values = []
+    for field in FIELDS:
+        if present(raw, field):
+            # The model puts the built-in paths first; the layer's own additions follow.
+            value = policy.workspace.protect[len(BUILTIN_PROTECTED):] if field == "workspace.protect" else get(policy, field)
+            values.append((field, value))
+    return policy, Layer(kind=kind, file=file, digest=policy.digest, values=tuple(values))
+
+
+def parse_layer(data: bytes, file: str, kind: LayerKind) -> Layer:
+    """A partial policy document (org, user or repository layer): `version: 1` and the fields it narrows."""
+    return _partial(load_yaml(data, file), data, file, kind, named=False)[1]
+
+
+def load_base(ref: str, *, _seen: tuple[str, ...] = ()) -> Effective:
+    """The base policy (--policy): a preset or file, on top of the presets its `extends` names."""
+    file, data = read_policy(ref)
+    raw = load_yaml(data, file)
+    kind = LayerKind.PRESET if _seen else LayerKind.BASE
+    extends = raw.get("extends") if isinstance(raw, dict) else None
+    if not extends:
+        policy = policy_from_raw({} if raw is None else raw, file, trust.sha256(data))
+        defaulted = {f for f in FIELDS if not present(raw or {}, f)}
+        return effective(policy, [full_layer(kind, policy, defaulted)])
+    own, layer = _partial(raw, data, file, kind, named=True)
+    names = extends if isinstance(extends, list) else []
+    if len(_seen) >= MAX_EXTENDS or ref in _seen or any(name in _seen + (ref,) for name in names):
+        raise PolicyError([Problem(file=file, path="extends", expected=f"at most {MAX_EXTENDS} levels, no cycle",
+                                   found=" -> ".join(_seen + (ref, *names)))])
+    result = None
+    for name in names:
+        preset = load_base(name, _seen=_seen + (ref,))
+        if result is None:
+            result = preset
+        else:  # a further preset narrows the first, field by field
+            result = effective(result.policy, preset.layers, prior=result)
+    result = effective(result.policy, [layer], prior=result)
+    policy = replace(result.policy, name=own.name, description=own.description, source=file)
+    return replace(result, policy=policy, steps=result.steps[:-1] + (policy,))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stack:
+    effective: Effective
+    notes: tuple[str, ...]      # warnings for the person at the terminal
+
+
+Ask = Callable[[str], bool]
+
+
+def _repo_layer(workspace: str, base: Policy, prior: Effective, so_far: list[Layer], *, pin: str | None,
+                ignore: bool, ask: Ask | None, approved_only: bool, notes: list[str]) -> Layer | None:
+    if ignore:
+        notes.append(f"--ignore-repo-policy: {workspace}/.sandbox.yaml, if any, is not applied")
+        return None
+    source = host.repo_policy_file(workspace)
+    if source is None:
+        if pin is not None:
+            raise PolicyError([Problem(file=f"{workspace}/.sandbox.yaml", path="", found="no such file",
+                                       expected=f"the repository policy pinned by --trust-repo-policy {pin}")])
+        return None
+    layer = parse_layer(source.data, source.path, LayerKind.REPO)
+    # A widening repository layer is refused before anyone is asked to approve it.
+    after = effective(base, so_far + [layer], prior=prior)
+    if pin is not None:
+        if trust.sha256(source.data) == pin:
+            return layer
+        raise trust.refusal(source.path, source.data, trust.Status.NEW, pin)
+    store_path, text = host.read_trust_store()
+    store = trust.parse_store(text, store_path)
+    state = trust.status(store, workspace, source.data, None)
+    if state is trust.Status.APPROVED:
+        return layer
+    if approved_only:
+        notes.append(f"{source.path} is not applied: not approved (sha256 {trust.sha256(source.data)})")
+        return None
+    if ask is None:
+        raise trust.refusal(source.path, source.data, state, None)
+    where = trust.location_problem(store_path, workspace)
+    if where:
+        raise PolicyError([where])
+    before = combine(base, so_far, prior=prior)[0]
+    effect = "\n".join(f"  {a.field}: {b.value} -> {a.value}" for a, b in zip(after.decisions, before.decisions)
+                       if a.value != b.value) or "  nothing (it repeats what is allowed)"
+    if not ask(trust.review_text(source.path, source.data, store.get(workspace), effect)):
+        raise trust.declined(source.path)
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    host.write_trust_store(trust.dump_store(trust.approve(store, workspace, source.data, now)))
+    notes.append(f"approved {source.path} (sha256 {trust.sha256(source.data)}), recorded in {store_path}")
+    return layer
+
+
+def _git_layers(workspace: str, notes: list[str]) -> tuple[list[Layer], list[str]]:
+    """Protect a hooks directory (or included config) inside the workspace like .git/hooks."""
+    by_config: dict[str, list[str]] = {}
+    at_root = []
+    for git in host.git_control_paths(workspace):
+        rel = os.path.relpath(git.path, workspace)
+        if rel == ".":
+            at_root.append(f"{git.key} = {git.value} in {git.config}")
+        elif rel == ".." or rel.startswith("../"):
+            if git.scope == "repo":
+                notes.append(f"{git.key} in {git.config} points outside the workspace ({git.path}); "
+                             "it is not reachable from the sandbox unless a mount exposes it")
+        elif any(c in rel for c in "\n\0,") or rel.startswith("/"):
+            notes.append(f"{git.key} in {git.config} is not a path that can be protected: {rel!r}")
+        else:
+            by_config.setdefault(git.config, []).append(posixpath.normpath(rel))
+    layers = [Layer(kind=LayerKind.GIT, file=config, digest="", values=(("workspace.protect", tuple(dict.fromkeys(rels))),))
+              for config, rels in by_config.items()]
+    return layers, at_root
+
+
+def build(base: Policy, prior: Effective, workspace: str, *, timeout: str | None = None, pin: str | None = None,
+          ignore_repo: bool = False, ask: Ask | None = None, approved_only: bool = False) -> Stack:
+    """Every layer after the base, applied to `base` (prior.policy, possibly amended by --allow)."""
+    notes: list[str] = []
+    layers: list[Layer] = []
+    for kind, source in ((LayerKind.ORG, host.org_policy_file()), (LayerKind.USER, host.user_policy_file())):
+        if source is not None:
+            layers.append(parse_layer(source.data, source.path, kind))
+    ws = host.workspace_real(workspace)
+    repo = _repo_layer(ws, base, prior, list(layers), pin=pin, ignore=ignore_repo, ask=ask,
+                       approved_only=approved_only, notes=notes)
+    if repo is not None:
+        layers.append(repo)
+    git_layers, at_root = _git_layers(ws, notes)
+    layers += git_layers
+    if timeout:
+        layers.append(Layer(kind=LayerKind.FLAGS, file="--timeout", digest="",
+                            values=(("limits.timeout", parse_duration(timeout)),)))
+    eff = effective(base, layers, prior=prior)
+    if at_root and eff.policy.workspace.access is Access.READ_WRITE:
+        raise PolicyError([Problem(file=at_root[0].rsplit(" in ", 1)[1], path="core.hooksPath",
+                                   expected="a hooks directory below the workspace root", found=at_root[0],
+                                   hint="git would run hooks the agent can write; use a subdirectory such as "
+                                        ".githooks, or a read-only workspace")])
+    return Stack(effective=eff, notes=tuple(notes))

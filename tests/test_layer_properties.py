@@ -1,0 +1,183 @@
+"""Property tests: for any valid base and layer, the effective policy is never wider than either,
+and a layer that is no wider than the base is never refused. The oracle below is written from the
+rules' meaning (hosts actually matched, sets, numbers), not from the implementation."""
+
+from __future__ import annotations
+
+import yaml
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+
+from conftest import fake_facts
+from launcher import layers, stack
+from launcher.compiler import compile_policy
+from launcher.errors import PolicyError
+from launcher.host import PathFact
+from launcher.layers import FIELDS, LayerKind, full_layer
+from launcher.model import Access, NetworkMode
+from launcher.policy import parse_policy
+
+DIGEST_A, DIGEST_B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+IMAGES = ["sandbox/agent:bookworm", f"sandbox/agent:bookworm@{DIGEST_A}", f"sandbox/agent@{DIGEST_B}",
+          "sandbox/agent:trixie", "other/img:1"]
+HOSTS = ["api.example.com", "*.example.com", "a.b.example.com", "*.b.example.com", "x.test", "x.test:8443",
+         "*.pypi.org", "files.pypi.org:443"]
+# Concrete names to ask every rule about: each pool host, and fresh names below each wildcard suffix.
+SAMPLES = [(h, p) for h in ("api.example.com", "zz.example.com", "a.b.example.com", "zz.b.example.com", "x.test",
+                            "files.pypi.org", "zz.pypi.org", "example.com", "pypi.org") for p in (80, 443, 8443)]
+MOUNTS = [("/srv/data", "/data"), ("/srv/ref", "/ref")]
+SETS = {"A": ["1", "2"], "B": ["1"]}
+CAPS = ["CHOWN", "KILL", "NET_BIND_SERVICE", "SETUID"]
+
+
+def subset(pool):
+    return st.lists(st.sampled_from(pool), unique=True, max_size=len(pool))
+
+
+@st.composite
+def documents(draw, base: bool):
+    """A policy document over every field; a layer sets a random part of it."""
+    mode = draw(st.sampled_from(["none", "proxy"]))
+    doc = {
+        "image": draw(st.sampled_from(IMAGES)),
+        "workspace": {"target": draw(st.sampled_from(["/workspace", "/workspace", "/src"])),
+                      "access": draw(st.sampled_from(["read-only", "read-write"])),
+                      "protect": draw(subset(["docs", "secrets", ".git/hooks", "build/out"]))},
+        "mounts": [{"source": s, "target": t, "access": draw(st.sampled_from(["read-only", "read-write"]))}
+                   for s, t in draw(subset(MOUNTS))],
+        "tmpfs": [{"target": t, "size": draw(st.sampled_from(["16m", "64m", "256m"]))}
+                  for t in draw(subset(["/tmp", "/cache"]))],
+        "network": {"mode": mode, "allow": draw(subset(HOSTS)) if mode == "proxy" else [],
+                    "allow_ip_literals": draw(st.booleans())},
+        "env": {"pass": draw(subset(["TERM", "LANG", "EDITOR"])),
+                "set": {k: draw(st.sampled_from(SETS[k])) for k in draw(subset(list(SETS)))}},
+        "limits": {"pids": draw(st.integers(16, 1024)), "memory": draw(st.sampled_from(["64m", "512m", "1g", "2g"])),
+                   "cpus": draw(st.sampled_from([0.5, 1, 2, 4])), "timeout": draw(st.sampled_from(["90s", "10m", "30m", "2h"]))},
+        "user": draw(st.sampled_from(["auto", "1000:1000", "1001:1001"])),
+        "capabilities": draw(subset(CAPS)),
+        "command": draw(st.sampled_from([["bash"], ["sh", "-c", "true"]])),
+    }
+    if not base:
+        keep = draw(st.sets(st.sampled_from(list(FIELDS)), max_size=6))
+        doc = _only(doc, keep)
+        if draw(st.booleans()) and "network" in doc and doc["network"].get("mode") == "proxy":
+            del doc["network"]["mode"]   # inherit the mode
+    return {"version": 1, **({"name": "base", "description": "d"} if base else {}), **doc}
+
+
+def _only(doc: dict, fields: set[str]) -> dict:
+    out: dict = {}
+    for field in fields:
+        head, _, tail = field.partition(".")
+        if tail:
+            out.setdefault(head, {})[tail] = doc[head][tail]
+        else:
+            out[head] = doc[head]
+    net = out.get("network", {})
+    if net.get("mode") == "none":
+        net.pop("allow", None)
+    return out
+
+
+def no_wider(field: str, got, earlier) -> bool:
+    """`got` allows nothing that `earlier` does not (the meaning of each rule)."""
+    if field == "image":
+        # The same reference, or it pinned to a digest: `name:tag@digest` or `name@digest`.
+        name, _, digest = got.partition("@")
+        earlier_name, _, earlier_digest = earlier.partition("@")
+        bare = earlier_name.rsplit(":", 1)[0] if ":" in earlier_name.split("/")[-1] else earlier_name
+        return got == earlier or (bool(digest) and name in (earlier_name, bare)
+                                  and (not earlier_digest or digest == earlier_digest))
+    if field in ("workspace.target", "user"):
+        return got == earlier
+    if field == "workspace.access":
+        return got is Access.READ_ONLY or earlier is Access.READ_WRITE
+    if field == "workspace.protect":
+        return set(got) >= set(earlier)
+    if field == "mounts":
+        return all(any((m.source, m.target) == (e.source, e.target) and
+                       (m.access is Access.READ_ONLY or e.access is Access.READ_WRITE) for e in earlier) for m in got)
+    if field == "tmpfs":
+        return all(any(t.target == e.target and t.size_bytes <= e.size_bytes for e in earlier) for t in got)
+    if field == "network.mode":
+        return got is NetworkMode.NONE or earlier is NetworkMode.PROXY
+    if field == "network.allow":
+        return all(any(e.matches(h, p) for e in earlier) for h, p in SAMPLES if any(r.matches(h, p) for r in got))
+    if field == "network.allow_ip_literals":
+        return not got or earlier
+    if field in ("env.pass", "env.set", "capabilities"):
+        return set(got) <= set(earlier)
+    if field == "command":
+        return True
+    return got <= earlier   # limits
+
+
+def parse(doc: dict, base: bool):
+    data = yaml.safe_dump(doc).encode()
+    try:
+        if base:
+            return parse_policy(data, "base.yaml")
+        return stack.parse_layer(data, "layer.yaml", LayerKind.REPO)
+    except PolicyError:
+        assume(False)
+
+
+SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(documents(base=True), documents(base=False))
+def test_layering_never_widens_any_field(base_doc, layer_doc):
+    base, layer = parse(base_doc, True), parse(layer_doc, False)
+    try:
+        eff = layers.effective(base, [full_layer(LayerKind.BASE, base), layer])
+    except PolicyError as exc:
+        event("refused as a widening")
+        assert all(p.file == "layer.yaml" and p.path.split("[")[0].split(".")[0] in {f.split(".")[0] for f in FIELDS}
+                   for p in exc.problems)
+        return
+    event("applied")
+    for field in FIELDS:
+        assert no_wider(field, layers.get(eff.policy, field), layers.get(base, field)), field
+    for field, value in layer.values:
+        if field not in ("command", "workspace.protect"):
+            assert no_wider(field, layers.get(eff.policy, field), value), field
+
+
+@SETTINGS
+@given(documents(base=True), documents(base=False))
+def test_a_layer_no_wider_than_the_base_is_never_refused(base_doc, layer_doc):
+    base, layer = parse(base_doc, True), parse(layer_doc, False)
+    values = dict(layer.values)
+    assume(all(no_wider(f, v, layers.get(base, f)) for f, v in values.items()))
+    # Allow entries the base's own mode or IP rule would take away are not part of the layer's claim.
+    assume(not (values.get("network.allow") and base.network.mode is NetworkMode.NONE))
+    layers.effective(base, [full_layer(LayerKind.BASE, base), layer])
+
+
+def _facts(policy):
+    facts = fake_facts()
+    return facts.__class__(**{**facts.__dict__, "protected": tuple(
+        PathFact(given=p.split("/")[0], real=f"/home/dev/repo/{p.split('/')[0]}", kind="missing")
+        for p in policy.workspace.protect),
+        "mounts": tuple(PathFact(given=m.source, real=m.source, kind="dir") for m in policy.mounts)})
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(documents(base=True), documents(base=False))
+def test_the_compiled_plan_is_never_wider_than_the_base_plan(base_doc, layer_doc):
+    assume(base_doc["network"]["mode"] == "none")
+    base, layer = parse(base_doc, True), parse(layer_doc, False)
+    try:
+        eff = layers.effective(base, [full_layer(LayerKind.BASE, base), layer]).policy
+    except PolicyError:
+        event("refused as a widening")
+        return
+    event("applied")
+    before, after = compile_policy(base, _facts(base)).container, compile_policy(eff, _facts(eff)).container
+    writable = lambda c: {m.target for m in c.mounts if not m.read_only}
+    assert writable(after) <= writable(before)
+    assert set(after.cap_add) <= set(before.cap_add) and after.network_mode == before.network_mode == "none"
+    assert after.pids_limit <= before.pids_limit and after.memory_bytes <= before.memory_bytes
+    assert after.nano_cpus <= before.nano_cpus
+    assert set(dict(after.env)) <= set(dict(before.env)) and after.read_only_root and after.cap_drop == ("ALL",)

@@ -1,0 +1,221 @@
+"""Proxy-mode egress against real containers only: our own upstream and canary containers on an
+internal Docker network stand in for the internet. Nothing here reaches any other address."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from fakes import Recorder
+from launcher import host, images, launch
+from launcher.compiler import compile_policy
+from launcher.errors import ProbeFailed
+from launcher.policy import load_policy, with_allowed
+
+pytestmark = pytest.mark.engine
+SANDBOX = [sys.executable, "-m", "launcher"]
+UPSTREAM = Path(__file__).parent / "upstream"
+
+
+class Internet:
+    def __init__(self, engine):
+        self.engine, self.client = engine, engine.client
+        self.network = f"sandbox-test-internet-{os.getpid()}"
+        self.client.api.build(path=str(UPSTREAM), tag="sandbox-test/upstream:1", rm=True, decode=True)
+        # internal: whatever happens, nothing on this network can leave the machine
+        self.client.networks.create(self.network, driver="bridge", internal=True)
+        self.upstream = self._start("upstream", ["allowed.test", "sub.allowed.test", "other.test"])
+        self.canary = self._start("canary", ["denied.test", "canary.test", "allowed.test.evil.test"])
+        self.canary_ip = self.client.api.inspect_container(self.canary)["NetworkSettings"]["Networks"][self.network]["IPAddress"]
+
+    def _start(self, name: str, aliases: list[str]) -> str:
+        api = self.client.api
+        ref = api.create_container(
+            "sandbox-test/upstream:1", name=f"{self.network}-{name}", environment={"UPSTREAM_NAME": name, "UPSTREAM_PAYLOAD": str(64 << 20)},
+            host_config=api.create_host_config(network_mode=self.network),
+            networking_config=api.create_networking_config({self.network: api.create_endpoint_config(aliases=aliases)}))["Id"]
+        api.start(ref)
+        deadline = time.monotonic() + 30
+        while b"READY" not in api.logs(ref) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return ref
+
+    def seen_by_canary(self) -> list[str]:
+        return [line for line in self.client.api.logs(self.canary).decode().splitlines() if line != "READY"]
+
+    def close(self):
+        for ref in (self.upstream, self.canary):
+            self.client.api.remove_container(ref, force=True)
+        self.client.api.remove_network(self.network)
+
+
+@pytest.fixture(scope="module")
+def internet(engine):
+    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
+    net = Internet(engine)
+    yield net
+    net.close()
+
+
+def run_ci(internet, workspace, allow, script, *extra, timeout=120):
+    args = ["run", "-p", "ci", "-w", str(workspace), "--egress-network", internet.network, "--report",
+            str(workspace.parent / "report.json"), *extra]
+    for host_ in allow:
+        args += ["--allow", host_]
+    result = subprocess.run(SANDBOX + args + ["--", "bash", "-c", script], capture_output=True, text=True, timeout=timeout)
+    return result, json.loads((workspace.parent / "report.json").read_text())
+
+
+def leftovers(engine, workspace) -> list:
+    label = f"dev.sandbox.workspace={os.path.realpath(workspace)}"
+    return [c["Names"][0] for c in engine.list(label)] + [n["Name"] for n in engine.list_networks(label)]
+
+
+CURL = 'curl -s -o /dev/null -w "%{http_code}" --max-time 10'
+
+
+def test_allowed_host_works_denied_host_gets_403_and_the_canary_sees_nothing(engine, internet, workspace):
+    result, report = run_ci(internet, workspace, ["allowed.test"],
+                            f'curl -s --max-time 10 http://allowed.test/; echo "denied=$({CURL} http://denied.test/)"')
+    assert result.returncode == 0, result.stderr
+    assert "upstream allowed.test 80" in result.stdout and "denied=403" in result.stdout
+    assert internet.seen_by_canary() == []
+    assert any(b["host"] == "denied.test" and b["count"] == 1 for b in report["egress"]["blocked"])
+    assert "egress blocked (1 requests)" in result.stderr and "GET denied.test:80" in result.stderr
+    assert report["probe"]["ok"] and {"egress.proxy", "egress.direct", "egress.dns"} <= {c["id"] for c in report["probe"]["checks"]}
+    assert leftovers(engine, workspace) == []
+
+
+def test_wildcard_and_port_rules_behave_as_documented(engine, internet, workspace):
+    script = "; ".join(f'echo "{u}=$({CURL} {u})"' for u in (
+        "http://sub.allowed.test/", "http://allowed.test/", "http://allowed.test:8443/", "http://sub.allowed.test:8443/"))
+    result, _ = run_ci(internet, workspace, ["*.allowed.test", "allowed.test:8443"], script)
+    assert result.returncode == 0, result.stderr
+    assert "http://sub.allowed.test/=200" in result.stdout           # wildcard covers a sub-name
+    assert "http://allowed.test/=403" in result.stdout               # ... never the bare suffix
+    assert "http://allowed.test:8443/=200" in result.stdout          # port rule
+    assert "http://sub.allowed.test:8443/=403" in result.stdout      # wildcard only on 80/443
+    assert internet.seen_by_canary() == []
+
+
+def test_the_proxy_refuses_ip_literals_localhost_other_ports_and_lookalikes(engine, internet, workspace):
+    urls = [f"http://{internet.canary_ip}/", "http://localhost/", "http://127.0.0.1:3128/", "http://allowed.test:8443/",
+            "http://allowed.test.evil.test/", "http://denied.test/"]
+    # NO_PROXY sends localhost to the sandbox's own loopback; ask the proxy explicitly instead.
+    script = "; ".join(f'echo "{u}=$({CURL} -x "$HTTP_PROXY" --noproxy "" {u})"' for u in urls)
+    script += f'; echo "connect=$({CURL} -p https://allowed.test:8443/)"'   # CONNECT to an allowed host, other port
+    result, _ = run_ci(internet, workspace, ["allowed.test"], script)
+    for url in urls:
+        assert f"{url}=403" in result.stdout, result.stdout
+    assert "connect=000" in result.stdout  # CONNECT refused with 403, so curl reports no HTTP code
+    assert internet.seen_by_canary() == []
+
+
+def test_direct_connections_and_dns_never_reach_the_canary(engine, internet, workspace):
+    ip = internet.canary_ip
+    script = (f'curl --noproxy "*" -s --max-time 3 http://{ip}/ && echo DIRECT-OK; '
+              f'(echo x > /dev/udp/{ip}/53) 2>/dev/null; timeout 3 bash -c "echo > /dev/tcp/{ip}/80" 2>/dev/null && echo TCP-OK; '
+              'getent hosts canary.test && echo DNS-OK; getent hosts allowed.test && echo DNS2-OK; echo done')
+    result, _ = run_ci(internet, workspace, ["allowed.test"], script)
+    assert result.returncode == 0 and "done" in result.stdout
+    assert not any(word in result.stdout for word in ("DIRECT-OK", "TCP-OK", "DNS-OK", "DNS2-OK"))
+    assert internet.seen_by_canary() == []
+
+
+def test_killing_the_proxy_mid_run_cuts_egress(engine, internet, workspace):
+    script = (f'echo "first=$({CURL} http://allowed.test/)"; for i in $(seq 100); do [ -e /tmp/go ] && break; '
+              f'sleep 0.1; done; sleep 3; echo "second=$({CURL} http://allowed.test/)"; '
+              f'echo "direct=$({CURL} --noproxy "*" http://{internet.canary_ip}/)"')
+    proc = subprocess.Popen(SANDBOX + ["run", "-p", "ci", "-w", str(workspace), "--egress-network", internet.network,
+                                       "--allow", "allowed.test", "--", "bash", "-c", script],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "first=200"
+    proxies = [c for c in engine.list(f"dev.sandbox.workspace={workspace}") if c["Labels"]["dev.sandbox.kind"] == "proxy"]
+    engine.client.api.kill(proxies[0]["Id"])
+    out, _ = proc.communicate(timeout=120)
+    assert "second=000" in out and "direct=000" in out
+    assert internet.seen_by_canary() == []
+    assert leftovers(engine, workspace) == []
+
+
+def test_up_keeps_an_egress_log_and_down_removes_proxy_and_networks(engine, internet, workspace):
+    name = "sandbox-test-proxy-up"
+    result = subprocess.run(SANDBOX + ["up", str(workspace), "-p", "ci", "--name", name, "--no-shell", "--allow",
+                                       "allowed.test", "--egress-network", internet.network], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    try:
+        subprocess.run(SANDBOX + ["exec", name, "--", "sh", "-c", f"{CURL} http://denied.test/a; {CURL} http://allowed.test/"],
+                       capture_output=True, text=True)
+        logs = subprocess.run(SANDBOX + ["logs", name, "--egress", "--allowed"], capture_output=True, text=True)
+        assert "GET denied.test:80  x1" in logs.stderr and "GET allowed.test:80  x1" in logs.stderr
+    finally:
+        subprocess.run(SANDBOX + ["down", name], capture_output=True)
+    assert leftovers(engine, workspace) == []
+
+
+def test_gc_removes_proxy_and_networks_of_a_killed_launcher(engine, internet, workspace):
+    proc = subprocess.Popen(SANDBOX + ["run", "-p", "ci", "-w", str(workspace), "--egress-network", internet.network,
+                                       "--", "sleep", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if "probe passed" in line:
+            break
+    proc.kill()
+    proc.wait()
+    assert len(leftovers(engine, workspace)) == 3   # sandbox, proxy, internal network
+    subprocess.run(SANDBOX + ["gc"], capture_output=True, text=True, check=True)
+    assert leftovers(engine, workspace) == []
+
+
+# --- tamper tests for the proxy-mode probe checks -------------------------------------------
+
+def _plan(workspace, internet):
+    policy = with_allowed(load_policy("ci"), ("allowed.test",))
+    facts = host.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag)
+    return compile_policy(policy, facts, egress_network=internet.network,
+                          command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
+
+
+def _tamper_network(plan, **changes):
+    nets = tuple(replace(n, **changes) if n.internal else n for n in plan.networks)
+    return replace(plan, networks=nets)
+
+
+PROXY_TAMPERS = {
+    # the proxy listens elsewhere: nothing answers where the sandbox was told to go
+    "egress.proxy": lambda p, net: replace(p, proxy=replace(p.proxy, config=p.proxy.config.replace(
+        "http_port 3128", "http_port 3129"))),
+    # a proxy that allows everything
+    "egress.denied": lambda p, net: replace(p, proxy=replace(p.proxy, config=p.proxy.config.replace(
+        "http_access deny all", "http_access allow all"))),
+    # a plain internal network: its gateway is on the host, so the host answers (refuses)
+    "egress.direct": lambda p, net: _tamper_network(p, internal=False, options=()),
+    # the sandbox sits on the internet network itself, where outside names resolve
+    "egress.dns": lambda p, net: replace(p, container=replace(p.container, network_mode=net)),
+}
+
+
+@pytest.fixture
+def probe_only(monkeypatch):
+    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env: [])
+
+
+def test_the_untampered_proxy_plan_passes(engine, internet, workspace):
+    outcome = launch.run(engine, _plan(workspace, internet), Recorder())
+    assert outcome.probe.ok and (workspace / "AGENT-RAN").exists()
+
+
+@pytest.mark.parametrize("check", list(PROXY_TAMPERS))
+def test_tampered_proxy_mode_fails_its_check(engine, internet, workspace, check, probe_only):
+    plan = PROXY_TAMPERS[check](_plan(workspace, internet), internet.network)
+    with pytest.raises(ProbeFailed) as info:
+        launch.run(engine, plan, Recorder())
+    assert info.value.report is not None, str(info.value)
+    assert check in {c.id for c in info.value.report.failed}
+    assert not (workspace / "AGENT-RAN").exists() and leftovers(engine, workspace) == []
