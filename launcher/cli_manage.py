@@ -60,11 +60,14 @@ def down(name: str) -> None:
 @main.command()
 @click.option("--all", "everything", is_flag=True, help="Also remove running `up` sandboxes.")
 def gc(everything: bool) -> None:
-    """Remove containers of ours left behind (stopped, or whose launcher died)."""
-    from launcher import engine, sandboxes
+    """Remove sandboxes of ours left behind (stopped, or whose launcher died) with their proxies
+    and networks, and probe volumes of earlier probe versions."""
+    from launcher import engine, images, sandboxes
 
     try:
-        removed = sandboxes.gc(engine.connect(), everything)
+        eng = engine.connect()
+        removed = sandboxes.gc(eng, everything)
+        removed += sandboxes.stale_probe_volumes(eng, images.probe_volume_name())
     except SandboxError as exc:
         _fail(exc)
     click.echo(f"sandbox: removed {len(removed)}: {', '.join(removed)}" if removed else "sandbox: nothing to remove", err=True)

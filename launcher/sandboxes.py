@@ -80,6 +80,21 @@ def gc(engine: Engine, everything: bool) -> list[str]:
     return removed
 
 
+def stale_probe_volumes(engine: Engine, current: str) -> list[str]:
+    """Remove probe volumes of earlier probe versions that no container uses any more."""
+    from launcher.errors import EngineError
+
+    removed = []
+    for volume in engine.list_volumes():
+        if volume["Name"].startswith("sandbox-probe-") and volume["Name"] != current:
+            try:
+                engine.remove_volume(volume["Name"])
+                removed.append(volume["Name"])
+            except EngineError:  # still mounted by a running sandbox
+                pass
+    return removed
+
+
 def exec_in(engine: Engine, name: str, argv: list[str], listener: Listener) -> int:
     item = find(engine, name)
     exec_id, stream = engine.exec_stream(item["Id"], argv)
