@@ -219,3 +219,11 @@ def test_tampered_proxy_mode_fails_its_check(engine, internet, workspace, check,
     assert info.value.report is not None, str(info.value)
     assert check in {c.id for c in info.value.report.failed}
     assert not (workspace / "AGENT-RAN").exists() and leftovers(engine, workspace) == []
+
+
+def test_default_egress_network_is_created_and_removed(engine, workspace):
+    # No request leaves: the probe asks only for a .invalid name, which the proxy refuses unresolved.
+    result = subprocess.run(SANDBOX + ["run", "-p", "ci", "-w", str(workspace), "--allow", "api.example.invalid", "--",
+                                       "true"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "probe passed" in result.stderr and leftovers(engine, workspace) == []
