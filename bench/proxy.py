@@ -42,7 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     rounds = parser.parse_args().rounds
-    docker("build", "-q", "-t", "sandbox-test/upstream:1", str(ROOT / "tests" / "upstream"))
+    docker("build", "-q", "-t", "sandbox-test/upstream:1", str(ROOT / "images" / "upstream"))
     docker("network", "create", "--internal", NET)
     docker("run", "-d", "--name", f"{NET}-up", "--network", NET, "--network-alias", "files.test",
            "-e", f"UPSTREAM_PAYLOAD={SIZE}", "sandbox-test/upstream:1")

@@ -15,10 +15,12 @@ class EgressEvent:
     port: str
     status: str
     verdict: str        # Squid's, e.g. TCP_DENIED, TCP_MISS, TCP_TUNNEL
+    sni: str = "-"      # the TLS server name the client sent inside a CONNECT tunnel
+    tls: str = "-"      # what Squid did with that TLS: peek, splice, or terminate (SNI not allowed)
 
     @property
     def denied(self) -> bool:
-        return self.verdict.startswith("TCP_DENIED") or self.status == "403"
+        return self.verdict.startswith("TCP_DENIED") or self.status == "403" or self.tls == "terminate"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,9 +37,9 @@ def parse_log(text: str) -> tuple[EgressEvent, ...]:
     events = []
     for line in text.splitlines():
         fields = line.split()
-        if len(fields) == 7 and fields[0] == MARK and fields[1].isdigit():
+        if len(fields) == 9 and fields[0] == MARK and fields[1].isdigit():
             events.append(EgressEvent(time=int(fields[1]), method=fields[2], host=fields[3], port=fields[4],
-                                      status=fields[5], verdict=fields[6]))
+                                      status=fields[5], verdict=fields[6], sni=fields[7], tls=fields[8]))
     return tuple(events)
 
 

@@ -145,8 +145,8 @@ def main() -> None:
 @click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP)
 @click.option("--workspace", "-w", default=".", show_default=True, type=click.Path(file_okay=False),
               help="Host directory the agent works on.")
-@click.option("--format", "fmt", type=click.Choice(["json", "argv"]), default="json", show_default=True,
-              help="json: the whole plan; argv: the equivalent `docker run` command.")
+@click.option("--format", "fmt", type=click.Choice(["json", "argv", "compose"]), default="json", show_default=True,
+              help="json: the whole plan; argv: the equivalent `docker run` command; compose: a compose file.")
 @egress_options
 @layer_options
 @click.option("--show-layers", is_flag=True, expose_value=False, callback=_layer_option,
@@ -163,6 +163,10 @@ def compile(policy: str, workspace: str, fmt: str, allow: tuple[str, ...], egres
         _fail(exc)
     if fmt == "argv":
         click.echo(render.argv_text(plan))
+    elif fmt == "compose":
+        from launcher.compose import compose_text
+
+        click.echo(compose_text(plan), nl=False)
     else:
         click.echo(json.dumps(render.plan_to_dict(plan), indent=2))
 
@@ -240,7 +244,7 @@ def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_
     The probe runs first; if any check fails the command never starts. Output is streamed; the
     exit code is the agent's, or one of the codes in `sandbox --help`.
     """
-    from launcher import launch, report
+    from launcher import host, launch, report, summary
     from launcher.errors import ProbeFailed
 
     started, plan, probe, outcome, error = time.monotonic(), None, None, None, None
@@ -264,7 +268,8 @@ def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_
         code = 130 if isinstance(exc, KeyboardInterrupt) else 143
         status, error = "interrupted", "interrupted; the sandbox was removed"
     finally:
-        if as_json or report_path:
+        summary_path = host.step_summary_path()
+        if as_json or report_path or summary_path:
             data = report.build(status=status, exit_code=code, started=started, plan=plan, probe=probe,
                                 egress=outcome.egress if outcome else (),
                                 agent_exit=outcome.exit_code if outcome else None,
@@ -273,6 +278,8 @@ def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_
                 report.write(report_path, data)
             if as_json:
                 click.echo(json.dumps(data, indent=2))
+            if summary_path:
+                summary.append(summary_path, data)
     if outcome and plan.proxy:
         _print_blocked(outcome.egress)
     if error:
@@ -324,4 +331,4 @@ def up(workspace: str, policy: str, name: str | None, no_shell: bool, allow: tup
 
 
 # The management commands register themselves on `main` (kept apart to keep files short).
-from launcher import cli_manage  # noqa: E402,F401
+from launcher import cli_manage, cli_selftest, cli_team  # noqa: E402,F401

@@ -12,12 +12,13 @@ import re
 
 from launcher.errors import PolicyError, Problem
 from launcher.host import HostFacts, PathFact
-from launcher.model import Access, NetworkMode, Policy
+from launcher import inject
+from launcher.model import Access, NetworkMode, Policy, SecretPolicy
 from launcher.plan import (PROBE_BUSYBOX, PROBE_DIR, PROBE_SCRIPT, ContainerSpec, LaunchPlan, Mount,
                            MountKind, ProbeExpectations)
 from launcher.policy import CAPABILITY_BITS
 from launcher.proxy import (INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_ALIAS, PROXY_PORT, NetworkSpec,
-                            ProxySpec, render_squid)
+                            ProxySpec, SecretEndpoint, render_squid)
 from launcher.secrets import secret_value
 
 LABEL = "dev.sandbox"
@@ -86,14 +87,26 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
     networks = [NetworkSpec(name=internal, internal=True, options=INTERNAL_OPTIONS, labels=net_labels)]
     if not egress_network:
         networks.append(NetworkSpec(name=egress, internal=False, options=(), labels=net_labels))
+    secrets = tuple(_endpoint(i, s, policy.network.allow_ip_literals) for i, s in enumerate(policy.secrets))
     proxy = ProxySpec(name=f"{name}-proxy", image=host.proxy_image,
-                      config=render_squid(name, policy.network.allow), internal_network=internal,
+                      config=render_squid(name, policy.network.allow, secrets=secrets), internal_network=internal,
                       egress_network=egress, alias=PROXY_ALIAS, port=PROXY_PORT,
-                      labels=tuple(sorted({**labels, f"{LABEL}.kind": "proxy"}.items())))
+                      labels=tuple(sorted({**labels, f"{LABEL}.kind": "proxy"}.items())), secrets=secrets)
     url = f"http://{PROXY_ALIAS}:{PROXY_PORT}"
+    # The endpoints are reached directly, not through the forward proxy (which would refuse the name).
+    no_proxy = "localhost,127.0.0.1" + (f",{PROXY_ALIAS}" if secrets else "")
     env = {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
-           "NO_PROXY": "localhost,127.0.0.1", "no_proxy": "localhost,127.0.0.1"}
+           "NO_PROXY": no_proxy, "no_proxy": no_proxy}
+    env.update({inject.endpoint_var(s.name): f"http://{PROXY_ALIAS}:{s.port}" for s in secrets})
     return tuple(networks), proxy, env
+
+
+def _endpoint(index: int, secret: SecretPolicy, ip_literals: bool) -> SecretEndpoint:
+    upstream = inject.parse_upstream(secret.upstream, ip_literals)
+    header, template = inject.split_header(secret.header)
+    return SecretEndpoint(name=secret.name, var=f"{inject.PROXY_VAR}{index}", from_env=secret.env,
+                          from_file=secret.file, port=inject.FIRST_PORT + index, scheme=upstream.scheme,
+                          host=upstream.host, upstream_port=upstream.port, header=header, template=template)
 
 
 def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] = (),
@@ -132,7 +145,14 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     mounts = [Mount(kind=MountKind.BIND, source=ws.real, target=target, read_only=not writable_ws)]
     placeholders: list[str] = []
     if writable_ws:
-        for anchor in dict((a.given, a) for a in host.protected).values():
+        anchors = dict((a.given, a) for a in host.protected)
+        # The directories above a protected path (.git for .git/hooks) become mount points too,
+        # bound writable onto themselves: a mount point cannot be renamed, so `mv .git x; mkdir
+        # .git` cannot swap in a fresh, writable .git/hooks (found by `sandbox selftest`).
+        for parent in sorted({g.rsplit("/", i)[0] for g in anchors for i in range(1, g.count("/") + 1)} - set(anchors)):
+            mounts.append(Mount(kind=MountKind.BIND, source=posixpath.join(ws.real, parent),
+                                target=posixpath.join(target, parent), read_only=False))
+        for anchor in anchors.values():
             at = posixpath.join(target, anchor.given)
             if anchor.kind == "missing":
                 # An empty read-only tmpfs takes the name, so nothing can be created there. Docker

@@ -54,6 +54,10 @@ class Engine:
         with _mapped("reading the engine version"):
             return self.client.version()
 
+    def info(self) -> dict:
+        with _mapped("reading the engine's system information"):
+            return self.client.info()
+
     # images
     def image_exists(self, ref: str) -> bool:
         import docker.errors
@@ -142,8 +146,9 @@ class Engine:
                 pid_mode=spec.pid_mode or None, dns=list(spec.dns) or None, group_add=list(spec.group_add) or None, stdin_open=False, tty=False)
             return container.id
 
-    def create_proxy(self, spec: ProxySpec) -> str:
-        """The egress proxy: unprivileged, read-only root, no capabilities, on both networks."""
+    def create_proxy(self, spec: ProxySpec, secrets: dict[str, str] | None = None) -> str:
+        """The egress proxy: unprivileged, read-only root, no capabilities, on both networks.
+        `secrets`: the injected secrets' values, for this container's environment only."""
         import base64
 
         api = self.client.api
@@ -157,7 +162,8 @@ class Engine:
             ref = api.create_container(
                 spec.image, name=spec.name, user=spec.user, labels=dict(spec.labels), host_config=host_config,
                 networking_config=networking,
-                environment={"SANDBOX_SQUID_CONF": base64.b64encode(spec.config.encode()).decode()})["Id"]
+                environment={"SANDBOX_SQUID_CONF": base64.b64encode(spec.config.encode()).decode(),
+                             **(secrets or {})})["Id"]
             api.connect_container_to_network(ref, spec.egress_network)
             return ref
 

@@ -76,6 +76,11 @@ ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
                     checks=("identity.uid", "identity.gid", "identity.groups")),
     ("capabilities", ""): E(mechanism="--cap-drop ALL, --cap-add per entry", component=Component.CAPABILITIES,
                             checks=("caps.bnd", "caps.process")),
+    ("secrets", "none"): E(mechanism="nothing to inject: no proxy", component=Component.NAMESPACE,
+                           checks=("net.interfaces",)),
+    ("secrets", "proxy"): E(mechanism="the proxy adds the header on its endpoint port; the sandbox gets only "
+                                      "SANDBOX_ENDPOINT_<NAME>", component=Component.PROXY, checks=("env.secrets",),
+                            note="the agent can use the key against that one upstream, never read it"),
     ("command", ""): E(mechanism="the container command, run after the probe", component=Component.NOTHING, checks=(),
                        note="what runs inside, not a boundary"),
 }
@@ -99,7 +104,7 @@ ALWAYS: tuple[tuple[str, Enforcement], ...] = (
 
 
 def _variant(field: str, eff: Effective) -> str:
-    if field.startswith("network."):
+    if field.startswith("network.") or field == "secrets":
         return eff.policy.network.mode.value
     if field == "workspace.access":
         return eff.policy.workspace.access.value

@@ -143,6 +143,22 @@ def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str =
     )
 
 
+def read_secret(name: str, env: str, file: str) -> str:
+    """The value of an injected secret (for the proxy only), from a host variable or a file."""
+    from launcher.errors import PolicyError, Problem
+
+    where = f"secrets ({name})"
+    if env:
+        value = os.environ.get(env, "")
+        if not value:
+            raise PolicyError([Problem(file="host environment", path=where, expected=f"${env} set and not empty",
+                                       found="nothing", hint=f"export {env}=… before running sandbox")])
+        return value
+    path = os.path.expanduser(file)
+    data = _read_regular(path, required=True, follow=True, limit=64 * 1024)
+    return data.decode("utf-8", errors="replace").removesuffix("\n")
+
+
 def is_interactive() -> bool:
     import sys
 
@@ -151,6 +167,10 @@ def is_interactive() -> bool:
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true")
+
+
+def step_summary_path() -> str:
+    return os.environ.get("GITHUB_STEP_SUMMARY", "")   # set by GitHub Actions: Markdown for the job page
 
 
 def pid_alive(pid: int) -> bool:
@@ -321,3 +341,44 @@ def git_control_paths(workspace: str) -> tuple[GitPath, ...]:
             found.append(GitPath(config=config, scope=scope, key=key, value=value,
                                  path=os.path.normpath(os.path.join(base, expanded))))
     return tuple(found)
+
+
+
+# ---- selftest: a scratch workspace, the host's own addresses
+def scratch_workspace(prefix: str) -> str:
+    """A fresh checkout-like directory (.git/hooks, .git/config, README.md), owned by uid 1000 when
+    we are root, as a developer's checkout would be. Remove it with remove_tree."""
+    import tempfile
+
+    ws = os.path.join(tempfile.mkdtemp(prefix=prefix), "repo")
+    os.chmod(os.path.dirname(ws), 0o755)
+    os.makedirs(os.path.join(ws, ".git", "hooks"))
+    for name, text in ((".git/config", "[core]\n\tbare = false\n"), ("README.md", "selftest scratch workspace\n")):
+        with open(os.path.join(ws, name), "w") as out:
+            out.write(text)
+    for path in (ws, *(os.path.join(ws, p) for p in (".git", ".git/hooks", ".git/config", "README.md"))):
+        if os.geteuid() == 0:
+            os.lchown(path, 1000, 1000)
+    return ws
+
+
+def remove_tree(path: str) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def tree_listing(path: str) -> tuple[str, ...]:
+    """Every entry below `path` (symlinks not followed), to tell whether anything changed there."""
+    return tuple(sorted(os.path.relpath(os.path.join(b, n), path) for b, d, f in os.walk(path) for n in d + f))
+
+
+def ipv4_addresses() -> tuple[str, ...]:
+    """The host's own IPv4 addresses but loopback (the LOCAL entries of the kernel's routing trie)."""
+    found, last = set(), ""
+    with open("/proc/net/fib_trie") as trie:
+        for words in map(str.split, trie):
+            last = words[1] if words[:1] == ["|--"] else last
+            if "LOCAL" in words and not last.startswith("127."):
+                found.add(last)
+    return tuple(sorted(found))

@@ -110,16 +110,17 @@ def _probe_failed(report: ProbeReport, errors: list[str]) -> ProbeFailed:
     return ProbeFailed("the sandbox did not take effect; the agent was not started:\n  " + "\n  ".join(lines), report)
 
 
-PROXY_READY = "Accepting HTTP Socket connections"
+PROXY_READY = "Socket connections at"  # "Accepting [SSL bumped ]HTTP Socket connections at ..."
 PROXY_TIMEOUT = 30
 
 
 def _start_proxy(engine: Engine, plan: LaunchPlan, listener: Listener) -> None:
     """Networks first, then the proxy; wait until Squid accepts connections."""
+    values = secret_values(plan)   # read only now: the plan itself never holds a secret's value
     for network in plan.networks:
         engine.create_network(network)
     listener.status(f"starting egress proxy {plan.proxy.name} ({len(plan.proxy.config.splitlines())} config lines)")
-    ref = engine.create_proxy(plan.proxy)
+    ref = engine.create_proxy(plan.proxy, values)
     engine.start(ref)
     deadline = time.monotonic() + PROXY_TIMEOUT
     while time.monotonic() < deadline:
@@ -130,6 +131,23 @@ def _start_proxy(engine: Engine, plan: LaunchPlan, listener: Listener) -> None:
         time.sleep(0.05)
     tail = "\n    ".join(engine.logs(ref, stdout=False, stderr=True).strip().splitlines()[-5:])
     raise EngineError(f"the egress proxy did not come up:\n    {tail}")
+
+
+def secret_values(plan: LaunchPlan) -> dict[str, str]:
+    """The proxy's variables carrying the injected secrets, read from the host; refused when unusable."""
+    from launcher.errors import PolicyError, Problem
+    from launcher.inject import squid_value
+
+    values = {}
+    for secret in plan.proxy.secrets if plan.proxy else ():
+        value = host.read_secret(secret.name, secret.from_env, secret.from_file)
+        try:
+            squid_value(value)
+        except ValueError as exc:
+            raise PolicyError([Problem(file=secret.from_file or f"${secret.from_env}", path=f"secrets ({secret.name})",
+                                       expected="a single-line printable value", found=str(exc))]) from None
+        values[secret.var] = value
+    return values
 
 
 def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener) -> tuple[str, _Output, ProbeReport, bytes]:

@@ -61,6 +61,7 @@ FIELDS: dict[str, tuple[tuple[str, ...], str]] = {
     "user": (("user",), "fixed"),
     "capabilities": (("capabilities",), "intersect"),
     "command": (("command",), "replace"),
+    "secrets": (("secrets",), "intersect"),
 }
 
 RULES = {
@@ -140,6 +141,8 @@ def show_entry(field: str, entry) -> str:
         return f"{entry.target} ({_size(entry.size_bytes)})"
     if field == "env.set":
         return f"{entry[0]}={entry[1]}"
+    if field == "secrets":   # where the value comes from is shown, never the value
+        return f"{entry.name} ({'$' + entry.env if entry.env else entry.file} -> {entry.upstream})"
     return str(entry)
 
 
@@ -165,7 +168,8 @@ def _pin(a: str, b: str) -> str:
         return a
     ra, ta, da = _image_parts(a)
     rb, tb, db = _image_parts(b)
-    if rb != ra or (da and db and db != da) or (not da and tb is not None and tb != ta):
+    # Another tag is another image, also when the base is pinned (it would be silently ignored).
+    if rb != ra or (da and db and db != da) or (tb is not None and ta is not None and tb != ta):
         raise _Widening([("", f"{a} or the same image pinned to a digest", b)])
     return b if db and not da else a   # an unpinned mention of a pinned image keeps the pin
 
@@ -260,6 +264,8 @@ def _consistent(policy: Policy) -> Policy:
     allow = policy.network.allow
     if policy.network.mode is NetworkMode.NONE:
         allow = ()
+        if policy.secrets:   # no proxy, nothing to inject a secret
+            policy = put(policy, "secrets", ())
     elif not policy.network.allow_ip_literals:
         allow = tuple(r for r in allow if not r.ip)
     return policy if allow == policy.network.allow else put(policy, "network.allow", allow)

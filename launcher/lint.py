@@ -165,6 +165,11 @@ def _per_file(report: _Report, doc: Doc, layer: Layer, policy: Policy) -> None:
                        f"{name} is also in env.set, whose value wins", "keep one of them")
     if "network.allow" in values:
         _egress(report, doc, values["network.allow"], policy.network.allow_ip_literals)
+    for i, secret in enumerate(values.get("secrets", ())):
+        if secret.upstream.startswith("http://"):
+            report.add(Severity.WARNING, "secret-cleartext", doc, f"secrets[{i}].upstream",
+                       f"the proxy sends {secret.name}'s value to {secret.upstream} without TLS",
+                       "use https:// unless that network is your own")
 
 
 def _survives(field: str, entry, value: tuple) -> bool:

@@ -69,6 +69,17 @@ class Limits:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SecretPolicy:
+    """A credential the proxy adds to requests for one upstream; the sandbox never holds it."""
+
+    name: str
+    env: str          # host environment variable holding the value, or ""
+    file: str         # host file holding the value, or ""
+    upstream: str     # scheme://host[:port] the proxy forwards the endpoint to
+    header: str       # "Name: template" with {value} where the secret goes
+
+
+@dataclass(frozen=True, kw_only=True)
 class Policy:
     name: str
     description: str
@@ -84,3 +95,4 @@ class Policy:
     user: tuple[int, int] | None  # None: "auto", decided from the workspace owner
     capabilities: tuple[str, ...]
     command: tuple[str, ...]
+    secrets: tuple[SecretPolicy, ...] = ()   # proxy mode only

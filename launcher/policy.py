@@ -10,8 +10,9 @@ from pathlib import Path
 from launcher import resources
 from launcher.errors import PolicyError, Problem
 from launcher.egress import parse_rule
+from launcher import inject
 from launcher.model import (BUILTIN_PROTECTED, Access, EnvPolicy, Limits, MountPolicy, NetworkMode,
-                            NetworkPolicy, Policy, TmpfsPolicy, WorkspacePolicy)
+                            NetworkPolicy, Policy, SecretPolicy, TmpfsPolicy, WorkspacePolicy)
 from launcher.schema import check, policy_schema
 from launcher.secrets import secret_name, secret_value
 from launcher.yamlsafe import load_yaml
@@ -166,6 +167,8 @@ def _semantic_problems(doc: dict, file: str) -> list[Problem]:
                 "secrets never enter the sandbox (the value is not shown)")
         elif "\n" in value or "\0" in value:
             bad(f"env.set.{name}", "a single-line value", "a newline or NUL in the value")
+    for path, expected, found, hint in inject.problems(doc["secrets"], net):
+        bad(path, expected, found, hint)
     return problems
 
 
@@ -191,4 +194,6 @@ def _build(doc: dict, file: str, digest: str) -> Policy:
         user=user,
         capabilities=tuple(sorted({c.removeprefix("CAP_") for c in doc["capabilities"]})),
         command=tuple(doc["command"]),
+        secrets=tuple(SecretPolicy(name=e["name"], env=e["env"], file=e["file"], upstream=e["upstream"].rstrip("/"),
+                                   header=e["header"]) for e in doc["secrets"]),
     )

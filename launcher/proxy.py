@@ -23,6 +23,22 @@ class NetworkSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SecretEndpoint:
+    """One injected secret as the proxy serves it. Where the value comes from, never the value."""
+
+    name: str
+    var: str                  # the proxy's variable carrying the value at launch (SANDBOX_SECRET_<i>)
+    from_env: str             # host variable, or ""
+    from_file: str            # host file, or ""
+    port: int                 # the proxy's plain-HTTP endpoint port for the sandbox
+    scheme: str               # towards the upstream: https (TLS, system CAs) or http
+    host: str
+    upstream_port: int
+    header: str               # header name
+    template: str             # header value with {value}
+
+
+@dataclass(frozen=True, kw_only=True)
 class ProxySpec:
     name: str
     image: str
@@ -38,6 +54,7 @@ class ProxySpec:
     # The root filesystem is read-only; Squid writes only to these small tmpfs directories.
     scratch_dirs: tuple[str, ...] = ("/run/squid", "/var/spool/squid", "/var/log/squid")
     scratch_options: str = "uid=13,gid=13,mode=0700,size=16m"
+    secrets: tuple[SecretEndpoint, ...] = ()
 
 
 # The sandbox's only network. inhibit_ipv4 keeps the gateway address off the host's bridge, so
@@ -45,17 +62,38 @@ class ProxySpec:
 INTERNAL_OPTIONS = (("com.docker.network.bridge.inhibit_ipv4", "true"),)
 
 
+def _pattern(rule: AllowRule) -> str:
+    # Any name below the suffix, never the suffix itself (Squid's ".suffix" would match both).
+    return "^([a-z0-9-]+\\.)+" + re.escape(rule.host).replace("\\-", "-") + "$"
+
+
 def _acl(rule: AllowRule) -> str:
     if rule.wildcard:
-        # Any name below the suffix, never the suffix itself (Squid's ".suffix" would match both).
-        return "dstdom_regex -i ^([a-z0-9-]+\\.)+" + re.escape(rule.host).replace("\\-", "-") + "$"
+        return "dstdom_regex -n -i " + _pattern(rule)  # -n: an IP literal is not reverse-resolved (hung here)
     return f"dstdomain -n {rule.host}"  # -n: compare the name as written, no reverse lookups
 
 
-def render_squid(sandbox: str, rules: tuple[AllowRule, ...], port: int = PROXY_PORT) -> str:
+def _sni_acl(rule: AllowRule) -> str:
+    # --client-requested: the name the client sent (SNI), whatever the server's certificate says.
+    if rule.wildcard:
+        return "ssl::server_name_regex --client-requested -i " + _pattern(rule)
+    return f"ssl::server_name --client-requested {rule.host}"
+
+
+def _endpoint(index: int, s: SecretEndpoint) -> dict:
+    # The value is filled in by the proxy's start script from s.var; % is doubled (logformat codes).
+    value = s.template.replace("%", "%%").replace("{value}", f"@{s.var}@")
+    return {"id": f"secret{index}", "bind": PROXY_ALIAS, "port": s.port, "host": s.host, "upstream_port": s.upstream_port,
+            "tls": s.scheme == "https", "header": s.header, "value": value}
+
+
+def render_squid(sandbox: str, rules: tuple[AllowRule, ...], port: int = PROXY_PORT,
+                 secrets: tuple[SecretEndpoint, ...] = ()) -> str:
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
     env = Environment(loader=PackageLoader("launcher", "templates"), undefined=StrictUndefined,
                       keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
-    context = [{"acl": _acl(r), "ports": " ".join(map(str, r.ports))} for r in rules]
-    return env.get_template("squid.conf.j2").render(sandbox=sandbox, rules=context, port=port)
+    context = [{"acl": _acl(r), "sni_acl": _sni_acl(r), "ports": " ".join(map(str, r.ports))} for r in rules]
+    endpoints = [_endpoint(i, s) for i, s in enumerate(secrets)]
+    return env.get_template("squid.conf.j2").render(sandbox=sandbox, rules=context, port=port, bind=PROXY_ALIAS,
+                                                    endpoints=endpoints)

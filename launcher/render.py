@@ -87,7 +87,9 @@ def proxy_argvs(plan: LaunchPlan) -> list[list[str]]:
                 "--security-opt=no-new-privileges", "--pids-limit", str(p.pids_limit), "--memory", str(p.memory_bytes),
                 "--memory-swap", str(p.memory_bytes), "--network", p.internal_network, "--network-alias", p.alias,
                 *[f"--tmpfs={d}:{p.scratch_options}" for d in p.scratch_dirs],
-                *[f"--label={k}={v}" for k, v in p.labels], "--env", f"SANDBOX_SQUID_CONF={config}", p.image])
+                *[f"--label={k}={v}" for k, v in p.labels], "--env", f"SANDBOX_SQUID_CONF={config}",
+                # name only: docker takes the value from the caller's environment (export it first)
+                *[a for s in p.secrets for a in ("--env", s.var)], p.image])
     out.append(["docker", "network", "connect", p.egress_network, p.name])
     out.append(["docker", "start", p.name])
     return out
@@ -96,4 +98,6 @@ def proxy_argvs(plan: LaunchPlan) -> list[list[str]]:
 def argv_text(plan: LaunchPlan) -> str:
     """The `docker` commands, one per line (the probe's result is not checked by plain docker)."""
     lines = proxy_argvs(plan) if plan.proxy else []
-    return "\n".join(shlex.join(argv) for argv in lines + [to_argv(plan)])
+    notes = [f"# export {s.var} with the value of {'$' + s.from_env if s.from_env else s.from_file} (secret {s.name}) "
+             "first: the proxy reads it from its environment" for s in (plan.proxy.secrets if plan.proxy else ())]
+    return "\n".join(notes + [shlex.join(argv) for argv in lines + [to_argv(plan)]])

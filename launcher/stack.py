@@ -64,6 +64,9 @@ def _partial(raw, data: bytes, file: str, kind: LayerKind, *, named: bool) -> tu
     if isinstance(net, dict) and "allow" in net and "mode" not in net:
         # The mode is inherited; if it is none there, the entries are reported as a widening.
         doc["network"] = {**net, "mode": "proxy"}
+    if doc.get("secrets") and not (isinstance(net, dict) and "mode" in net):
+        # Likewise for secrets: only a proxy injects them; under mode none they are a widening.
+        doc["network"] = {**(net if isinstance(net, dict) else {}), "mode": "proxy"}
     try:
         policy = policy_from_raw(doc, file, trust.sha256(data))
     except PolicyError as exc:

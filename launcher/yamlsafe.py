@@ -7,6 +7,7 @@ import yaml
 from launcher.errors import PolicyError, Problem
 
 MAX_BYTES = 256 * 1024
+MAX_DEPTH = 32          # a policy needs four or five levels
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -17,7 +18,15 @@ class _StrictLoader(yaml.SafeLoader):
             event = self.peek_event()
             raise yaml.MarkedYAMLError(None, None, "aliases (*name) are not allowed in policy files",
                                        event.start_mark)
-        return super().compose_node(parent, index)
+        # Refuse deep nesting early: the composer recurses, and thousands of levels took seconds.
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.MarkedYAMLError(None, None, f"nesting deeper than {MAX_DEPTH} levels",
+                                           self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node, deep=False):
         seen = {}
@@ -41,6 +50,9 @@ def load_yaml(data: bytes, file: str):
     except UnicodeDecodeError as exc:
         raise PolicyError([Problem(file=file, path="", expected="UTF-8 text",
                                    found=f"invalid byte at offset {exc.start}")]) from None
+    if _flow_depth(text) > MAX_DEPTH:
+        raise PolicyError([Problem(file=file, path="", expected="valid YAML",
+                                   found=f"brackets nested deeper than {MAX_DEPTH} levels")])
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - _StrictLoader is a SafeLoader
     except yaml.MarkedYAMLError as exc:
@@ -49,5 +61,24 @@ def load_yaml(data: bytes, file: str):
         raise PolicyError([Problem(file=file, path=where, expected="valid YAML",
                                    found=str(exc.problem))]) from None
     except (yaml.YAMLError, RecursionError) as exc:
+        detail = str(exc).splitlines()[0] if isinstance(exc, yaml.YAMLError) and str(exc) else ""
         raise PolicyError([Problem(file=file, path="", expected="valid YAML",
-                                   found=type(exc).__name__)]) from None
+                                   found=f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__)]) from None
+
+
+def _flow_depth(text: str) -> int:
+    """Deepest [ / { nesting outside quotes and comments. PyYAML's scanner looks ahead across a
+    whole flow collection, quadratic in its depth, before the composer's own limit can act."""
+    depth = deepest = 0
+    quote = ""
+    for i, char in enumerate(text):
+        if quote:
+            quote = "" if char == quote or (char == "\n" and quote == "#") else quote
+        elif char in "\"'" or (char == "#" and (i == 0 or text[i - 1] in " \t\n")):
+            quote = "\n" if char == "#" else char
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth = max(0, depth - 1)
+    return deepest

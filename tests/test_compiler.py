@@ -149,3 +149,12 @@ def test_paths_with_odd_characters_are_escaped_for_the_probe_and_quoted_for_dock
     assert "wsroot=/home/dev/my\\040repo\\054v2" in plan.container.command
     argv = render.to_argv(plan)
     assert '"src=/home/dev/my repo,v2"' in argv[argv.index("--mount") + 1]
+
+
+def test_directories_above_protected_paths_are_mount_points_so_they_cannot_be_renamed():
+    # `mv .git x && mkdir -p .git/hooks` would otherwise swap in a writable hooks directory.
+    plan = untrusted(protected_kind="dir")
+    binds = {m.target: m for m in plan.container.mounts if m.kind is MountKind.BIND}
+    for parent in ("/workspace/.git", "/workspace/.github"):
+        assert not binds[parent].read_only and binds[parent].source == "/home/dev/repo" + parent[len("/workspace"):]
+    assert "/workspace/.git" in plan.probe.writable and binds["/workspace/.git/hooks"].read_only

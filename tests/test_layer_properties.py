@@ -28,6 +28,12 @@ SAMPLES = [(h, p) for h in ("api.example.com", "zz.example.com", "a.b.example.co
 MOUNTS = [("/srv/data", "/data"), ("/srv/ref", "/ref")]
 SETS = {"A": ["1", "2"], "B": ["1"]}
 CAPS = ["CHOWN", "KILL", "NET_BIND_SERVICE", "SETUID"]
+SECRETS = ["model", "search"]
+
+
+def _secret(name: str) -> dict:
+    return {"name": name, "env": name.upper() + "_VALUE", "upstream": f"https://{name}.example.com",
+            "header": "Authorization: Bearer {value}"}
 
 
 def subset(pool):
@@ -56,6 +62,7 @@ def documents(draw, base: bool):
         "user": draw(st.sampled_from(["auto", "1000:1000", "1001:1001"])),
         "capabilities": draw(subset(CAPS)),
         "command": draw(st.sampled_from([["bash"], ["sh", "-c", "true"]])),
+        "secrets": [_secret(n) for n in draw(subset(SECRETS))] if mode == "proxy" else [],
     }
     if not base:
         keep = draw(st.sets(st.sampled_from(list(FIELDS)), max_size=6))
@@ -105,7 +112,7 @@ def no_wider(field: str, got, earlier) -> bool:
         return all(any(e.matches(h, p) for e in earlier) for h, p in SAMPLES if any(r.matches(h, p) for r in got))
     if field == "network.allow_ip_literals":
         return not got or earlier
-    if field in ("env.pass", "env.set", "capabilities"):
+    if field in ("env.pass", "env.set", "capabilities", "secrets"):
         return set(got) <= set(earlier)
     if field == "command":
         return True

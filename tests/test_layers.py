@@ -134,6 +134,8 @@ def test_a_pinned_image_keeps_its_pin():
     assert narrow(f"image: '{pinned}'\n".encode(), b"image: sandbox/agent:bookworm\n").policy.image == pinned
     assert "found sandbox/agent:bookworm@sha256:" in widening(f"image: '{pinned}'\n".encode(),
                                                                f"image: '{pinned[:-1]}b'\n".encode())
+    # another tag after a pin is another image, not something to ignore (found by the property test)
+    assert "found sandbox/agent:trixie" in widening(f"image: '{pinned}'\n".encode(), b"image: sandbox/agent:trixie\n")
 
 
 def test_protected_paths_only_add_up():

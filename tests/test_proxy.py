@@ -7,9 +7,7 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -18,42 +16,10 @@ from launcher import host, images, launch
 from launcher.compiler import compile_policy
 from launcher.errors import ProbeFailed
 from launcher.policy import load_policy, with_allowed
+from launcher.testnet import Internet
 
 pytestmark = pytest.mark.engine
 SANDBOX = [sys.executable, "-m", "launcher"]
-UPSTREAM = Path(__file__).parent / "upstream"
-
-
-class Internet:
-    def __init__(self, engine):
-        self.engine, self.client = engine, engine.client
-        self.network = f"sandbox-test-internet-{os.getpid()}"
-        self.client.api.build(path=str(UPSTREAM), tag="sandbox-test/upstream:1", rm=True, decode=True)
-        # internal: whatever happens, nothing on this network can leave the machine
-        self.client.networks.create(self.network, driver="bridge", internal=True)
-        self.upstream = self._start("upstream", ["allowed.test", "sub.allowed.test", "other.test"])
-        self.canary = self._start("canary", ["denied.test", "canary.test", "allowed.test.evil.test"])
-        self.canary_ip = self.client.api.inspect_container(self.canary)["NetworkSettings"]["Networks"][self.network]["IPAddress"]
-
-    def _start(self, name: str, aliases: list[str]) -> str:
-        api = self.client.api
-        ref = api.create_container(
-            "sandbox-test/upstream:1", name=f"{self.network}-{name}", environment={"UPSTREAM_NAME": name, "UPSTREAM_PAYLOAD": str(64 << 20)},
-            host_config=api.create_host_config(network_mode=self.network),
-            networking_config=api.create_networking_config({self.network: api.create_endpoint_config(aliases=aliases)}))["Id"]
-        api.start(ref)
-        deadline = time.monotonic() + 30
-        while b"READY" not in api.logs(ref) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return ref
-
-    def seen_by_canary(self) -> list[str]:
-        return [line for line in self.client.api.logs(self.canary).decode().splitlines() if line != "READY"]
-
-    def close(self):
-        for ref in (self.upstream, self.canary):
-            self.client.api.remove_container(ref, force=True)
-        self.client.api.remove_network(self.network)
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +156,7 @@ def _tamper_network(plan, **changes):
 PROXY_TAMPERS = {
     # the proxy listens elsewhere: nothing answers where the sandbox was told to go
     "egress.proxy": lambda p, net: replace(p, proxy=replace(p.proxy, config=p.proxy.config.replace(
-        "http_port 3128", "http_port 3129"))),
+        ":3128 ssl-bump", ":3129 ssl-bump"))),
     # a proxy that allows everything
     "egress.denied": lambda p, net: replace(p, proxy=replace(p.proxy, config=p.proxy.config.replace(
         "http_access deny all", "http_access allow all"))),
@@ -213,7 +179,9 @@ def test_the_untampered_proxy_plan_passes(engine, internet, workspace):
 
 @pytest.mark.parametrize("check", list(PROXY_TAMPERS))
 def test_tampered_proxy_mode_fails_its_check(engine, internet, workspace, check, probe_only):
-    plan = PROXY_TAMPERS[check](_plan(workspace, internet), internet.network)
+    original = _plan(workspace, internet)
+    plan = PROXY_TAMPERS[check](original, internet.network)
+    assert plan != original, "the tamper changed nothing"
     with pytest.raises(ProbeFailed) as info:
         launch.run(engine, plan, Recorder())
     assert info.value.report is not None, str(info.value)
@@ -227,3 +195,17 @@ def test_default_egress_network_is_created_and_removed(engine, workspace):
                                        "true"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "probe passed" in result.stderr and leftovers(engine, workspace) == []
+
+
+def test_tls_sni_must_be_allowed_too(engine, internet, workspace):
+    """Squid peeks at the TLS client hello inside a CONNECT tunnel: an SNI that no rule allows cuts
+    the tunnel before anything reaches the upstream; an allowed one is spliced through untouched."""
+    before = internet.client.api.logs(internet.upstream).decode().count("CONN 443")
+    script = ('curl -s --max-time 5 --connect-to denied.test:443:allowed.test:443 https://denied.test/ -o /dev/null; '
+              'echo "mismatch=$?"')
+    result, report = run_ci(internet, workspace, ["allowed.test"], script)
+    assert "mismatch=0" not in result.stdout
+    assert internet.client.api.logs(internet.upstream).decode().count("CONN 443") == before
+    assert any(e["sni"] == "denied.test" and e["tls"] == "terminate" and e["denied"] for e in report["egress"]["requests"])
+    result, _ = run_ci(internet, workspace, ["allowed.test"], "curl -s --max-time 3 https://allowed.test/ -o /dev/null; true")
+    assert internet.client.api.logs(internet.upstream).decode().count("CONN 443") == before + 1

@@ -1,0 +1,45 @@
+"""`sandbox selftest`: prove on this Docker host that the presets hold against hostile attempts."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from launcher.cli import Console, _fail, _Terminated, main
+from launcher.errors import SandboxError
+
+
+@main.command()
+@click.option("--policy", "-p", "policies", multiple=True, metavar="P",
+              help="Preset or policy file to test; repeatable (default: every bundled preset).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the JSON report to this file.")
+def selftest(policies: tuple[str, ...], json_path: str | None) -> None:
+    """Launch real sandboxes and run, as the agent user inside, a matrix of hostile attempts
+    (writes outside the workspace, protected paths, credentials, runtime sockets, privilege,
+    kernel interfaces, resource bombs, egress and the host's own listener).
+
+    \b
+    Exit codes: 0 every attempt was blocked; 1 an attempt succeeded or a case could not run;
+    121 engine unavailable; 130/143 interrupted (everything created was removed).
+    """
+    from launcher import engine, selftest as st
+
+    console = Console()
+    try:
+        results = st.run(engine.connect(), policies, console.status)
+    except SandboxError as exc:
+        _fail(exc)
+    except (KeyboardInterrupt, _Terminated) as exc:
+        sys.exit(130 if isinstance(exc, KeyboardInterrupt) else 143)
+    for result in results:
+        click.echo(st.table(result))
+        click.echo()
+    data = st.to_json(results)
+    if json_path:
+        with open(json_path, "w") as out:
+            json.dump(data, out, indent=2)
+    summary = ", ".join(f"{r.policy}: {sum(c.verdict == st.PASS for c in r.cases)}/{len(r.cases)}" for r in results)
+    click.echo(f"selftest {'passed' if data['ok'] else 'FAILED'} ({summary})")
+    sys.exit(0 if data["ok"] else 1)

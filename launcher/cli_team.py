@@ -1,0 +1,57 @@
+"""The `sandbox` commands for CI and teams: doctor (is this host fit?) and devcontainer."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+
+import click
+
+from launcher.cli import _fail, _plan, egress_options, layer_options, main
+from launcher.errors import ExitCode, SandboxError
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable findings.")
+def doctor(as_json: bool) -> None:
+    """Check this host: engine reachable and its version, runc/engine/containerd against known
+    container-escape fixes, seccomp, cgroups, rootless, user-namespace remapping, AppArmor/SELinux,
+    images and debootstrap. Each finding is ok, warn or fail with a fix; exit code 121 on a fail."""
+    from launcher import doctor as checks, engine
+
+    findings = checks.run(engine.connect)
+    if as_json:
+        click.echo(json.dumps([asdict(f) | {"status": f.status.value} for f in findings], indent=2))
+    else:
+        click.echo(checks.render(findings))
+    sys.exit(ExitCode.ENGINE if any(f.status is checks.Status.FAIL for f in findings) else ExitCode.OK)
+
+
+@main.command()
+@click.argument("workspace", default=".", type=click.Path(file_okay=False))
+@click.option("--policy", "-p", default="devcontainer", show_default=True, help="Preset name or policy file.")
+@click.option("--force", is_flag=True, help="Replace generated files that exist already.")
+@egress_options
+@layer_options
+def devcontainer(workspace: str, policy: str, force: bool, allow: tuple[str, ...], egress_network: str | None) -> None:
+    """Write WORKSPACE/.devcontainer/ (devcontainer.json, a Dockerfile whose entrypoint is the probe,
+    and compose.yaml in proxy mode) from the effective policy, for `devcontainer up` and editors.
+    Regenerate it when the policy, the layers or the workspace's location change."""
+    from launcher import devcontainer as dc
+
+    try:
+        _, plan = _plan(policy, workspace, (), kind="up", allow=allow, egress_network=egress_network)
+        written = dc.write(workspace, dc.files(plan), force)
+    except SandboxError as exc:
+        _fail(exc)
+    for path in written:
+        click.echo(f"sandbox: wrote {path}", err=True)
+
+
+@main.command()
+def schema() -> None:
+    """Print the policy format's JSON Schema (for editors: `# yaml-language-server: $schema=FILE`)."""
+    from importlib import resources
+
+    click.echo(resources.files("launcher").joinpath("policy-v1.schema.json").read_text(), nl=False)

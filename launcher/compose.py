@@ -1,0 +1,97 @@
+"""The LaunchPlan as a compose file (format 2.4: Debian's docker-compose 1.29 and `docker compose`
+both read it): the same sandbox container, proxy and networks, without the launcher's own checks."""
+
+from __future__ import annotations
+
+import base64
+
+from launcher.plan import LaunchPlan, Mount, MountKind
+from launcher.proxy import ProxySpec
+
+PROBE_VOLUME_KEY = "sandbox-probe"
+SECRET_DIR = "/run/sandbox-secrets"
+
+
+def _text(value: str) -> str:
+    return value.replace("$", "$$")    # compose interpolates $VAR; what the plan says is literal
+
+
+def _mount(mount: Mount) -> dict:
+    out: dict = {"type": mount.kind.value, "target": mount.target, "read_only": mount.read_only}
+    if mount.kind is MountKind.TMPFS:
+        if mount.size_bytes:
+            out["tmpfs"] = {"size": mount.size_bytes}
+    elif mount.kind is MountKind.VOLUME:
+        out["source"] = PROBE_VOLUME_KEY
+    else:
+        out["source"] = _text(mount.source)
+    return out
+
+
+def _proxy_service(proxy: ProxySpec) -> dict:
+    env = {"SANDBOX_SQUID_CONF": base64.b64encode(proxy.config.encode()).decode()}
+    volumes = []
+    for secret in proxy.secrets:
+        if secret.from_env:
+            # Interpolated by compose from the caller's environment; the file holds only the name.
+            env[secret.var] = "${%s:?secret %s: set %s}" % (secret.from_env, secret.name, secret.from_env)
+        else:
+            env[secret.var + "_FILE"] = f"{SECRET_DIR}/{secret.name}"
+            volumes.append({"type": "bind", "source": _text(secret.from_file), "read_only": True,
+                            "target": f"{SECRET_DIR}/{secret.name}"})
+    return {
+        "image": proxy.image, "container_name": proxy.name, "user": proxy.user, "read_only": True,
+        "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"], "pids_limit": proxy.pids_limit,
+        "mem_limit": proxy.memory_bytes, "memswap_limit": proxy.memory_bytes,
+        "tmpfs": [f"{d}:{proxy.scratch_options}" for d in proxy.scratch_dirs],
+        "labels": {k: _text(v) for k, v in proxy.labels},
+        "environment": env, **({"volumes": volumes} if volumes else {}),
+        "networks": {"internal": {"aliases": [proxy.alias]}, "egress": {}},
+        # The sandbox starts only once Squid accepts connections: its probe checks the proxy first.
+        "healthcheck": {"test": ["CMD", "perl", "-MIO::Socket::INET", "-e",
+                                 f"IO::Socket::INET->new(q({proxy.alias}:{proxy.port})) or exit 1"],
+                        "interval": "1s", "timeout": "2s", "retries": 30},
+    }
+
+
+def to_compose(plan: LaunchPlan) -> dict:
+    """A compose document equivalent to what `sandbox run` creates for this plan."""
+    c = plan.container
+    sandbox = {
+        "image": c.image, "container_name": c.name, "hostname": c.hostname, "user": c.user,
+        "entrypoint": [_text(a) for a in c.entrypoint], "command": [_text(a) for a in c.command],
+        "working_dir": c.working_dir, "environment": {k: _text(v) for k, v in c.env},
+        "labels": {k: _text(v) for k, v in c.labels}, "read_only": c.read_only_root,
+        "cap_drop": list(c.cap_drop), **({"cap_add": list(c.cap_add)} if c.cap_add else {}),
+        "security_opt": list(c.security_opt), "pids_limit": c.pids_limit,
+        "mem_limit": c.memory_bytes, "memswap_limit": c.memory_bytes, "cpus": c.nano_cpus / 1e9,
+        "volumes": [_mount(m) for m in c.mounts], "stdin_open": False, "tty": False,
+    }
+    doc: dict = {"version": "2.4", "services": {}, "volumes": {
+        PROBE_VOLUME_KEY: {"external": True, "name": next(m.source for m in c.mounts if m.kind is MountKind.VOLUME)}}}
+    if plan.proxy is None:
+        sandbox["network_mode"] = c.network_mode
+    else:
+        p = plan.proxy
+        sandbox.update(networks=["internal"], dns=list(c.dns), depends_on={"proxy": {"condition": "service_healthy"}})
+        doc["services"]["proxy"] = _proxy_service(p)
+        internal = next(n for n in plan.networks if n.name == p.internal_network)
+        egress = next((n for n in plan.networks if n.name == p.egress_network), None)
+        doc["networks"] = {
+            "internal": {"name": internal.name, "internal": True, "driver_opts": dict(internal.options),
+                         "labels": {k: _text(v) for k, v in internal.labels}},
+            "egress": ({"name": egress.name, "labels": {k: _text(v) for k, v in egress.labels}} if egress
+                       else {"external": True, "name": p.egress_network}),
+        }
+    doc["services"]["sandbox"] = sandbox
+    return doc
+
+
+def compose_text(plan: LaunchPlan) -> str:
+    import yaml
+
+    head = (f"# sandbox: policy {plan.policy_name} (sha256 {plan.policy_digest[:12]}). Equivalent to `sandbox run`,\n"
+            "# but nothing compares the created containers with the plan: the probe (the entrypoint) still\n"
+            "# refuses to start the agent unless every check passes. The probe volume must exist\n"
+            "# (`sandbox images build`).\n")
+    return head + yaml.safe_dump(to_compose(plan), sort_keys=False, width=1000)

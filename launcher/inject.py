@@ -1,0 +1,92 @@
+"""Secrets the egress proxy injects: each becomes a plain-HTTP endpoint on the proxy that forwards to
+one upstream and adds one header. The value itself reaches only the proxy, at launch time."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from launcher.egress import parse_rule
+from launcher.secrets import secret_name
+
+ENDPOINT_PREFIX = "SANDBOX_ENDPOINT_"
+FIRST_PORT = 3130              # secret i (0-based) is served on FIRST_PORT + i
+PROXY_VAR = "SANDBOX_SECRET_"  # the proxy container's variable carrying secret i: SANDBOX_SECRET_<i>
+_UPSTREAM = re.compile(r"^(https?)://([^/?#@\s]+?)(?::([0-9]{1,5}))?/?$")
+# Squid reads the header value as a quoted string with logformat %codes: no quotes or backslashes,
+# and the template text is written with % doubled.
+_SAFE_TEXT = re.compile(r'^[\x20-\x7e]*$')
+
+
+@dataclass(frozen=True, kw_only=True)
+class Upstream:
+    scheme: str
+    host: str
+    port: int
+
+
+def parse_upstream(url: str, ip_literals: bool) -> Upstream:
+    """scheme://host[:port] with nothing else; raises ValueError saying what is wrong."""
+    match = _UPSTREAM.match(url)
+    if not match:
+        raise ValueError("http(s)://host[:port] without path, query or user")
+    scheme, host, port = match.groups()
+    number = int(port) if port else (443 if scheme == "https" else 80)
+    rule = parse_rule(f"{host}:{number}", ip_literals)   # the same host rules as network.allow
+    if rule.wildcard:
+        raise ValueError("one exact host, not a wildcard")
+    return Upstream(scheme=scheme, host=rule.host, port=number)
+
+
+def split_header(header: str) -> tuple[str, str]:
+    """('Authorization', 'Bearer {value}') from 'Authorization: Bearer {value}'."""
+    name, _, template = header.partition(": ")
+    return name, template
+
+
+def endpoint_var(name: str) -> str:
+    return ENDPOINT_PREFIX + name.upper()
+
+
+def header_problems(header: str) -> str | None:
+    name, template = split_header(header)
+    if not re.fullmatch(r"[A-Za-z0-9-]+", name) or name.lower() in ("host", "content-length", "transfer-encoding"):
+        return "a header name such as Authorization or x-api-key"
+    if template.count("{value}") != 1 or not _SAFE_TEXT.match(template) or '"' in template or "\\" in template:
+        return "printable text with {value} exactly once and no quote or backslash"
+    return None
+
+
+def problems(secrets: list[dict], network: dict) -> list[tuple[str, str, str, str]]:
+    """(key path, expected, found, hint) for every secrets entry the schema could not refuse."""
+    out, seen = [], {}
+    for i, entry in enumerate(secrets):
+        at = f"secrets[{i}]"
+        if network["mode"] != "proxy":
+            out.append((at, "network.mode proxy", f"mode {network['mode']}",
+                        "the proxy injects secrets; set network: {mode: proxy}"))
+        if bool(entry["env"]) == bool(entry["file"]):
+            out.append((at, "exactly one of env and file", "both" if entry["env"] else "neither",
+                        "env: MODEL_API_KEY reads the host variable; file: ~/.config/model/key reads a file"))
+        if entry["name"] in seen:
+            out.append((f"{at}.name", "a name used once", repr(entry["name"]), f"also used by {seen[entry['name']]}"))
+        seen.setdefault(entry["name"], at)
+        if secret_name(endpoint_var(entry["name"])):
+            out.append((f"{at}.name", "a name whose endpoint variable does not look like a secret",
+                        f"{entry['name']!r} ({endpoint_var(entry['name'])})",
+                        "the probe refuses secret-shaped variables in the sandbox; name it after the service, e.g. model"))
+        try:
+            parse_upstream(entry["upstream"], network["allow_ip_literals"])
+        except ValueError as exc:
+            out.append((f"{at}.upstream", str(exc), repr(entry["upstream"]), "for example https://api.example.com"))
+        expected = header_problems(entry["header"])
+        if expected:
+            out.append((f"{at}.header", expected, repr(entry["header"]), "for example 'Authorization: Bearer {value}'"))
+    return out
+
+
+def squid_value(value: str) -> str:
+    """A secret as it may appear inside Squid's quoted header value, or ValueError."""
+    if not value or not _SAFE_TEXT.match(value) or '"' in value or "\\" in value:
+        raise ValueError("an empty value, or one with a quote, backslash or non-printable character")
+    return value.replace("%", "%%")

@@ -1,0 +1,250 @@
+"""`sandbox selftest`: real sandboxes per preset, a matrix of hostile attempts run inside as the
+agent user (cases in selftest_cases.py), and the checks only the outside can make."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, replace
+from importlib import resources as pkg_resources
+from typing import Callable
+
+from launcher import host, images, launch, resources, stack
+from launcher.compiler import compile_policy
+from launcher.engine import Engine
+from launcher.errors import ProbeFailed, SandboxError
+from launcher.plan import PROBE_BUSYBOX, LaunchPlan, MountKind
+from launcher.policy import with_allowed
+from launcher.selftest_cases import OUTSIDE, Case, for_mode
+
+PASS, FAIL, ERROR = "pass", "FAIL", "ERROR"
+# Proxy-mode presets get these allow rules; the test network's upstream answers for them.
+ALLOW = ("allowed.test", "*.wild.test")
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseResult:
+    id: str
+    expected: str
+    observed: str
+    verdict: str
+    ms: int = 0             # how long the case ran inside the sandbox
+
+
+@dataclass(frozen=True, kw_only=True)
+class PresetResult:
+    policy: str
+    mode: str
+    cases: tuple[CaseResult, ...]
+    probe_checks: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.cases) and all(c.verdict == PASS for c in self.cases)
+
+
+class HostListener:
+    """A TCP listener on the host's 0.0.0.0 (free port) that records every connection it gets."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("0.0.0.0", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.peers: list[str] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, peer = self.sock.accept()
+            except OSError:
+                return
+            self.peers.append(peer[0])
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class _Collector:
+    """Launch listener: keeps the script's output, passes status lines on."""
+
+    def __init__(self, progress: Progress):
+        self.progress, self.out = progress, b""
+
+    def status(self, message: str) -> None:
+        self.progress(message)
+
+    def output(self, stream: str, data: bytes) -> None:
+        if stream == "stdout":
+            self.out += data
+
+
+def script(cases: tuple[Case, ...], params: dict[str, str]) -> str:
+    """The in-sandbox bash script: parameters, helpers, one function per case, then the runner."""
+    lib = pkg_resources.files("launcher").joinpath("templates/selftest-lib.sh").read_text()
+    head = "".join(f"export {k}={_quote(v)}\n" for k, v in params.items())
+    funcs = "".join(f"c_{i}() {{\n{c.body}\n}}\n" for i, c in enumerate(cases))
+    runner = r'''
+run_case() {
+	local out rc line start=$EPOCHREALTIME ms
+	out="$(timeout -s KILL "$2" bash -c "$(declare -f); $3" </dev/null 2>&1)"; rc=$?
+	ms=$(( (${EPOCHREALTIME/./} - ${start/./}) / 1000 ))
+	line="$(printf '%s\n' "$out" | grep -a "^VERDICT	" | tail -n 1)"
+	if [ -z "$line" ]; then
+		printf 'SELFTEST\t%s\t%s\tERROR\tno verdict (exit %s): %s\n' "$1" "$ms" "$rc" "$(printf '%s' "$out" | one_line)"
+	else
+		printf 'SELFTEST\t%s\t%s\t%s\n' "$1" "$ms" "${line#VERDICT	}"
+	fi
+}
+'''
+    calls = "".join(f"run_case {c.id} {c.timeout} c_{i}\n" for i, c in enumerate(cases))
+    return head + lib + funcs + runner + calls + "echo SELFTEST-END\n"
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+def parse(output: str, cases: tuple[Case, ...]) -> list[CaseResult]:
+    """One result per case; a case the script did not report is an error."""
+    seen: dict[str, tuple[str, str, str]] = {}
+    for line in output.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 4 and parts[0] == "SELFTEST":
+            seen[parts[1]] = (parts[2], parts[3], parts[4] if len(parts) > 4 else "")
+    results = []
+    for case in cases:
+        ms, verdict, observed = seen.get(case.id, ("0", ERROR, "the case did not report (script stopped early?)"))
+        results.append(CaseResult(id=case.id, expected=case.expected, observed=observed, ms=int(ms) if ms.isdigit() else 0,
+                                  verdict=verdict if verdict in (PASS, FAIL, ERROR) else ERROR))
+    return results
+
+
+def _plan(ref: str, workspace: str, command: tuple[str, ...], network: str | None) -> LaunchPlan:
+    policy = stack.load_base(ref).policy
+    if policy.network.mode.value == "proxy":
+        policy = with_allowed(policy, ALLOW)
+    facts = host.gather(policy, workspace, images.probe_volume_name(), images.proxy_image().tag)
+    return compile_policy(policy, facts, command=command, egress_network=network)
+
+
+def _leftovers(engine: Engine, workspace: str) -> list[str]:
+    label = f"dev.sandbox.workspace={host.workspace_real(workspace)}"
+    return [c["Names"][0] for c in engine.list(label)] + [n["Name"] for n in engine.list_networks(label)]
+
+
+def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, progress: Progress,
+               cases_for: Callable[[str], tuple[Case, ...]] = for_mode) -> PresetResult:
+    """Run every case for one preset in a fresh sandbox on a scratch workspace, then the outside checks."""
+    started = time.monotonic()
+    workspace = host.scratch_workspace("sandbox-selftest-")
+    canary_dir = host.scratch_workspace("sandbox-selftest-hostdir-")
+    before = host.tree_listing(workspace)
+    try:
+        mode = stack.load_base(ref).policy.network.mode.value
+        if mode == "proxy" and internet is None:
+            raise SandboxError("proxy mode needs the test network")
+        cases = cases_for(mode)
+        network = internet.network if mode == "proxy" else None
+        probe = _plan(ref, workspace, ("true",), network)
+        params = {
+            "MODE": mode, "WS": probe.probe.workspace, "BB": PROBE_BUSYBOX, "LISTEN_PORT": str(listener.port),
+            "HOST_IPS": " ".join(host.ipv4_addresses()), "CANARY_IP": internet.canary_ip if internet else "",
+            "HOST_CANARY_DIR": canary_dir,
+            "TMPFS": " ".join(f"{m.target}:{m.size_bytes}" for m in probe.container.mounts
+                              if m.kind is MountKind.TMPFS and not m.read_only and m.size_bytes),
+        }
+        plan = _plan(ref, workspace, ("bash", "-c", script(cases, params)), network)
+        collector = _Collector(progress)
+        seen_before = len(listener.peers)
+        try:
+            outcome = launch.run(engine, plan, collector)
+            checks = len(outcome.probe.checks)
+            results = parse(collector.out.decode(errors="replace"), cases)
+        except ProbeFailed as exc:
+            checks = 0
+            results = [CaseResult(id=c.id, expected=c.expected, observed=f"probe failed: {str(exc).splitlines()[-1]}",
+                                  verdict=ERROR) for c in cases]
+        results += _outside(engine, ref, mode, workspace, canary_dir, before, listener, seen_before, internet, network)
+        return PresetResult(policy=ref, mode=mode, cases=tuple(results), probe_checks=checks,
+                            seconds=round(time.monotonic() - started, 1))
+    finally:
+        host.remove_tree(workspace.rsplit("/", 1)[0])
+        host.remove_tree(canary_dir.rsplit("/", 1)[0])
+
+
+def _outside(engine, ref, mode, workspace, canary_dir, before, listener, seen_before, internet, network) -> list[CaseResult]:
+    def result(case_id: str, good: bool, observed: str, error: bool = False) -> CaseResult:
+        return CaseResult(id=case_id, expected=OUTSIDE[case_id][0], observed=observed,
+                          verdict=ERROR if error else PASS if good else FAIL)
+
+    peers = listener.peers[seen_before:]
+    out = [result("outside.host_listener_silent", not peers, f"connections from: {', '.join(peers)}" if peers else "none")]
+    listing = host.tree_listing(canary_dir)
+    out.append(result("outside.host_dir_untouched", listing == (".git", ".git/config", ".git/hooks", "README.md"),
+                      "unchanged" if listing == (".git", ".git/config", ".git/hooks", "README.md") else f"now: {listing}"))
+    if mode == "proxy":
+        seen = internet.seen_by_canary()
+        out.append(result("outside.canary_silent", not seen, "; ".join(seen[:3]) or "nothing"))
+    try:
+        # The agent leaves on SIGTERM, as a well-behaved one would: the graceful stop is quick.
+        agent = ("bash", "-c", "trap 'exit 143' TERM; sleep 60 & wait")
+        timed = replace(_plan(ref, workspace, agent, network), timeout_seconds=2)
+        outcome = launch.run(engine, timed, _Collector(lambda m: None))
+        out.append(result("outside.time_limit", outcome.timed_out,
+                          "stopped after 2 s" if outcome.timed_out else f"ran to exit code {outcome.exit_code}"))
+    except SandboxError as exc:
+        out.append(result("outside.time_limit", False, str(exc).splitlines()[0], error=True))
+    left = _leftovers(engine, workspace)
+    changed = host.tree_listing(workspace) != before
+    out.append(result("outside.nothing_left", not left and not changed,
+                      "nothing" if not (left or changed) else f"resources: {left}; workspace: {host.tree_listing(workspace)}"))
+    return out
+
+
+def run(engine: Engine, refs: tuple[str, ...], progress: Progress) -> tuple[PresetResult, ...]:
+    """Every preset in turn; the test network is started only when a preset needs it."""
+    from launcher.testnet import Internet
+
+    refs = refs or tuple(resources.preset_names())
+    modes = {ref: stack.load_base(ref).policy.network.mode.value for ref in refs}
+    images.ensure_for(engine, images.AGENT_IMAGE, progress, proxy="proxy" in modes.values())
+    listener, internet = HostListener(), None
+    try:
+        if "proxy" in modes.values():
+            progress("starting the test network (our own upstream and canary containers)")
+            internet = Internet(engine, f"sandbox-selftest-internet-{uuid.uuid4().hex[:8]}")
+        results = []
+        for ref in refs:
+            progress(f"selftest: {ref} ({modes[ref]} network)")
+            results.append(run_preset(engine, ref, listener=listener, internet=internet, progress=progress))
+        return tuple(results)
+    finally:
+        listener.close()
+        if internet:
+            internet.close()
+
+
+def to_json(results: tuple[PresetResult, ...]) -> dict:
+    return {"version": 1, "ok": bool(results) and all(r.ok for r in results), "presets": [
+        {"policy": r.policy, "mode": r.mode, "ok": r.ok, "probe_checks": r.probe_checks, "seconds": r.seconds,
+         "counts": {v: sum(c.verdict == v for c in r.cases) for v in (PASS, FAIL, ERROR)},
+         "cases": [{"id": c.id, "expected": c.expected, "observed": c.observed, "verdict": c.verdict, "ms": c.ms}
+                   for c in r.cases]}
+        for r in results]}
+
+
+def table(result: PresetResult) -> str:
+    width = max(len(c.id) for c in result.cases) if result.cases else 10
+    lines = [f"== {result.policy} ({result.mode} network): {sum(c.verdict == PASS for c in result.cases)}/"
+             f"{len(result.cases)} blocked, probe {result.probe_checks} checks, {result.seconds} s",
+             f"{'CASE':{width}}  {'VERDICT':7}  {'EXPECTED':40}  OBSERVED"]
+    for c in result.cases:
+        lines.append(f"{c.id:{width}}  {c.verdict:7}  {c.expected[:40]:40}  {c.observed}")
+    return "\n".join(lines)

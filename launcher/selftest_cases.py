@@ -1,0 +1,233 @@
+"""The hostile cases `sandbox selftest` runs inside a sandbox, as data: each is a bash body (run as
+the agent user, helpers in templates/selftest-lib.sh) that ends with one verdict line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BOTH = ("none", "proxy")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    id: str
+    expected: str
+    body: str
+    modes: tuple[str, ...] = BOTH
+    timeout: int = 30       # seconds; a case that runs longer is an error, not a pass
+
+
+def _c(id: str, expected: str, body: str, modes: tuple[str, ...] = BOTH, timeout: int = 30) -> Case:
+    return Case(id=id, expected=expected, body=body.strip(), modes=modes, timeout=timeout)
+
+
+_PROTECTED = [(".git/hooks/pre-commit", "create a git hook"), (".sandbox.yaml", "create the repository policy"),
+              (".github/workflows/evil.yml", "create a CI workflow"), (".envrc", "create .envrc"),
+              (".vscode/settings.json", "create IDE settings"), (".claude/settings.json", "create agent config")]
+
+FILESYSTEM = [
+    _c("fs.write_root", "EROFS", 'try_create "/selftest.$$"'),
+    _c("fs.write_etc", "EROFS", 'try_create "/etc/selftest.$$"'),
+    _c("fs.write_usr", "EROFS", 'try_create "/usr/bin/selftest.$$"'),
+    _c("fs.write_var", "EROFS", 'try_create "/var/selftest.$$"'),
+    _c("fs.write_home", "EROFS", 'try_create "${HOME:-/home/agent}/selftest.$$"'),
+    _c("fs.write_probe", "read-only probe volume", 'try_create "/.sandbox/probe/selftest.$$"'),
+    _c("fs.append_passwd", "EROFS", "try_open_w /etc/passwd"),
+    _c("fs.remount_root_rw", "EPERM", 'err="$(mount -o remount,rw / 2>&1)" && escaped "remounted / rw" || ok "$(reason "$err")"'),
+] + [
+    _c(f"protect.{path.split('/')[0].strip('.').replace('.', '_')}", "read-only (also when missing)",
+       f'try_create "$WS/{path}"') for path, _ in _PROTECTED
+] + [
+    _c("protect.git_config", "read-only", 'try_open_w "$WS/.git/config"'),
+    _c("protect.rename_git", "EBUSY/EROFS", 'err="$(mv "$WS/.git" "$WS/.git-moved" 2>&1)" && { mv "$WS/.git-moved" "$WS/.git"; escaped "renamed .git"; } || ok "$(reason "$err")"'),
+    _c("symlink.host_path", "the host path stays out of reach", r'''
+if ! ln -s "$HOST_CANARY_DIR" "$WS/.selftest-link" 2>/dev/null; then ok "cannot plant a symlink (read-only workspace)"; exit; fi
+err="$( { : >"$WS/.selftest-link/planted"; } 2>&1 )" && { rm -f "$WS/.selftest-link/planted"; rm -f "$WS/.selftest-link"; escaped "wrote through a symlink to $HOST_CANARY_DIR"; exit; }
+rm -f "$WS/.selftest-link"; ok "the host path does not exist inside: $(reason "$err")"'''),
+    _c("symlink.root_escape", "writes through a link to / stay inside (EROFS)", r'''
+if ! ln -s / "$WS/.selftest-root" 2>/dev/null; then ok "cannot plant a symlink (read-only workspace)"; exit; fi
+err="$( { : >"$WS/.selftest-root/etc/selftest.$$"; } 2>&1 )" && { rm -f "/etc/selftest.$$"; rm -f "$WS/.selftest-root"; escaped "wrote /etc through a symlink"; exit; }
+rm -f "$WS/.selftest-root"; ok "$(reason "$err")"'''),
+]
+
+CREDENTIALS = [
+    _c("creds.env", "no secret-shaped names", r'''
+n=""; for v in $(compgen -e); do case "${v^^}" in *TOKEN*|*SECRET*|*PASSWORD*|*PASSWD*|*API_KEY*|*ACCESS_KEY*|*PRIVATE_KEY*|*CREDENTIAL*|AWS_*|AZURE_*|SSH_AUTH_SOCK|GPG_AGENT_INFO|GOOGLE_APPLICATION_CREDENTIALS|DOCKER_HOST|KUBECONFIG) n="$n $v";; esac; done
+[ -z "$n" ] && ok "$(compgen -e | wc -l) variables, none secret-shaped" || escaped "names:$n"'''),
+    _c("creds.proc_environ", "no secret in any readable /proc/*/environ", r'''
+hits=""; n=0; for f in /proc/[0-9]*/environ; do [ -r "$f" ] || continue; n=$((n+1))
+  if tr '\0' '\n' <"$f" 2>/dev/null | grep -Eq '^[^=]*(TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY|CREDENTIAL)[^=]*=|=(ghp_|gho_|ghs_|github_pat_|glpat-|sk-|AKIA|ASIA|xox.-|AIza|-----BEGIN)'; then hits="$hits $f"; fi; done
+[ -z "$hits" ] && ok "$n environ files read, nothing secret-shaped" || escaped "found in$hits"'''),
+    _c("creds.files", "no credential files", r'''
+found=""; for p in "$HOME/.ssh" /root/.ssh "$HOME/.aws" "$HOME/.config/gcloud" "$HOME/.azure" "$HOME/.kube" "$HOME/.docker/config.json" "$HOME/.netrc" "$HOME/.git-credentials" "$HOME/.config/gh/hosts.yml" "$HOME/.pypirc" "$HOME/.gnupg" /run/secrets; do
+  [ -e "$p" ] && [ -r "$p" ] && found="$found $p"; done
+[ -z "$found" ] && ok "none present" || escaped "readable:$found"'''),
+    _c("creds.shadow", "unreadable", "try_read /etc/shadow"),
+]
+
+SOCKETS = [
+    _c("sock.runtime_paths", "absent", r'''
+found=""; for s in /var/run/docker.sock /run/docker.sock /run/containerd/containerd.sock /var/run/containerd/containerd.sock /run/podman/podman.sock /run/buildkit/buildkitd.sock /var/run/crio/crio.sock /run/user/*/docker.sock; do
+  { [ -e "$s" ] || [ -L "$s" ]; } && found="$found $s"; done
+[ -z "$found" ] && ok "none of the known runtime sockets exists" || escaped "present:$found"'''),
+    _c("sock.parent_dirs", "no runtime dir mounted (/run, /var/run, /var/lib/docker)", r'''
+bad=$(awk '{print $5}' /proc/self/mountinfo | grep -E '^/(var/)?run(/|$)|^/var/lib/(docker|containerd|containers)(/|$)' | tr '\n' ' ')
+for d in /run/docker /run/containerd /var/lib/docker /var/lib/containerd /run/podman; do [ -e "$d" ] && bad="$bad $d"; done
+[ -z "$bad" ] && ok "no mount under /run, /var/run or a runtime dir" || escaped "$bad"'''),
+    _c("sock.any_socket_file", "no socket file on any mount", r'''
+s=$(timeout 20 find / \( -path /proc -o -path /sys \) -prune -o -type s -print 2>/dev/null | head -n 5 | tr '\n' ' ')
+[ -z "$s" ] && ok "none found" || escaped "$s"''', timeout=40),
+    _c("sock.abstract", "no runtime socket in this network namespace", r'''
+s=$(awk 'NR > 1 && $8 ~ /docker|containerd|buildkit|podman/ {print $8}' /proc/net/unix 2>/dev/null | head -n 3 | tr '\n' ' ')
+[ -z "$s" ] && ok "no docker/containerd/buildkit/podman socket in /proc/net/unix" || escaped "$s"'''),
+]
+
+PRIVILEGE = [
+    _c("priv.uid", "not root", '[ "$(id -u)" != 0 ] && ok "uid $(id -u) gid $(id -g) groups $(id -G)" || escaped "uid 0"'),
+    _c("priv.caps", "no capabilities", r'''
+c=$(awk '/^Cap(Inh|Prm|Eff|Amb)/ && $2 != "0000000000000000" {print $1 $2}' /proc/self/status | tr '\n' ' ')
+[ -z "$c" ] && ok "CapInh/Prm/Eff/Amb all zero" || escaped "$c"'''),
+    _c("priv.setuid_files", "none, or NoNewPrivs=1", r'''
+s=$(timeout 20 find / \( -path /proc -o -path /sys \) -prune -o -type f -perm /6000 -print 2>/dev/null | head -n 5 | tr '\n' ' ')
+nnp=$(awk '/^NoNewPrivs:/ {print $2}' /proc/self/status)
+if [ -z "$s" ]; then ok "none found, NoNewPrivs=$nnp"; elif [ "$nnp" = 1 ]; then ok "found $s but NoNewPrivs=1"; else escaped "found $s, NoNewPrivs=$nnp"; fi''', timeout=40),
+    _c("priv.su", "refused", 'have su || { ok "no su"; exit; }; err="$(timeout 5 su -c true root </dev/null 2>&1)" && escaped "su succeeded" || ok "$(reason "$err")"'),
+    _c("priv.unshare_user", "EPERM", 'err="$(unshare -U -r true 2>&1)" && escaped "user namespace created" || ok "$(reason "$err")"'),
+    _c("priv.unshare_net", "EPERM", 'err="$(unshare -n true 2>&1)" && escaped "network namespace created" || ok "$(reason "$err")"'),
+    _c("priv.mount", "EPERM", 'err="$(mount -t tmpfs none /tmp 2>&1)" && escaped "mounted a tmpfs" || ok "$(reason "$err")"'),
+    _c("priv.mknod", "EPERM", 'err="$(mknod "/tmp/selftest-null.$$" c 1 3 2>&1)" && { rm -f "/tmp/selftest-null.$$"; escaped "created a device node"; } || ok "$(reason "$err")"'),
+    _c("priv.chroot", "EPERM", 'err="$(chroot / true 2>&1)" && escaped "chroot worked" || ok "$(reason "$err")"'),
+    _c("priv.keyctl", "add_key refused by seccomp", r'''
+case $(uname -m) in x86_64) nr=248 ;; aarch64) nr=217 ;; *) error "no syscall number for $(uname -m)"; exit ;; esac
+r=$(perl -e 'my ($t, $d, $v) = ("user", "selftest", "v"); my $r = syscall('"$nr"', $t, $d, $v, 1, -3); print $r < 0 ? "refused: $!" : "key $r"' 2>&1)
+case $r in refused*) ok "$r" ;; *) escaped "$r" ;; esac'''),
+    _c("priv.raw_socket", "EPERM (no NET_RAW)", r'''
+r=$(perl -e 'use Socket; print socket(my $s, PF_INET, SOCK_RAW, 1) ? "opened" : "refused: $!"')
+case $r in refused*) ok "$r" ;; *) escaped "raw socket $r" ;; esac'''),
+]
+
+KERNEL = [
+    _c("proc.sys_write", "EROFS", "try_open_w /proc/sys/kernel/hostname"),
+    _c("proc.sysrq", "refused", "try_open_w /proc/sysrq-trigger"),
+    _c("proc.core_pattern", "EROFS", "try_open_w /proc/sys/kernel/core_pattern"),
+    _c("proc.kcore", "masked", r'''
+[ -e /proc/kcore ] || { ok "absent"; exit; }
+n=$(head -c 16 /proc/kcore 2>/dev/null | wc -c); [ "$n" = 0 ] && ok "masked (reads nothing)" || escaped "read $n bytes"'''),
+    _c("sys.write", "EROFS", "try_open_w /sys/kernel/mm/transparent_hugepage/enabled"),
+    _c("cgroup.mkdir", "EROFS", r'''
+d=$(dirname "$(cg_file pids.max pids/pids.max)")
+err="$(mkdir "$d/selftest.$$" 2>&1)" && { rmdir "$d/selftest.$$"; escaped "created a cgroup in $d"; } || ok "$(reason "$err")"'''),
+    _c("cgroup.release_agent", "absent or read-only", r'''
+f=""; for p in /sys/fs/cgroup/*/release_agent /sys/fs/cgroup/release_agent; do [ -e "$p" ] && f="$p" && break; done
+[ -n "$f" ] && try_open_w "$f" || ok "no release_agent visible"'''),
+    _c("cgroup.raise_limit", "EROFS", 'try_open_w "$(cg_file pids.max pids/pids.max)"'),
+    _c("dev.block", "no block device", r'''
+b=$(find /dev -type b 2>/dev/null | tr '\n' ' '); [ -z "$b" ] && ok "none" || escaped "$b"'''),
+    _c("dev.mem", "absent", r'''
+f=""; for d in /dev/mem /dev/kmem /dev/port /dev/kmsg /dev/sda /dev/nvme0; do [ -e "$d" ] && f="$f $d"; done
+[ -z "$f" ] && ok "none of /dev/mem, kmem, port, kmsg, sda, nvme0" || escaped "$f"'''),
+    _c("proc.host_processes", "only the sandbox's own processes", r'''
+n=0; bad=""; for p in /proc/[0-9]*; do n=$((n+1)); c=$(cat "$p/comm" 2>/dev/null)
+  case $c in dockerd|containerd*|systemd|init|sshd|kthreadd|squid) bad="$bad ${p#/proc/}:$c" ;; esac; done
+[ -z "$bad" ] && [ "$n" -lt 50 ] && ok "$n processes, none of the host's" || escaped "$n processes:$bad"'''),
+]
+
+LIMITS = [
+    _c("limits.fork_bomb", "stops at pids.max", r'''
+f=$(cg_file pids.max pids/pids.max); max=$(cat "$f" 2>/dev/null)
+case $max in ''|max) escaped "no pids limit ($f=${max:-unreadable}); bomb not started"; exit ;; esac
+want=$((max + 64))
+last=$("$BB" sh -c 'i=0; while [ $i -lt '"$want"' ]; do '"$BB"' sleep 30 >/dev/null 2>&1 & i=$((i+1)); echo $i; done' 2>/dev/null | tail -n 1)
+for p in /proc/[0-9]*; do read -r c <"$p/comm" 2>/dev/null; [ "$c" = sleep ] && kill -9 "${p#/proc/}" 2>/dev/null; done
+wait 2>/dev/null
+if [ "${last:-0}" -lt "$want" ] && [ "${last:-0}" -le "$max" ]; then ok "fork failed after ${last:-0} processes (pids.max $max)"; else escaped "started ${last:-0} of $want (pids.max $max)"; fi''', timeout=60),
+    _c("limits.memory_bomb", "OOM-killed inside the sandbox", r'''
+f=$(cg_file memory.max memory/memory.limit_in_bytes); lim=$(cat "$f" 2>/dev/null)
+case $lim in ''|max|*[!0-9]*) escaped "no memory limit ($f=${lim:-unreadable}); bomb not started"; exit ;; esac
+[ "${#lim}" -gt 13 ] && { escaped "memory limit $lim is effectively none; bomb not started"; exit; }
+head -c $((lim + 256 * 1024 * 1024)) /dev/zero | tail >/dev/null 2>&1; rc=${PIPESTATUS[1]}
+[ "$rc" = 137 ] && ok "the allocator was killed (SIGKILL) at the $lim byte limit; this shell lives on" || escaped "allocated past the limit (tail exit $rc)"''', timeout=90),
+    _c("limits.tmpfs_fill", "ENOSPC at the declared size", r'''
+res=""; bad=0; for e in $TMPFS; do t="${e%%:*}"; size="${e##*:}"; f="$t/selftest-fill.$$"
+  head -c $((size + 1048576)) /dev/zero >"$f" 2>/dev/null; got=$(stat -c %s "$f" 2>/dev/null || echo 0); rm -f "$f"
+  res="$res $t:$got/$size"; [ "$got" -le "$size" ] || bad=1; done
+[ -n "$TMPFS" ] || { ok "no writable tmpfs declared"; exit; }
+[ "$bad" = 0 ] && ok "filled to at most the size:$res" || escaped "wrote past the size:$res"''', timeout=60),
+    _c("limits.shm_fill", "ENOSPC at /dev/shm's size", r'''
+[ -w /dev/shm ] || { ok "/dev/shm not writable"; exit; }
+size=$(df -B1 --output=size /dev/shm | tail -n 1 | tr -d ' '); f=/dev/shm/selftest-fill.$$
+head -c $((size + 1048576)) /dev/zero >"$f" 2>/dev/null; got=$(stat -c %s "$f" 2>/dev/null || echo 0); rm -f "$f"
+[ "$got" -le "$size" ] && [ "$size" -le $((512 * 1048576)) ] && ok "stopped at $got of $size bytes" || escaped "$got bytes in a $size byte /dev/shm"''', timeout=60),
+]
+
+NETWORK = [
+    _c("net.interfaces", "none: only lo; proxy: lo and one", r'''
+i=$(ls /sys/class/net | tr '\n' ' '); n=$(ls /sys/class/net | grep -vc '^lo$')
+want=0; [ "$MODE" = proxy ] && want=1
+[ "$n" = "$want" ] && ok "$i" || escaped "interfaces: $i"'''),
+    _c("net.ipv6", "no IPv6 route or address beyond lo", r'''
+r="$(ipv6_routes)"; a=$(awk '$NF != "lo"' /proc/net/if_inet6 2>/dev/null | wc -l)
+[ -n "$r" ] || [ "$a" != 0 ] && { escaped "ipv6 routes: $r addresses: $a (nothing tried)"; exit; }
+x="$(tcp_try fd00::1 80 3)"; case $x in unreachable*) ok "no IPv6 path: $x" ;; *) escaped "fd00::1 $x" ;; esac'''),
+    _c("host.listener", "the host's listener on 0.0.0.0 is neither reachable nor refusing",
+       'host_reach "$LISTEN_PORT" $HOST_IPS'),
+    _c("host.gateway", "the gateway (host side) does not answer", r'''
+gw="$(default_gateway)" || { ok "no default route"; exit; }
+[ "$MODE" = proxy ] || { escaped "a default route via $gw in a sandbox without network (not tried)"; exit; }
+# Only a private gateway is tried: a public one would be someone else's router.
+case $gw in 10.* | 192.168.* | 172.1[6-9].* | 172.2[0-9].* | 172.3[01].*) host_reach "$LISTEN_PORT" "$gw" ;; *) escaped "gateway $gw is not a private address (not tried)" ;; esac'''),
+    _c("host.loopback", "loopback is the sandbox's own", r'''
+r="$(tcp_try 127.0.0.1 "$LISTEN_PORT" 2)"; case $r in connected) escaped "the host's listener answers on 127.0.0.1" ;; *) ok "own loopback: $r" ;; esac'''),
+    # Public and metadata addresses: only where there is no route at all (mode none).
+    _c("net.direct_public", "no route (ENETUNREACH)", "connect_unrouted public 1.1.1.1 443", modes=("none",)),
+    _c("net.metadata", "no route (ENETUNREACH)", "connect_unrouted metadata 169.254.169.254 80", modes=("none",)),
+    _c("net.private", "no route (ENETUNREACH)", "connect_unrouted private 10.0.0.1 80", modes=("none",)),
+    _c("net.dns", "no resolver reachable", r'''
+for ns in $(awk '$1 == "nameserver" {print $2}' /etc/resolv.conf); do case $ns in *:*) [ -n "$(ipv6_routes)" ] && { escaped "resolver $ns routable"; exit; } ;; *) via="$(ipv4_route "$ns")" && { escaped "resolver $ns routable via $via (not tried)"; exit; } ;; esac; done
+timeout 5 getent hosts example.com >/dev/null && escaped "example.com resolved" || ok "no name resolves, no resolver routable"''', modes=("none",)),
+    # Proxy mode: the only way out is the proxy; our canary must never see anything.
+    _c("net.direct_canary", "no direct path to another container", r'''
+r="$(tcp_try "$CANARY_IP" 80 3)"; case $r in connected | refused) escaped "$CANARY_IP:80 $r" ;; *) ok "$CANARY_IP:80 $r" ;; esac''', modes=("proxy",)),
+    _c("net.dns_outside", "outside names do not resolve", r'''
+for n in canary.test allowed.test; do timeout 3 getent hosts "$n" >/dev/null && { escaped "$n resolved"; exit; }; done; ok "canary.test and allowed.test do not resolve"''', modes=("proxy",)),
+    _c("net.udp_canary", "UDP to the canary goes nowhere (its log is checked afterwards)",
+       '(echo selftest >"/dev/udp/$CANARY_IP/53") 2>/dev/null; ok "sent one datagram; see outside.canary_silent"', modes=("proxy",)),
+    _c("proxy.env", "HTTP(S)_PROXY point at the proxy", r'''
+for v in HTTP_PROXY HTTPS_PROXY http_proxy https_proxy; do [ "${!v}" = "$HTTP_PROXY" ] && [ -n "${!v}" ] || { escaped "$v=${!v}"; exit; }; done; ok "$HTTP_PROXY"''', modes=("proxy",)),
+    _c("proxy.control_allowed", "200 (control: the proxy works)", r'''
+c="$(via_proxy http://allowed.test/)"; [ "$c" = 200 ] && ok "allowed.test: 200" || error "the allowed host answered $c: denials below would prove nothing"''', modes=("proxy",)),
+    _c("proxy.disallowed_host", "403", "expect_denied http://denied.test/", modes=("proxy",)),
+    _c("proxy.ip_literal", "403", 'expect_denied "http://$CANARY_IP/"', modes=("proxy",)),
+    _c("proxy.metadata", "403 (never contacted)", "expect_denied http://169.254.169.254/latest/meta-data/", modes=("proxy",)),
+    _c("proxy.localhost", "403", "expect_denied http://localhost/", modes=("proxy",)),
+    _c("proxy.loopback_port", "403", "expect_denied http://127.0.0.1:3128/", modes=("proxy",)),
+    _c("proxy.host_address", "403", 'expect_denied "http://${HOST_IPS%% *}:$LISTEN_PORT/"', modes=("proxy",)),
+    _c("proxy.other_port", "403", "expect_denied http://allowed.test:8443/", modes=("proxy",)),
+    _c("proxy.connect_other_port", "no tunnel to allowed.test:8443", "expect_no_tunnel allowed.test:8443", modes=("proxy",)),
+    _c("proxy.connect_ip", "no tunnel to an IP literal", 'expect_no_tunnel "$CANARY_IP:443"', modes=("proxy",)),
+    _c("proxy.connect_denied", "no tunnel to denied.test:443", "expect_no_tunnel denied.test:443", modes=("proxy",)),
+    _c("proxy.lookalike_suffix", "403", "expect_denied http://allowed.test.evil.test/", modes=("proxy",)),
+    _c("proxy.lookalike_prefix", "403", "expect_denied http://evilallowed.test/", modes=("proxy",)),
+    _c("proxy.wildcard_apex", "403 (*.wild.test never covers wild.test)", "expect_denied http://wild.test/", modes=("proxy",)),
+    _c("proxy.wildcard_control", "200 (control: sub.wild.test)", r'''
+c="$(via_proxy http://sub.wild.test/)"; [ "$c" = 200 ] && ok "sub.wild.test: 200" || error "sub.wild.test answered $c"''', modes=("proxy",)),
+    _c("proxy.host_mismatch", "403: the URL decides, not the Host header", "expect_denied http://denied.test/ -H 'Host: allowed.test'", modes=("proxy",)),
+    _c("proxy.front_through_allowed", "the tunnel goes to allowed.test's address only", r'''
+b=$(curl -s --max-time 10 -x "$HTTP_PROXY" --noproxy '' -H 'Host: denied.test' http://allowed.test/)
+case $b in upstream*) ok "answered by the upstream: $b" ;; canary*) escaped "reached the canary: $b" ;; *) ok "no answer: $b" ;; esac''', modes=("proxy",)),
+]
+
+IN_SANDBOX = tuple(FILESYSTEM + CREDENTIALS + SOCKETS + PRIVILEGE + KERNEL + LIMITS + NETWORK)
+
+# Checked by the launcher outside the sandbox, after the in-sandbox cases ran.
+OUTSIDE = {
+    "outside.host_listener_silent": ("no connection reached the host's listener", BOTH),
+    "outside.host_dir_untouched": ("the host directory the planted symlink named is unchanged", BOTH),
+    "outside.canary_silent": ("the canary saw no connection and no DNS query", ("proxy",)),
+    "outside.time_limit": ("a sandbox over its time limit is stopped", BOTH),
+    "outside.nothing_left": ("no container, network or placeholder of the selftest is left", BOTH),
+}
+
+
+def for_mode(mode: str) -> tuple[Case, ...]:
+    return tuple(c for c in IN_SANDBOX if mode in c.modes)

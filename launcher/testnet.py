@@ -1,0 +1,62 @@
+"""A stand-in for the internet: our own upstream and canary containers on an internal Docker
+network (nothing on it can leave the machine). Used by `sandbox selftest` and the proxy tests."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from launcher import resources
+from launcher.engine import Engine
+from launcher.errors import EngineError
+
+UPSTREAM_IMAGE = "sandbox-test/upstream:1"
+# Names the upstream answers for, and names that land on the canary (which must never see a request).
+UPSTREAM_ALIASES = ("allowed.test", "sub.allowed.test", "other.test", "wild.test", "sub.wild.test")
+CANARY_ALIASES = ("denied.test", "canary.test", "allowed.test.evil.test", "evilallowed.test")
+LABELS = {"dev.sandbox.managed": "1", "dev.sandbox.kind": "testnet"}
+
+
+class Internet:
+    """Builds the upstream image if needed, then starts upstream and canary on a fresh network.
+    Talks to the SDK client of `engine` directly: these are test fixtures, not sandboxes."""
+
+    def __init__(self, engine: Engine, name: str | None = None):
+        self.engine, self.client = engine, engine.client
+        self.network = name or f"sandbox-test-internet-{os.getpid()}"
+        self.upstream = self.canary = None
+        try:
+            if not engine.image_exists(UPSTREAM_IMAGE):
+                engine.build(str(resources.images_dir() / "upstream"), UPSTREAM_IMAGE, LABELS, lambda line: None)
+            # internal: whatever happens, nothing on this network can leave the machine
+            self.client.networks.create(self.network, driver="bridge", internal=True, labels=LABELS)
+            self.upstream = self._start("upstream", UPSTREAM_ALIASES)
+            self.canary = self._start("canary", CANARY_ALIASES)
+            self.canary_ip = self.client.api.inspect_container(self.canary)["NetworkSettings"]["Networks"][self.network]["IPAddress"]
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, name: str, aliases: tuple[str, ...]) -> str:
+        api = self.client.api
+        ref = api.create_container(
+            UPSTREAM_IMAGE, name=f"{self.network}-{name}", labels=LABELS,
+            environment={"UPSTREAM_NAME": name, "UPSTREAM_PAYLOAD": str(64 << 20)},
+            host_config=api.create_host_config(network_mode=self.network),
+            networking_config=api.create_networking_config({self.network: api.create_endpoint_config(aliases=list(aliases))}))["Id"]
+        api.start(ref)
+        deadline = time.monotonic() + 30
+        while b"READY" not in api.logs(ref):
+            if time.monotonic() > deadline:
+                raise EngineError(f"the test upstream {name} did not start")
+            time.sleep(0.1)
+        return ref
+
+    def seen_by_canary(self) -> list[str]:
+        return [line for line in self.client.api.logs(self.canary).decode().splitlines() if line != "READY"]
+
+    def close(self) -> None:
+        for ref in (self.upstream, self.canary):
+            if ref:
+                self.engine.remove(ref)
+        self.engine.remove_network(self.network)

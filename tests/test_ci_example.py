@@ -1,0 +1,121 @@
+"""The GitHub Actions example, run locally step by step: the stand-in agent (examples/agent) calls a
+stand-in model API (our own container) through the proxy-injected secret, edits the workspace, and
+the key appears nowhere the agent or the job's records could show it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from launcher import images, resources
+
+pytestmark = pytest.mark.engine
+UPSTREAM_IMAGE = "sandbox-test/upstream:1"
+WORKFLOW = ROOT / "examples" / "ci" / "github-actions.yml"
+
+
+@pytest.fixture
+def model_api(engine):
+    """examples/agent/fake-model-api.py as api.test on a fresh internal network; yields (network, key, log)."""
+    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
+    if not engine.image_exists(UPSTREAM_IMAGE):
+        engine.build(str(resources.images_dir() / "upstream"), UPSTREAM_IMAGE, {"dev.sandbox.managed": "1"}, lambda l: None)
+    api, network, key = engine.client.api, f"sandbox-test-ci-{os.getpid()}", "key-" + os.urandom(12).hex()
+    api.create_network(network, driver="bridge", internal=True)
+    source = (ROOT / "examples" / "agent" / "fake-model-api.py").read_text()
+    ref = api.create_container(UPSTREAM_IMAGE, name=f"{network}-model", command=["python3", "-u", "-c", source],
+                               environment={"MODEL_API_EXPECTED_KEY": key},
+                               host_config=api.create_host_config(network_mode=network),
+                               networking_config=api.create_networking_config(
+                                   {network: api.create_endpoint_config(aliases=["api.test"])}))["Id"]
+    api.start(ref)
+    deadline = time.monotonic() + 30
+    while b"READY" not in api.logs(ref) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    yield network, key, lambda: api.logs(ref).decode()
+    api.remove_container(ref, force=True)
+    api.remove_network(network)
+
+
+def step(name: str) -> str:
+    return next(s["run"] for s in yaml.safe_load(WORKFLOW.read_text())["jobs"]["agent"]["steps"] if s.get("name") == name)
+
+
+def checkout(tmp_path: Path) -> Path:
+    """What actions/checkout leaves: the repository (here the example one) with examples/ in it."""
+    repo = tmp_path / "checkout"
+    shutil.copytree(ROOT / "examples" / "untrusted-repo", repo)
+    for part in ("agent", "ci"):
+        shutil.copytree(ROOT / "examples" / part, repo / "examples" / part)
+    for path in [repo, *repo.rglob("*")]:
+        os.lchown(path, 1000, 1000)
+    os.chmod(tmp_path, 0o755)
+    return repo
+
+
+def run_step(name: str, repo: Path, tmp_path: Path, network: str, key: str, task: str = "add notes"):
+    """Run one step's script with bash as the runner would, `sandbox` being this checkout's launcher."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    shim = bin_dir / "sandbox"
+    # The test network stands in for the internet: the proxy is attached to it.
+    shim.write_text(f'#!/bin/sh\nif [ "$1" = run ]; then shift; set -- run --egress-network {network} "$@"; fi\n'
+                    f'cd "$PWD" && PYTHONPATH={ROOT} exec {sys.executable} -m launcher "$@"\n')
+    shim.chmod(0o755)
+    policy = tmp_path / "policy.yaml"   # the example's policy, pointed at the stand-in model API
+    policy.write_text((ROOT / "examples" / "ci" / "sandbox-ci.yaml").read_text()
+                      .replace("https://api.example.com", "http://api.test"))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SANDBOX_POLICY": str(policy),
+           "MODEL_API_KEY": key, "TASK": task, "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}
+    return subprocess.run(["bash", "-e", "-c", step(name)], cwd=repo, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_the_workflow_runs_the_stand_in_agent_with_the_key_injected_and_invisible(engine, model_api, tmp_path):
+    network, key, log = model_api
+    repo = checkout(tmp_path)
+    doctor = run_step("Check the host", repo, tmp_path, network, key)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+
+    result = run_step("Run the agent in a sandbox", repo, tmp_path, network, key, task="fix the failing test")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "agent succeeded" in result.stdout and "applied the model's patch (1 file(s))" in result.stdout
+    assert (repo / "NOTES-FROM-THE-MODEL.md").read_text() == "# Notes from the model\nTask: fix the failing test\n"
+    assert "auth=ok host=api.test task='fix the failing test'" in log()
+
+    report = json.loads((repo / "sandbox-report.json").read_text())
+    assert report["status"] == "ok" and report["probe"]["ok"] and report["agent"]["exit_code"] == 0
+    summary = (tmp_path / "summary.md").read_text()
+    assert "sandbox: the agent ran and succeeded" in summary and "| probe | passed" in summary
+    assert "| exit status | `0` (the agent) |" in summary and "**Egress blocked:** nothing" in summary
+    for text in (result.stdout, result.stderr, summary, log(), *(p.read_text(errors="replace")
+                                                                  for p in repo.rglob("*") if p.is_file())):
+        assert key not in text
+
+
+def test_an_agent_failure_keeps_its_own_exit_code_and_is_told_apart_from_the_sandbox(engine, model_api, tmp_path):
+    network, key, log = model_api
+    repo = checkout(tmp_path)
+    result = run_step("Run the agent in a sandbox", repo, tmp_path, network, "wrong-" + key)
+    assert result.returncode == 3, result.stdout + result.stderr      # the stand-in's "model API failed"
+    assert "::error::the agent failed (its exit code 3)" in result.stdout and "answered 401" in result.stderr
+    summary = (tmp_path / "summary.md").read_text()
+    assert "the agent ran and failed" in summary and "| exit status | `3` (the agent) |" in summary
+    assert not (repo / "NOTES-FROM-THE-MODEL.md").exists()
+
+
+def test_a_sandbox_failure_is_reported_as_one(engine, model_api, tmp_path):
+    network, key, _ = model_api
+    repo = checkout(tmp_path)
+    result = run_step("Run the agent in a sandbox", repo, tmp_path, network, "")   # no key: refused before start
+    assert result.returncode == 120 and "::error::sandbox refused or failed (exit 120)" in result.stdout
+    assert "refused before anything ran" in (tmp_path / "summary.md").read_text()

@@ -1,0 +1,150 @@
+"""`sandbox compile --format compose`: the same containers as `sandbox run`, brought up by Debian's
+docker-compose; the probe passes inside and `docker inspect` agrees with the plan."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import fake_facts
+from launcher import host, images
+from launcher.compiler import compile_policy
+from launcher.compose import compose_text, to_compose
+from launcher.policy import load_policy, parse_policy, with_allowed
+from launcher.verify import compare_inspect, parse_probe
+from test_secrets_engine import model_api  # noqa: F401 - the recorder upstream fixture
+
+SANDBOX = [sys.executable, "-m", "launcher"]
+
+
+def test_compose_for_none_mode_uses_no_network_and_the_probe_volume():
+    plan = compile_policy(load_policy("untrusted"), fake_facts())
+    doc = yaml.safe_load(compose_text(plan))
+    sandbox = doc["services"]["sandbox"]
+    assert doc["version"] == "2.4" and list(doc["services"]) == ["sandbox"]
+    assert sandbox["network_mode"] == "none" and sandbox["read_only"] and sandbox["cap_drop"] == ["ALL"]
+    assert sandbox["entrypoint"] == list(plan.container.entrypoint) and sandbox["command"] == list(plan.container.command)
+    assert doc["volumes"]["sandbox-probe"] == {"external": True, "name": "sandbox-probe-test"}
+    assert {"type": "tmpfs", "target": "/workspace/.git", "read_only": True, "tmpfs": {"size": 4096}} in sandbox["volumes"]
+
+
+def test_compose_for_proxy_mode_has_proxy_networks_and_secret_sources_but_no_values(monkeypatch):
+    monkeypatch.setenv("MODEL_API_KEY", "never-in-the-file")
+    policy = parse_policy(b"""version: 1
+name: c
+description: c
+network: {mode: proxy, allow: [api.example.com]}
+env: {set: {PRICE: "$5"}}
+secrets:
+  - {name: model, env: MODEL_API_KEY, upstream: "https://api.example.com", header: "x-api-key: {value}"}
+  - {name: search, file: /srv/keys/search, upstream: "https://search.example.com", header: "x-api-key: {value}"}
+""", "c.yaml")
+    text = compose_text(compile_policy(policy, fake_facts()))
+    doc = yaml.safe_load(text)
+    proxy, sandbox = doc["services"]["proxy"], doc["services"]["sandbox"]
+    assert "never-in-the-file" not in text
+    assert proxy["environment"]["SANDBOX_SECRET_0"] == "${MODEL_API_KEY:?secret model: set MODEL_API_KEY}"
+    assert proxy["environment"]["SANDBOX_SECRET_1_FILE"] == "/run/sandbox-secrets/search"
+    assert proxy["networks"]["internal"]["aliases"] == ["sandbox-proxy"] and proxy["read_only"]
+    assert sandbox["networks"] == ["internal"] and sandbox["dns"] == ["127.0.0.1"]
+    assert sandbox["environment"]["PRICE"] == "$$5"          # literal, not interpolated by compose
+    assert doc["networks"]["internal"]["internal"] is True
+    assert doc["networks"]["internal"]["driver_opts"] == {"com.docker.network.bridge.inhibit_ipv4": "true"}
+
+
+def test_the_cli_prints_compose():
+    result = subprocess.run(SANDBOX + ["compile", "-p", "read-only", "-w", ".", "--format", "compose"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(result.stdout)["services"]["sandbox"]["network_mode"] == "none"
+
+
+@pytest.fixture
+def compose_bin():
+    found = shutil.which("docker-compose")
+    if not found:
+        if os.environ.get("CI", "").lower() in ("1", "true"):
+            pytest.fail("CI=true and no docker-compose (.ci/run installs Debian's)")
+        pytest.skip("no docker-compose: apt-get install docker-compose")
+    return found
+
+
+@pytest.mark.engine
+def test_docker_compose_brings_up_a_probed_sandbox_equal_to_the_plan(engine, compose_bin, workspace, tmp_path):
+    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
+    api, egress = engine.client.api, f"sandbox-test-compose-egress-{os.getpid()}"
+    api.create_network(egress, driver="bridge", internal=True)   # stands in for the internet: leads nowhere
+    policy = with_allowed(load_policy("ci"), ("allowed.test",))
+    facts = host.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag)
+    plan = compile_policy(policy, facts, egress_network=egress,
+                          command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
+    path = tmp_path / "compose.yaml"
+    path.write_text(compose_text(plan))
+    project = ["docker-compose", "-p", f"sandbox-test-compose-{os.getpid()}", "-f", str(path)]
+    try:
+        up = subprocess.run(project + ["up", "-d"], capture_output=True, text=True, timeout=300)
+        assert up.returncode == 0, up.stderr
+        name = plan.container.name
+        assert engine.wait(name) == 0
+        report = parse_probe(engine.logs(name).splitlines())
+        assert report.ok, [c for c in report.checks if not c.ok]
+        assert {"egress.proxy", "egress.denied", "egress.direct", "egress.dns", "fs.protected"} <= {c.id for c in report.checks}
+        assert (workspace / "AGENT-RAN").exists()
+        assert compare_inspect(plan.container, engine.inspect(name), engine.image_env(plan.container.image)) == []
+        assert set(to_compose(plan)["services"]) == {"proxy", "sandbox"}
+    finally:
+        down = subprocess.run(project + ["down", "--timeout", "1"], capture_output=True, text=True, timeout=120)
+        host.remove_empty_dirs(plan.placeholders)
+        api.remove_network(egress)
+    assert down.returncode == 0, down.stderr
+    label = f"dev.sandbox.workspace={os.path.realpath(workspace)}"
+    assert engine.list(label) == [] and engine.list_networks(label) == []
+
+
+@pytest.mark.engine
+def test_compose_passes_secrets_to_the_proxy_only(engine, compose_bin, model_api, workspace, tmp_path):
+    """Both secret sources through docker-compose: an interpolated variable and a bound key file."""
+    network, upstream_log, _ = model_api
+    env_value, file_value = "env-" + os.urandom(8).hex(), "file-" + os.urandom(8).hex()
+    key = tmp_path / "key"
+    key.write_text(file_value + "\n")
+    key.chmod(0o644)   # the proxy runs as uid 13
+    policy = parse_policy(f"""version: 1
+name: compose-secrets
+description: secrets through compose
+workspace: {{access: read-write}}
+network: {{mode: proxy}}
+secrets:
+  - {{name: one, env: SANDBOX_TEST_COMPOSE_KEY, upstream: "http://model.test", header: "Authorization: Bearer {{value}}"}}
+  - {{name: two, file: {key}, upstream: "http://model.test", header: "x-api-key: {{value}}"}}
+""".encode(), str(tmp_path / "policy.yaml"))
+    facts = host.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag)
+    script = 'curl -s "$SANDBOX_ENDPOINT_ONE/a" > /workspace/one.txt; curl -s "$SANDBOX_ENDPOINT_TWO/b" > /workspace/two.txt'
+    plan = compile_policy(policy, facts, egress_network=network, command=("bash", "-c", script))
+    text = compose_text(plan)
+    assert env_value not in text and file_value not in text
+    path = tmp_path / "compose.yaml"
+    path.write_text(text)
+    project = ["docker-compose", "-p", f"sandbox-test-compose-s-{os.getpid()}", "-f", str(path)]
+    env = {**os.environ, "SANDBOX_TEST_COMPOSE_KEY": env_value}   # compose interpolates it for `down` too
+    try:
+        up = subprocess.run(project + ["up", "-d"], capture_output=True, text=True, timeout=300, env=env)
+        assert up.returncode == 0, up.stderr
+        assert engine.wait(plan.container.name) == 0
+        assert parse_probe(engine.logs(plan.container.name).splitlines()).ok
+        assert (workspace / "one.txt").read_text() == (workspace / "two.txt").read_text() == "model ok\n"
+        log = upstream_log()
+        assert f"REQ Authorization: Bearer {env_value}" in log and f"REQ x-api-key: {file_value}" in log
+        assert env_value not in json.dumps(engine.inspect(plan.container.name))
+    finally:
+        down = subprocess.run(project + ["down", "--timeout", "1"], capture_output=True, text=True, timeout=120, env=env)
+        host.remove_empty_dirs(plan.placeholders)
+    assert down.returncode == 0, down.stderr
+    label = f"dev.sandbox.workspace={os.path.realpath(workspace)}"
+    assert engine.list(label) == [] and engine.list_networks(label) == []

@@ -1,0 +1,89 @@
+"""`sandbox doctor` (version checks against known container-escape fixes, engine facts, exit codes) and `sandbox schema`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from launcher import doctor
+from launcher.doctor import Status
+
+SANDBOX = [sys.executable, "-m", "launcher"]
+INFO = {"SecurityOptions": ["name=seccomp,profile=default", "name=apparmor"], "CgroupVersion": "2",
+        "CgroupDriver": "systemd", "MemoryLimit": True, "PidsLimit": True, "RuncCommit": {"ID": "v1.2.8-0"}}
+
+
+def version(engine="27.3.1", runc="1.2.8", containerd="1.7.22"):
+    return {"Version": engine, "ApiVersion": "1.47", "Components": [
+        {"Name": "Engine", "Version": engine}, {"Name": "runc", "Version": runc}, {"Name": "containerd", "Version": containerd}]}
+
+
+def by_check(findings, check):
+    return [f for f in findings if f.check == check]
+
+
+@pytest.mark.parametrize("text, fixed, result", [
+    ("1.1.11", ((1, 1, 12),), True), ("1.1.12", ((1, 1, 12),), False), ("1.2.0", ((1, 1, 12),), False),
+    ("1.0.3", ((1, 1, 12),), True), ("1.1.14", ((1, 2, 8), (1, 3, 3), (1, 4, 0)), True),
+    ("1.2.8", ((1, 2, 8), (1, 3, 3), (1, 4, 0)), False), ("1.3.2", ((1, 2, 8), (1, 3, 3), (1, 4, 0)), True),
+    ("1.5.0", ((1, 2, 8), (1, 3, 3), (1, 4, 0)), False), ("24.0.9", ((23, 0, 15), (25, 0, 6), (27, 1, 1)), True),
+])
+def test_a_branch_is_vulnerable_below_its_fix_or_when_it_never_got_one(text, fixed, result):
+    assert doctor.vulnerable(doctor.version_tuple(text), fixed) is result
+
+
+def test_an_up_to_date_host_has_no_blocking_problem():
+    findings = doctor.engine_findings(INFO, version())
+    assert all(f.status is Status.OK for f in findings if f.check != "userns-remap"), findings
+    assert by_check(findings, "lsm")[0].detail.startswith("apparmor")
+
+
+def test_an_old_upstream_runc_is_a_blocking_problem_with_a_fix():
+    findings = doctor.escape_fixes(version(runc="1.1.11"), {})
+    runc = [f for f in by_check(findings, "runc version") if "CVE-2024-21626" in f.detail]
+    assert runc[0].status is Status.FAIL and "1.1.12" in runc[0].fix
+
+
+def test_a_distribution_build_is_a_warning_and_a_known_backport_counts_as_fixed():
+    distro = doctor.escape_fixes(version(runc="1.1.5+ds1"), {})
+    assert [f.status for f in distro if "CVE-2024-21626" in f.detail] == [Status.WARN]
+    debian = doctor.escape_fixes(version(runc="1.1.5+ds1"), {"RuncCommit": {"ID": "1.1.5+ds1-1+deb12u1"}})
+    assert not [f for f in debian if "CVE-2024-21626" in f.detail]
+
+
+def test_missing_seccomp_or_cgroup_controllers_block():
+    findings = doctor.engine_findings({**INFO, "SecurityOptions": [], "PidsLimit": False}, version())
+    assert by_check(findings, "seccomp")[0].status is Status.FAIL
+    assert by_check(findings, "cgroups")[0].status is Status.FAIL and "PidsLimit" in by_check(findings, "cgroups")[0].detail
+    assert by_check(findings, "lsm")[0].status is Status.WARN
+
+
+def test_missing_images_are_a_warning_naming_the_command():
+    findings = doctor.image_findings(lambda tag: tag == "debian:bookworm-slim", "debian:bookworm-slim", ("a:1", "b:2"))
+    assert findings[0].status is Status.WARN and findings[0].fix == "sandbox images build"
+
+
+def test_an_unreachable_engine_fails_with_exit_code_121():
+    result = subprocess.run(SANDBOX + ["doctor"], capture_output=True, text=True,
+                            env={**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert result.returncode == 121 and result.stdout.startswith("fail  engine") and "fix: start it" in result.stdout
+
+
+@pytest.mark.engine
+def test_doctor_against_this_engine(engine):
+    result = subprocess.run(SANDBOX + ["doctor", "--json"], capture_output=True, text=True)
+    findings = json.loads(result.stdout)
+    assert findings[0]["check"] == "engine" and findings[0]["status"] == "ok"
+    assert {"seccomp", "cgroups", "rootless", "userns-remap", "lsm", "images"} <= {f["check"] for f in findings}
+    assert result.returncode == (121 if any(f["status"] == "fail" for f in findings) else 0)
+
+
+def test_sandbox_schema_prints_the_bundled_json_schema():
+    from launcher.schema import policy_schema
+
+    result = subprocess.run(SANDBOX + ["schema"], capture_output=True, text=True)
+    assert result.returncode == 0 and json.loads(result.stdout) == policy_schema()
