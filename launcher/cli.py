@@ -175,12 +175,14 @@ def compile(policy: str, workspace: str, fmt: str, allow: tuple[str, ...], egres
 @click.argument("policies", nargs=-1)
 @click.option("--workspace", "-w", default=".", show_default=True, help="Workspace whose .sandbox.yaml and git config count.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def check(policies: tuple[str, ...], workspace: str, fmt: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+def check(policies: tuple[str, ...], workspace: str, fmt: str, as_json: bool) -> None:
     """Lint POLICIES without running anything: the first is the base (default: untrusted), further
     files are layers after it; the org, user and repository layers follow as `run` applies them.
     Exit code 120 when there is an error."""
     from launcher import lint
 
+    fmt = "json" if as_json else fmt
     try:
         findings, docs = lint.check(policies or ("untrusted",), workspace)
     except SandboxError as exc:
@@ -193,12 +195,14 @@ def check(policies: tuple[str, ...], workspace: str, fmt: str) -> None:
 @click.argument("policy", default="untrusted")
 @click.option("--workspace", "-w", default=".", show_default=True, help="Workspace whose layers count.")
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @layer_options
-def explain(policy: str, workspace: str, fmt: str) -> None:
+def explain(policy: str, workspace: str, fmt: str, as_json: bool) -> None:
     """For every effective field: value, Docker mechanism, enforcing component and the probe check
     that proves it; fields enforced by nothing or not probed are flagged. Never asks or runs."""
     from launcher import explain as table, stack
 
+    fmt = "json" if as_json else fmt
     try:
         base = stack.load_base(policy)
         eff = _layers(base, base.policy, workspace, None, approved_only=True)
