@@ -139,6 +139,9 @@ def main() -> None:
       124 agent timeout             125 internal error
     """
     signal.signal(signal.SIGTERM, _on_sigterm)
+    # A shell without job control starts background commands with SIGINT ignored, and Python then
+    # keeps ignoring it: Ctrl-C (or a CI runner's SIGINT) must always clean up and stop.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @main.command()
