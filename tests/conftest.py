@@ -34,6 +34,17 @@ def _anchor(workspace: str, rel: str, kind: str) -> PathFact:
     return PathFact(given=given, real=f"{workspace}/{given}", kind=kind)
 
 
+def external_tool(command: str, install_hint: str) -> str:
+    """Path of a tool some tests drive; such a test fails under CI=true (.ci/run installs it) and
+    skips elsewhere with the hint."""
+    found = shutil.which(command)
+    if not found:
+        if os.environ.get("CI", "").lower() in ("1", "true"):
+            pytest.fail(f"CI=true and no {command}: .ci/run installs it")
+        pytest.skip(f"no {command}: {install_hint}")
+    return found
+
+
 @pytest.fixture(scope="session")
 def engine():
     """A connected Engine with the bundled images built; fails in CI when there is none."""

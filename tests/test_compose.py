@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 import yaml
 
-from conftest import fake_facts
+from conftest import external_tool, fake_facts
 from launcher import host, images
 from launcher.compiler import compile_policy
 from launcher.compose import compose_text, to_compose
@@ -67,12 +66,7 @@ def test_the_cli_prints_compose():
 
 @pytest.fixture
 def compose_bin():
-    found = shutil.which("docker-compose")
-    if not found:
-        if os.environ.get("CI", "").lower() in ("1", "true"):
-            pytest.fail("CI=true and no docker-compose (.ci/run installs Debian's)")
-        pytest.skip("no docker-compose: apt-get install docker-compose")
-    return found
+    return external_tool("docker-compose", "apt-get install docker-compose")
 
 
 @pytest.mark.engine

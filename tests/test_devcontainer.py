@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 import yaml
 
-from conftest import fake_facts
+from conftest import external_tool, fake_facts
 from launcher import devcontainer, images, launch
 from launcher.compiler import compile_policy
 from launcher.policy import load_policy, with_allowed
@@ -65,12 +64,7 @@ def test_the_command_writes_the_files_and_never_overwrites_without_force(tmp_pat
 
 @pytest.fixture
 def cli():
-    found = shutil.which("devcontainer")
-    if not found:
-        if os.environ.get("CI", "").lower() in ("1", "true"):
-            pytest.fail("CI=true and no Dev Containers CLI (.ci/run installs @devcontainers/cli)")
-        pytest.skip("no Dev Containers CLI: npm install -g @devcontainers/cli")
-    return found
+    return external_tool("devcontainer", "npm install -g @devcontainers/cli")
 
 
 @pytest.mark.engine
