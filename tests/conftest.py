@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 import shutil
 from pathlib import Path
 
@@ -43,6 +45,36 @@ def external_tool(command: str, install_hint: str) -> str:
             pytest.fail(f"CI=true and no {command}: .ci/run installs it")
         pytest.skip(f"no {command}: {install_hint}")
     return found
+
+
+UPSTREAM_IMAGE = "sandbox-test/upstream:1"
+
+
+@contextlib.contextmanager
+def script_upstream(engine, prefix: str, alias: str, script: str, environment: dict | None = None):
+    """A Python `script` (printing READY once it listens) in the upstream image, reachable as
+    `alias` on a fresh internal network; yields (network, function returning its log, container)."""
+    from launcher import images, resources
+
+    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
+    if not engine.image_exists(UPSTREAM_IMAGE):
+        engine.build(str(resources.images_dir() / "upstream"), UPSTREAM_IMAGE, {"dev.sandbox.managed": "1"},
+                     lambda line: None)
+    api, network = engine.client.api, f"sandbox-test-{prefix}-{os.getpid()}"
+    api.create_network(network, driver="bridge", internal=True)
+    ref = api.create_container(UPSTREAM_IMAGE, name=f"{network}-upstream", command=["python3", "-u", "-c", script],
+                               environment=environment or {}, host_config=api.create_host_config(network_mode=network),
+                               networking_config=api.create_networking_config(
+                                   {network: api.create_endpoint_config(aliases=[alias])}))["Id"]
+    try:
+        api.start(ref)
+        deadline = time.monotonic() + 30
+        while b"READY" not in api.logs(ref) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        yield network, lambda: api.logs(ref).decode(), ref
+    finally:
+        api.remove_container(ref, force=True)
+        api.remove_network(network)
 
 
 @pytest.fixture(scope="session")

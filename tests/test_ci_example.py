@@ -9,41 +9,24 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import ROOT
-from launcher import images, resources
+from conftest import ROOT, script_upstream
 
 pytestmark = pytest.mark.engine
-UPSTREAM_IMAGE = "sandbox-test/upstream:1"
 WORKFLOW = ROOT / "examples" / "ci" / "github-actions.yml"
 
 
 @pytest.fixture
 def model_api(engine):
-    """examples/agent/fake-model-api.py as api.test on a fresh internal network; yields (network, key, log)."""
-    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
-    if not engine.image_exists(UPSTREAM_IMAGE):
-        engine.build(str(resources.images_dir() / "upstream"), UPSTREAM_IMAGE, {"dev.sandbox.managed": "1"}, lambda l: None)
-    api, network, key = engine.client.api, f"sandbox-test-ci-{os.getpid()}", "key-" + os.urandom(12).hex()
-    api.create_network(network, driver="bridge", internal=True)
+    """The stand-in model API as api.test on a fresh internal network, expecting a random key."""
+    key = "key-" + os.urandom(12).hex()
     source = (ROOT / "examples" / "agent" / "fake-model-api.py").read_text()
-    ref = api.create_container(UPSTREAM_IMAGE, name=f"{network}-model", command=["python3", "-u", "-c", source],
-                               environment={"MODEL_API_EXPECTED_KEY": key},
-                               host_config=api.create_host_config(network_mode=network),
-                               networking_config=api.create_networking_config(
-                                   {network: api.create_endpoint_config(aliases=["api.test"])}))["Id"]
-    api.start(ref)
-    deadline = time.monotonic() + 30
-    while b"READY" not in api.logs(ref) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    yield network, key, lambda: api.logs(ref).decode()
-    api.remove_container(ref, force=True)
-    api.remove_network(network)
+    with script_upstream(engine, "ci", "api.test", source, {"MODEL_API_EXPECTED_KEY": key}) as (network, log, _):
+        yield network, key, log
 
 
 def step(name: str) -> str:

@@ -9,15 +9,13 @@ import os
 import subprocess
 import sys
 import tarfile
-import time
 
 import pytest
 
-from launcher import images
+from conftest import script_upstream
 
 pytestmark = pytest.mark.engine
 SANDBOX = [sys.executable, "-m", "launcher"]
-UPSTREAM_IMAGE = "sandbox-test/upstream:1"
 # Logs every request line and header it gets, answers 200 with a fixed body (never echoes headers).
 RECORDER = r'''
 import socket, threading
@@ -45,24 +43,8 @@ while True:
 @pytest.fixture
 def model_api(engine):
     """A model-API-like upstream called model.test on a fresh internal network."""
-    from launcher import resources
-
-    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
-    if not engine.image_exists(UPSTREAM_IMAGE):
-        engine.build(str(resources.images_dir() / "upstream"), UPSTREAM_IMAGE, {"dev.sandbox.managed": "1"}, lambda l: None)
-    api, network = engine.client.api, f"sandbox-test-secrets-{os.getpid()}"
-    api.create_network(network, driver="bridge", internal=True)
-    ref = api.create_container(UPSTREAM_IMAGE, name=f"{network}-model", command=["python3", "-u", "-c", RECORDER],
-                               host_config=api.create_host_config(network_mode=network),
-                               networking_config=api.create_networking_config(
-                                   {network: api.create_endpoint_config(aliases=["model.test"])}))["Id"]
-    api.start(ref)
-    deadline = time.monotonic() + 30
-    while b"READY" not in api.logs(ref) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    yield network, lambda: api.logs(ref).decode(), ref
-    api.remove_container(ref, force=True)
-    api.remove_network(network)
+    with script_upstream(engine, "secrets", "model.test", RECORDER) as upstream:
+        yield upstream
 
 
 POLICY = """version: 1
