@@ -8,6 +8,8 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -21,6 +23,24 @@ AGENT_IMAGE = "sandbox/agent:bookworm"
 LABELS = {"dev.sandbox.managed": "1"}
 
 Progress = Callable[[str], None]
+HEARTBEAT = 5.0   # seconds: at most one routine progress line this often (a log stays short)
+_now = time.monotonic   # tests replace the clock
+
+
+class _Ticker:
+    """Progress of one long step: lines carry the elapsed seconds; routine ones are thinned out."""
+
+    def __init__(self, progress: Progress, label: str):
+        self.progress, self.label = progress, label
+        self.started = self.last = _now()
+
+    def elapsed(self) -> int:
+        return round(_now() - self.started)
+
+    def say(self, text: str, force: bool = False) -> None:
+        if force or _now() - self.last >= HEARTBEAT:
+            self.last = _now()
+            self.progress(f"  {self.label}: {text} ({self.elapsed()} s)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +66,12 @@ def probe_image() -> BundledImage:
 def proxy_image() -> BundledImage:
     context = resources.images_dir() / "proxy"
     return BundledImage(key="proxy", tag=f"sandbox/proxy:{_context_hash(context)}", context=context)
+
+
+def upstream_image() -> BundledImage:
+    """Tests' and selftest's stand-in for the internet (never used by a sandbox)."""
+    context = resources.images_dir() / "upstream"
+    return BundledImage(key="upstream", tag=f"sandbox-test/upstream:{_context_hash(context)}", context=context)
 
 
 def agent_image() -> BundledImage:
@@ -77,21 +103,39 @@ def bootstrap(engine: Engine, progress: Progress) -> None:
         raise EngineError("debootstrap needs root.\n    hint: run `sudo sandbox images bootstrap` once")
     with tempfile.TemporaryDirectory(prefix="sandbox-rootfs-") as tmp:
         rootfs, tarball = Path(tmp) / "rootfs", Path(tmp) / "rootfs.tar"
+        ticker = _Ticker(progress, "debootstrap")
         progress(f"debootstrap --variant=minbase bookworm (about a minute) into {rootfs}")
-        _run(["debootstrap", "--variant=minbase", "bookworm", str(rootfs)], progress)
-        progress("packing the root filesystem")
-        _run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."], progress)
-        progress(f"importing it as {BASE_IMAGE}")
+        _run(["debootstrap", "--variant=minbase", "bookworm", str(rootfs)], _stages(ticker))
+        progress(f"packing the root filesystem ({ticker.elapsed()} s)")
+        _run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."])
+        progress(f"importing it as {BASE_IMAGE} ({ticker.elapsed()} s)")
         repository, tag = BASE_IMAGE.split(":")
         engine.import_tar(str(tarball), repository, tag)
-    progress(f"created {BASE_IMAGE} locally from Debian packages (no registry was used)")
+    progress(f"created {BASE_IMAGE} locally from Debian packages in {ticker.elapsed()} s (no registry was used)")
 
 
-def _run(argv: list[str], progress: Progress) -> None:
-    proc = subprocess.run(argv, capture_output=True, text=True)
+def _stages(ticker: _Ticker) -> Callable[[str], None]:
+    """debootstrap's "I: Retrieving/Validating/Unpacking/Configuring …" lines: each new stage at
+    once, then at most one line per HEARTBEAT (it prints one per package, hundreds in all)."""
+    seen: set[str] = set()
+
+    def on_line(line: str) -> None:
+        if line.startswith("I: "):
+            stage = line[3:].split(" ", 1)[0]
+            ticker.say(line[3:].strip(), force=stage not in seen)
+            seen.add(stage)
+    return on_line
+
+
+def _run(argv: list[str], on_line: Callable[[str], None] = lambda line: None) -> None:
+    """Run argv, passing each line of its output (stdout and stderr together) to on_line."""
+    tail: deque[str] = deque(maxlen=5)
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace") as proc:
+        for line in proc.stdout:
+            tail.append(line.rstrip())
+            on_line(line.rstrip())
     if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
-        raise EngineError(f"{argv[0]} failed with exit code {proc.returncode}:\n{tail}")
+        raise EngineError(f"{argv[0]} failed with exit code {proc.returncode}:\n" + "\n".join(tail))
 
 
 def build(engine: Engine, image: BundledImage, progress: Progress, force: bool = False) -> bool:
@@ -100,10 +144,25 @@ def build(engine: Engine, image: BundledImage, progress: Progress, force: bool =
         return False
     ensure_base(engine, progress)
     progress(f"building {image.tag} from {image.context}")
-    # Docker's own step lines show progress; the package managers' chatter would drown it.
-    engine.build(str(image.context), image.tag, LABELS,
-                 lambda line: progress("  " + line) if line.startswith(("Step ", "Successfully")) else None)
+    ticker, step = _Ticker(progress, image.tag), ["?"]
+
+    def on_line(line: str) -> None:
+        # Docker's "Step N/M : INSTRUCTION" lines show how far it is; the package managers' chatter
+        # in between would drown them, so it only keeps a heartbeat going during a long step.
+        if line.startswith("Step "):
+            number, _, instruction = line[5:].partition(" : ")
+            step[0] = number
+            ticker.say(f"step {number}: {_short(instruction)}", force=True)
+        elif not line.startswith("Successfully"):
+            ticker.say(f"step {step[0]} still running")
+
+    engine.build(str(image.context), image.tag, LABELS, on_line)
+    progress(f"built {image.tag} in {ticker.elapsed()} s")
     return True
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def ensure_for(engine: Engine, policy_image: str, progress: Progress, proxy: bool = False) -> str:

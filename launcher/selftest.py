@@ -134,7 +134,7 @@ def _plan(ref: str, workspace: str, command: tuple[str, ...], network: str | Non
     return compile_policy(policy, facts, command=command, egress_network=network)
 
 
-def _leftovers(engine: Engine, workspace: str) -> list[str]:
+def leftovers(engine: Engine, workspace: str) -> list[str]:
     label = f"dev.sandbox.workspace={host.workspace_real(workspace)}"
     return [c["Names"][0] for c in engine.list(label)] + [n["Name"] for n in engine.list_networks(label)]
 
@@ -145,7 +145,7 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
     started = time.monotonic()
     workspace = host.scratch_workspace("sandbox-selftest-")
     canary_dir = host.scratch_workspace("sandbox-selftest-hostdir-")
-    before = host.tree_listing(workspace)
+    before, canary_before = host.tree_listing(workspace), host.tree_listing(canary_dir)
     try:
         mode = stack.load_base(ref).policy.network.mode.value
         if mode == "proxy" and internet is None:
@@ -171,7 +171,8 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
             checks = 0
             results = [CaseResult(id=c.id, expected=c.expected, observed=f"probe failed: {str(exc).splitlines()[-1]}",
                                   verdict=ERROR) for c in cases]
-        results += _outside(engine, ref, mode, workspace, canary_dir, before, listener, seen_before, internet, network)
+        results += _outside(engine, ref, mode, workspace, canary_dir, before, canary_before, listener, seen_before,
+                            internet, network)
         return PresetResult(policy=ref, mode=mode, cases=tuple(results), probe_checks=checks,
                             seconds=round(time.monotonic() - started, 1))
     finally:
@@ -179,32 +180,50 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
         host.remove_tree(canary_dir.rsplit("/", 1)[0])
 
 
-def _outside(engine, ref, mode, workspace, canary_dir, before, listener, seen_before, internet, network) -> list[CaseResult]:
-    def result(case_id: str, good: bool, observed: str, error: bool = False) -> CaseResult:
-        return CaseResult(id=case_id, expected=OUTSIDE[case_id][0], observed=observed,
-                          verdict=ERROR if error else PASS if good else FAIL)
+def _judged(case_id: str, good: bool, observed: str, error: bool = False) -> CaseResult:
+    return CaseResult(id=case_id, expected=OUTSIDE[case_id][0], observed=observed,
+                      verdict=ERROR if error else PASS if good else FAIL)
 
-    peers = listener.peers[seen_before:]
-    out = [result("outside.host_listener_silent", not peers, f"connections from: {', '.join(peers)}" if peers else "none")]
-    listing = host.tree_listing(canary_dir)
-    out.append(result("outside.host_dir_untouched", listing == (".git", ".git/config", ".git/hooks", "README.md"),
-                      "unchanged" if listing == (".git", ".git/config", ".git/hooks", "README.md") else f"now: {listing}"))
+
+def judge_listener(peers: list[str]) -> CaseResult:
+    return _judged("outside.host_listener_silent", not peers, f"connections from: {', '.join(peers)}" if peers else "none")
+
+
+def judge_host_dir(now: tuple[str, ...], before: tuple[str, ...]) -> CaseResult:
+    return _judged("outside.host_dir_untouched", now == before, "unchanged" if now == before else f"now: {now}")
+
+
+def judge_canary(seen: list[str]) -> CaseResult:
+    return _judged("outside.canary_silent", not seen, "; ".join(seen[:3]) or "nothing")
+
+
+def judge_time_limit(timed_out: bool, exit_code: int | None) -> CaseResult:
+    return _judged("outside.time_limit", timed_out, "stopped after 2 s" if timed_out else f"ran to exit code {exit_code}")
+
+
+def judge_leftovers(left: list[str], workspace_now: tuple[str, ...], workspace_before: tuple[str, ...]) -> CaseResult:
+    bad = left or workspace_now != workspace_before
+    return _judged("outside.nothing_left", not bad, f"resources: {left}; workspace: {workspace_now}" if bad else "nothing")
+
+
+def time_limited(ref: str, workspace: str, network: str | None) -> LaunchPlan:
+    """A 2 s limit on an agent that would run 60 s; it leaves on SIGTERM, as a well-behaved one
+    would, so the graceful stop is quick."""
+    agent = ("bash", "-c", "trap 'exit 143' TERM; sleep 60 & wait")
+    return replace(_plan(ref, workspace, agent, network), timeout_seconds=2)
+
+
+def _outside(engine, ref, mode, workspace, canary_dir, before, canary_before, listener, seen_before, internet,
+             network) -> list[CaseResult]:
+    out = [judge_listener(listener.peers[seen_before:]), judge_host_dir(host.tree_listing(canary_dir), canary_before)]
     if mode == "proxy":
-        seen = internet.seen_by_canary()
-        out.append(result("outside.canary_silent", not seen, "; ".join(seen[:3]) or "nothing"))
+        out.append(judge_canary(internet.seen_by_canary()))
     try:
-        # The agent leaves on SIGTERM, as a well-behaved one would: the graceful stop is quick.
-        agent = ("bash", "-c", "trap 'exit 143' TERM; sleep 60 & wait")
-        timed = replace(_plan(ref, workspace, agent, network), timeout_seconds=2)
-        outcome = launch.run(engine, timed, _Collector(lambda m: None))
-        out.append(result("outside.time_limit", outcome.timed_out,
-                          "stopped after 2 s" if outcome.timed_out else f"ran to exit code {outcome.exit_code}"))
+        outcome = launch.run(engine, time_limited(ref, workspace, network), _Collector(lambda m: None))
+        out.append(judge_time_limit(outcome.timed_out, outcome.exit_code))
     except SandboxError as exc:
-        out.append(result("outside.time_limit", False, str(exc).splitlines()[0], error=True))
-    left = _leftovers(engine, workspace)
-    changed = host.tree_listing(workspace) != before
-    out.append(result("outside.nothing_left", not left and not changed,
-                      "nothing" if not (left or changed) else f"resources: {left}; workspace: {host.tree_listing(workspace)}"))
+        out.append(_judged("outside.time_limit", False, str(exc).splitlines()[0], error=True))
+    out.append(judge_leftovers(leftovers(engine, workspace), host.tree_listing(workspace), before))
     return out
 
 

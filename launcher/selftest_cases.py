@@ -74,8 +74,10 @@ found=""; for s in /var/run/docker.sock /run/docker.sock /run/containerd/contain
 bad=$(awk '{print $5}' /proc/self/mountinfo | grep -E '^/(var/)?run(/|$)|^/var/lib/(docker|containerd|containers)(/|$)' | tr '\n' ' ')
 for d in /run/docker /run/containerd /var/lib/docker /var/lib/containerd /run/podman; do [ -e "$d" ] && bad="$bad $d"; done
 [ -z "$bad" ] && ok "no mount under /run, /var/run or a runtime dir" || escaped "$bad"'''),
+    # busybox find: GNU find trusts the directory entry's type, which calls a bind-mounted socket
+    # a regular file (the mount point's own type), and so misses exactly the dangerous case.
     _c("sock.any_socket_file", "no socket file on any mount", r'''
-s=$(timeout 20 find / \( -path /proc -o -path /sys \) -prune -o -type s -print 2>/dev/null | head -n 5 | tr '\n' ' ')
+s=$(timeout 20 "$BB" find / \( -path /proc -o -path /sys \) -prune -o -type s -print 2>/dev/null | head -n 5 | tr '\n' ' ')
 [ -z "$s" ] && ok "none found" || escaped "$s"''', timeout=40),
     _c("sock.abstract", "no runtime socket in this network namespace", r'''
 s=$(awk 'NR > 1 && $8 ~ /docker|containerd|buildkit|podman/ {print $8}' /proc/net/unix 2>/dev/null | head -n 3 | tr '\n' ' ')

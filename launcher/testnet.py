@@ -6,28 +6,35 @@ from __future__ import annotations
 import os
 import time
 
-from launcher import resources
+from launcher import images
 from launcher.engine import Engine
 from launcher.errors import EngineError
 
-UPSTREAM_IMAGE = "sandbox-test/upstream:1"
 # Names the upstream answers for, and names that land on the canary (which must never see a request).
 UPSTREAM_ALIASES = ("allowed.test", "sub.allowed.test", "other.test", "wild.test", "sub.wild.test")
 CANARY_ALIASES = ("denied.test", "canary.test", "allowed.test.evil.test", "evilallowed.test")
 LABELS = {"dev.sandbox.managed": "1", "dev.sandbox.kind": "testnet"}
 
 
+def ensure_upstream(engine: Engine) -> str:
+    """The upstream image's tag, built first if missing."""
+    image = images.upstream_image()
+    if not engine.image_exists(image.tag):
+        engine.build(str(image.context), image.tag, LABELS, lambda line: None)
+    return image.tag
+
+
 class Internet:
     """Builds the upstream image if needed, then starts upstream and canary on a fresh network.
-    Talks to the SDK client of `engine` directly: these are test fixtures, not sandboxes."""
+    `open_proxy` makes the upstream also a careless forward proxy (weakened-sandbox tests). Talks
+    to the SDK client of `engine` directly: these are test fixtures, not sandboxes."""
 
-    def __init__(self, engine: Engine, name: str | None = None):
-        self.engine, self.client = engine, engine.client
+    def __init__(self, engine: Engine, name: str | None = None, open_proxy: bool = False):
+        self.engine, self.client, self.open_proxy = engine, engine.client, open_proxy
         self.network = name or f"sandbox-test-internet-{os.getpid()}"
         self.upstream = self.canary = None
         try:
-            if not engine.image_exists(UPSTREAM_IMAGE):
-                engine.build(str(resources.images_dir() / "upstream"), UPSTREAM_IMAGE, LABELS, lambda line: None)
+            self.image = ensure_upstream(engine)
             # internal: whatever happens, nothing on this network can leave the machine
             self.client.networks.create(self.network, driver="bridge", internal=True, labels=LABELS)
             self.upstream = self._start("upstream", UPSTREAM_ALIASES)
@@ -40,8 +47,9 @@ class Internet:
     def _start(self, name: str, aliases: tuple[str, ...]) -> str:
         api = self.client.api
         ref = api.create_container(
-            UPSTREAM_IMAGE, name=f"{self.network}-{name}", labels=LABELS,
-            environment={"UPSTREAM_NAME": name, "UPSTREAM_PAYLOAD": str(64 << 20)},
+            self.image, name=f"{self.network}-{name}", labels=LABELS,
+            environment={"UPSTREAM_NAME": name, "UPSTREAM_PAYLOAD": str(64 << 20),
+                         "UPSTREAM_OPEN_PROXY": "1" if self.open_proxy and name == "upstream" else ""},
             host_config=api.create_host_config(network_mode=self.network),
             networking_config=api.create_networking_config({self.network: api.create_endpoint_config(aliases=list(aliases))}))["Id"]
         api.start(ref)

@@ -47,22 +47,17 @@ def external_tool(command: str, install_hint: str) -> str:
     return found
 
 
-UPSTREAM_IMAGE = "sandbox-test/upstream:1"
-
-
 @contextlib.contextmanager
 def script_upstream(engine, prefix: str, alias: str, script: str, environment: dict | None = None):
     """A Python `script` (printing READY once it listens) in the upstream image, reachable as
     `alias` on a fresh internal network; yields (network, function returning its log, container)."""
-    from launcher import images, resources
+    from launcher import images, testnet
 
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
-    if not engine.image_exists(UPSTREAM_IMAGE):
-        engine.build(str(resources.images_dir() / "upstream"), UPSTREAM_IMAGE, {"dev.sandbox.managed": "1"},
-                     lambda line: None)
+    upstream_image = testnet.ensure_upstream(engine)
     api, network = engine.client.api, f"sandbox-test-{prefix}-{os.getpid()}"
     api.create_network(network, driver="bridge", internal=True)
-    ref = api.create_container(UPSTREAM_IMAGE, name=f"{network}-upstream", command=["python3", "-u", "-c", script],
+    ref = api.create_container(upstream_image, name=f"{network}-upstream", command=["python3", "-u", "-c", script],
                                environment=environment or {}, host_config=api.create_host_config(network_mode=network),
                                networking_config=api.create_networking_config(
                                    {network: api.create_endpoint_config(aliases=[alias])}))["Id"]

@@ -87,77 +87,149 @@ def test_an_unknown_policy_is_refused_before_anything_runs(engine):
     assert result.returncode == 120 and "Traceback" not in result.stderr
 
 
-def _weak_run(engine, tmp_path, workspace, mode, network, extra_env=None):
-    """The case script in a deliberately weakened container: root, seccomp off, extra capabilities,
-    the engine's socket, a token in the environment, a /tmp larger than declared, host PIDs."""
+# What --privileged would add. This engine refuses --privileged for root ("unable to apply caps":
+# its own bounding set lacks CAP_SYS_RESOURCE), so the weak container gets every other capability
+# and this root prelude opens up the rest itself before the cases run.
+_WEAKEN = r"""
+mount -o remount,rw /sys
+for d in /sys/fs/cgroup/*/; do mount -o remount,bind,rw "$d" 2>/dev/null; done
+mkdir -p /sys/fs/cgroup/hierarchy-root && mount -t cgroup -o net_cls cgroup /sys/fs/cgroup/hierarchy-root
+cp /bin/true /usr/local/bin/setuid-true && chmod 4755 /usr/local/bin/setuid-true
+"""
+
+
+def _weak_run(engine, tmp_path, workspace, mode, network, extra_env=None, cases=None, prelude=_WEAKEN):
+    """The case script in a deliberately weakened container: root, every capability, seccomp off,
+    /proc unmasked, /sys and cgroups writable, a block device, the engine's socket, a token in the
+    environment, a setuid binary, a /tmp larger than declared, host PIDs."""
     home = tmp_path / "root-home"
-    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh").mkdir(parents=True, exist_ok=True)
     (home / ".ssh" / "id_rsa").write_text("not a key\n")
     listener, name = st.HostListener(), f"sandbox-test-weak-{os.getpid()}-{mode}"
     try:
-        cases = sc.for_mode(mode)
+        cases = cases or sc.for_mode(mode)
         params = {"MODE": mode, "WS": "/workspace", "BB": "/.sandbox/probe/busybox", "LISTEN_PORT": str(listener.port),
                   "HOST_IPS": "127.0.0.1", "CANARY_IP": "", "HOST_CANARY_DIR": "/hostdir", "TMPFS": "/tmp:1048576",
                   **(extra_env or {})}
-        out = engine.client.containers.run(
-            images.AGENT_IMAGE, ["bash", "-c", st.script(cases, params)], name=name, remove=True, stdout=True, stderr=False,
-            user="0", network_mode=network, pid_mode="host", security_opt=["seccomp=unconfined"],
-            cap_add=["NET_RAW", "SYS_CHROOT", "MKNOD"], shm_size="600m",
-            environment={"GITHUB_TOKEN": "ghp_" + "x" * 36, "HTTP_PROXY": "http://allowed.test:80"},
-            tmpfs={"/tmp": "size=8m"}, devices=["/dev/null:/dev/mem:r"], labels={"dev.sandbox.managed": "1"},
-            volumes={"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "ro"},
-                     images.probe_volume_name(): {"bind": "/.sandbox/probe", "mode": "rw"},
-                     str(workspace): {"bind": "/workspace", "mode": "rw"}, str(home): {"bind": "/root", "mode": "rw"},
-                     str(tmp_path): {"bind": "/hostdir", "mode": "rw"}})
+        api = engine.client.api
+        host_config = api.create_host_config(
+            network_mode=network, pid_mode="host", cap_add=["ALL"], cap_drop=["SYS_RESOURCE"], shm_size="600m",
+            security_opt=["seccomp=unconfined", "apparmor=unconfined"], tmpfs={"/tmp": "size=8m"},
+            devices=["/dev/null:/dev/mem:r", "/dev/loop0:/dev/loop0:r"],
+            binds={"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "ro"},
+                   images.probe_volume_name(): {"bind": "/.sandbox/probe", "mode": "rw"},
+                   str(workspace): {"bind": "/workspace", "mode": "rw"}, str(home): {"bind": "/root", "mode": "rw"},
+                   str(tmp_path): {"bind": "/hostdir", "mode": "rw"}})
+        host_config.update(MaskedPaths=[], ReadonlyPaths=[])   # `--security-opt systempaths=unconfined`
+        api.create_container(images.AGENT_IMAGE, ["bash", "-c", prelude + st.script(cases, params)], name=name,
+                             user="0", host_config=host_config, labels={"dev.sandbox.managed": "1"},
+                             environment={"GITHUB_TOKEN": "ghp_" + "x" * 36, "HTTP_PROXY": "http://allowed.test:80"})
+        api.start(name)
+        api.wait(name, timeout=900)
+        out = api.logs(name, stdout=True, stderr=False)
         return {r.id: r for r in st.parse(out.decode(errors="replace"), cases)}, listener.peers
     finally:
         listener.close()
         engine.remove(name)   # left "created" when the engine refuses to start it
 
 
-# Cases that fail against the weakened container. The rest need privileges this engine refuses to
-# grant (writable /proc/sys, /sys, cgroups; CAP_SYS_ADMIN for mount and unshare -n) or are shown by
-# other tests (tests/test_tamper.py removes each protection the probe checks).
-WEAK_NONE = {
-    "fs.write_root", "fs.write_etc", "fs.write_usr", "fs.write_var", "fs.write_home", "fs.write_probe", "fs.append_passwd",
-    "protect.git", "protect.sandbox_yaml", "protect.github", "protect.envrc", "protect.vscode", "protect.claude",
-    "protect.git_config", "protect.rename_git", "symlink.host_path", "symlink.root_escape", "creds.env",
-    "creds.proc_environ", "creds.files", "creds.shadow", "sock.runtime_paths", "sock.parent_dirs",
-    "priv.uid", "priv.caps", "priv.su", "priv.unshare_user", "priv.mknod", "priv.chroot", "priv.keyctl", "priv.raw_socket",
-    "dev.mem", "proc.host_processes", "limits.fork_bomb", "limits.memory_bomb", "limits.tmpfs_fill", "limits.shm_fill",
-    "net.interfaces", "host.listener", "host.loopback", "net.direct_public", "net.metadata", "net.private", "net.dns",
-}
+# This kernel has neither /proc/kcore nor /proc/sysrq-trigger (nothing to unmask), so where they
+# are missing a stand-in /proc holds a readable kcore and a writable trigger: it shows that the two
+# cases fail when the files are there and open.
+_STAND_IN_PROC = r"""
+if [ ! -e /proc/kcore ] || [ ! -e /proc/sysrq-trigger ]; then
+  mount -t tmpfs stand-in-proc /proc && head -c 64 /dev/zero >/proc/kcore && : >/proc/sysrq-trigger
+fi
+"""
+_NEEDS_STAND_IN_PROC = {"proc.kcore", "proc.sysrq"}
+
+
+def _caught(results) -> set[str]:
+    return {case_id for case_id, r in results.items() if r.verdict == st.FAIL}
 
 
 @pytest.mark.engine
 def test_the_matrix_catches_a_weakened_container(engine, tmp_path, workspace):
     # Host network: every host address is reachable; public ones are never tried (a route exists).
     results, peers = _weak_run(engine, tmp_path, workspace, "none", "host")
-    caught = {case_id for case_id, r in results.items() if r.verdict == st.FAIL}
-    assert WEAK_NONE <= caught, sorted(WEAK_NONE - caught)
+    expected = {c.id for c in sc.for_mode("none")} - _NEEDS_STAND_IN_PROC
+    assert _caught(results) == expected, sorted(expected - _caught(results))
     assert peers, "the host's listener should have been reached"
     assert not (tmp_path / "planted").exists() and not [p for p in os.listdir(workspace) if p.startswith(".selftest")]
-
-
-# The CONNECT cases need a real tunnel to fail; tests/test_proxy.py covers CONNECT against Squid.
-WEAK_PROXY = {
-    "net.dns_outside", "net.direct_canary", "host.gateway", "proxy.disallowed_host", "proxy.ip_literal", "proxy.metadata",
-    "proxy.localhost", "proxy.loopback_port", "proxy.host_address", "proxy.other_port", "proxy.lookalike_suffix", "proxy.lookalike_prefix", "proxy.wildcard_apex", "proxy.host_mismatch",
-}
+    # The outside checks judge what the launcher saw; fed what this run left, each fails.
+    assert st.judge_listener(peers).verdict == st.FAIL
 
 
 @pytest.mark.engine
-def test_the_proxy_cases_catch_a_sandbox_on_the_open_test_network(engine, tmp_path, workspace):
-    # No proxy at all: the sandbox sits on the (internal) test network and "the proxy" is the
-    # upstream itself, which answers everything; its gateway is the host's bridge address.
+def test_the_proc_cases_catch_a_readable_kcore_and_a_writable_sysrq_trigger(engine, tmp_path, workspace):
+    cases = tuple(c for c in sc.for_mode("none") if c.id in _NEEDS_STAND_IN_PROC)
+    results, _ = _weak_run(engine, tmp_path, workspace, "none", "none", cases=cases, prelude=_WEAKEN + _STAND_IN_PROC)
+    assert _caught(results) == _NEEDS_STAND_IN_PROC
+
+
+# Controls: they must answer 200, or every denial after them would prove nothing.
+_CONTROLS = {"proxy.control_allowed", "proxy.wildcard_control"}
+
+
+@pytest.mark.engine
+def test_the_proxy_cases_catch_a_careless_proxy(engine, tmp_path, workspace):
+    # No Squid: the sandbox sits on the (internal) test network and "the proxy" is the upstream as an
+    # open proxy that tunnels anything and trusts the Host header; its gateway is the host's bridge.
     from launcher.testnet import Internet
 
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
-    internet = Internet(engine, f"sandbox-test-weak-{os.getpid()}")
+    internet = Internet(engine, f"sandbox-test-weak-{os.getpid()}", open_proxy=True)
     try:
         results, _ = _weak_run(engine, tmp_path, workspace, "proxy", internet.network, {"CANARY_IP": internet.canary_ip})
+        canary_saw = internet.seen_by_canary()
     finally:
         internet.close()
-    caught = {case_id for case_id, r in results.items() if r.verdict == st.FAIL}
-    assert WEAK_PROXY <= caught, sorted(WEAK_PROXY - caught)
-    assert results["proxy.control_allowed"].verdict == st.PASS
+    # The cases both modes share were caught on the host network above.
+    expected = {c.id for c in sc.for_mode("proxy") if c.modes == ("proxy",)} - _CONTROLS - {"net.udp_canary"}
+    assert expected <= _caught(results), sorted(expected - _caught(results))
+    assert all(results[c].verdict == st.PASS for c in _CONTROLS)
+    # net.udp_canary only sends; the canary's log judges it (outside.canary_silent).
+    assert any(line.startswith("DNS ") for line in canary_saw)
+    assert st.judge_canary(canary_saw).verdict == st.FAIL
+
+
+@pytest.mark.engine
+def test_the_controls_report_an_error_when_the_proxy_answers_nothing(engine, tmp_path, workspace):
+    cases = tuple(c for c in sc.for_mode("proxy") if c.id in _CONTROLS)
+    results, _ = _weak_run(engine, tmp_path, workspace, "proxy", "none", {"HTTP_PROXY": "http://127.0.0.1:9"}, cases=cases)
+    assert {r.verdict for r in results.values()} == {st.ERROR}
+
+
+def test_the_outside_checks_fail_on_what_an_escape_leaves():
+    assert st.judge_listener(["172.17.0.2"]).verdict == st.FAIL and st.judge_listener([]).verdict == st.PASS
+    assert st.judge_host_dir(("README.md", "planted"), ("README.md",)).verdict == st.FAIL
+    assert st.judge_host_dir(("README.md",), ("README.md",)).verdict == st.PASS
+    assert st.judge_canary(["CONN 80 172.18.0.3"]).verdict == st.FAIL and st.judge_canary([]).verdict == st.PASS
+    assert st.judge_leftovers([], ("README.md", "new"), ("README.md",)).verdict == st.FAIL
+
+
+@pytest.mark.engine
+def test_the_time_limit_and_leftover_checks_catch_a_weakened_launch(engine):
+    from dataclasses import replace
+
+    from launcher import host, launch
+
+    ws = host.scratch_workspace("sandbox-test-weak-launch-")
+    leftover = None
+    try:
+        # Weakened: the plan's time limit raised to an hour, so a 3 s agent runs to its end.
+        plan = replace(st._plan("untrusted", ws, ("sleep", "3"), None), timeout_seconds=3600)
+        outcome = launch.run(engine, plan, st._Collector(lambda m: None))
+        assert st.judge_time_limit(outcome.timed_out, outcome.exit_code).verdict == st.FAIL
+        outcome = launch.run(engine, st.time_limited("untrusted", ws, None), st._Collector(lambda m: None))
+        assert st.judge_time_limit(outcome.timed_out, outcome.exit_code).verdict == st.PASS
+        assert st.judge_leftovers(st.leftovers(engine, ws), (), ()).verdict == st.PASS
+        # Weakened: a container of this workspace left behind.
+        leftover = engine.client.api.create_container(
+            images.AGENT_IMAGE, ["true"], labels={"dev.sandbox.managed": "1",
+                                                   "dev.sandbox.workspace": host.workspace_real(ws)})["Id"]
+        assert st.judge_leftovers(st.leftovers(engine, ws), (), ()).verdict == st.FAIL
+    finally:
+        if leftover:
+            engine.remove(leftover)
+        host.remove_tree(ws.rsplit("/", 1)[0])

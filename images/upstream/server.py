@@ -1,6 +1,10 @@
 """Test upstream: answers HTTP on 80, 443 and 8443 (plain, also inside CONNECT tunnels) with its
 name and the Host it was asked for; logs CONN and DNS lines for every contact (python3-minimal:
-plain sockets and threads only)."""
+plain sockets and threads only).
+
+With UPSTREAM_OPEN_PROXY=1 it is also the careless proxy a weakened sandbox would have: it opens any
+CONNECT tunnel and forwards absolute-URI requests to whatever the Host header names, but only to
+addresses on its own (internal) network."""
 
 import os
 import socket
@@ -8,6 +12,61 @@ import threading
 
 NAME = os.environ.get("UPSTREAM_NAME", "upstream")
 PAYLOAD = int(os.environ.get("UPSTREAM_PAYLOAD", "0"))  # bytes served at /big
+OPEN_PROXY = os.environ.get("UPSTREAM_OPEN_PROXY") == "1"
+
+
+def resolve(host: str) -> tuple[str | None, bool]:
+    """(address, is it us) for `host`; the address only if it is on this container's /16, so
+    nothing outside our own network is ever contacted."""
+    try:
+        ip = socket.gethostbyname(host)
+        own = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return None, False
+    return (ip if ip.split(".")[:2] == own.split(".")[:2] else None), ip == own
+
+
+def relay(a: socket.socket, b: socket.socket) -> None:
+    def pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            try:
+                dst.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+    other = threading.Thread(target=pump, args=(b, a), daemon=True)
+    other.start()
+    pump(a, b)
+    other.join()
+
+
+def open_proxy(conn: socket.socket, method: str, target: str, host: str, data: bytes) -> bool:
+    """Forward like a careless proxy would; False when this request is for us as an origin."""
+    if method == "CONNECT":
+        name, _, port = target.rpartition(":")
+    elif target.startswith("http://"):
+        name, _, port = host.partition(":")   # trusts the Host header, as a careless proxy does
+        port = port or "80"
+    else:
+        return False
+    ip, is_us = resolve(name)
+    if is_us and method != "CONNECT":
+        return False
+    if ip is None:
+        conn.sendall(b"HTTP/1.0 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+        return True
+    print(f"PROXY {method} {name}:{port} -> {ip}", flush=True)
+    with socket.create_connection((ip, int(port)), timeout=10) as out:
+        if method == "CONNECT":
+            conn.sendall(b"HTTP/1.0 200 Connection established\r\n\r\n")
+        else:
+            out.sendall(data)
+        relay(conn, out)
+    return True
 
 
 def serve(conn: socket.socket, port: int, peer: str) -> None:
@@ -23,6 +82,8 @@ def serve(conn: socket.socket, port: int, peer: str) -> None:
         host = next((l.split(":", 1)[1].strip() for l in lines[1:] if l.lower().startswith("host:")), "")
         print(f"HTTP {port} {host} {lines[0]}", flush=True)
         parts = lines[0].split()
+        if OPEN_PROXY and len(parts) > 1 and open_proxy(conn, parts[0], parts[1], host, data):
+            return
         body = b"x" * PAYLOAD if len(parts) > 1 and parts[1].endswith("/big") else f"{NAME} {host} {port}\n".encode()
         conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body))
         view = memoryview(body)
