@@ -168,3 +168,37 @@ def test_a_missing_image_that_cannot_be_pulled_is_a_clear_error(engine, workspac
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == ExitCode.ENGINE and "sandbox-test/no-such-image:1" in result.stderr
     assert "Traceback" not in result.stderr and leftovers(engine, workspace) == []
+
+
+def test_ctrl_c_while_an_image_builds_leaves_nothing(engine, tmp_path, workspace):
+    # A copy of the launcher whose probe image has one slow step more: its content-hashed tag is
+    # new, so `sandbox run` has to build it, and Ctrl-C lands in the middle of that build.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for part in ("launcher", "images", "policies"):
+        shutil.copytree(os.path.join(root, part), tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(tmp_path / "images" / "probe" / "Dockerfile", "a") as dockerfile:
+        dockerfile.write(f"RUN sleep 60 # {os.getpid()}\n")
+    slow_tag = subprocess.run([sys.executable, "-c", "from launcher import images; print(images.probe_image().tag)"],
+                              cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+    api, images_before = engine.client.api, {i["Id"] for i in engine.client.api.images(all=True)}
+
+    def building() -> list[dict]:
+        return [c for c in api.containers(all=True) if f"sleep 60 # {os.getpid()}" in c["Command"]]
+
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", "run", "-p", "untrusted", "-w", str(workspace), "--", "true"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not building():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() is not None else "slow"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    # The engine cancels the build when its client goes; its step container goes with it.
+    deadline = time.monotonic() + 30
+    while building() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert building() == [] and not engine.image_exists(slow_tag)
+    assert leftovers(engine, workspace) == [] and not engine.volume_exists("sandbox-probe-" + slow_tag.split(":")[1])
+    # Layers of the finished steps stay in the build cache as untagged images; nothing else appeared.
+    new = [i for i in api.images(all=True) if i["Id"] not in images_before]
+    assert all(tag == "<none>:<none>" for i in new for tag in (i.get("RepoTags") or ["<none>:<none>"]))

@@ -209,3 +209,13 @@ def test_tls_sni_must_be_allowed_too(engine, internet, workspace):
     assert any(e["sni"] == "denied.test" and e["tls"] == "terminate" and e["denied"] for e in report["egress"]["requests"])
     result, _ = run_ci(internet, workspace, ["allowed.test"], "curl -s --max-time 3 https://allowed.test/ -o /dev/null; true")
     assert internet.client.api.logs(internet.upstream).decode().count("CONN 443") == before + 1
+
+
+def test_a_plain_internal_network_fails_egress_direct(engine, internet, workspace, probe_only):
+    # --internal alone: no default route, but the host's bridge holds the subnet's gateway address.
+    plan = _tamper_network(_plan(workspace, internet), options=())
+    with pytest.raises(ProbeFailed) as info:
+        launch.run(engine, plan, Recorder())
+    assert info.value.report is not None, str(info.value)
+    assert [c.id for c in info.value.report.failed] == ["egress.direct"]
+    assert not (workspace / "AGENT-RAN").exists() and leftovers(engine, workspace) == []
