@@ -11,7 +11,7 @@ import time
 
 import click
 
-from launcher import __version__
+from launcher import __version__, cli_output
 from launcher.errors import ExitCode, SandboxError
 
 POLICY_HELP = "Preset name (see policies/) or path to a policy file."
@@ -32,7 +32,7 @@ class Console:
         self.agent_stdout = agent_stdout or sys.stdout.buffer
 
     def status(self, message: str) -> None:
-        click.echo(f"sandbox: {message}", err=True)
+        cli_output.status(message)
 
     def output(self, stream: str, data: bytes) -> None:
         target = self.agent_stdout if stream == "stdout" else sys.stderr.buffer
@@ -41,7 +41,7 @@ class Console:
 
 
 def _fail(exc: SandboxError) -> None:
-    click.echo(f"sandbox: error: {exc}", err=True)
+    cli_output.error(str(exc))
     sys.exit(exc.exit_code)
 
 
@@ -57,7 +57,7 @@ def _plan(policy_ref: str, workspace: str, command: tuple[str, ...], kind: str =
     plan = compiler.compile_policy(policy, facts, command=command, kind=kind, name=name,
                                    egress_network=egress_network)
     for warning in plan.warnings:
-        click.echo(f"sandbox: warning: {warning}", err=True)
+        cli_output.status(f"warning: {warning}")
     return policy, plan
 
 
@@ -137,6 +137,8 @@ def main() -> None:
       120 policy or input refused   121 engine unavailable / launch failed
       122 probe failed (the sandbox did not take effect; the agent never ran)
       124 agent timeout             125 internal error
+
+    Colour only on a terminal; NO_COLOR=1 or TERM=dumb turns it off. --json is never coloured.
     """
     signal.signal(signal.SIGTERM, _on_sigterm)
     # A shell without job control starts background commands with SIGINT ignored, and Python then
@@ -190,7 +192,7 @@ def check(policies: tuple[str, ...], workspace: str, fmt: str, as_json: bool) ->
         findings, docs = lint.check(policies or ("untrusted",), workspace)
     except SandboxError as exc:
         _fail(exc)
-    click.echo(lint.render(findings, docs, fmt))
+    click.echo(lint.render(findings, docs, fmt, mark=cli_output.marker()))
     sys.exit(ExitCode.POLICY_INVALID if any(f.severity is lint.Severity.ERROR for f in findings) else ExitCode.OK)
 
 
@@ -227,9 +229,9 @@ def _print_blocked(events) -> None:
 
     blocked = summarize(tuple(e for e in events if e.denied))
     if not blocked:
-        click.echo("sandbox: egress: nothing was blocked", err=True)
+        cli_output.status("egress: nothing was blocked")
         return
-    click.echo(f"sandbox: egress blocked ({sum(b.count for b in blocked)} requests):", err=True)
+    cli_output.status(f"egress blocked ({sum(b.count for b in blocked)} requests):")
     for b in blocked:
         click.echo(f"  {b.method} {b.host}:{b.port}  x{b.count}", err=True)
 
@@ -290,9 +292,9 @@ def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_
     if outcome and plan.proxy:
         _print_blocked(outcome.egress)
     if error:
-        click.echo(f"sandbox: error: {error}", err=True)
+        cli_output.error(str(error))
     elif outcome and outcome.timed_out:
-        click.echo(f"sandbox: agent timed out after {plan.timeout_seconds} s", err=True)
+        cli_output.status(f"agent timed out after {plan.timeout_seconds} s")
     sys.exit(code)
 
 

@@ -7,8 +7,10 @@ import sys
 
 import click
 
+from launcher import cli_output
 from launcher.cli import Console, _fail, _Terminated, main
 from launcher.errors import SandboxError
+from launcher.style import BAD, GOOD
 
 
 @main.command()
@@ -33,13 +35,15 @@ def selftest(policies: tuple[str, ...], json_path: str | None) -> None:
         _fail(exc)
     except (KeyboardInterrupt, _Terminated) as exc:
         sys.exit(130 if isinstance(exc, KeyboardInterrupt) else 143)
+    mark = cli_output.marker()
     for result in results:
-        click.echo(st.table(result))
+        click.echo(cli_output.verdict_column(st.table(result), mark))
         click.echo()
     data = st.to_json(results)
     if json_path:
         with open(json_path, "w") as out:
             json.dump(data, out, indent=2)
     summary = ", ".join(f"{r.policy}: {sum(c.verdict == st.PASS for c in r.cases)}/{len(r.cases)}" for r in results)
-    click.echo(f"selftest {'passed' if data['ok'] else 'FAILED'} ({summary})")
+    verdict = mark("passed", GOOD) if data["ok"] else mark("FAILED", BAD)
+    click.echo(f"selftest {verdict} ({summary})")
     sys.exit(0 if data["ok"] else 1)

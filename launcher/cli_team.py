@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 import click
 
+from launcher import cli_output
 from launcher.cli import _fail, _plan, egress_options, layer_options, main
 from launcher.errors import ExitCode, SandboxError
 
@@ -24,7 +25,7 @@ def doctor(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([asdict(f) | {"status": f.status.value} for f in findings], indent=2))
     else:
-        click.echo(checks.render(findings))
+        click.echo(checks.render(findings, mark=cli_output.marker()))
     sys.exit(ExitCode.ENGINE if any(f.status is checks.Status.FAIL for f in findings) else ExitCode.OK)
 
 

@@ -9,11 +9,16 @@ import shutil
 from dataclasses import dataclass
 from typing import Callable
 
+from launcher.style import BAD, GOOD, WARN, Mark, plain
+
 
 class Status(enum.Enum):
     OK = "ok"
     WARN = "warn"
     FAIL = "fail"
+
+
+_KIND = {Status.OK: GOOD, Status.WARN: WARN, Status.FAIL: BAD}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,10 +169,11 @@ def run(connect: Callable, images_present: Callable | None = None) -> list[Findi
     return found + tool_findings()
 
 
-def render(findings: list[Finding]) -> str:
+def render(findings: list[Finding], mark: Mark = plain) -> str:
     lines = []
     for f in findings:
-        lines.append(f"{f.status.value:4}  {f.check:18}  {f.detail}")
+        word = mark(f.status.value, _KIND[f.status]) + " " * (4 - len(f.status.value))
+        lines.append(f"{word}  {f.check:18}  {f.detail}")
         if f.fix and f.status is not Status.OK:
             lines.append(f"{'':4}  {'':18}  fix: {f.fix}")
     fails = sum(f.status is Status.FAIL for f in findings)

@@ -165,6 +165,11 @@ def is_interactive() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty() and os.environ.get("CI", "").lower() not in ("1", "true")
 
 
+def colour_allowed() -> bool:
+    """no-color.org: any non-empty NO_COLOR turns colour off; a dumb terminal has no escapes."""
+    return not os.environ.get("NO_COLOR") and os.environ.get("TERM", "") != "dumb"
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true")
 

@@ -16,12 +16,16 @@ from launcher.errors import PolicyError, Problem
 from launcher.host import GitPath, HostFacts
 from launcher.layers import FIELDS, Effective, Layer, LayerKind, combine, covers, get, show_entry
 from launcher.model import Access, Policy
+from launcher.style import BAD, WARN, Mark, plain
 
 
 class Severity(enum.Enum):
     ERROR = "error"
     WARNING = "warning"
     INFO = "info"
+
+
+_KIND = {Severity.ERROR: BAD, Severity.WARNING: WARN}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,8 +39,13 @@ class Finding:
     hint: str = ""
 
     def __str__(self) -> str:
+        return self.text()
+
+    def text(self, mark: Mark = plain) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file
-        text = f"{where}: {self.severity.value}: {self.path + ': ' if self.path else ''}{self.message}"
+        severity = self.severity.value + ":"
+        severity = mark(severity, _KIND[self.severity]) if self.severity in _KIND else severity
+        text = f"{where}: {severity} {self.path + ': ' if self.path else ''}{self.message}"
         return f"{text}\n    hint: {self.hint}" if self.hint else text
 
 
@@ -298,7 +307,7 @@ def check(refs: tuple[str, ...], workspace: str) -> tuple[list[Finding], list[Do
     return findings, docs
 
 
-def render(findings: list[Finding], docs: list[Doc], fmt: str = "text") -> str:
+def render(findings: list[Finding], docs: list[Doc], fmt: str = "text", mark: Mark = plain) -> str:
     counts = {s: sum(f.severity is s for f in findings) for s in Severity}
     if fmt == "json":
         import json
@@ -309,6 +318,6 @@ def render(findings: list[Finding], docs: list[Doc], fmt: str = "text") -> str:
             "findings": [{"severity": f.severity.value, "code": f.code, "file": f.file, "line": f.line,
                           "path": f.path, "message": f.message, "hint": f.hint} for f in findings]}, indent=2)
     lines = ["checked, in order: " + ", ".join(f"{d.kind.value} {d.file}" for d in docs)]
-    lines += [str(f) for f in findings]
+    lines += [f.text(mark) for f in findings]
     lines.append(f"{counts[Severity.ERROR]} error(s), {counts[Severity.WARNING]} warning(s)")
     return "\n".join(lines)

@@ -1,0 +1,59 @@
+"""Colour for the human-readable output, and only there: when the stream is a terminal, NO_COLOR
+is unset or empty and TERM is not dumb. --json, reports, step summaries and pipes stay plain."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from launcher.style import BAD, GOOD, WARN, Mark, plain
+
+_LOOK = {GOOD: {"fg": "green"}, WARN: {"fg": "yellow"}, BAD: {"fg": "red", "bold": True}}
+# Status lines that open with a verdict; only that word is coloured, the message stays as it is.
+_STATUS = (("probe passed", GOOD), ("error:", BAD), ("warning:", WARN), ("egress blocked", WARN),
+           ("agent timed out", WARN), ("built", GOOD), ("created", GOOD))
+_VERDICTS = {"pass": GOOD, "FAIL": BAD, "ERROR": BAD}
+
+
+def colour_on(err: bool = False) -> bool:
+    """Whether stdout (stderr with `err`) may carry colour now."""
+    from launcher import host
+
+    isatty = getattr(sys.stderr if err else sys.stdout, "isatty", None)
+    return bool(isatty and isatty()) and host.colour_allowed()
+
+
+def marker(err: bool = False) -> Mark:
+    """A Mark for renderers: colour for this stream when allowed, else the text unchanged."""
+    if not colour_on(err):
+        return plain
+    return lambda text, kind: click.style(text, **_LOOK[kind])
+
+
+def status(message: str) -> None:
+    """`sandbox: MESSAGE` on stderr, its opening verdict word coloured on a terminal."""
+    mark = marker(err=True)
+    for word, kind in _STATUS:
+        if message.startswith(word):
+            message = mark(word, kind) + message[len(word):]
+            break
+    click.echo(f"sandbox: {message}", err=True)
+
+
+def error(message: str) -> None:
+    status(f"error: {message}")
+
+
+def verdict_column(table: str, mark: Mark) -> str:
+    """Colour the VERDICT column of a selftest table (a header line names the columns; the case
+    lines below it are aligned to it)."""
+    lines, at = table.splitlines(), -1
+    for i, line in enumerate(lines):
+        if at < 0:
+            at = line.find("  VERDICT  ") + 2 if "  VERDICT  " in line else -1
+            continue
+        word = line[at:].split(" ", 1)[0]
+        if word in _VERDICTS:
+            lines[i] = line[:at] + mark(word, _VERDICTS[word]) + line[at + len(word):]
+    return "\n".join(lines)
