@@ -13,7 +13,6 @@ _LOOK = {GOOD: {"fg": "green"}, WARN: {"fg": "yellow"}, BAD: {"fg": "red", "bold
 # Status lines that open with a verdict; only that word is coloured, the message stays as it is.
 _STATUS = (("probe passed", GOOD), ("error:", BAD), ("warning:", WARN), ("egress blocked", WARN),
            ("agent timed out", WARN), ("built", GOOD), ("created", GOOD))
-_VERDICTS = {"pass": GOOD, "FAIL": BAD, "ERROR": BAD}
 
 
 def colour_on(err: bool = False) -> bool:
@@ -43,17 +42,3 @@ def status(message: str) -> None:
 
 def error(message: str) -> None:
     status(f"error: {message}")
-
-
-def verdict_column(table: str, mark: Mark) -> str:
-    """Colour the VERDICT column of a selftest table (a header line names the columns; the case
-    lines below it are aligned to it)."""
-    lines, at = table.splitlines(), -1
-    for i, line in enumerate(lines):
-        if at < 0:
-            at = line.find("  VERDICT  ") + 2 if "  VERDICT  " in line else -1
-            continue
-        word = line[at:].split(" ", 1)[0]
-        if word in _VERDICTS:
-            lines[i] = line[:at] + mark(word, _VERDICTS[word]) + line[at + len(word):]
-    return "\n".join(lines)

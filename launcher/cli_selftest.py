@@ -37,7 +37,7 @@ def selftest(policies: tuple[str, ...], json_path: str | None) -> None:
         sys.exit(130 if isinstance(exc, KeyboardInterrupt) else 143)
     mark = cli_output.marker()
     for result in results:
-        click.echo(cli_output.verdict_column(st.table(result), mark))
+        click.echo(st.table(result, mark))
         click.echo()
     data = st.to_json(results)
     if json_path:

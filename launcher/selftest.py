@@ -18,6 +18,7 @@ from launcher.errors import ProbeFailed, SandboxError
 from launcher.plan import PROBE_BUSYBOX, LaunchPlan, MountKind
 from launcher.policy import with_allowed
 from launcher.selftest_cases import OUTSIDE, Case, for_mode
+from launcher.style import BAD, GOOD, Mark, plain
 
 PASS, FAIL, ERROR = "pass", "FAIL", "ERROR"
 # Proxy-mode presets get these allow rules; the test network's upstream answers for them.
@@ -259,11 +260,15 @@ def to_json(results: tuple[PresetResult, ...]) -> dict:
         for r in results]}
 
 
-def table(result: PresetResult) -> str:
+_KIND = {PASS: GOOD, FAIL: BAD, ERROR: BAD}
+
+
+def table(result: PresetResult, mark: Mark = plain) -> str:
     width = max(len(c.id) for c in result.cases) if result.cases else 10
     lines = [f"== {result.policy} ({result.mode} network): {sum(c.verdict == PASS for c in result.cases)}/"
              f"{len(result.cases)} blocked, probe {result.probe_checks} checks, {result.seconds} s",
              f"{'CASE':{width}}  {'VERDICT':7}  {'EXPECTED':40}  OBSERVED"]
     for c in result.cases:
-        lines.append(f"{c.id:{width}}  {c.verdict:7}  {c.expected[:40]:40}  {c.observed}")
+        verdict = mark(c.verdict, _KIND[c.verdict]) + " " * (7 - len(c.verdict))
+        lines.append(f"{c.id:{width}}  {verdict}  {c.expected[:40]:40}  {c.observed}")
     return "\n".join(lines)

@@ -154,15 +154,15 @@ def test_doctor_marks_each_status_and_keeps_the_columns():
 
 
 def test_the_selftest_verdict_column_is_marked_and_nothing_else():
-    table = ("== untrusted (none network): 1/3 blocked, probe 40 checks, 9 s\n"
-             "CASE           VERDICT  EXPECTED  OBSERVED\n"
-             "write-outside  pass     blocked   pass FAIL\n"
-             "FAIL           FAIL     blocked   written\n"
-             "net            ERROR    blocked   no verdict")
-    assert cli_output.verdict_column(table, colour).splitlines()[2:] == [
-        "write-outside  <good>pass</good>     blocked   pass FAIL",
-        "FAIL           <bad>FAIL</bad>     blocked   written",
-        "net            <bad>ERROR</bad>    blocked   no verdict"]
+    from launcher import selftest as st
+
+    result = st.PresetResult(policy="untrusted", mode="none", probe_checks=40, seconds=9.0, cases=(
+        st.CaseResult(id="write-outside", expected="blocked", observed="pass FAIL", verdict=st.PASS),
+        st.CaseResult(id="FAIL", expected="blocked", observed="written", verdict=st.FAIL),
+        st.CaseResult(id="net", expected="blocked", observed="no verdict", verdict=st.ERROR)))
+    assert [line.split("  blocked")[0] for line in st.table(result, colour).splitlines()[2:]] == [
+        "write-outside  <good>pass</good>   ", "FAIL           <bad>FAIL</bad>   ", "net            <bad>ERROR</bad>  "]
+    assert st.table(result) == st.table(result, lambda text, kind: text)
 
 
 def test_status_lines_colour_only_their_opening_verdict(monkeypatch, capsys):
