@@ -87,7 +87,8 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
     networks = [NetworkSpec(name=internal, internal=True, options=INTERNAL_OPTIONS, labels=net_labels)]
     if not egress_network:
         networks.append(NetworkSpec(name=egress, internal=False, options=(), labels=net_labels))
-    secrets = tuple(_endpoint(i, s, policy.network.allow_ip_literals) for i, s in enumerate(policy.secrets))
+    cas, _ = _ca_bundles(policy, host)
+    secrets = tuple(_endpoint(i, s, policy.network.allow_ip_literals, cas) for i, s in enumerate(policy.secrets))
     proxy = ProxySpec(name=f"{name}-proxy", image=host.proxy_image,
                       config=render_squid(name, policy.network.allow, secrets=secrets), internal_network=internal,
                       egress_network=egress, alias=PROXY_ALIAS, port=PROXY_PORT,
@@ -101,12 +102,36 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
     return tuple(networks), proxy, env
 
 
-def _endpoint(index: int, secret: SecretPolicy, ip_literals: bool) -> SecretEndpoint:
+def _endpoint(index: int, secret: SecretPolicy, ip_literals: bool, cas: dict[str, tuple[str, str]]) -> SecretEndpoint:
     upstream = inject.parse_upstream(secret.upstream, ip_literals)
     header, template = inject.split_header(secret.header)
+    ca_file, ca_pem = cas.get(secret.ca_file, ("", ""))
     return SecretEndpoint(name=secret.name, var=f"{inject.PROXY_VAR}{index}", from_env=secret.env,
                           from_file=secret.file, port=inject.FIRST_PORT + index, scheme=upstream.scheme,
-                          host=upstream.host, upstream_port=upstream.port, header=header, template=template)
+                          host=upstream.host, upstream_port=upstream.port, header=header, template=template,
+                          ca_file=ca_file, ca_pem=ca_pem)
+
+
+def _ca_bundles(policy: Policy, host: HostFacts) -> tuple[dict[str, tuple[str, str]], list[Problem]]:
+    """secrets[].ca_file -> (real path, its certificates) from the bytes host.py read, and a
+    problem for each one that is no usable PEM bundle."""
+    facts = {fact.given: (fact, data) for fact, data in host.ca_files}
+    found, problems = {}, []
+    for index, secret in enumerate(policy.secrets):
+        if not secret.ca_file:
+            continue
+        fact, data = facts[secret.ca_file]
+        try:
+            if fact.kind != "file":
+                raise ValueError({"missing": "no such file", "dir": "a directory, not a file"}.get(
+                    fact.kind, f"a {'socket' if fact.kind == 'socket' else 'FIFO or device'}, not a regular file"))
+            found[secret.ca_file] = (fact.real, inject.ca_bundle(data))
+        except ValueError as exc:
+            problems.append(Problem(file=policy.source, path=f"secrets[{index}].ca_file",
+                                    expected=f"a PEM file of CA certificates (at most {inject.CA_MAX_BYTES // 1024} KiB)",
+                                    found=f"{fact.real}: {exc}",
+                                    hint="the CA certificate(s) that sign the upstream's certificate, e.g. ~/certs/company-ca.pem"))
+    return found, problems
 
 
 def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] = (),
@@ -138,6 +163,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
                                     expected="protected paths that are plain files or directories",
                                     found=f"{anchor.real} is a {anchor.kind}",
                                     hint="remove it; a link there could redirect a read-only mount"))
+    problems += _ca_bundles(policy, host)[1]
     if problems:
         raise PolicyError(problems)
 

@@ -3,10 +3,8 @@ both read it): the same sandbox container, proxy and networks, without the launc
 
 from __future__ import annotations
 
-import base64
-
 from launcher.plan import LaunchPlan, Mount, MountKind
-from launcher.proxy import ProxySpec
+from launcher.proxy import ProxySpec, proxy_env
 
 PROBE_VOLUME_KEY = "sandbox-probe"
 SECRET_DIR = "/run/sandbox-secrets"
@@ -29,7 +27,7 @@ def _mount(mount: Mount) -> dict:
 
 
 def _proxy_service(proxy: ProxySpec) -> dict:
-    env = {"SANDBOX_SQUID_CONF": base64.b64encode(proxy.config.encode()).decode()}
+    env = proxy_env(proxy)   # the configuration and any CA bundles, base64
     volumes = []
     for secret in proxy.secrets:
         if secret.from_env:

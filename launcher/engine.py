@@ -7,7 +7,7 @@ from typing import Callable, Iterator
 
 from launcher.errors import EngineError, NotFound
 from launcher.plan import ContainerSpec, MountKind
-from launcher.proxy import NetworkSpec, ProxySpec
+from launcher.proxy import NetworkSpec, ProxySpec, proxy_env
 
 MANAGED = "dev.sandbox.managed=1"
 
@@ -149,8 +149,6 @@ class Engine:
     def create_proxy(self, spec: ProxySpec, secrets: dict[str, str] | None = None) -> str:
         """The egress proxy: unprivileged, read-only root, no capabilities, on both networks.
         `secrets`: the injected secrets' values, for this container's environment only."""
-        import base64
-
         api = self.client.api
         with _mapped(f"creating proxy {spec.name}"):
             host_config = api.create_host_config(
@@ -162,8 +160,7 @@ class Engine:
             ref = api.create_container(
                 spec.image, name=spec.name, user=spec.user, labels=dict(spec.labels), host_config=host_config,
                 networking_config=networking,
-                environment={"SANDBOX_SQUID_CONF": base64.b64encode(spec.config.encode()).decode(),
-                             **(secrets or {})})["Id"]
+                environment={**proxy_env(spec), **(secrets or {})})["Id"]
             api.connect_container_to_network(ref, spec.egress_network)
             return ref
 

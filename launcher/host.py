@@ -9,6 +9,7 @@ import os
 import stat
 from dataclasses import dataclass
 
+from launcher.inject import CA_MAX_BYTES
 from launcher.model import Policy
 
 
@@ -34,6 +35,7 @@ class HostFacts:
     proxy_image: str
     nonce: str                             # makes container names unique
     owner_pid: int                         # the launcher process, for `sandbox gc`
+    ca_files: tuple[tuple[PathFact, bytes], ...] = ()   # each secrets[].ca_file (given) and its first bytes
 
 
 _RUNTIME_PATHS = (
@@ -140,6 +142,7 @@ def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str =
         proxy_image=proxy_image,
         nonce=os.urandom(3).hex(),
         owner_pid=os.getpid(),
+        ca_files=tuple(ca_file(given) for given in dict.fromkeys(s.ca_file for s in policy.secrets if s.ca_file)),
     )
 
 
@@ -157,6 +160,12 @@ def read_secret(name: str, env: str, file: str) -> str:
     path = os.path.expanduser(file)
     data = _read_regular(path, required=True, follow=True, limit=64 * 1024)
     return data.decode("utf-8", errors="replace").removesuffix("\n")
+
+
+def ca_file(given: str) -> tuple[PathFact, bytes]:
+    """A secret's CA bundle (public data, checked by the compiler): where it is, and its first bytes."""
+    fact = path_fact(given, os.getcwd())
+    return fact, _read_regular(fact.real, required=True, follow=True, limit=CA_MAX_BYTES + 1) if fact.kind == "file" else b""
 
 
 def is_interactive() -> bool:

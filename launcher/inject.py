@@ -12,6 +12,10 @@ from launcher.secrets import secret_name
 ENDPOINT_PREFIX = "SANDBOX_ENDPOINT_"
 FIRST_PORT = 3130              # secret i (0-based) is served on FIRST_PORT + i
 PROXY_VAR = "SANDBOX_SECRET_"  # the proxy container's variable carrying secret i: SANDBOX_SECRET_<i>
+CA_VAR = "SANDBOX_CA_"          # ... and secret i's CA bundle (base64), written to CA_PATH by its start script
+CA_PATH = "/run/squid/ca-%d.pem"
+CA_MAX_BYTES = 256 * 1024
+_CERT = re.compile(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", re.S)
 _UPSTREAM = re.compile(r"^(https?)://([^/?#@\s]+?)(?::([0-9]{1,5}))?/?$")
 # Squid reads the header value as a quoted string with logformat %codes: no quotes or backslashes,
 # and the template text is written with % doubled.
@@ -79,6 +83,11 @@ def problems(secrets: list[dict], network: dict) -> list[tuple[str, str, str, st
             parse_upstream(entry["upstream"], network["allow_ip_literals"])
         except ValueError as exc:
             out.append((f"{at}.upstream", str(exc), repr(entry["upstream"]), "for example https://api.example.com"))
+        if entry["ca_file"] and not entry["upstream"].startswith("https://"):
+            out.append((f"{at}.ca_file", "an https:// upstream", f"upstream {entry['upstream']!r}",
+                        "the proxy checks the upstream's certificate only over TLS: use https:// or drop ca_file"))
+        elif "\0" in entry["ca_file"] or "\n" in entry["ca_file"]:
+            out.append((f"{at}.ca_file", "a file path", repr(entry["ca_file"]), "for example ~/certs/company-ca.pem"))
         expected = header_problems(entry["header"])
         if expected:
             out.append((f"{at}.header", expected, repr(entry["header"]), "for example 'Authorization: Bearer {value}'"))
@@ -90,3 +99,23 @@ def squid_value(value: str) -> str:
     if not value or not _SAFE_TEXT.match(value) or '"' in value or "\\" in value:
         raise ValueError("an empty value, or one with a quote, backslash or non-printable character")
     return value.replace("%", "%%")
+
+
+def ca_bundle(data: bytes) -> str:
+    """The certificates of a CA file (PEM), nothing else from it; ValueError says what is wrong."""
+    import ssl
+
+    if len(data) > CA_MAX_BYTES:
+        raise ValueError(f"more than {CA_MAX_BYTES // 1024} KiB")
+    text = data.decode("ascii", errors="replace")
+    if "PRIVATE KEY-----" in text:
+        raise ValueError("a private key, which is a secret (it is not copied anywhere)")
+    blocks = _CERT.findall(text)
+    if not blocks:
+        raise ValueError("no -----BEGIN CERTIFICATE----- block")
+    pem = "\n".join(blocks) + "\n"
+    try:   # in memory: only a bundle OpenSSL reads can reach the proxy
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=pem)
+    except ssl.SSLError as exc:
+        raise ValueError(f"a certificate OpenSSL cannot read ({exc.reason or exc})") from None
+    return pem

@@ -142,7 +142,8 @@ def show_entry(field: str, entry) -> str:
     if field == "env.set":
         return f"{entry[0]}={entry[1]}"
     if field == "secrets":   # where the value comes from is shown, never the value
-        return f"{entry.name} ({'$' + entry.env if entry.env else entry.file} -> {entry.upstream})"
+        ca = f", CA {entry.ca_file}" if entry.ca_file else ""
+        return f"{entry.name} ({'$' + entry.env if entry.env else entry.file} -> {entry.upstream}{ca})"
     return str(entry)
 
 

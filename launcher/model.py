@@ -77,6 +77,7 @@ class SecretPolicy:
     file: str         # host file holding the value, or ""
     upstream: str     # scheme://host[:port] the proxy forwards the endpoint to
     header: str       # "Name: template" with {value} where the secret goes
+    ca_file: str = ""  # https only: host PEM file of the CA(s) the proxy trusts for the upstream, or "" (system CAs)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -195,5 +195,5 @@ def _build(doc: dict, file: str, digest: str) -> Policy:
         capabilities=tuple(sorted({c.removeprefix("CAP_") for c in doc["capabilities"]})),
         command=tuple(doc["command"]),
         secrets=tuple(SecretPolicy(name=e["name"], env=e["env"], file=e["file"], upstream=e["upstream"].rstrip("/"),
-                                   header=e["header"]) for e in doc["secrets"]),
+                                   header=e["header"], ca_file=e["ca_file"]) for e in doc["secrets"]),
     )

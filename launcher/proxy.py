@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from launcher.egress import AllowRule
+from launcher.inject import CA_PATH, CA_VAR
 
 PROXY_ALIAS = "sandbox-proxy"
 PROXY_PORT = 3128
@@ -31,11 +32,13 @@ class SecretEndpoint:
     from_env: str             # host variable, or ""
     from_file: str            # host file, or ""
     port: int                 # the proxy's plain-HTTP endpoint port for the sandbox
-    scheme: str               # towards the upstream: https (TLS, system CAs) or http
+    scheme: str               # towards the upstream: https (TLS, system CAs or ca_pem) or http
     host: str
     upstream_port: int
     header: str               # header name
     template: str             # header value with {value}
+    ca_file: str = ""         # host file the CA bundle was read from, or "" (the proxy's system CAs)
+    ca_pem: str = ""          # its certificates (public data): the only CAs the proxy trusts for this upstream
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,7 +87,18 @@ def _endpoint(index: int, s: SecretEndpoint) -> dict:
     # The value is filled in by the proxy's start script from s.var; % is doubled (logformat codes).
     value = s.template.replace("%", "%%").replace("{value}", f"@{s.var}@")
     return {"id": f"secret{index}", "bind": PROXY_ALIAS, "port": s.port, "host": s.host, "upstream_port": s.upstream_port,
-            "tls": s.scheme == "https", "header": s.header, "value": value}
+            "tls": s.scheme == "https", "header": s.header, "value": value,
+            "cafile": CA_PATH % index if s.ca_pem else ""}
+
+
+def proxy_env(spec: ProxySpec) -> dict[str, str]:
+    """The proxy container's environment but the secrets' values: its configuration and the CA
+    bundles, base64 (the start script writes them to its tmpfs)."""
+    import base64
+
+    env = {"SANDBOX_SQUID_CONF": base64.b64encode(spec.config.encode()).decode()}
+    env.update({f"{CA_VAR}{i}": base64.b64encode(s.ca_pem.encode()).decode() for i, s in enumerate(spec.secrets) if s.ca_pem})
+    return env
 
 
 def render_squid(sandbox: str, rules: tuple[AllowRule, ...], port: int = PROXY_PORT,

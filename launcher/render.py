@@ -7,6 +7,7 @@ import shlex
 from dataclasses import asdict, is_dataclass
 
 from launcher.plan import LaunchPlan, Mount, MountKind
+from launcher.proxy import proxy_env
 
 
 def _plain(value):
@@ -74,20 +75,17 @@ def to_argv(plan: LaunchPlan) -> list[str]:
 
 def proxy_argvs(plan: LaunchPlan) -> list[list[str]]:
     """Proxy mode: the networks and the proxy, created before the sandbox."""
-    import base64
-
     out = []
     for net in plan.networks:
         argv = ["docker", "network", "create", *(["--internal"] if net.internal else [])]
         argv += [f"--opt={k}={v}" for k, v in net.options] + [f"--label={k}={v}" for k, v in net.labels]
         out.append(argv + [net.name])
     p = plan.proxy
-    config = base64.b64encode(p.config.encode()).decode()
     out.append(["docker", "create", "--name", p.name, "--user", p.user, "--read-only", "--cap-drop=ALL",
                 "--security-opt=no-new-privileges", "--pids-limit", str(p.pids_limit), "--memory", str(p.memory_bytes),
                 "--memory-swap", str(p.memory_bytes), "--network", p.internal_network, "--network-alias", p.alias,
                 *[f"--tmpfs={d}:{p.scratch_options}" for d in p.scratch_dirs],
-                *[f"--label={k}={v}" for k, v in p.labels], "--env", f"SANDBOX_SQUID_CONF={config}",
+                *[f"--label={k}={v}" for k, v in p.labels], *[a for k, v in proxy_env(p).items() for a in ("--env", f"{k}={v}")],
                 # name only: docker takes the value from the caller's environment (export it first)
                 *[a for s in p.secrets for a in ("--env", s.var)], p.image])
     out.append(["docker", "network", "connect", p.egress_network, p.name])

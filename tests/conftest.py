@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def fake_facts(workspace: str = "/home/dev/repo", *, protected_kind: str = "missing", mounts=(), env=(),
-               owner=(1000, 1000)) -> HostFacts:
+               owner=(1000, 1000), ca_files=()) -> HostFacts:
     """Host facts for a pure compiler test: nothing is read from this machine."""
     return HostFacts(
         home="/home/dev", env=tuple(env),
@@ -27,6 +27,7 @@ def fake_facts(workspace: str = "/home/dev/repo", *, protected_kind: str = "miss
         runtime_sockets=("/run/docker.sock", "/run/containerd", "/var/lib/docker"),
         credential_paths=("/home/dev/.ssh", "/home/dev/.aws", "/home/dev/.docker"),
         probe_volume="sandbox-probe-test", proxy_image="sandbox/proxy:test", nonce="abc123", owner_pid=4242,
+        ca_files=tuple(ca_files),
     )
 
 

@@ -138,3 +138,107 @@ def test_check_warns_about_a_secret_sent_without_tls(tmp_path):
     findings, _ = lint.check((str(path),), str(tmp_path))
     warned = [f for f in findings if f.code == "secret-cleartext"]
     assert [f.path for f in warned] == ["secrets[1].upstream"] and "search" in warned[0].message
+
+
+# ---- ca_file: the CA(s) the proxy trusts for an https:// upstream instead of its system CAs
+
+# A throwaway test CA's certificate (its key was discarded): public data, as a CA bundle is.
+TEST_CA = """-----BEGIN CERTIFICATE-----
+MIIBkzCCATmgAwIBAgIUKfCnu9xz/6GQjXdQr/M3UQfNJk8wCgYIKoZIzj0EAwIw
+HzEdMBsGA1UEAwwUc2FuZGJveCB0ZXN0IGdvb2QgQ0EwHhcNMjYxMTMwMjMxMzU2
+WhcNMjYxMjAyMjMxMzU2WjAfMR0wGwYDVQQDDBRzYW5kYm94IHRlc3QgZ29vZCBD
+QTBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABHniIJYEz0M9ruU2p8sgney9UL92
+WOXuYD2723mbCEZi1BFPpmB0+elJYLxwKS3pPOmQ6IatoFzodXemc4+HJS6jUzBR
+MB0GA1UdDgQWBBQi6x9yPbdwX/VLd+o+INa2nU+fcTAfBgNVHSMEGDAWgBQi6x9y
+PbdwX/VLd+o+INa2nU+fcTAPBgNVHRMBAf8EBTADAQH/MAoGCCqGSM49BAMCA0gA
+MEUCIQDPebwZNdelpOh3PXuK/pmEYt3PRThHPvMPvkUd/jBhzwIgK3bYxrgzZSIO
+HKko3xDlTE21vEAMxiRllAuo7EQMjqY=
+-----END CERTIFICATE-----
+"""
+WITH_CA = BASE.replace(b'header: "Authorization: Bearer {value}"}',
+                       b'header: "Authorization: Bearer {value}", ca_file: /etc/company-ca.pem}')
+
+
+def ca_facts(data: bytes, kind: str = "file"):
+    from launcher.host import PathFact
+
+    return fake_facts(ca_files=[(PathFact(given="/etc/company-ca.pem", real="/etc/company-ca.pem", kind=kind), data)])
+
+
+def test_a_ca_file_is_the_only_ca_the_proxy_trusts_for_that_upstream():
+    import base64
+
+    from launcher import compose
+    from launcher.proxy import proxy_env
+
+    comment = b"# Issuer: Company Root CA \xc3\xa9\n"   # text around the block is dropped
+    plan = compile_policy(policy(WITH_CA), ca_facts(comment + TEST_CA.encode() + b"\n" + TEST_CA.encode()))
+    model, search = plan.proxy.secrets
+    assert (model.ca_file, model.ca_pem) == ("/etc/company-ca.pem", TEST_CA + TEST_CA) and search.ca_pem == ""
+    assert "forceddomain=api.example.com tls tls-default-ca=off tls-cafile=/run/squid/ca-0.pem\n" in plan.proxy.config
+    env = proxy_env(plan.proxy)
+    assert base64.b64decode(env["SANDBOX_CA_0"]).decode() == model.ca_pem and "SANDBOX_CA_1" not in env
+    assert compose.to_compose(plan)["services"]["proxy"]["environment"]["SANDBOX_CA_0"] == env["SANDBOX_CA_0"]
+    assert f"SANDBOX_CA_0={env['SANDBOX_CA_0']}" in render.argv_text(plan)
+    # without ca_file: the system CAs, as before
+    assert "forceddomain=api.example.com tls\n" in compile_policy(policy(), fake_facts()).proxy.config
+
+
+def test_a_ca_file_needs_an_https_upstream():
+    text = BASE.replace(b'header: "x-api-key: {value}"}', b'header: "x-api-key: {value}", ca_file: ca.pem}')
+    message = refused(text)
+    assert "secrets[1].ca_file: expected an https:// upstream, found upstream 'http://search.test:8080/'" in message
+    assert "use https:// or drop ca_file" in message
+
+
+@pytest.mark.parametrize("data, kind, fragment", [
+    (b"", "missing", "/etc/company-ca.pem: no such file"),
+    (b"", "dir", "a directory, not a file"),
+    (b"", "other", "a FIFO or device, not a regular file"),
+    (TEST_CA.encode() + b"#" * (256 * 1024), "file", "more than 256 KiB"),
+    (b"just some text\n", "file", "no -----BEGIN CERTIFICATE----- block"),
+    (TEST_CA.encode() + b"-----BEGIN PRIVATE KEY-----\nMIG...\n-----END PRIVATE KEY-----\n", "file", "a private key"),
+    (TEST_CA.replace("MIIBkz", "AAAAAA").encode(), "file", "a certificate OpenSSL cannot read"),
+])
+def test_an_unusable_ca_file_is_refused_with_the_key_path(data, kind, fragment):
+    with pytest.raises(PolicyError) as info:
+        compile_policy(policy(WITH_CA), ca_facts(data, kind))
+    message = str(info.value)
+    assert "secrets[0].ca_file: expected a PEM file of CA certificates (at most 256 KiB)" in message
+    assert fragment in message and "the CA certificate(s) that sign the upstream's certificate" in message
+
+
+def test_the_host_reads_a_ca_file_and_the_cli_refuses_a_bad_one_without_a_traceback(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from launcher import host
+
+    ca, ws = tmp_path / "ca.pem", tmp_path / "ws"
+    ws.mkdir()
+    ca.write_text(TEST_CA)
+    text = WITH_CA.replace(b"/etc/company-ca.pem", str(ca).encode())
+    parsed = policy(text)
+    plan = compile_policy(parsed, host.gather(parsed, str(ws), "vol"))
+    assert plan.proxy.secrets[0].ca_pem == TEST_CA
+    os.mkfifo(tmp_path / "fifo")   # never opened: it could hang the launcher
+    for bad, fragment in ((tmp_path / "none.pem", "no such file"), (tmp_path / "fifo", "a FIFO or device, not a regular file")):
+        (tmp_path / "p.yaml").write_bytes(WITH_CA.replace(b"/etc/company-ca.pem", str(bad).encode()))
+        result = subprocess.run([sys.executable, "-m", "launcher", "compile", "-p", str(tmp_path / "p.yaml"),
+                                 "-w", str(ws)], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 120 and "Traceback" not in result.stderr, result.stderr
+        assert "secrets[0].ca_file" in result.stderr and fragment in result.stderr
+
+
+def test_a_layer_may_not_change_a_secrets_ca_file():
+    base = policy(WITH_CA)
+    prior = layers.effective(base, [full_layer(LayerKind.BASE, base)])
+    entry = b'{name: model, env: MODEL_API_KEY, upstream: "https://api.example.com", header: "Authorization: Bearer {value}"'
+    layer = stack.parse_layer(b"version: 1\nsecrets:\n  - " + entry + b", ca_file: /tmp/evil.pem}\n", "org.yaml", LayerKind.ORG)
+    with pytest.raises(PolicyError) as info:
+        layers.effective(base, [layer], prior=prior)
+    assert "org.yaml: secrets[0]" in str(info.value)
+    kept = stack.parse_layer(b"version: 1\nsecrets:\n  - " + entry + b", ca_file: /etc/company-ca.pem}\n", "org.yaml",
+                             LayerKind.ORG)
+    assert layers.effective(base, [kept], prior=prior).policy.secrets[0].ca_file == "/etc/company-ca.pem"

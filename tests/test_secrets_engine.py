@@ -153,3 +153,147 @@ def test_a_missing_secret_refuses_the_run_before_anything_starts(engine, model_a
                                        "--", "true"], capture_output=True, text=True, env=env)
     assert result.returncode == 120 and "$SANDBOX_TEST_UNSET_KEY set and not empty" in result.stderr
     assert engine.list(f"dev.sandbox.workspace={workspace}") == []
+
+
+# ---- https:// upstreams: the proxy verifies the upstream's certificate (ca_file or system CAs)
+
+# Inside the proxy image (it has the openssl CLI; no network): two throwaway CAs, a certificate for
+# api.test and one for wrong.test, both signed by the first CA.
+CERTS = r"""
+set -eu; cd /tmp
+for ca in good other; do
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj "/CN=sandbox test $ca CA" \
+      -keyout $ca.key -out $ca.pem 2>/dev/null
+done
+for name in api.test wrong.test; do
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$name" -keyout $name.key -out $name.csr 2>/dev/null
+  printf 'subjectAltName=DNS:%s\nextendedKeyUsage=serverAuth\n' $name > $name.ext
+  openssl x509 -req -in $name.csr -CA good.pem -CAkey good.key -CAcreateserial -days 2 -extfile $name.ext -out $name.crt 2>/dev/null
+done
+for f in good.pem other.pem api.test.crt api.test.key wrong.test.crt wrong.test.key; do echo "== $f"; cat $f; done
+"""
+# The recorder over TLS: port 443 presents the api.test certificate, port 8443 the wrong.test one.
+TLS_RECORDER = r'''
+import os, socket, ssl, tempfile, threading
+def context(name):
+    folder = tempfile.mkdtemp()
+    for part in ("CERT", "KEY"):
+        with open(os.path.join(folder, part), "w") as out:
+            out.write(os.environ[name + "_" + part])
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(os.path.join(folder, "CERT"), os.path.join(folder, "KEY"))
+    return ctx
+def serve(conn, ctx, port):
+    try:
+        conn = ctx.wrap_socket(conn, server_side=True)
+    except (OSError, ssl.SSLError) as exc:
+        print("TLS-FAIL %d %s" % (port, exc), flush=True)
+        conn.close()
+        return
+    with conn:
+        data = b""
+        while b"\r\n\r\n" not in data and len(data) < 65536:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        for line in data.decode(errors="replace").split("\r\n"):
+            if line:
+                print("REQ " + line, flush=True)
+        print("REQ-END %d %s" % (port, conn.version()), flush=True)
+        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 13\r\n\r\nmodel tls ok\n")
+def accept(sock, ctx, port):
+    while True:
+        threading.Thread(target=serve, args=(sock.accept()[0], ctx, port), daemon=True).start()
+for port, name in ((443, "API"), (8443, "WRONG")):
+    sock = socket.socket(); sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("0.0.0.0", port)); sock.listen(16)
+    threading.Thread(target=accept, args=(sock, context(name), port), daemon=True).start()
+print("READY", flush=True)
+threading.Event().wait()
+'''
+TLS_POLICY = """version: 1
+name: secret-tls-test
+description: an agent that calls a model API over TLS through injected secrets
+workspace: {access: read-write}
+tmpfs: [{target: /tmp, size: 16m}]
+network: {mode: proxy}
+limits: {timeout: 5m}
+secrets:
+"""
+# Calls every endpoint; prints "<name> <status> <body or Squid's error>" for each.
+CALLS = r"""
+for name in %s; do
+  var=SANDBOX_ENDPOINT_$(echo $name | tr a-z A-Z)
+  eval url=\$$var
+  status=$(curl -s --max-time 20 -D /tmp/head -o /tmp/body -w '%%{http_code}' "$url/v1/complete")
+  error=$(sed -n 's/^X-Squid-Error: *//p' /tmp/head | tr -d '\r')
+  detail=$(grep -o '[A-Z_]*X509_V_ERR_[A-Z_]*' /tmp/body | head -1)   # the certificate error, if any
+  echo "$name $status ${error:-$(head -c 40 /tmp/body | tr -d '\n')} $detail"
+done
+"""
+
+
+@pytest.fixture(scope="module")
+def certs(engine):
+    from launcher import images
+
+    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
+    out = engine.client.containers.run(images.proxy_image().tag, entrypoint=["sh", "-c", CERTS], user="13:13",
+                                       network_disabled=True, remove=True).decode()
+    return {part.split("\n", 1)[0]: part.split("\n", 1)[1] for part in out.split("== ")[1:]}
+
+
+@pytest.fixture
+def tls_api(engine, certs):
+    """An https upstream called api.test (our own container on a fresh internal network)."""
+    env = {"API_CERT": certs["api.test.crt"], "API_KEY": certs["api.test.key"],
+           "WRONG_CERT": certs["wrong.test.crt"], "WRONG_KEY": certs["wrong.test.key"]}
+    with script_upstream(engine, "secrets-tls", "api.test", TLS_RECORDER, env) as upstream:
+        yield upstream
+
+
+def _run_calls(tls_api, workspace, tmp_path, certs, entries: list[tuple[str, str, str]]) -> tuple[str, dict, str]:
+    """Run a sandbox with one secret per (name, upstream, CA file name or ''); what the agent saw
+    per name, the values, and the upstream's log."""
+    network, upstream_log, _ = tls_api
+    lines, env = [], dict(os.environ)
+    for index, (name, upstream, ca) in enumerate(entries):
+        env[f"SANDBOX_TEST_TLS_KEY_{index}"] = f"tok{index}-" + os.urandom(12).hex()
+        if ca:
+            (tmp_path / ca).write_text(certs[ca])
+        ca_line = f", ca_file: {tmp_path / ca}" if ca else ""
+        lines.append(f'  - {{name: {name}, env: SANDBOX_TEST_TLS_KEY_{index}, upstream: "{upstream}", '
+                     f'header: "Authorization: Bearer {{value}}"{ca_line}}}\n')
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(TLS_POLICY + "".join(lines))
+    result = subprocess.run(SANDBOX + ["run", "-p", str(policy), "-w", str(workspace), "--egress-network", network,
+                                       "--", "bash", "-c", CALLS % " ".join(e[0] for e in entries)],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    seen = {line.split(" ", 1)[0]: line.split(" ", 1)[1].strip() for line in result.stdout.splitlines() if " " in line}
+    values = {name: env[f"SANDBOX_TEST_TLS_KEY_{i}"] for i, (name, _, _) in enumerate(entries)}
+    return seen, values, upstream_log()
+
+
+def test_an_https_upstream_signed_by_the_policys_ca_file_gets_the_header_over_tls(tls_api, workspace, tmp_path, certs):
+    seen, values, log = _run_calls(tls_api, workspace, tmp_path, certs, [("model", "https://api.test", "good.pem")])
+    assert seen["model"] == "200 model tls ok", seen
+    assert f"REQ Authorization: Bearer {values['model']}" in log and "REQ Host: api.test" in log
+    assert "REQ-END 443 TLSv1." in log
+
+
+def test_an_upstream_the_proxy_cannot_verify_never_gets_the_header(tls_api, workspace, tmp_path, certs):
+    """Fails closed: the system CAs (no ca_file), another CA, or a certificate for another name;
+    never a fallback to no verification. `model` is the control: the upstream does answer."""
+    seen, values, log = _run_calls(tls_api, workspace, tmp_path, certs, [
+        ("model", "https://api.test", "good.pem"), ("sysca", "https://api.test", ""),
+        ("otherca", "https://api.test", "other.pem"), ("wrongname", "https://api.test:8443", "good.pem")])
+    assert seen["model"] == "200 model tls ok", seen
+    for name in ("sysca", "otherca", "wrongname"):
+        assert seen[name].startswith("503 ERR_SECURE_CONNECT_FAIL"), (name, seen)
+        assert values[name] not in log, name
+    assert seen["wrongname"].endswith("SQUID_X509_V_ERR_DOMAIN_MISMATCH"), seen
+    # Only the control's request ever reached the upstream (Squid's TCP probes of its peers and the
+    # refused handshakes carry none).
+    assert log.count("REQ GET ") == 1 and log.count("REQ Authorization:") == 1, log
