@@ -163,7 +163,9 @@ def compile(policy: str, workspace: str, fmt: str, allow: tuple[str, ...], egres
     from launcher import render
 
     try:
-        _, plan = _plan(policy, workspace, command, allow=allow, egress_network=egress_network)
+        # argv and compose are launched by other tools: labelled so that `gc` leaves them alone.
+        kind = "external" if fmt in ("argv", "compose") else "run"
+        _, plan = _plan(policy, workspace, command, kind=kind, allow=allow, egress_network=egress_network)
     except SandboxError as exc:
         _fail(exc)
     if fmt == "argv":

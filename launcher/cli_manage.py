@@ -39,9 +39,9 @@ def ls_(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([asdict(i) for i in items], indent=2))
         return
-    click.echo(f"{'NAME':40} {'KIND':4} {'STATE':9} {'POLICY':12} WORKSPACE")
+    click.echo(f"{'NAME':40} {'KIND':8} {'STATE':9} {'POLICY':12} WORKSPACE")
     for i in items:
-        click.echo(f"{i.name:40} {i.kind:4} {i.state:9} {i.policy:12} {i.workspace}")
+        click.echo(f"{i.name:40} {i.kind:8} {i.state:9} {i.policy:12} {i.workspace}")
 
 
 @main.command()
@@ -58,7 +58,8 @@ def down(name: str) -> None:
 
 
 @main.command()
-@click.option("--all", "everything", is_flag=True, help="Also remove running `up` sandboxes.")
+@click.option("--all", "everything", is_flag=True,
+              help="Also remove running `up` sandboxes and those compose or `docker run` launched.")
 def gc(everything: bool) -> None:
     """Remove sandboxes of ours left behind (stopped, or whose launcher died) with their proxies
     and networks, and probe volumes of earlier probe versions."""

@@ -136,7 +136,9 @@ def _ca_bundles(policy: Policy, host: HostFacts) -> tuple[dict[str, tuple[str, s
 
 def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] = (),
                    kind: str = "run", name: str | None = None, egress_network: str | None = None) -> LaunchPlan:
-    """Compile the effective policy for this host into a LaunchPlan, or raise PolicyError."""
+    """Compile the effective policy for this host into a LaunchPlan, or raise PolicyError.
+    kind: "run" (we launch it and wait), "up" (kept alive for `exec`), or "external" (another tool
+    such as docker-compose or plain `docker run` launches it; `gc` leaves it alone)."""
     file = policy.source
     problems: list[Problem] = []
     ws = host.workspace

@@ -10,7 +10,7 @@ from launcher.engine import Engine
 from launcher.errors import NotFound
 from launcher.launch import Listener, remove_sandbox
 
-SANDBOX_KINDS = ("run", "up")
+SANDBOX_KINDS = ("run", "up", "external")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +54,8 @@ def gc(engine: Engine, everything: bool) -> list[str]:
     """Remove what a crashed or killed launcher left behind; with everything, `up` sandboxes too.
 
     Containers, proxies and networks are grouped by the sandbox they belong to; a group goes when
-    its sandbox container is gone, stopped, or was a `run` whose launcher died.
+    its sandbox container is gone, stopped, or was a `run` whose launcher died. Sandboxes another
+    tool launched (compose, `docker run` from `compile --format argv`) go only with everything.
     """
     groups: dict[str, list[dict]] = {}
     for item in engine.list():
@@ -66,6 +67,8 @@ def gc(engine: Engine, everything: bool) -> list[str]:
         main = next((i for i in items if i["Labels"].get("dev.sandbox.kind") in SANDBOX_KINDS), None)
         if main is not None and not everything:
             labels, state = main["Labels"], main.get("State")
+            if labels["dev.sandbox.kind"] == "external":   # its launcher is someone else's (compose)
+                continue
             owner_alive = host.pid_alive(int(labels.get("dev.sandbox.owner-pid", "0") or 0))
             # A "created" sandbox whose launcher lives is being started right now: leave it alone.
             stopped = state in ("exited", "dead") or (state == "created" and not owner_alive)

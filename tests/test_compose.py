@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import external_tool, fake_facts
-from launcher import host, images
+from launcher import sandboxes, host, images
 from launcher.compiler import compile_policy
 from launcher.compose import compose_text, to_compose
 from launcher.policy import load_policy, parse_policy, with_allowed
@@ -76,7 +76,7 @@ def test_docker_compose_brings_up_a_probed_sandbox_equal_to_the_plan(engine, com
     api.create_network(egress, driver="bridge", internal=True)   # stands in for the internet: leads nowhere
     policy = with_allowed(load_policy("ci"), ("allowed.test",))
     facts = host.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag)
-    plan = compile_policy(policy, facts, egress_network=egress,
+    plan = compile_policy(policy, facts, egress_network=egress, kind="external",   # as `compile --format compose`
                           command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
     path = tmp_path / "compose.yaml"
     path.write_text(compose_text(plan))
@@ -92,6 +92,11 @@ def test_docker_compose_brings_up_a_probed_sandbox_equal_to_the_plan(engine, com
         assert (workspace / "AGENT-RAN").exists()
         assert compare_inspect(plan.container, engine.inspect(name), engine.image_env(plan.container.image)) == []
         assert set(to_compose(plan)["services"]) == {"proxy", "sandbox"}
+        # compose owns these containers: `sandbox gc` must not take them, though no launcher of ours lives.
+        label = f"dev.sandbox.sandbox={name}"
+        before = sorted(c["Id"] for c in engine.list(label))
+        sandboxes.gc(engine, everything=False)
+        assert sorted(c["Id"] for c in engine.list(label)) == before and len(before) == 2
     finally:
         down = subprocess.run(project + ["down", "--timeout", "1"], capture_output=True, text=True, timeout=120)
         host.remove_empty_dirs(plan.placeholders)
