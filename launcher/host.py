@@ -251,6 +251,8 @@ def _read_regular(path: str, *, required: bool, follow: bool, limit: int = _LAYE
         if not follow and os.path.islink(path):
             raise refuse("a symbolic link", "a repository policy must be the file itself") from None
         raise refuse(exc.strerror or str(exc)) from None
+    except ValueError:   # a NUL byte, which YAML can carry ("\0") and no path can
+        raise refuse("a NUL byte in the path") from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise refuse(_kind(os.fstat(fd).st_mode))
@@ -358,35 +360,7 @@ def git_control_paths(workspace: str) -> tuple[GitPath, ...]:
 
 
 
-# ---- selftest: a scratch workspace, the host's own addresses
-def scratch_workspace(prefix: str) -> str:
-    """A fresh checkout-like directory (.git/hooks, .git/config, README.md), owned by uid 1000 when
-    we are root, as a developer's checkout would be. Remove it with remove_tree."""
-    import tempfile
-
-    ws = os.path.join(tempfile.mkdtemp(prefix=prefix), "repo")
-    os.chmod(os.path.dirname(ws), 0o755)
-    os.makedirs(os.path.join(ws, ".git", "hooks"))
-    for name, text in ((".git/config", "[core]\n\tbare = false\n"), ("README.md", "selftest scratch workspace\n")):
-        with open(os.path.join(ws, name), "w") as out:
-            out.write(text)
-    for path in (ws, *(os.path.join(ws, p) for p in (".git", ".git/hooks", ".git/config", "README.md"))):
-        if os.geteuid() == 0:
-            os.lchown(path, 1000, 1000)
-    return ws
-
-
-def remove_tree(path: str) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def tree_listing(path: str) -> tuple[str, ...]:
-    """Every entry below `path` (symlinks not followed), to tell whether anything changed there."""
-    return tuple(sorted(os.path.relpath(os.path.join(b, n), path) for b, d, f in os.walk(path) for n in d + f))
-
-
+# ---- selftest: the host's own addresses (its scratch directories are in scratch.py)
 def ipv4_addresses() -> tuple[str, ...]:
     """The host's own IPv4 addresses but loopback (the LOCAL entries of the kernel's routing trie)."""
     found, last = set(), ""

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from importlib import resources as pkg_resources
 from typing import Callable
 
-from launcher import host, images, launch, resources, stack
+from launcher import host, images, launch, resources, scratch, stack
 from launcher.compiler import compile_policy
 from launcher.engine import Engine
 from launcher.errors import ProbeFailed, SandboxError
@@ -144,9 +144,9 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
                cases_for: Callable[[str], tuple[Case, ...]] = for_mode) -> PresetResult:
     """Run every case for one preset in a fresh sandbox on a scratch workspace, then the outside checks."""
     started = time.monotonic()
-    workspace = host.scratch_workspace("sandbox-selftest-")
-    canary_dir = host.scratch_workspace("sandbox-selftest-hostdir-")
-    before, canary_before = host.tree_listing(workspace), host.tree_listing(canary_dir)
+    workspace = scratch.scratch_workspace("sandbox-selftest-")
+    canary_dir = scratch.scratch_workspace("sandbox-selftest-hostdir-")
+    before, canary_before = scratch.tree_listing(workspace), scratch.tree_listing(canary_dir)
     try:
         mode = stack.load_base(ref).policy.network.mode.value
         if mode == "proxy" and internet is None:
@@ -177,8 +177,8 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
         return PresetResult(policy=ref, mode=mode, cases=tuple(results), probe_checks=checks,
                             seconds=round(time.monotonic() - started, 1))
     finally:
-        host.remove_tree(workspace.rsplit("/", 1)[0])
-        host.remove_tree(canary_dir.rsplit("/", 1)[0])
+        scratch.remove_tree(workspace.rsplit("/", 1)[0])
+        scratch.remove_tree(canary_dir.rsplit("/", 1)[0])
 
 
 def _judged(case_id: str, good: bool, observed: str, error: bool = False) -> CaseResult:
@@ -216,7 +216,7 @@ def time_limited(ref: str, workspace: str, network: str | None) -> LaunchPlan:
 
 def _outside(engine, ref, mode, workspace, canary_dir, before, canary_before, listener, seen_before, internet,
              network) -> list[CaseResult]:
-    out = [judge_listener(listener.peers[seen_before:]), judge_host_dir(host.tree_listing(canary_dir), canary_before)]
+    out = [judge_listener(listener.peers[seen_before:]), judge_host_dir(scratch.tree_listing(canary_dir), canary_before)]
     if mode == "proxy":
         out.append(judge_canary(internet.seen_by_canary()))
     try:
@@ -224,7 +224,7 @@ def _outside(engine, ref, mode, workspace, canary_dir, before, canary_before, li
         out.append(judge_time_limit(outcome.timed_out, outcome.exit_code))
     except SandboxError as exc:
         out.append(_judged("outside.time_limit", False, str(exc).splitlines()[0], error=True))
-    out.append(judge_leftovers(leftovers(engine, workspace), host.tree_listing(workspace), before))
+    out.append(judge_leftovers(leftovers(engine, workspace), scratch.tree_listing(workspace), before))
     return out
 
 

@@ -92,3 +92,11 @@ def test_only_listed_environment_names_are_read(home, monkeypatch):
     monkeypatch.setenv("UNLISTED", "x")
     facts = host.gather(load_policy("untrusted"), str(home / "project"), "vol")
     assert dict(facts.env) == {"LANG": "C.UTF-8", **({"TERM": os.environ["TERM"]} if "TERM" in os.environ else {})}
+
+
+def test_a_secret_file_path_with_a_nul_byte_is_a_clear_refusal():
+    from launcher.errors import PolicyError
+
+    with pytest.raises(PolicyError) as info:
+        host.read_secret("api", "", "/tmp/a\0b")
+    assert "NUL byte" in str(info.value)

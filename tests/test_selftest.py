@@ -212,9 +212,9 @@ def test_the_outside_checks_fail_on_what_an_escape_leaves():
 def test_the_time_limit_and_leftover_checks_catch_a_weakened_launch(engine):
     from dataclasses import replace
 
-    from launcher import host, launch
+    from launcher import host, launch, scratch
 
-    ws = host.scratch_workspace("sandbox-test-weak-launch-")
+    ws = scratch.scratch_workspace("sandbox-test-weak-launch-")
     leftover = None
     try:
         # Weakened: the plan's time limit raised to an hour, so a 3 s agent runs to its end.
@@ -232,4 +232,4 @@ def test_the_time_limit_and_leftover_checks_catch_a_weakened_launch(engine):
     finally:
         if leftover:
             engine.remove(leftover)
-        host.remove_tree(ws.rsplit("/", 1)[0])
+        scratch.remove_tree(ws.rsplit("/", 1)[0])
