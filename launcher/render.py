@@ -30,8 +30,9 @@ def plan_to_dict(plan: LaunchPlan) -> dict:
 
 
 def _csv_field(text: str) -> str:
-    # `--mount` values are CSV: quote a field holding a comma or a quote.
-    return '"' + text.replace('"', '""') + '"' if ("," in text or '"' in text) else text
+    # `--mount` values are CSV: quote a field holding a comma, a quote or a line break (inside
+    # quotes, Docker's CSV reader keeps a line break as part of the field).
+    return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\n\r') else text
 
 
 def mount_flag(mount: Mount) -> str:

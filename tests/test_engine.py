@@ -241,3 +241,24 @@ def test_up_opens_an_interactive_shell_in_a_terminal(engine, workspace):
         os.close(primary)
         sandbox("down", name)
     assert ours(engine, workspace) == []
+
+
+def test_the_argv_output_launches_a_sandbox_whose_probe_passes_even_for_an_odd_workspace_path(engine, tmp_path):
+    # `--mount` is CSV to the docker CLI: a line break in the path must be quoted (commas already were).
+    from launcher import render
+    from launcher.verify import parse_probe
+
+    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None)
+    ws = tmp_path / "odd name\nwith a line break"
+    ws.mkdir()
+    (ws / "README.md").write_text("x\n")
+    plan = compile_policy(load_policy("untrusted"), host.gather(load_policy("untrusted"), str(ws), images.probe_volume_name()),
+                          kind="external", command=("true",))
+    try:
+        result = subprocess.run(render.to_argv(plan), capture_output=True, text=True, timeout=120)
+    finally:
+        host.remove_empty_dirs(plan.placeholders)
+    assert result.returncode == 0, result.stderr
+    report = parse_probe(result.stderr.splitlines() + result.stdout.splitlines())
+    assert report.ok and any(c.id == "mounts.workspace" for c in report.checks)
+    assert sorted(os.listdir(ws)) == ["README.md"]
