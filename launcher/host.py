@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
+from typing import Callable
 
 from launcher.inject import CA_MAX_BYTES
 from launcher.model import Policy
@@ -307,18 +308,27 @@ def read_trust_store() -> tuple[str, str]:
     return path, (data or b"").decode("utf-8", errors="replace")
 
 
-def write_trust_store(text: str) -> str:
-    """Replace the trust store atomically, readable by this user only."""
+def update_trust_store(change: Callable[[str], str]) -> str:
+    """Replace the trust store with change(its current text), atomically and readable by this user
+    only. A lock file serialises concurrent launchers, so no approval overwrites another."""
+    import fcntl
+
     path = trust_store_path()
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    temp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    lock = os.open(f"{path}.lock", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
-        os.write(fd, text.encode())
-        os.fsync(fd)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        text = change(read_trust_store()[1])
+        temp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, text.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
     finally:
-        os.close(fd)
-    os.replace(temp, path)
+        os.close(lock)   # releases the lock
     return path
 
 

@@ -160,7 +160,9 @@ def _repo_layer(workspace: str, base: Policy, prior: Effective, so_far: list[Lay
     if not ask(trust.review_text(source.path, source.data, store.get(workspace), effect)):
         raise trust.declined(source.path)
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    host.write_trust_store(trust.dump_store(trust.approve(store, workspace, source.data, now)))
+    # Re-read under the lock: another launcher may have approved something while we asked.
+    host.update_trust_store(lambda current: trust.dump_store(
+        trust.approve(trust.parse_store(current, store_path), workspace, source.data, now)))
     notes.append(f"approved {source.path} (sha256 {trust.sha256(source.data)}), recorded in {store_path}")
     return layer
 

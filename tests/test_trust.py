@@ -202,3 +202,22 @@ def test_review_text_escapes_terminal_controls():
     text = trust.review_text("p", "version: 1\n# \x1b[2Kx\rhidden: yes\n".encode(), None, "  nothing")
     assert "\x1b" not in text and "\r" not in text
     assert "  | # \\u001b[2Kx\n  | hidden: yes" in text   # a carriage return starts a new line, as in YAML
+
+
+def test_concurrent_approvals_are_all_kept(tmp_path, monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from launcher import host, trust
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+
+    def approve(n: int) -> None:
+        def change(current: str) -> str:
+            store = trust.parse_store(current, "trust.json")
+            return trust.dump_store(trust.approve(store, f"/ws/{n}", b"version: 1\n", "now"))
+        host.update_trust_store(change)
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(approve, range(40)))
+    store = trust.parse_store(host.read_trust_store()[1], "trust.json")
+    assert sorted(store) == sorted(f"/ws/{n}" for n in range(40))
