@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -31,16 +32,18 @@ class _Ticker:
     """Progress of one long step: lines carry the elapsed seconds; routine ones are thinned out."""
 
     def __init__(self, progress: Progress, label: str):
-        self.progress, self.label = progress, label
+        self.progress, self.label, self.lock = progress, label, threading.Lock()
         self.started = self.last = _now()
 
     def elapsed(self) -> int:
         return round(_now() - self.started)
 
     def say(self, text: str, force: bool = False) -> None:
-        if force or _now() - self.last >= HEARTBEAT:
+        with self.lock:   # the build's output and its heartbeat thread both speak
+            if not (force or _now() - self.last >= HEARTBEAT):
+                return
             self.last = _now()
-            self.progress(f"  {self.label}: {text} ({self.elapsed()} s)")
+        self.progress(f"  {self.label}: {text} ({self.elapsed()} s)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,7 +159,20 @@ def build(engine: Engine, image: BundledImage, progress: Progress, force: bool =
         elif not line.startswith("Successfully"):
             ticker.say(f"step {step[0]} still running")
 
-    engine.build(str(image.context), image.tag, LABELS, on_line)
+    # A step that prints nothing (a long compile, `sleep`) still gets its heartbeat.
+    done = threading.Event()
+
+    def heartbeat() -> None:
+        while not done.wait(HEARTBEAT):
+            ticker.say(f"step {step[0]} still running")
+
+    beat = threading.Thread(target=heartbeat, daemon=True)
+    beat.start()
+    try:
+        engine.build(str(image.context), image.tag, LABELS, on_line)
+    finally:
+        done.set()
+        beat.join()
     progress(f"built {image.tag} in {ticker.elapsed()} s")
     return True
 

@@ -160,3 +160,20 @@ def test_run_passes_every_line_of_a_real_process_and_keeps_the_tail_for_errors()
         images._run([sys.executable, "-c", script])
     assert str(caught.value).splitlines() == [f"{sys.executable} failed with exit code 3:",
                                               *[f"line {i}" for i in range(4, 9)]]
+
+
+def test_a_silent_build_step_still_gets_a_heartbeat(monkeypatch):
+    import time
+
+    monkeypatch.setattr(images, "HEARTBEAT", 0.05)
+
+    class SilentEngine(BuildEngine):
+        def build(self, context, tag, labels, on_line):
+            on_line("Step 2/2 : RUN make")
+            time.sleep(0.3)        # a step that prints nothing
+            self.present.add(tag)
+
+    lines = []
+    images.build(SilentEngine(None, []), images.agent_image(), lines.append)
+    assert any("step 2/2 still running" in line for line in lines), lines
+    assert lines[-1].startswith("built sandbox/agent:bookworm in ")
