@@ -128,8 +128,8 @@ def test_the_agents_work_survives_a_stop(engine, workspace, how):
     if how == "sigterm":
         time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)
-    code = proc.wait(timeout=60)
-    assert code == (143 if how == "sigterm" else ExitCode.AGENT_TIMEOUT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == (143 if how == "sigterm" else ExitCode.AGENT_TIMEOUT), err
     assert (workspace / "work.txt").read_text() == "saved\n"
     assert leftovers(engine, workspace) == []
 
