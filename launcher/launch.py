@@ -201,9 +201,10 @@ def remove_sandbox(engine: Engine, name: str) -> None:
 
 def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
     """Run the agent to completion (or timeout) in a probed sandbox; always remove it."""
-    ref, output, report, rest = _start_and_probe(engine, plan, listener)
     timed_out, code = False, None
     try:
+        # Inside the try: a signal right after the probe passed must not leave the sandbox behind.
+        ref, output, report, rest = _start_and_probe(engine, plan, listener)
         if rest:
             listener.output("stdout", rest)
         deadline = time.monotonic() + plan.timeout_seconds
