@@ -79,7 +79,8 @@ def _user(policy: Policy, host: HostFacts) -> tuple[int, int]:
     return (uid, gid) if uid != 0 and gid != 0 else (1000, 1000)
 
 
-def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egress_network: str | None):
+def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egress_network: str | None,
+                 cas: dict[str, tuple[str, str]]):
     """Networks, proxy and sandbox environment for proxy mode: the sandbox's only network is an
     internal one shared with the proxy alone; the proxy also sits on the egress network."""
     internal, egress = f"{name}-net", egress_network or f"{name}-egress"
@@ -87,7 +88,6 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
     networks = [NetworkSpec(name=internal, internal=True, options=INTERNAL_OPTIONS, labels=net_labels)]
     if not egress_network:
         networks.append(NetworkSpec(name=egress, internal=False, options=(), labels=net_labels))
-    cas, _ = _ca_bundles(policy, host)
     secrets = tuple(_endpoint(i, s, policy.network.allow_ip_literals, cas) for i, s in enumerate(policy.secrets))
     proxy = ProxySpec(name=f"{name}-proxy", image=host.proxy_image,
                       config=render_squid(name, policy.network.allow, secrets=secrets), internal_network=internal,
@@ -165,7 +165,8 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
                                     expected="protected paths that are plain files or directories",
                                     found=f"{anchor.real} is a {anchor.kind}",
                                     hint="remove it; a link there could redirect a read-only mount"))
-    problems += _ca_bundles(policy, host)[1]
+    cas, ca_problems = _ca_bundles(policy, host)
+    problems += ca_problems
     if problems:
         raise PolicyError(problems)
 
@@ -206,7 +207,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     }
     networks, proxy, proxy_env = (), None, {}
     if policy.network.mode is NetworkMode.PROXY:
-        networks, proxy, proxy_env = _proxy_parts(policy, host, container_name, labels, egress_network)
+        networks, proxy, proxy_env = _proxy_parts(policy, host, container_name, labels, egress_network, cas)
     env = dict(host.env)
     env.update(policy.env.set_values)
     env.update(proxy_env)
