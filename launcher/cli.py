@@ -329,8 +329,8 @@ def up(workspace: str, policy: str, name: str | None, no_shell: bool, allow: tup
             console.status(f"{plan.container.name} is up; `sandbox down {plan.container.name}` removes it")
     except SandboxError as exc:
         _fail(exc)
-    except (KeyboardInterrupt, _Terminated):
-        sys.exit(130)
+    except (KeyboardInterrupt, _Terminated) as exc:
+        sys.exit(130 if isinstance(exc, KeyboardInterrupt) else 143)
     shell = list(pol.command)
     if no_shell:
         return
