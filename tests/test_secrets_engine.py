@@ -16,20 +16,26 @@ from conftest import script_upstream
 
 pytestmark = pytest.mark.engine
 SANDBOX = [sys.executable, "-m", "launcher"]
-# Logs every request line and header it gets, answers 200 with a fixed body (never echoes headers).
+# Both recorders log every request line and header they get (never echoing headers back).
+LOG_REQUEST = r'''
+def log_request(conn):
+    data = b""
+    while b"\r\n\r\n" not in data and len(data) < 65536:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    for line in data.decode(errors="replace").split("\r\n"):
+        if line:
+            print("REQ " + line, flush=True)
+'''
+# Answers 200 with a fixed body.
 RECORDER = r'''
 import socket, threading
+''' + LOG_REQUEST + r'''
 def serve(conn):
     with conn:
-        data = b""
-        while b"\r\n\r\n" not in data and len(data) < 65536:
-            chunk = conn.recv(4096)
-            if not chunk:
-                break
-            data += chunk
-        for line in data.decode(errors="replace").split("\r\n"):
-            if line:
-                print("REQ " + line, flush=True)
+        log_request(conn)
         print("REQ-END", flush=True)
         conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 9\r\n\r\nmodel ok\n")
 sock = socket.socket(); sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -175,6 +181,7 @@ for f in good.pem other.pem api.test.crt api.test.key wrong.test.crt wrong.test.
 # The recorder over TLS: port 443 presents the api.test certificate, port 8443 the wrong.test one.
 TLS_RECORDER = r'''
 import os, socket, ssl, tempfile, threading
+''' + LOG_REQUEST + r'''
 def context(name):
     folder = tempfile.mkdtemp()
     for part in ("CERT", "KEY"):
@@ -191,15 +198,7 @@ def serve(conn, ctx, port):
         conn.close()
         return
     with conn:
-        data = b""
-        while b"\r\n\r\n" not in data and len(data) < 65536:
-            chunk = conn.recv(4096)
-            if not chunk:
-                break
-            data += chunk
-        for line in data.decode(errors="replace").split("\r\n"):
-            if line:
-                print("REQ " + line, flush=True)
+        log_request(conn)
         print("REQ-END %d %s" % (port, conn.version()), flush=True)
         conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 13\r\n\r\nmodel tls ok\n")
 def accept(sock, ctx, port):
