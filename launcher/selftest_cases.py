@@ -21,6 +21,11 @@ def _c(id: str, expected: str, body: str, modes: tuple[str, ...] = BOTH, timeout
     return Case(id=id, expected=expected, body=body.strip(), modes=modes, timeout=timeout)
 
 
+def _p(id: str, expected: str, body: str) -> Case:
+    """A case only proxy mode has (it needs the test network and the proxy)."""
+    return _c(id, expected, body, modes=("proxy",))
+
+
 _PROTECTED = [(".git/hooks/pre-commit", "create a git hook"), (".sandbox.yaml", "create the repository policy"),
               (".github/workflows/evil.yml", "create a CI workflow"), (".envrc", "create .envrc"),
               (".vscode/settings.json", "create IDE settings"), (".claude/settings.json", "create agent config")]
@@ -188,35 +193,33 @@ r="$(tcp_try 127.0.0.1 "$LISTEN_PORT" 2)"; case $r in connected) escaped "the ho
 for ns in $(awk '$1 == "nameserver" {print $2}' /etc/resolv.conf); do case $ns in *:*) [ -n "$(ipv6_routes)" ] && { escaped "resolver $ns routable"; exit; } ;; *) via="$(ipv4_route "$ns")" && { escaped "resolver $ns routable via $via (not tried)"; exit; } ;; esac; done
 timeout 5 getent hosts example.com >/dev/null && escaped "example.com resolved" || ok "no name resolves, no resolver routable"''', modes=("none",)),
     # Proxy mode: the only way out is the proxy; our canary must never see anything.
-    _c("net.direct_canary", "no direct path to another container", r'''
-r="$(tcp_try "$CANARY_IP" 80 3)"; case $r in connected | refused) escaped "$CANARY_IP:80 $r" ;; *) ok "$CANARY_IP:80 $r" ;; esac''', modes=("proxy",)),
-    _c("net.dns_outside", "outside names do not resolve", r'''
-for n in canary.test allowed.test; do timeout 3 getent hosts "$n" >/dev/null && { escaped "$n resolved"; exit; }; done; ok "canary.test and allowed.test do not resolve"''', modes=("proxy",)),
-    _c("net.udp_canary", "UDP to the canary goes nowhere (its log is checked afterwards)",
-       '(echo selftest >"/dev/udp/$CANARY_IP/53") 2>/dev/null; ok "sent one datagram; see outside.canary_silent"', modes=("proxy",)),
-    _c("proxy.env", "HTTP(S)_PROXY point at the proxy", r'''
-for v in HTTP_PROXY HTTPS_PROXY http_proxy https_proxy; do [ "${!v}" = "$HTTP_PROXY" ] && [ -n "${!v}" ] || { escaped "$v=${!v}"; exit; }; done; ok "$HTTP_PROXY"''', modes=("proxy",)),
-    _c("proxy.control_allowed", "200 (control: the proxy works)", r'''
-c="$(via_proxy http://allowed.test/)"; [ "$c" = 200 ] && ok "allowed.test: 200" || error "the allowed host answered $c: denials below would prove nothing"''', modes=("proxy",)),
-    _c("proxy.disallowed_host", "403", "expect_denied http://denied.test/", modes=("proxy",)),
-    _c("proxy.ip_literal", "403", 'expect_denied "http://$CANARY_IP/"', modes=("proxy",)),
-    _c("proxy.metadata", "403 (never contacted)", "expect_denied http://169.254.169.254/latest/meta-data/", modes=("proxy",)),
-    _c("proxy.localhost", "403", "expect_denied http://localhost/", modes=("proxy",)),
-    _c("proxy.loopback_port", "403", "expect_denied http://127.0.0.1:3128/", modes=("proxy",)),
-    _c("proxy.host_address", "403", 'expect_denied "http://${HOST_IPS%% *}:$LISTEN_PORT/"', modes=("proxy",)),
-    _c("proxy.other_port", "403", "expect_denied http://allowed.test:8443/", modes=("proxy",)),
-    _c("proxy.connect_other_port", "no tunnel to allowed.test:8443", "expect_no_tunnel allowed.test:8443", modes=("proxy",)),
-    _c("proxy.connect_ip", "no tunnel to an IP literal", 'expect_no_tunnel "$CANARY_IP:443"', modes=("proxy",)),
-    _c("proxy.connect_denied", "no tunnel to denied.test:443", "expect_no_tunnel denied.test:443", modes=("proxy",)),
-    _c("proxy.lookalike_suffix", "403", "expect_denied http://allowed.test.evil.test/", modes=("proxy",)),
-    _c("proxy.lookalike_prefix", "403", "expect_denied http://evilallowed.test/", modes=("proxy",)),
-    _c("proxy.wildcard_apex", "403 (*.wild.test never covers wild.test)", "expect_denied http://wild.test/", modes=("proxy",)),
-    _c("proxy.wildcard_control", "200 (control: sub.wild.test)", r'''
-c="$(via_proxy http://sub.wild.test/)"; [ "$c" = 200 ] && ok "sub.wild.test: 200" || error "sub.wild.test answered $c"''', modes=("proxy",)),
-    _c("proxy.host_mismatch", "403: the URL decides, not the Host header", "expect_denied http://denied.test/ -H 'Host: allowed.test'", modes=("proxy",)),
-    _c("proxy.front_through_allowed", "the tunnel goes to allowed.test's address only", r'''
+    _p("net.direct_canary", "no direct path to another container", r'''
+r="$(tcp_try "$CANARY_IP" 80 3)"; case $r in connected | refused) escaped "$CANARY_IP:80 $r" ;; *) ok "$CANARY_IP:80 $r" ;; esac'''),
+    _p("net.dns_outside", "outside names do not resolve", r'''
+for n in canary.test allowed.test; do timeout 3 getent hosts "$n" >/dev/null && { escaped "$n resolved"; exit; }; done; ok "canary.test and allowed.test do not resolve"'''),
+    _p("net.udp_canary", "UDP to the canary goes nowhere (its log is checked afterwards)",
+       '(echo selftest >"/dev/udp/$CANARY_IP/53") 2>/dev/null; ok "sent one datagram; see outside.canary_silent"'),
+    _p("proxy.env", "HTTP(S)_PROXY point at the proxy", r'''
+for v in HTTP_PROXY HTTPS_PROXY http_proxy https_proxy; do [ "${!v}" = "$HTTP_PROXY" ] && [ -n "${!v}" ] || { escaped "$v=${!v}"; exit; }; done; ok "$HTTP_PROXY"'''),
+    _p("proxy.control_allowed", "200 (control: the proxy works)", "expect_control http://allowed.test/"),
+    _p("proxy.disallowed_host", "403", "expect_denied http://denied.test/"),
+    _p("proxy.ip_literal", "403", 'expect_denied "http://$CANARY_IP/"'),
+    _p("proxy.metadata", "403 (never contacted)", "expect_denied http://169.254.169.254/latest/meta-data/"),
+    _p("proxy.localhost", "403", "expect_denied http://localhost/"),
+    _p("proxy.loopback_port", "403", "expect_denied http://127.0.0.1:3128/"),
+    _p("proxy.host_address", "403", 'expect_denied "http://${HOST_IPS%% *}:$LISTEN_PORT/"'),
+    _p("proxy.other_port", "403", "expect_denied http://allowed.test:8443/"),
+    _p("proxy.connect_other_port", "no tunnel to allowed.test:8443", "expect_no_tunnel allowed.test:8443"),
+    _p("proxy.connect_ip", "no tunnel to an IP literal", 'expect_no_tunnel "$CANARY_IP:443"'),
+    _p("proxy.connect_denied", "no tunnel to denied.test:443", "expect_no_tunnel denied.test:443"),
+    _p("proxy.lookalike_suffix", "403", "expect_denied http://allowed.test.evil.test/"),
+    _p("proxy.lookalike_prefix", "403", "expect_denied http://evilallowed.test/"),
+    _p("proxy.wildcard_apex", "403 (*.wild.test never covers wild.test)", "expect_denied http://wild.test/"),
+    _p("proxy.wildcard_control", "200 (control: sub.wild.test)", "expect_control http://sub.wild.test/"),
+    _p("proxy.host_mismatch", "403: the URL decides, not the Host header", "expect_denied http://denied.test/ -H 'Host: allowed.test'"),
+    _p("proxy.front_through_allowed", "the tunnel goes to allowed.test's address only", r'''
 b=$(curl -s --max-time 10 -x "$HTTP_PROXY" --noproxy '' -H 'Host: denied.test' http://allowed.test/)
-case $b in upstream*) ok "answered by the upstream: $b" ;; canary*) escaped "reached the canary: $b" ;; *) ok "no answer: $b" ;; esac''', modes=("proxy",)),
+case $b in upstream*) ok "answered by the upstream: $b" ;; canary*) escaped "reached the canary: $b" ;; *) ok "no answer: $b" ;; esac'''),
 ]
 
 IN_SANDBOX = tuple(FILESYSTEM + CREDENTIALS + SOCKETS + PRIVILEGE + KERNEL + LIMITS + NETWORK)

@@ -102,6 +102,12 @@ via_proxy() {
 	local url="$1"; shift
 	curl -s -o /dev/null -w "${CURL_W:-%{http_code\}}" --max-time 10 -x "$HTTP_PROXY" --noproxy '' "$@" "$url"
 }
+# expect_control URL: an allowed URL must answer 200, or the denials beside it would prove nothing.
+expect_control() {
+	local code
+	code="$(via_proxy "$1")"
+	if [ "$code" = 200 ]; then ok "$1: 200"; else error "$1 answered $code: the denials would prove nothing"; fi
+}
 # expect_denied URL [CURL ARGS]: 403, or for CONNECT (-p) no tunnel; a plain request without an
 # answer is a failure (the proxy may be trying to reach the address).
 expect_denied() {
