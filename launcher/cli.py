@@ -58,7 +58,7 @@ def _plan(policy_ref: str, workspace: str, command: tuple[str, ...], kind: str =
                                    egress_network=egress_network)
     for warning in plan.warnings:
         cli_output.status(f"warning: {warning}")
-    return policy, plan
+    return policy, plan, facts
 
 
 _LAYER_OPTIONS = "sandbox.layer-options"
@@ -118,6 +118,22 @@ def egress_options(command):
                              "repeatable. Later layers can still narrow it.")(command)
 
 
+def strict_option(command):
+    return click.option("--strict", is_flag=True,
+                        help=f"Exit {ExitCode.SURFACES_CHANGED} when the agent left new or changed files that host tools "
+                             "run or trust (git, direnv, editors, hooks, agents' config; symlinks out of the "
+                             "workspace). On by default under CI=true.")(command)
+
+
+def print_changes(changes) -> None:
+    from launcher.surfaces import render
+
+    if changes:
+        lines = render(changes)
+        cli_output.error(lines[0])
+        click.echo("\n".join(lines[1:]), err=True)
+
+
 def _duration(ctx, param, value):
     import re
 
@@ -136,6 +152,7 @@ def main() -> None:
     Exit codes: the agent's own code, or
       120 policy or input refused   121 engine unavailable / launch failed
       122 probe failed (the sandbox did not take effect; the agent never ran)
+      123 the agent left changes to files host tools run (CI=true or --strict)
       124 agent timeout             125 internal error
 
     Colour only on a terminal; NO_COLOR=1 or TERM=dumb turns it off. --json is never coloured.
@@ -165,7 +182,7 @@ def compile(policy: str, workspace: str, fmt: str, allow: tuple[str, ...], egres
     try:
         # argv and compose are launched by other tools: labelled so that `gc` leaves them alone.
         kind = "external" if fmt in ("argv", "compose") else "run"
-        _, plan = _plan(policy, workspace, command, kind=kind, allow=allow, egress_network=egress_network)
+        _, plan, _ = _plan(policy, workspace, command, kind=kind, allow=allow, egress_network=egress_network)
     except SandboxError as exc:
         _fail(exc)
     if fmt == "argv":
@@ -245,24 +262,25 @@ def _print_blocked(events) -> None:
 @click.option("--timeout", callback=_duration, help="Stop the agent after this long (can only shorten the policy's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report on stdout (agent output goes to stderr).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the JSON report to this file.")
+@strict_option
 @egress_options
 @layer_options
 @click.argument("command", nargs=-1, required=True)
-def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_path: str | None,
+def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_path: str | None, strict: bool,
         allow: tuple[str, ...], egress_network: str | None, command: tuple[str, ...]) -> None:
     """Run COMMAND as the agent in a fresh sandbox, then remove it.
 
     The probe runs first; if any check fails the command never starts. Output is streamed; the
     exit code is the agent's, or one of the codes in `sandbox --help`.
     """
-    from launcher import host, launch, report, summary
+    from launcher import baseline, host, launch, report, summary
     from launcher.errors import ProbeFailed
 
-    started, plan, probe, outcome, error = time.monotonic(), None, None, None, None
+    started, plan, facts, probe, outcome, error, changes = time.monotonic(), None, None, None, None, None, ()
     console = Console(agent_stdout=sys.stderr.buffer if as_json else None)
     code, status = ExitCode.INTERNAL, "error"
     try:
-        _, plan = _plan(policy, workspace, command, timeout=timeout, allow=allow, egress_network=egress_network)
+        _, plan, facts = _plan(policy, workspace, command, timeout=timeout, allow=allow, egress_network=egress_network)
         eng = _engine_and_images(plan, console)
         outcome = launch.run(eng, plan, console)
         probe = outcome.probe
@@ -279,9 +297,13 @@ def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_
         code = 130 if isinstance(exc, KeyboardInterrupt) else 143
         status, error = "interrupted", "interrupted; the sandbox was removed"
     finally:
+        if facts and facts.surfaces and probe is not None:   # the container started: the agent may have written
+            changes = baseline.changes(facts.workspace.real, dict(facts.surfaces))
+            if changes and (strict or host.in_ci()) and status in ("ok", "agent-failed", "timeout"):
+                code, status = ExitCode.SURFACES_CHANGED, "surfaces-changed"
         summary_path = host.step_summary_path()
         if as_json or report_path or summary_path:
-            data = report.build(status=status, exit_code=code, started=started, plan=plan, probe=probe,
+            data = report.build(status=status, exit_code=code, started=started, plan=plan, probe=probe, changes=changes,
                                 egress=outcome.egress if outcome else (),
                                 agent_exit=outcome.exit_code if outcome else None,
                                 timed_out=bool(outcome and outcome.timed_out), error=str(error or ""))
@@ -293,6 +315,7 @@ def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_
                 summary.append(summary_path, data)
     if outcome and plan.proxy:
         _print_blocked(outcome.egress)
+    print_changes(changes)
     if error:
         cli_output.error(str(error))
     elif outcome and outcome.timed_out:
@@ -314,18 +337,20 @@ def up(workspace: str, policy: str, name: str | None, no_shell: bool, allow: tup
     The sandbox stays after the shell ends: `sandbox ls`, `sandbox exec NAME -- CMD`,
     `sandbox down NAME`. Running `sandbox up` again opens another shell in the same sandbox.
     """
-    from launcher import launch, sandboxes
+    from launcher import baseline, launch, sandboxes
     from launcher.errors import NotFound
 
     console = Console()
     try:
-        pol, plan = _plan(policy, workspace, (), kind="up", name=name, allow=allow, egress_network=egress_network)
+        pol, plan, facts = _plan(policy, workspace, (), kind="up", name=name, allow=allow, egress_network=egress_network)
         eng = _engine_and_images(plan, console)
         try:
             sandboxes.find(eng, plan.container.name)
             console.status(f"{plan.container.name} is already running; opening a shell in it")
         except NotFound:
             launch.up(eng, plan, console)
+            if facts.surfaces:   # compared on `sandbox down`
+                baseline.save(plan.container.name, facts.workspace.real, dict(facts.surfaces))
             console.status(f"{plan.container.name} is up; `sandbox down {plan.container.name}` removes it")
     except SandboxError as exc:
         _fail(exc)

@@ -20,6 +20,7 @@ from launcher.policy import CAPABILITY_BITS
 from launcher.proxy import (INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_ALIAS, PROXY_PORT, NetworkSpec,
                             ProxySpec, SecretEndpoint, render_squid)
 from launcher.secrets import secret_value
+from launcher.surfaces import GIT_READS
 
 LABEL = "dev.sandbox"
 _ROOT_DIRS = ("/", "/etc", "/usr", "/var", "/home")
@@ -159,6 +160,13 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
                                     found="a secret-shaped or multi-line value (not shown)",
                                     hint=f"unset {name_} or remove it from env.pass"))
     writable_ws = policy.workspace.access is Access.READ_WRITE
+    for real in host.git_outside if writable_ws else ():
+        for index, (mount, fact) in enumerate(zip(policy.mounts, host.mounts)):
+            if mount.access is Access.READ_WRITE and _under(real, fact.real):
+                problems.append(Problem(file=file, path=f"mounts[{index}]", expected="no writable mount of the "
+                                        "workspace's git directory", found=f"{fact.real} holds {real}, which the "
+                                        "workspace's .git file points to", hint="mount it read-only: git on the host "
+                                        "runs code from that directory's config and hooks"))
     for anchor in host.protected:
         if writable_ws and anchor.kind in ("symlink", "other"):
             problems.append(Problem(file="command line", path="--workspace",
@@ -175,6 +183,8 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     placeholders: list[str] = []
     if writable_ws:
         anchors = dict((a.given, a) for a in host.protected)
+        # A path below another protected one is covered by that one's read-only mount.
+        anchors = {g: a for g, a in anchors.items() if not any(_under(g, o) for o in anchors if o != g)}
         # The directories above a protected path (.git for .git/hooks) become mount points too,
         # bound writable onto themselves: a mount point cannot be renamed, so `mv .git x; mkdir
         # .git` cannot swap in a fresh, writable .git/hooks (found by `sandbox selftest`).
@@ -217,7 +227,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         rofs=tuple(d for d in _ROOT_DIRS if not any(_under(d, w) for w in writable)),
         writable=writable,
         mounts=tuple(m.target for m in mounts),
-        protected=tuple(posixpath.join(target, p) for p in policy.workspace.protect),
+        protected=tuple(posixpath.join(target, p) for p in _protected(policy, host)),
         workspace=target, wsroot=ws.real,
         net=policy.network.mode.value,
         pids=str(policy.limits.pids), mem=str(policy.limits.memory_bytes),
@@ -242,12 +252,25 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         labels=tuple(sorted(labels.items())), hostname="sandbox",
     )
     warnings = []
+    if writable_ws and policy.workspace.git is Access.READ_WRITE:
+        warnings.append("workspace.git is read-write: the agent can rewrite the index, refs and objects of "
+                        f"{ws.real}/.git (skip-worktree hides a changed file from `git status`); review with care")
     if writable_ws and ws.owner[0] != uid:
         warnings.append(f"the workspace {ws.real} belongs to uid {ws.owner[0]}; the agent runs as {uid}:{gid} "
                         "and may not be able to write it (set `user:` in the policy or chown the directory)")
     return LaunchPlan(policy_name=policy.name, policy_digest=policy.digest, container=container, probe=probe,
                       agent_command=agent, timeout_seconds=policy.limits.timeout_seconds,
                       placeholders=tuple(placeholders), warnings=tuple(warnings), networks=networks, proxy=proxy)
+
+
+def _protected(policy: Policy, host: HostFacts) -> tuple[str, ...]:
+    """What the probe proves read-only: every protected path, and inside a read-only .git directory
+    each file and directory that git on the host reads."""
+    paths = policy.workspace.protected + host.git_protect
+    root_git = next((a for a in host.protected if a.given == ".git"), None)
+    if root_git and root_git.kind != "file" and policy.workspace.git is Access.READ_ONLY:   # a gitfile: see git_protect
+        paths += GIT_READS
+    return tuple(dict.fromkeys(paths))
 
 
 def _under(path: str, mount: str) -> bool:

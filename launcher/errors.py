@@ -13,6 +13,7 @@ class ExitCode:
     POLICY_INVALID = 120
     ENGINE = 121
     PROBE_FAILED = 122
+    SURFACES_CHANGED = 123   # the agent left changes to host-executed files (CI or --strict)
     AGENT_TIMEOUT = 124
     INTERNAL = 125
 

@@ -32,7 +32,7 @@ class Enforcement:
 
 E = Enforcement
 # (field, variant) -> how it is enforced. The variant is the network mode for network.* fields,
-# the value for workspace.access, and "" otherwise (see _variant).
+# the value for workspace.access and workspace.git, and "" otherwise (see _variant).
 ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
     ("image", ""): E(mechanism="the container's image", component=Component.NOTHING, checks=(),
                      note="not a boundary: the image is untrusted and the probe never runs its programs"),
@@ -44,6 +44,14 @@ ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
                                          checks=("mounts.writable", "mounts.workspace")),
     ("workspace.protect", ""): E(mechanism="read-only bind per path; read-only tmpfs if missing",
                                  component=Component.MOUNT, checks=("fs.protected",)),
+    ("workspace.git", "read-only"): E(mechanism="read-only bind of .git (and of a gitfile's target and nested "
+                                              "repositories); read-only tmpfs if missing", component=Component.MOUNT,
+                                      checks=("fs.protected",)),
+    ("workspace.git", "read-write"): E(mechanism="hooks, config, config.worktree, commondir and info bound read-only; "
+                                               "the rest of .git writable", component=Component.MOUNT,
+                                       checks=("fs.protected",),
+                                       note="widened: the agent can rewrite the index, refs and objects, e.g. "
+                                            "skip-worktree hides a changed file from `git status` on the host"),
     ("mounts", ""): E(mechanism="--mount type=bind[,readonly] per entry", component=Component.MOUNT,
                       checks=("mounts.inventory", "mounts.writable", "sockets.mounts"),
                       note="sockets, runtime dirs, credential dirs, / and $HOME are refused by the launcher"),
@@ -106,8 +114,8 @@ ALWAYS: tuple[tuple[str, Enforcement], ...] = (
 def _variant(field: str, eff: Effective) -> str:
     if field.startswith("network.") or field == "secrets":
         return eff.policy.network.mode.value
-    if field == "workspace.access":
-        return eff.policy.workspace.access.value
+    if field in ("workspace.access", "workspace.git"):
+        return eff.policy.workspace.access.value if field == "workspace.access" else eff.policy.workspace.git.value
     return ""
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from launcher.inject import CA_MAX_BYTES
-from launcher.model import Policy
+from launcher.model import Access, Policy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +37,12 @@ class HostFacts:
     nonce: str                             # makes container names unique
     owner_pid: int                         # the launcher process, for `sandbox gc`
     ca_files: tuple[tuple[PathFact, bytes], ...] = ()   # each secrets[].ca_file (given) and its first bytes
+    # Writable workspaces only: git directories found in it beyond the root .git (nested
+    # repositories, a gitfile's target), workspace-relative; git directories outside it that the
+    # root's gitfile leads to (real paths); and every host-executed surface's fingerprint (scan.py).
+    git_protect: tuple[str, ...] = ()
+    git_outside: tuple[str, ...] = ()
+    surfaces: tuple[tuple[str, str], ...] = ()
 
 
 _RUNTIME_PATHS = (
@@ -131,11 +137,20 @@ def runtime_socket_paths() -> tuple[str, ...]:
 def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str = "") -> HostFacts:
     home = os.path.realpath(os.path.expanduser("~"))
     ws = path_fact(workspace, os.getcwd(), scan=True)
+    surfaces, inside, outside = {}, (), ()
+    # Not a workspace the compiler refuses anyway (/, a parent of $HOME, a kernel filesystem).
+    refused = ws.real == "/" or (home + "/").startswith(ws.real + "/") or ws.real.split("/")[1] in ("proc", "sys", "dev")
+    if ws.kind == "dir" and policy.workspace.access is Access.READ_WRITE and not refused:
+        from launcher import scan
+
+        surfaces = scan.snapshot(ws.real)
+        inside, outside = scan.git_dirs(ws.real, surfaces)
+    inside = tuple(p for p in inside if p not in policy.workspace.protected)
     return HostFacts(
         home=home,
         env=tuple((name, os.environ[name]) for name in policy.env.pass_names if name in os.environ),
         workspace=ws,
-        protected=tuple(protected_anchor(ws.real, rel) for rel in policy.workspace.protect),
+        protected=tuple(protected_anchor(ws.real, rel) for rel in policy.workspace.protected + inside),
         mounts=tuple(path_fact(m.source, os.getcwd(), scan=True) for m in policy.mounts),
         runtime_sockets=runtime_socket_paths(),
         credential_paths=tuple(os.path.realpath(os.path.join(home, p)) for p in _CREDENTIAL_PATHS),
@@ -144,6 +159,7 @@ def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str =
         nonce=os.urandom(3).hex(),
         owner_pid=os.getpid(),
         ca_files=tuple(ca_file(given) for given in dict.fromkeys(s.ca_file for s in policy.secrets if s.ca_file)),
+        git_protect=inside, git_outside=outside, surfaces=tuple(sorted(surfaces.items())),
     )
 
 
@@ -297,8 +313,12 @@ def repo_policy_file(workspace: str) -> LayerFile | None:
     return None if data is None else LayerFile(path=path, data=data)
 
 
+def state_dir() -> str:
+    return os.path.join(_xdg_dir("XDG_STATE_HOME", os.path.join(".local", "state")), "sandbox")
+
+
 def trust_store_path() -> str:
-    return os.path.join(_xdg_dir("XDG_STATE_HOME", os.path.join(".local", "state")), "sandbox", "trust.json")
+    return os.path.join(state_dir(), "trust.json")
 
 
 def read_trust_store() -> tuple[str, str]:
@@ -369,14 +389,3 @@ def git_control_paths(workspace: str) -> tuple[GitPath, ...]:
     return tuple(found)
 
 
-
-# ---- selftest: the host's own addresses (its scratch directories are in scratch.py)
-def ipv4_addresses() -> tuple[str, ...]:
-    """The host's own IPv4 addresses but loopback (the LOCAL entries of the kernel's routing trie)."""
-    found, last = set(), ""
-    with open("/proc/net/fib_trie") as trie:
-        for words in map(str.split, trie):
-            last = words[1] if words[:1] == ["|--"] else last
-            if "LOCAL" in words and not last.startswith("127."):
-                found.add(last)
-    return tuple(sorted(found))

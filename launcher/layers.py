@@ -47,6 +47,7 @@ FIELDS: dict[str, tuple[tuple[str, ...], str]] = {
     "workspace.target": (("workspace", "target"), "fixed"),
     "workspace.access": (("workspace", "access"), "read-only-wins"),
     "workspace.protect": (("workspace", "protect"), "union"),
+    "workspace.git": (("workspace", "git"), "read-only-wins"),
     "mounts": (("mounts",), "intersect"),
     "tmpfs": (("tmpfs",), "intersect"),
     "network.mode": (("network", "mode"), "none-wins"),

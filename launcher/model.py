@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass
 
 from launcher.egress import AllowRule
+from launcher.surfaces import GIT_CONTROL, PROTECTED
 
 
 class Access(enum.Enum):
@@ -19,12 +20,9 @@ class NetworkMode(enum.Enum):
 
 
 # Always protected inside a writable workspace, also when they do not exist yet: each one can make
-# code run on the host later (git hooks, CI, IDE tasks, agent config) or change this policy.
-BUILTIN_PROTECTED = (
-    ".git/hooks", ".git/config", ".gitmodules", ".sandbox.yaml",
-    ".neo", ".claude", ".codex", ".visvoai", ".mcp.json",
-    ".vscode", ".devcontainer", ".github/workflows", ".gitlab-ci.yml", ".envrc",
-)
+# code run on the host later (git, CI, IDE tasks, agent config) or change this policy. The git
+# directory is added per `workspace.git` (see WorkspacePolicy.protected).
+BUILTIN_PROTECTED = PROTECTED
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +30,13 @@ class WorkspacePolicy:
     target: str
     access: Access
     protect: tuple[str, ...]  # built-in paths first, then the policy's own additions
+    git: Access = Access.READ_ONLY   # read-write: only the git files that run code stay read-only
+
+    @property
+    def protected(self) -> tuple[str, ...]:
+        """Every workspace-relative path kept read-only: the git directory (or, with `git:
+        read-write`, the parts of it that run code), then `protect`."""
+        return ((".git",) if self.git is Access.READ_ONLY else GIT_CONTROL) + self.protect
 
 
 @dataclass(frozen=True, kw_only=True)

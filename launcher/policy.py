@@ -179,7 +179,7 @@ def _build(doc: dict, file: str, digest: str) -> Policy:
     return Policy(
         name=doc["name"], description=doc["description"], source=file, digest=digest, image=doc["image"],
         workspace=WorkspacePolicy(target=posixpath.normpath(ws["target"]), access=Access(ws["access"]),
-                                  protect=BUILTIN_PROTECTED + tuple(dict.fromkeys(extra))),
+                                  protect=BUILTIN_PROTECTED + tuple(dict.fromkeys(extra)), git=Access(ws["git"])),
         mounts=tuple(MountPolicy(source=m["source"], target=posixpath.normpath(m["target"]),
                                  access=Access(m["access"])) for m in doc["mounts"]),
         tmpfs=tuple(TmpfsPolicy(target=posixpath.normpath(t["target"]), size_bytes=parse_size(t["size"]))

@@ -9,7 +9,7 @@ import time
 
 from dataclasses import asdict
 
-from launcher import __version__
+from launcher import __version__, surfaces
 from launcher.audit import summarize
 from launcher.plan import LaunchPlan
 from launcher.render import plan_to_dict
@@ -18,7 +18,7 @@ from launcher.verify import ProbeReport
 
 def build(*, status: str, exit_code: int, started: float, plan: LaunchPlan | None = None,
           probe: ProbeReport | None = None, agent_exit: int | None = None, timed_out: bool = False,
-          error: str = "", egress: tuple = ()) -> dict:
+          error: str = "", egress: tuple = (), changes: tuple = ()) -> dict:
     return {
         "sandbox_version": __version__,
         "status": status,
@@ -32,6 +32,8 @@ def build(*, status: str, exit_code: int, started: float, plan: LaunchPlan | Non
             "checks": [{"id": c.id, "ok": c.ok, "expected": c.expected, "observed": c.observed} for c in probe.checks],
         },
         "agent": {"exit_code": agent_exit, "timed_out": timed_out},
+        # New, changed or removed files that host tools run or trust, and symlinks leaving the workspace.
+        "workspace_changes": surfaces.to_json(changes),
         "egress": None if not (plan and plan.proxy) else {
             "blocked": [asdict(s) for s in summarize(tuple(e for e in egress if e.denied))],
             "requests": [asdict(e) | {"denied": e.denied} for e in egress],

@@ -1,4 +1,4 @@
-"""Scratch directories for `sandbox selftest`: a checkout-like workspace, and what is below it."""
+"""Host reads for `sandbox selftest`: a checkout-like scratch workspace, what is below it, and the host's own addresses."""
 
 from __future__ import annotations
 
@@ -29,3 +29,14 @@ def remove_tree(path: str) -> None:
 def tree_listing(path: str) -> tuple[str, ...]:
     """Every entry below `path` (symlinks not followed), to tell whether anything changed there."""
     return tuple(sorted(os.path.relpath(os.path.join(b, n), path) for b, d, f in os.walk(path) for n in d + f))
+
+
+def ipv4_addresses() -> tuple[str, ...]:
+    """The host's own IPv4 addresses but loopback (the LOCAL entries of the kernel's routing trie)."""
+    found, last = set(), ""
+    with open("/proc/net/fib_trie") as trie:
+        for words in map(str.split, trie):
+            last = words[1] if words[:1] == ["|--"] else last
+            if "LOCAL" in words and not last.startswith("127."):
+                found.add(last)
+    return tuple(sorted(found))

@@ -156,7 +156,7 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
         probe = _plan(ref, workspace, ("true",), network)
         params = {
             "MODE": mode, "WS": probe.probe.workspace, "BB": PROBE_BUSYBOX, "LISTEN_PORT": str(listener.port),
-            "HOST_IPS": " ".join(host.ipv4_addresses()), "CANARY_IP": internet.canary_ip if internet else "",
+            "HOST_IPS": " ".join(scratch.ipv4_addresses()), "CANARY_IP": internet.canary_ip if internet else "",
             "HOST_CANARY_DIR": canary_dir,
             "TMPFS": " ".join(f"{m.target}:{m.size_bytes}" for m in probe.container.mounts
                               if m.kind is MountKind.TMPFS and not m.read_only and m.size_bytes),

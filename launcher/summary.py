@@ -11,6 +11,7 @@ _MEANING = {
     "engine-error": "the sandbox could not be launched (Docker engine)",
     "probe-failed": "the sandbox did not take effect: the agent never started",
     "interrupted": "interrupted; the sandbox was removed",
+    "surfaces-changed": "the agent left changes to files that host tools run or trust",
 }
 
 
@@ -39,6 +40,12 @@ def markdown(report: dict) -> str:
         lines += ["", "Failed probe checks:", ""]
         lines += [f"- `{c['id']}`: expected `{_cell(c['expected'])}`, observed `{_cell(c['observed'])}`"
                   for c in probe["checks"] if not c["ok"]]
+    changes = report.get("workspace_changes") or []
+    if changes:
+        lines += ["", f"**Files host tools run or trust, changed by the agent ({len(changes)}):** review them "
+                  "before running git or any tool in this workspace.", "",
+                  "| change | path | why it matters |", "|---|---|---|"]
+        lines += [f"| {c['change']} | `{_cell(c['path'])}` | {_cell(c['detail'])} |" for c in changes]
     egress = report.get("egress")
     if egress is not None:
         blocked = egress["blocked"]

@@ -17,17 +17,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def fake_facts(workspace: str = "/home/dev/repo", *, protected_kind: str = "missing", mounts=(), env=(),
-               owner=(1000, 1000), ca_files=()) -> HostFacts:
+               owner=(1000, 1000), ca_files=(), protect=None, **more) -> HostFacts:
     """Host facts for a pure compiler test: nothing is read from this machine."""
     return HostFacts(
         home="/home/dev", env=tuple(env),
         workspace=PathFact(given=workspace, real=workspace, kind="dir", owner=owner),
-        protected=tuple(_anchor(workspace, p, protected_kind) for p in BUILTIN_PROTECTED),
+        protected=tuple(_anchor(workspace, p, protected_kind) for p in protect or (".git",) + BUILTIN_PROTECTED),
         mounts=tuple(mounts),
         runtime_sockets=("/run/docker.sock", "/run/containerd", "/var/lib/docker"),
         credential_paths=("/home/dev/.ssh", "/home/dev/.aws", "/home/dev/.docker"),
         probe_volume="sandbox-probe-test", proxy_image="sandbox/proxy:test", nonce="abc123", owner_pid=4242,
-        ca_files=tuple(ca_files),
+        ca_files=tuple(ca_files), **more,
     )
 
 

@@ -14,7 +14,9 @@ from launcher import render, resources
 from launcher.compiler import compile_policy
 from launcher.errors import PolicyError
 from launcher.host import PathFact
+from launcher.model import BUILTIN_PROTECTED, Access
 from launcher.plan import MountKind
+from launcher.surfaces import GIT_CONTROL
 from launcher.policy import load_policy, parse_policy
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -56,8 +58,45 @@ def test_missing_protected_paths_get_read_only_placeholders():
 def test_existing_protected_paths_are_read_only_binds():
     plan = untrusted(protected_kind="dir")
     binds = {m.target: m for m in plan.container.mounts if m.kind is MountKind.BIND}
-    assert binds["/workspace/.git/hooks"].read_only and binds["/workspace/.git/hooks"].source == "/home/dev/repo/.git/hooks"
+    assert binds["/workspace/.git"].read_only and binds["/workspace/.git"].source == "/home/dev/repo/.git"
+    assert "/workspace/.git/hooks" not in binds   # covered by the read-only .git
     assert not binds["/workspace"].read_only and plan.placeholders == ()
+    # The probe proves every part of .git that host git reads, not only the mount point.
+    assert {"/workspace/.git/commondir", "/workspace/.git/index", "/workspace/.git/config"} <= set(plan.probe.protected)
+
+
+def test_a_gitfile_is_protected_with_the_git_directories_it_leads_to():
+    extra = ("wt-meta", "vendor/lib/.git")
+    facts = fake_facts(protected_kind="dir", protect=(".git",) + BUILTIN_PROTECTED + extra, git_protect=extra)
+    facts = replace(facts, protected=tuple(replace(a, kind="file") if a.given == ".git" else a for a in facts.protected))
+    plan = compile_policy(load_policy("untrusted"), facts)
+    binds = {m.target: m for m in plan.container.mounts if m.kind is MountKind.BIND}
+    assert all(binds[f"/workspace/{p}"].read_only for p in (".git",) + extra)
+    assert not binds["/workspace/vendor"].read_only and not binds["/workspace/vendor/lib"].read_only   # cannot be renamed
+    assert "/workspace/vendor/lib/.git" in plan.probe.protected
+    assert "/workspace/.git/config" not in plan.probe.protected   # .git is a file here
+
+
+def test_a_git_directory_outside_the_workspace_may_not_be_mounted_writable():
+    policy = parse_policy(b"version: 1\nname: t\ndescription: d\nworkspace: {access: read-write}\n"
+                          b"mounts: [{source: /home/dev/main, target: /main, access: read-write}]\n", "p.yaml")
+    mount = PathFact(given="/home/dev/main", real="/home/dev/main", kind="dir")
+    facts = fake_facts(mounts=(mount,), git_outside=("/home/dev/main/.git/worktrees/repo",))
+    with pytest.raises(PolicyError, match=r"mounts\[0\].*the workspace's .git file points to"):
+        compile_policy(policy, facts)
+    read_only = replace(policy, mounts=(replace(policy.mounts[0], access=Access.READ_ONLY),))
+    assert compile_policy(read_only, facts).container.mounts
+
+
+def test_git_read_write_keeps_only_the_code_running_parts_read_only_and_warns():
+    policy = parse_policy(b"version: 1\nname: t\ndescription: d\nworkspace: {access: read-write, git: read-write}\n",
+                          "p.yaml")
+    plan = compile_policy(policy, fake_facts(protected_kind="dir", protect=GIT_CONTROL + BUILTIN_PROTECTED))
+    binds = {m.target: m for m in plan.container.mounts if m.kind is MountKind.BIND}
+    assert not binds["/workspace/.git"].read_only     # a mount point: `mv .git x` cannot swap in a fresh one
+    assert all(binds[f"/workspace/{p}"].read_only for p in GIT_CONTROL)
+    assert "/workspace/.git/index" not in plan.probe.protected
+    assert any("workspace.git is read-write" in w for w in plan.warnings)
 
 
 def test_a_symlink_at_a_protected_path_is_refused():
@@ -152,9 +191,10 @@ def test_paths_with_odd_characters_are_escaped_for_the_probe_and_quoted_for_dock
 
 
 def test_directories_above_protected_paths_are_mount_points_so_they_cannot_be_renamed():
-    # `mv .git x && mkdir -p .git/hooks` would otherwise swap in a writable hooks directory.
-    plan = untrusted(protected_kind="dir")
+    # `mv docs x && mkdir -p docs/private` would otherwise swap in a writable directory.
+    policy = parse_policy(b"version: 1\nname: t\ndescription: d\nworkspace: {access: read-write, protect: [docs/private]}\n",
+                          "p.yaml")
+    plan = compile_policy(policy, fake_facts(protected_kind="dir", protect=(".git",) + BUILTIN_PROTECTED + ("docs/private",)))
     binds = {m.target: m for m in plan.container.mounts if m.kind is MountKind.BIND}
-    for parent in ("/workspace/.git", "/workspace/.github"):
-        assert not binds[parent].read_only and binds[parent].source == "/home/dev/repo" + parent[len("/workspace"):]
-    assert "/workspace/.git" in plan.probe.writable and binds["/workspace/.git/hooks"].read_only
+    assert not binds["/workspace/docs"].read_only and binds["/workspace/docs"].source == "/home/dev/repo/docs"
+    assert "/workspace/docs" in plan.probe.writable and binds["/workspace/docs/private"].read_only

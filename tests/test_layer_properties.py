@@ -48,6 +48,7 @@ def documents(draw, base: bool):
         "image": draw(st.sampled_from(IMAGES)),
         "workspace": {"target": draw(st.sampled_from(["/workspace", "/workspace", "/src"])),
                       "access": draw(st.sampled_from(["read-only", "read-write"])),
+                      "git": draw(st.sampled_from(["read-only", "read-write"])),
                       "protect": draw(subset(["docs", "secrets", ".git/hooks", "build/out"]))},
         "mounts": [{"source": s, "target": t, "access": draw(st.sampled_from(["read-only", "read-write"]))}
                    for s, t in draw(subset(MOUNTS))],
@@ -97,7 +98,7 @@ def no_wider(field: str, got, earlier) -> bool:
                                   and (not earlier_digest or digest == earlier_digest))
     if field in ("workspace.target", "user"):
         return got == earlier
-    if field == "workspace.access":
+    if field in ("workspace.access", "workspace.git"):
         return got is Access.READ_ONLY or earlier is Access.READ_WRITE
     if field == "workspace.protect":
         return set(got) >= set(earlier)
