@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from launcher.cli import Console, _fail, _print_blocked, main
-from launcher.errors import SandboxError
+from launcher.cli import Console, _fail, _print_blocked, main, print_changes, strict_option
+from launcher.errors import ExitCode, SandboxError
 
 
 @main.command(name="exec")
@@ -44,10 +44,30 @@ def ls_(as_json: bool) -> None:
         click.echo(f"{i.name:40} {i.kind:8} {i.state:9} {i.policy:12} {i.workspace}")
 
 
+def _report_changes(names, strict: bool) -> None:
+    """Compare each removed sandbox's saved surfaces with its workspace now; exit 123 under
+    CI=true or --strict when the agent changed any."""
+    from launcher import baseline, host
+
+    found = 0
+    for name in names:
+        saved = baseline.take(name)
+        if saved:
+            changes = baseline.changes(*saved)
+            if changes:
+                click.echo(f"sandbox: {name} on {saved[0]}:", err=True)
+            print_changes(changes)
+            found += len(changes)
+    if found and (strict or host.in_ci()):
+        sys.exit(ExitCode.SURFACES_CHANGED)
+
+
 @main.command()
 @click.argument("name")
-def down(name: str) -> None:
-    """Stop (SIGTERM, then a grace period) and remove the sandbox NAME."""
+@strict_option
+def down(name: str, strict: bool) -> None:
+    """Stop (SIGTERM, then a grace period) and remove the sandbox NAME, then say what the agent
+    changed among the files host tools run or trust (exit 123 for that under CI=true or --strict)."""
     from launcher import engine, sandboxes
 
     try:
@@ -55,6 +75,7 @@ def down(name: str) -> None:
     except SandboxError as exc:
         _fail(exc)
     click.echo(f"sandbox: removed {name}", err=True)
+    _report_changes((name,), strict)
 
 
 @main.command()
@@ -63,15 +84,17 @@ def down(name: str) -> None:
 def gc(everything: bool) -> None:
     """Remove sandboxes of ours left behind (stopped, or whose launcher died) with their proxies
     and networks, and probe volumes of earlier probe versions."""
-    from launcher import engine, images, sandboxes
+    from launcher import baseline, engine, images, sandboxes
 
     try:
         eng = engine.connect()
         removed = sandboxes.gc(eng, everything)
         removed += sandboxes.stale_probe_volumes(eng, images.probe_volume_name())
+        alive = {item.name for item in sandboxes.ls(eng)}
     except SandboxError as exc:
         _fail(exc)
     click.echo(f"sandbox: removed {len(removed)}: {', '.join(removed)}" if removed else "sandbox: nothing to remove", err=True)
+    _report_changes(tuple(n for n in baseline.names() if n not in alive), strict=False)
 
 
 @main.command()

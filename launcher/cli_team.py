@@ -42,7 +42,7 @@ def devcontainer(workspace: str, policy: str, force: bool, allow: tuple[str, ...
     from launcher import devcontainer as dc
 
     try:
-        _, plan = _plan(policy, workspace, (), kind="up", allow=allow, egress_network=egress_network)
+        _, plan, _ = _plan(policy, workspace, (), kind="up", allow=allow, egress_network=egress_network)
         written = dc.write(workspace, dc.files(plan), force)
     except SandboxError as exc:
         _fail(exc)
