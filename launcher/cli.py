@@ -125,12 +125,13 @@ def strict_option(command):
                              "workspace). On by default under CI=true.")(command)
 
 
-def print_changes(changes) -> None:
+def print_changes(changes, failing: bool) -> None:
+    """The surface report on stderr: an error when it decides the exit code, else a warning."""
     from launcher.surfaces import render
 
     if changes:
         lines = render(changes)
-        cli_output.error(lines[0])
+        cli_output.error(lines[0]) if failing else cli_output.status(f"warning: {lines[0]}")
         click.echo("\n".join(lines[1:]), err=True)
 
 
@@ -315,7 +316,7 @@ def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_
                 summary.append(summary_path, data)
     if outcome and plan.proxy:
         _print_blocked(outcome.egress)
-    print_changes(changes)
+    print_changes(changes, failing=status == "surfaces-changed")
     if error:
         cli_output.error(str(error))
     elif outcome and outcome.timed_out:

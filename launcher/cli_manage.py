@@ -44,21 +44,20 @@ def ls_(as_json: bool) -> None:
         click.echo(f"{i.name:40} {i.kind:8} {i.state:9} {i.policy:12} {i.workspace}")
 
 
-def _report_changes(names, strict: bool) -> None:
-    """Compare each removed sandbox's saved surfaces with its workspace now; exit 123 under
-    CI=true or --strict when the agent changed any."""
-    from launcher import baseline, host
+def _report_changes(names, failing: bool) -> None:
+    """Compare each removed sandbox's saved surfaces with its workspace now; exit 123 when
+    `failing` and the agent changed any."""
+    from launcher import baseline
 
     found = 0
     for name in names:
         saved = baseline.take(name)
-        if saved:
-            changes = baseline.changes(*saved)
-            if changes:
-                click.echo(f"sandbox: {name} on {saved[0]}:", err=True)
-            print_changes(changes)
+        changes = baseline.changes(*saved) if saved else ()
+        if changes:
+            click.echo(f"sandbox: {name} on {saved[0]}:", err=True)
+            print_changes(changes, failing)
             found += len(changes)
-    if found and (strict or host.in_ci()):
+    if found and failing:
         sys.exit(ExitCode.SURFACES_CHANGED)
 
 
@@ -68,14 +67,14 @@ def _report_changes(names, strict: bool) -> None:
 def down(name: str, strict: bool) -> None:
     """Stop (SIGTERM, then a grace period) and remove the sandbox NAME, then say what the agent
     changed among the files host tools run or trust (exit 123 for that under CI=true or --strict)."""
-    from launcher import engine, sandboxes
+    from launcher import engine, host, sandboxes
 
     try:
         sandboxes.down(engine.connect(), name)
     except SandboxError as exc:
         _fail(exc)
     click.echo(f"sandbox: removed {name}", err=True)
-    _report_changes((name,), strict)
+    _report_changes((name,), strict or host.in_ci())
 
 
 @main.command()
@@ -94,7 +93,7 @@ def gc(everything: bool) -> None:
     except SandboxError as exc:
         _fail(exc)
     click.echo(f"sandbox: removed {len(removed)}: {', '.join(removed)}" if removed else "sandbox: nothing to remove", err=True)
-    _report_changes(tuple(n for n in baseline.names() if n not in alive), strict=False)
+    _report_changes(tuple(n for n in baseline.names() if n not in alive), failing=False)
 
 
 @main.command()

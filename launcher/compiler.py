@@ -20,7 +20,7 @@ from launcher.policy import CAPABILITY_BITS
 from launcher.proxy import (INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_ALIAS, PROXY_PORT, NetworkSpec,
                             ProxySpec, SecretEndpoint, render_squid)
 from launcher.secrets import secret_value
-from launcher.surfaces import GIT_READS
+from launcher.surfaces import GIT_BY_EXISTENCE, GIT_READS
 
 LABEL = "dev.sandbox"
 _ROOT_DIRS = ("/", "/etc", "/usr", "/var", "/home")
@@ -182,7 +182,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     mounts = [Mount(kind=MountKind.BIND, source=ws.real, target=target, read_only=not writable_ws)]
     placeholders: list[str] = []
     if writable_ws:
-        anchors = dict((a.given, a) for a in host.protected)
+        anchors = dict((a.given, a) for a in host.protected if a.given not in _unmountable(host))
         # A path below another protected one is covered by that one's read-only mount.
         anchors = {g: a for g, a in anchors.items() if not any(_under(g, o) for o in anchors if o != g)}
         # The directories above a protected path (.git for .git/hooks) become mount points too,
@@ -266,11 +266,17 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
 def _protected(policy: Policy, host: HostFacts) -> tuple[str, ...]:
     """What the probe proves read-only: every protected path, and inside a read-only .git directory
     each file and directory that git on the host reads."""
-    paths = policy.workspace.protected + host.git_protect
+    paths = tuple(p for p in policy.workspace.protected + host.git_protect if p not in _unmountable(host))
     root_git = next((a for a in host.protected if a.given == ".git"), None)
     if root_git and root_git.kind != "file" and policy.workspace.git is Access.READ_ONLY:   # a gitfile: see git_protect
         paths += GIT_READS
     return tuple(dict.fromkeys(paths))
+
+
+def _unmountable(host: HostFacts) -> set[str]:
+    """Missing git files whose mere existence changes what git does (a mount point would be an
+    empty directory there, and git fails on it). The surface report covers them instead."""
+    return {a.given for a in host.protected if a.kind == "missing" and a.given in GIT_BY_EXISTENCE}
 
 
 def _under(path: str, mount: str) -> bool:

@@ -47,8 +47,9 @@ ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
     ("workspace.git", "read-only"): E(mechanism="read-only bind of .git (and of a gitfile's target and nested "
                                               "repositories); read-only tmpfs if missing", component=Component.MOUNT,
                                       checks=("fs.protected",)),
-    ("workspace.git", "read-write"): E(mechanism="hooks, config, config.worktree, commondir and info bound read-only; "
-                                               "the rest of .git writable", component=Component.MOUNT,
+    ("workspace.git", "read-write"): E(mechanism="hooks, config, info (and commondir, config.worktree where they "
+                                               "exist) bound read-only; the rest of .git writable",
+                                       component=Component.MOUNT,
                                        checks=("fs.protected",),
                                        note="widened: the agent can rewrite the index, refs and objects, e.g. "
                                             "skip-worktree hides a changed file from `git status` on the host"),

@@ -160,6 +160,11 @@ def _mounts(report: _Report, doc: Doc, policy: Policy, facts: HostFacts | None, 
             report.add(Severity.WARNING, "mount-writable", doc, f"mounts[{i}].access",
                        f"{mount.source} is writable from the sandbox, outside the workspace",
                        "the agent changes host files there; prefer read-only")
+    if policy.workspace.git is Access.READ_WRITE and policy.workspace.access is Access.READ_WRITE:
+        report.add(Severity.WARNING, "git-writable", doc, "workspace.git",
+                   "the agent can rewrite .git's index, refs and objects: skip-worktree hides a changed file "
+                   "from `git status` on the host (hooks, config, commondir and info stay read-only)",
+                   "keep read-only unless the agent must commit; review with `git log -p` and `git ls-files -v`")
 
 
 def _per_file(report: _Report, doc: Doc, layer: Layer, policy: Policy) -> None:

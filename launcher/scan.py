@@ -12,7 +12,7 @@ from launcher.surfaces import BY_NAME, PROTECTED
 _HASH_MAX = 4 * 1024 * 1024     # bytes of a file hashed; a larger one is fingerprinted by size and mtime
 _DIR_MAX = 5000                 # entries of a surface directory fingerprinted
 # In a git directory only what runs code or decides what git shows is fingerprinted (not objects).
-_GIT_FILES = ("config", "config.worktree", "commondir", "gitdir", "HEAD")
+_GIT_FILES = ("config", "config.worktree", "commondir", "gitdir")
 _GIT_DIRS = ("hooks", "info")
 
 

@@ -77,6 +77,9 @@ PROTECTED = tuple(s.name for s in INVENTORY if s.protect and s.name != ".git")
 # What git on the host reads from a git directory; with `workspace.git: read-write` only these stay
 # read-only (code runs from them), so the index, refs and objects can be changed and hide changes.
 GIT_CONTROL = (".git/hooks", ".git/config", ".git/config.worktree", ".git/commondir", ".git/info")
+# With `git: read-write`, these two cannot be protected while missing (a mount point would be a
+# directory, which breaks git); a planted one changes .git's fingerprint and is reported.
+GIT_BY_EXISTENCE = (".git/config.worktree", ".git/commondir")
 # The probe proves that each of these is neither writable nor creatable in a read-only .git.
 GIT_READS = GIT_CONTROL + (".git/HEAD", ".git/index", ".git/objects", ".git/refs", ".git/packed-refs",
                            ".git/modules", ".git/worktrees", ".git/logs")

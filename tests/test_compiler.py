@@ -16,7 +16,7 @@ from launcher.errors import PolicyError
 from launcher.host import PathFact
 from launcher.model import BUILTIN_PROTECTED, Access
 from launcher.plan import MountKind
-from launcher.surfaces import GIT_CONTROL
+from launcher.surfaces import GIT_BY_EXISTENCE, GIT_CONTROL
 from launcher.policy import load_policy, parse_policy
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -198,3 +198,17 @@ def test_directories_above_protected_paths_are_mount_points_so_they_cannot_be_re
     binds = {m.target: m for m in plan.container.mounts if m.kind is MountKind.BIND}
     assert not binds["/workspace/docs"].read_only and binds["/workspace/docs"].source == "/home/dev/repo/docs"
     assert "/workspace/docs" in plan.probe.writable and binds["/workspace/docs/private"].read_only
+
+
+def test_git_read_write_leaves_a_missing_commondir_to_the_surface_report():
+    # A mount point there would be a directory, on which git fails ("failed to read .git/commondir").
+    policy = parse_policy(b"version: 1\nname: t\ndescription: d\nworkspace: {access: read-write, git: read-write}\n",
+                          "p.yaml")
+    facts = fake_facts(protected_kind="dir", protect=GIT_CONTROL + BUILTIN_PROTECTED)
+    facts = replace(facts, protected=tuple(replace(a, kind="missing") if a.given in GIT_BY_EXISTENCE else a
+                                           for a in facts.protected))
+    plan = compile_policy(policy, facts)
+    targets = {m.target for m in plan.container.mounts}
+    for path in GIT_BY_EXISTENCE:
+        assert f"/workspace/{path}" not in targets and f"/workspace/{path}" not in plan.probe.protected
+    assert "/workspace/.git/hooks" in targets

@@ -17,6 +17,7 @@ from launcher.compiler import compile_policy
 from launcher.errors import ProbeFailed
 from launcher.plan import Mount, MountKind
 from launcher.policy import load_policy
+from launcher.surfaces import GIT_READS
 
 pytestmark = pytest.mark.engine
 MARKER = "AGENT-RAN"
@@ -119,6 +120,21 @@ def test_tampered_protection_fails_its_check_and_the_agent_never_runs(engine, wo
     assert check in failed, f"{check} passed although its protection was removed; failed: {failed}"
     assert not (workspace / MARKER).exists() and listener.out == b""
     assert engine.list(f"dev.sandbox.workspace={workspace}") == []
+
+
+def test_a_writable_git_directory_fails_fs_protected(engine, workspace, probe_only):
+    """Only the read-only .git mount is taken away: every part of .git that host git reads is
+    then writable or creatable, and the probe names it."""
+    plan = plan_for(workspace)
+    mounts = tuple(m for m in plan.container.mounts if m.target != "/workspace/.git")
+    assert len(mounts) == len(plan.container.mounts) - 1
+    with pytest.raises(ProbeFailed) as info:
+        launch.run(engine, replace(plan, container=replace(plan.container, mounts=mounts)), Recorder())
+    failed = {c.id: c for c in info.value.report.failed}
+    assert set(failed) == {"fs.protected"}, failed
+    for path in (".git",) + GIT_READS:
+        assert f"/workspace/{path}" in failed["fs.protected"].observed, (path, failed["fs.protected"].observed)
+    assert not (workspace / MARKER).exists()
 
 
 def test_inspect_comparison_refuses_a_container_that_differs_from_the_plan(engine, workspace):

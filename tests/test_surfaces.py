@@ -1,0 +1,75 @@
+"""The inventory of host-executed surfaces, the workspace scan and the before/after comparison."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from launcher import scan
+from launcher.surfaces import BY_NAME, INVENTORY, PROTECTED, compare
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_inventory_is_one_list_of_names_each_with_a_reason_and_the_readme_table_matches():
+    names = [s.name for s in INVENTORY]
+    assert len(names) == len(set(names)) and all("/" not in n and n for n in names)
+    assert all(s.tools and s.why for s in INVENTORY)
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("| surface | tools"):]
+    table = table[:table.index("\n\n")]
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `([^`]+)` \|[^|]*\| (protected|reported)", table, re.M)}
+    assert rows == {s.name: "protected" if s.protect else "reported" for s in INVENTORY}
+
+
+def test_compare_reports_new_changed_and_removed_surfaces_and_new_links_out():
+    before = {".envrc": "file:1", "a/.gitignore": "file:1", "old": "link-out:/etc", "gone/.vscode": "dir:1"}
+    after = {".envrc": "file:2", "a/.gitignore": "file:2", "b/.gitignore": "file:3", "old": "link-out:/etc",
+             "new": "link-out:/home/u/.ssh/id_rsa", "src/.git": "dir:9"}
+    got = {(c.path, c.what) for c in compare(before, after)}
+    assert got == {(".envrc", "changed"), ("b/.gitignore", "new"), ("new", "link-out"), ("src/.git", "new"),
+                   ("gone/.vscode", "removed")}   # a changed .gitignore shows in `git diff`: not repeated
+
+
+def test_snapshot_finds_surfaces_at_any_depth_and_ignores_placeholders(tmp_path):
+    (tmp_path / ".npmrc").mkdir()                      # an empty protected name at the root: a mount point
+    (tmp_path / "src" / ".git").mkdir(parents=True)
+    (tmp_path / "src" / ".git" / "config").write_text("[core]\n")
+    (tmp_path / "deep" / "er").mkdir(parents=True)
+    (tmp_path / "deep" / "er" / ".envrc").write_text("x\n")
+    (tmp_path / "key").symlink_to("/etc/passwd")
+    (tmp_path / "inside").symlink_to(tmp_path / "src")
+    snap = scan.snapshot(str(tmp_path))
+    assert set(snap) == {"src/.git", "deep/er/.envrc", "key"}
+    assert snap["key"] == "link-out:/etc/passwd"
+
+
+def test_a_git_fingerprint_covers_config_and_hooks_but_not_objects(tmp_path):
+    git = tmp_path / ".git"
+    (git / "objects").mkdir(parents=True)
+    (git / "config").write_text("[core]\n")
+    first = scan.snapshot(str(tmp_path))[".git"]
+    (git / "objects" / "ab").write_text("blob")
+    assert scan.snapshot(str(tmp_path))[".git"] == first
+    (git / "config").write_text('[core]\n\tfsmonitor = "touch /tmp/x"\n')
+    assert scan.snapshot(str(tmp_path))[".git"] != first
+
+
+def test_git_dirs_follow_a_worktree_gitfile_out_and_a_submodule_gitfile_in(tmp_path):
+    git = ["git", "-c", "user.name=u", "-c", "user.email=u@example.invalid"]
+    main = tmp_path / "main"
+    subprocess.run(git + ["init", "-q", str(main)], check=True)
+    subprocess.run(git + ["-C", str(main), "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    subprocess.run(git + ["-C", str(main), "worktree", "add", "-q", str(tmp_path / "wt")], check=True)
+    inside, outside = scan.git_dirs(str(tmp_path / "wt"), {})
+    assert inside == () and outside == (str(main / ".git" / "worktrees" / "wt"), str(main / ".git"))
+    (tmp_path / "wt" / "meta").mkdir()
+    (tmp_path / "wt" / ".git").unlink()
+    (tmp_path / "wt" / ".git").write_text("gitdir: meta\n")
+    assert scan.git_dirs(str(tmp_path / "wt"), {"lib/.git": "dir"}) == (("lib/.git", "meta"), ())
+
+
+def test_every_protected_name_is_in_the_inventory():
+    assert set(PROTECTED) <= set(BY_NAME) and ".git" not in PROTECTED   # .git follows workspace.git
