@@ -298,7 +298,7 @@ def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_
         code = 130 if isinstance(exc, KeyboardInterrupt) else 143
         status, error = "interrupted", "interrupted; the sandbox was removed"
     finally:
-        if facts and facts.surfaces and probe is not None:   # the container started: the agent may have written
+        if facts and facts.surfaces is not None:   # a writable workspace: the agent may have written there
             changes = baseline.changes(facts.workspace.real, dict(facts.surfaces))
             if changes and (strict or host.in_ci()) and status in ("ok", "agent-failed", "timeout"):
                 code, status = ExitCode.SURFACES_CHANGED, "surfaces-changed"
@@ -350,7 +350,7 @@ def up(workspace: str, policy: str, name: str | None, no_shell: bool, allow: tup
             console.status(f"{plan.container.name} is already running; opening a shell in it")
         except NotFound:
             launch.up(eng, plan, console)
-            if facts.surfaces:   # compared on `sandbox down`
+            if facts.surfaces is not None:   # compared on `sandbox down`
                 baseline.save(plan.container.name, facts.workspace.real, dict(facts.surfaces))
             console.status(f"{plan.container.name} is up; `sandbox down {plan.container.name}` removes it")
     except SandboxError as exc:

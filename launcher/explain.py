@@ -116,7 +116,7 @@ def _variant(field: str, eff: Effective) -> str:
     if field.startswith("network.") or field == "secrets":
         return eff.policy.network.mode.value
     if field in ("workspace.access", "workspace.git"):
-        return eff.policy.workspace.access.value if field == "workspace.access" else eff.policy.workspace.git.value
+        return getattr(eff.policy.workspace, field.split(".")[1]).value
     return ""
 
 

@@ -42,7 +42,7 @@ class HostFacts:
     # root's gitfile leads to (real paths); and every host-executed surface's fingerprint (scan.py).
     git_protect: tuple[str, ...] = ()
     git_outside: tuple[str, ...] = ()
-    surfaces: tuple[tuple[str, str], ...] = ()
+    surfaces: tuple[tuple[str, str], ...] | None = None   # None: not scanned (read-only workspace)
 
 
 _RUNTIME_PATHS = (
@@ -137,7 +137,7 @@ def runtime_socket_paths() -> tuple[str, ...]:
 def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str = "") -> HostFacts:
     home = os.path.realpath(os.path.expanduser("~"))
     ws = path_fact(workspace, os.getcwd(), scan=True)
-    surfaces, inside, outside = {}, (), ()
+    surfaces, inside, outside = None, (), ()
     # Not a workspace the compiler refuses anyway (/, a parent of $HOME, a kernel filesystem).
     refused = ws.real == "/" or (home + "/").startswith(ws.real + "/") or ws.real.split("/")[1] in ("proc", "sys", "dev")
     if ws.kind == "dir" and policy.workspace.access is Access.READ_WRITE and not refused:
@@ -159,7 +159,8 @@ def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str =
         nonce=os.urandom(3).hex(),
         owner_pid=os.getpid(),
         ca_files=tuple(ca_file(given) for given in dict.fromkeys(s.ca_file for s in policy.secrets if s.ca_file)),
-        git_protect=inside, git_outside=outside, surfaces=tuple(sorted(surfaces.items())),
+        git_protect=inside, git_outside=outside,
+        surfaces=None if surfaces is None else tuple(sorted(surfaces.items())),
     )
 
 

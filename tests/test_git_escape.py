@@ -117,3 +117,11 @@ def test_down_reports_what_the_agent_of_an_up_sandbox_planted(repo, tmp_path):
     assert not list((tmp_path / "state" / "sandbox" / "baselines").iterdir())   # taken, not left behind
     again = run("down", name)
     assert again.returncode != 0 and "x/.envrc" not in again.stderr
+
+
+def test_a_workspace_with_no_surface_at_all_still_reports_a_planted_one(tmp_path, engine):
+    ws = tmp_path / "empty"
+    ws.mkdir()
+    os.chown(ws, OWNER, OWNER)
+    result = run_agent(ws, "mkdir -p /workspace/a/.git && echo '[core]' > /workspace/a/.git/config", "--strict")
+    assert result.returncode == ExitCode.SURFACES_CHANGED and "new a/.git" in result.stderr, result.stderr
