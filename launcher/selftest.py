@@ -3,6 +3,7 @@ agent user (cases in selftest_cases.py), and the checks only the outside can mak
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -11,13 +12,13 @@ from dataclasses import dataclass, replace
 from importlib import resources as pkg_resources
 from typing import Callable
 
-from launcher import host, images, launch, resources, scratch, stack
+from launcher import baseline, host, images, launch, resources, scan, scratch, stack
 from launcher.compiler import compile_policy
 from launcher.engine import Engine
 from launcher.errors import ProbeFailed, SandboxError
 from launcher.plan import PROBE_BUSYBOX, LaunchPlan, MountKind
 from launcher.policy import with_allowed
-from launcher.selftest_cases import OUTSIDE, Case, for_mode
+from launcher.selftest_cases import OUTSIDE, PLANTED, Case, for_mode
 from launcher.style import BAD, GOOD, Mark, plain
 
 PASS, FAIL, ERROR = "pass", "FAIL", "ERROR"
@@ -147,6 +148,9 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
     workspace = scratch.scratch_workspace("sandbox-selftest-")
     canary_dir = scratch.scratch_workspace("sandbox-selftest-hostdir-")
     before, canary_before = scratch.tree_listing(workspace), scratch.tree_listing(canary_dir)
+    surfaces_before = scan.snapshot(workspace)
+    # Where the cases' planted core.fsmonitor would write when host git ran it (uid 1000 may write here).
+    git_canary = os.path.join(canary_dir, "git-canary")
     try:
         mode = stack.load_base(ref).policy.network.mode.value
         if mode == "proxy" and internet is None:
@@ -157,7 +161,7 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
         params = {
             "MODE": mode, "WS": probe.probe.workspace, "BB": PROBE_BUSYBOX, "LISTEN_PORT": str(listener.port),
             "HOST_IPS": " ".join(scratch.ipv4_addresses()), "CANARY_IP": internet.canary_ip if internet else "",
-            "HOST_CANARY_DIR": canary_dir,
+            "HOST_CANARY_DIR": canary_dir, "HOST_CANARY": git_canary, "TRACKED": scratch.TRACKED,
             "TMPFS": " ".join(f"{m.target}:{m.size_bytes}" for m in probe.container.mounts
                               if m.kind is MountKind.TMPFS and not m.read_only and m.size_bytes),
         }
@@ -172,6 +176,7 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
             checks = 0
             results = [CaseResult(id=c.id, expected=c.expected, observed=f"probe failed: {str(exc).splitlines()[-1]}",
                                   verdict=ERROR) for c in cases]
+        results += git_judgments(workspace, surfaces_before, git_canary)
         results += _outside(engine, ref, mode, workspace, canary_dir, before, canary_before, listener, seen_before,
                             internet, network)
         return PresetResult(policy=ref, mode=mode, cases=tuple(results), probe_checks=checks,
@@ -196,6 +201,38 @@ def judge_host_dir(now: tuple[str, ...], before: tuple[str, ...]) -> CaseResult:
 
 def judge_canary(seen: list[str]) -> CaseResult:
     return _judged("outside.canary_silent", not seen, "; ".join(seen[:3]) or "nothing")
+
+
+def judge_surfaces_reported(planted: tuple[str, ...], reported: tuple[str, ...]) -> CaseResult:
+    """`planted`: what the report.* cases left in the workspace; `reported`: the paths the report names."""
+    missing = [p for p in planted if p not in reported]
+    return _judged("outside.surfaces_reported", not missing, f"not reported: {', '.join(missing)}" if missing
+                   else f"all {len(planted)} planted surfaces reported ({len(reported)} changes)")
+
+
+def judge_host_git(canary_seen: bool, modified: tuple[str, ...], status: str, diff: str) -> CaseResult:
+    """After host `git status` and `git diff` ran: the planted command never ran (its canary file is
+    absent) and every modified file shows in both."""
+    shown = {line[3:] for line in status.splitlines() if "M" in line[:2]}
+    hidden = [m for m in modified if m not in shown or f"diff --git a/{m} b/{m}" not in diff]
+    bad = (["host git ran a planted command (canary written)"] if canary_seen else []) + \
+          ([f"modified but not shown: {', '.join(hidden)} (git: {status.strip()[:80]!r})"] if hidden else [])
+    return _judged("outside.host_git", not bad, "; ".join(bad) or
+                   f"no canary; {len(modified)} modified file(s) shown by git status and git diff")
+
+
+def git_judgments(workspace: str, before: dict[str, str], git_canary: str) -> list[CaseResult]:
+    """The two judgments of what the cases left in the workspace (made right after they ran), then
+    the planted surfaces removed, so that outside.nothing_left judges only what the launcher left."""
+    reported = tuple(c.path for c in baseline.changes(workspace, before))
+    planted = tuple(p for p in PLANTED.values() if os.path.lexists(os.path.join(workspace, p)))
+    out = [judge_surfaces_reported(planted, reported)]
+    modified = scratch.modified(workspace)
+    _, status = scratch.host_git(workspace, "status", "--porcelain", "--untracked-files=all")
+    _, diff = scratch.host_git(workspace, "diff")
+    out.append(judge_host_git(os.path.lexists(git_canary), modified, status, diff))
+    scratch.remove_planted(workspace, tuple(PLANTED.values()))
+    return out
 
 
 def judge_time_limit(timed_out: bool, exit_code: int | None) -> CaseResult:

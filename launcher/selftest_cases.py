@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from launcher.surfaces import BY_NAME, INVENTORY, PROTECTED
+
 BOTH = ("none", "proxy")
 
 
@@ -30,6 +32,15 @@ _PROTECTED = [(".git/hooks/pre-commit", "create a git hook"), (".sandbox.yaml", 
               (".github/workflows/evil.yml", "create a CI workflow"), (".envrc", "create .envrc"),
               (".vscode/settings.json", "create IDE settings"), (".claude/settings.json", "create agent config")]
 
+
+def _slug(name: str) -> str:
+    """protect.envrc for .envrc (the ids of the first cases), dot_lefthook_yml beside lefthook_yml."""
+    slug = name.strip(".").replace(".", "_").replace("-", "_")
+    return "dot_" + slug if name.startswith(".") and name[1:] in BY_NAME else slug
+
+
+_IDS = {f"protect.{path.split('/')[0].strip('.').replace('.', '_')}" for path, _ in _PROTECTED}
+
 FILESYSTEM = [
     _c("fs.write_root", "EROFS", 'try_create "/selftest.$$"'),
     _c("fs.write_etc", "EROFS", 'try_create "/etc/selftest.$$"'),
@@ -43,6 +54,11 @@ FILESYSTEM = [
     _c(f"protect.{path.split('/')[0].strip('.').replace('.', '_')}", "read-only (also when missing)",
        f'try_create "$WS/{path}"') for path, _ in _PROTECTED
 ] + [
+] + [
+    # Every other protected inventory name, missing in the scratch workspace: a placeholder holds it.
+    _c(f"protect.{_slug(name)}", "read-only (also when missing), not renamed away", f'try_protected "$WS/{name}"')
+    for name in PROTECTED if f"protect.{_slug(name)}" not in _IDS
+] + [
     _c("protect.git_config", "read-only", 'try_open_w "$WS/.git/config"'),
     _c("protect.rename_git", "EBUSY/EROFS", 'err="$(mv "$WS/.git" "$WS/.git-moved" 2>&1)" && { mv "$WS/.git-moved" "$WS/.git"; escaped "renamed .git"; } || ok "$(reason "$err")"'),
     _c("symlink.host_path", "the host path stays out of reach", r'''
@@ -54,6 +70,44 @@ if ! ln -s / "$WS/.selftest-root" 2>/dev/null; then ok "cannot plant a symlink (
 err="$( { : >"$WS/.selftest-root/etc/selftest.$$"; } 2>&1 )" && { rm -f "/etc/selftest.$$"; rm -f "$WS/.selftest-root"; escaped "wrote /etc through a symlink"; exit; }
 rm -f "$WS/.selftest-root"; ok "$(reason "$err")"'''),
 ]
+
+# The escapes through .git (a writable .git runs code on the host's next git command, or hides a
+# change from it). Where one succeeds it is left in place: outside.host_git then runs host git on it.
+GIT = [
+    _c("git.writes", "EROFS for each of index, HEAD, refs, objects, packed-refs, info, hooks, config", r'''
+[ -d "$WS/.git/objects" ] || { error "no git repository at $WS"; exit; }
+bad=""; err=""; for p in index HEAD refs/heads/selftest objects/selftest packed-refs info/exclude hooks/selftest config; do f="$WS/.git/$p"
+  if [ -e "$f" ]; then err="$( { : >>"$f"; } 2>&1 )" && bad="$bad $p(opened)"
+  else err="$( { : >"$f"; } 2>&1 )" && { rm -f "$f"; bad="$bad $p(created, removed again)"; }; fi; done
+[ -z "$bad" ] && ok "8 refused: $(reason "$err")" || escaped "writable:$bad"'''),
+    _c("git.skip_worktree", "update-index refused (EROFS): the change stays visible", r'''
+g() { git -C "$WS" -c safe.directory='*' "$@"; }
+g ls-files --error-unmatch -- "$TRACKED" >/dev/null 2>&1 || { error "$TRACKED is not tracked in $WS"; exit; }
+echo "changed by the selftest" >>"$WS/$TRACKED" 2>/dev/null   # allowed in a writable workspace
+err="$(g update-index --skip-worktree -- "$TRACKED" 2>&1)" && { escaped "skip-worktree set: host git status no longer shows $TRACKED"; exit; }
+case $err in *"Read-only file system"* | *"Permission denied"*) ok "$(reason "$err")" ;; *) error "update-index failed otherwise: $(reason "$err")" ;; esac'''),
+    _c("git.commondir", "EROFS: .git/commondir cannot point at a planted git directory", r'''
+[ -d "$WS/.git/objects" ] || { error "no git repository at $WS"; exit; }
+e="$WS/evil"   # a copy of the repository whose config runs a command on the host's next `git status`
+mkdir -p "$e" 2>/dev/null && cp -r "$WS/.git/objects" "$WS/.git/refs" "$WS/.git/HEAD" "$e/" 2>/dev/null &&
+  printf '[core]\n\tfsmonitor = "touch %s; false"\n' "$HOST_CANARY" >"$e/config" 2>/dev/null
+err="$( { echo ../evil >"$WS/.git/commondir"; } 2>&1 )" && { escaped "wrote ../evil into .git/commondir: host git runs evil/config"; exit; }
+rm -rf "$e"; ok "$(reason "$err")"'''),
+]
+
+# Allowed inside (the workspace is writable): each plants a surface for the after-run report, which
+# outside.surfaces_reported judges. Case id -> what it plants, workspace-relative.
+PLANTED = {f"report.{_slug(s.name)}": s.name for s in INVENTORY if not s.protect} | {
+    "report.nested_git": "src/.git", "report.symlink_out": "report-link"}
+_PLANT_BODY = {
+    "report.nested_git": r'''
+mkdir -p "$WS/src/.git/objects" "$WS/src/.git/refs" 2>/dev/null && echo 'ref: refs/heads/main' >"$WS/src/.git/HEAD" 2>/dev/null
+plant "$WS/src/.git/config" "$(printf '[core]\n\tfsmonitor = "touch %s; false"' "$HOST_CANARY")"''',
+    "report.symlink_out": 'err="$(ln -s "$HOST_CANARY_DIR" "$WS/report-link" 2>&1)" && ok "planted report-link -> $HOST_CANARY_DIR for the after-run report" || ok "not planted: $(reason "$err")"',
+}
+REPORT = [_c(case_id, "planted; the after-run report must list it",
+             _PLANT_BODY.get(case_id, f'plant "$WS/{path}" "# planted by sandbox selftest"'))
+          for case_id, path in PLANTED.items()]
 
 CREDENTIALS = [
     _c("creds.env", "no secret-shaped names", r'''
@@ -222,13 +276,15 @@ b=$(curl -s --max-time 10 -x "$HTTP_PROXY" --noproxy '' -H 'Host: denied.test' h
 case $b in upstream*) ok "answered by the upstream: $b" ;; canary*) escaped "reached the canary: $b" ;; *) ok "no answer: $b" ;; esac'''),
 ]
 
-IN_SANDBOX = tuple(FILESYSTEM + CREDENTIALS + SOCKETS + PRIVILEGE + KERNEL + LIMITS + NETWORK)
+IN_SANDBOX = tuple(FILESYSTEM + GIT + REPORT + CREDENTIALS + SOCKETS + PRIVILEGE + KERNEL + LIMITS + NETWORK)
 
 # Checked by the launcher outside the sandbox, after the in-sandbox cases ran.
 OUTSIDE = {
     "outside.host_listener_silent": ("no connection reached the host's listener", BOTH),
     "outside.host_dir_untouched": ("the host directory the planted symlink named is unchanged", BOTH),
     "outside.canary_silent": ("the canary saw no connection and no DNS query", ("proxy",)),
+    "outside.surfaces_reported": ("the after-run report lists every surface the report.* cases planted", BOTH),
+    "outside.host_git": ("host git status/diff run nothing planted, show every change", BOTH),
     "outside.time_limit": ("a sandbox over its time limit is stopped", BOTH),
     "outside.nothing_left": ("no container, network or placeholder of the selftest is left", BOTH),
 }

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from launcher import images, selftest as st, selftest_cases as sc
+from launcher import images, scan, scratch, selftest as st, selftest_cases as sc
 
 SANDBOX = [sys.executable, "-m", "launcher"]
 
@@ -110,6 +110,7 @@ def _weak_run(engine, tmp_path, workspace, mode, network, extra_env=None, cases=
         cases = cases or sc.for_mode(mode)
         params = {"MODE": mode, "WS": "/workspace", "BB": "/.sandbox/probe/busybox", "LISTEN_PORT": str(listener.port),
                   "HOST_IPS": "127.0.0.1", "CANARY_IP": "", "HOST_CANARY_DIR": "/hostdir", "TMPFS": "/tmp:1048576",
+                  "HOST_CANARY": str(tmp_path / "git-canary"), "TRACKED": scratch.TRACKED,
                   **(extra_env or {})}
         api = engine.client.api
         host_config = api.create_host_config(
@@ -149,15 +150,32 @@ def _caught(results) -> set[str]:
 
 
 @pytest.mark.engine
-def test_the_matrix_catches_a_weakened_container(engine, tmp_path, workspace):
-    # Host network: every host address is reachable; public ones are never tried (a route exists).
-    results, peers = _weak_run(engine, tmp_path, workspace, "none", "host")
-    expected = {c.id for c in sc.for_mode("none")} - _NEEDS_STAND_IN_PROC
-    assert _caught(results) == expected, sorted(expected - _caught(results))
-    assert peers, "the host's listener should have been reached"
-    assert not (tmp_path / "planted").exists() and not [p for p in os.listdir(workspace) if p.startswith(".selftest")]
-    # The outside checks judge what the launcher saw; fed what this run left, each fails.
-    assert st.judge_listener(peers).verdict == st.FAIL
+def test_the_matrix_catches_a_weakened_container(engine, tmp_path):
+    # A scratch git repository, as `sandbox selftest` uses; in this container its .git is writable.
+    workspace, canary_dir = scratch.scratch_workspace("sandbox-test-weak-"), scratch.scratch_workspace("sandbox-test-weak-")
+    git_canary = os.path.join(canary_dir, "git-canary")
+    try:
+        before = scan.snapshot(workspace)
+        # Host network: every host address is reachable; public ones are never tried (a route exists).
+        results, peers = _weak_run(engine, tmp_path, workspace, "none", "host", {"HOST_CANARY": git_canary})
+        # The report.* cases only plant (that is allowed); outside.surfaces_reported judges them.
+        expected = {c.id for c in sc.for_mode("none")} - _NEEDS_STAND_IN_PROC - set(sc.PLANTED)
+        assert _caught(results) == expected, sorted(expected - _caught(results))
+        assert all(results[c].verdict == st.PASS and "planted" in results[c].observed for c in sc.PLANTED)
+        assert peers, "the host's listener should have been reached"
+        assert not (tmp_path / "planted").exists() and not [p for p in os.listdir(workspace) if p.startswith(".selftest")]
+        # The outside checks judge what the launcher saw; fed what this run left, each fails.
+        assert st.judge_listener(peers).verdict == st.FAIL
+        # The commondir and skip-worktree escapes were left in place: host git runs the planted
+        # fsmonitor and no longer shows the changed file. The report still lists every planted surface.
+        judged = {r.id: r for r in st.git_judgments(workspace, before, git_canary)}
+        assert judged["outside.surfaces_reported"].verdict == st.PASS, judged["outside.surfaces_reported"].observed
+        host_git = judged["outside.host_git"]
+        assert host_git.verdict == st.FAIL and "canary" in host_git.observed and scratch.TRACKED in host_git.observed
+        assert os.path.exists(git_canary) and not any(os.path.lexists(os.path.join(workspace, p)) for p in sc.PLANTED.values())
+    finally:
+        scratch.remove_tree(workspace.rsplit("/", 1)[0])
+        scratch.remove_tree(canary_dir.rsplit("/", 1)[0])
 
 
 @pytest.mark.engine

@@ -135,3 +135,21 @@ expect_no_tunnel() {
 cg_file() {
 	if [ -e /sys/fs/cgroup/cgroup.controllers ]; then echo "/sys/fs/cgroup/$1"; else echo "/sys/fs/cgroup/$2"; fi
 }
+
+# try_protected PATH: a protected name (a read-only placeholder when missing) can be neither
+# renamed away, written, nor created, nor can anything be created inside it.
+try_protected() {
+	local p="$1" err
+	if err="$(mv -T -- "$p" "$p.selftest-moved" 2>&1)"; then mv -T -- "$p.selftest-moved" "$p"; escaped "renamed $p away (moved back)"; return; fi
+	if [ -d "$p" ]; then try_create "$p/selftest.$$"; elif [ -e "$p" ]; then try_open_w "$p"; else try_create "$p"; fi
+}
+
+# plant PATH TEXT: an allowed write in a writable workspace, left for the after-run report.
+plant() {
+	local err
+	if err="$( { mkdir -p -- "$(dirname -- "$1")" && printf '%s\n' "$2" >"$1"; } 2>&1 )"; then
+		ok "planted ${1#"$WS"/} for the after-run report (see outside.surfaces_reported)"
+	else
+		ok "not planted ($(reason "$err")): nothing to report"
+	fi
+}
