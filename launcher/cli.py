@@ -339,16 +339,22 @@ def up(workspace: str, policy: str, name: str | None, no_shell: bool, allow: tup
     `sandbox down NAME`. Running `sandbox up` again opens another shell in the same sandbox.
     """
     from launcher import baseline, launch, sandboxes
-    from launcher.errors import NotFound
+    from launcher.errors import NotFound, PolicyError
 
     console = Console()
     try:
         pol, plan, facts = _plan(policy, workspace, (), kind="up", name=name, allow=allow, egress_network=egress_network)
         eng = _engine_and_images(plan, console)
         try:
-            sandboxes.find(eng, plan.container.name)
-            console.status(f"{plan.container.name} is already running; opening a shell in it")
+            found = sandboxes.find(eng, plan.container.name)
         except NotFound:
+            found = None
+        if found is not None:
+            problem = sandboxes.reuse_problem(found, plan)
+            if problem:
+                raise PolicyError([problem])
+            console.status(f"{plan.container.name} is already running; opening a shell in it")
+        else:
             launch.up(eng, plan, console)
             if facts.surfaces is not None:   # compared on `sandbox down`
                 baseline.save(plan.container.name, facts.workspace.real, dict(facts.surfaces))

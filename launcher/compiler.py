@@ -6,9 +6,11 @@ workspace), so the same input always gives the same plan or the same error.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 import re
+from dataclasses import replace
 
 from launcher.errors import PolicyError, Problem
 from launcher.host import HostFacts, PathFact
@@ -62,6 +64,12 @@ def refuse_source(fact: PathFact, host: HostFacts, where: str, file: str) -> Pro
         return problem(f"{real}, which holds the socket {fact.sockets[0]}",
                        "a socket reaches a service outside the sandbox; remove it or mount a subdirectory")
     return None
+
+
+def effective_digest(policy: Policy) -> str:
+    """sha256 of every effective value (flags and layers included, not where it was read from):
+    equal digests mean the same envelope."""
+    return hashlib.sha256(repr(replace(policy, source="", digest="")).encode()).hexdigest()
 
 
 def _container_name(policy: Policy, host: HostFacts, kind: str, name: str | None) -> str:
@@ -213,6 +221,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     labels = {
         f"{LABEL}.managed": "1", f"{LABEL}.kind": kind, f"{LABEL}.policy": policy.name,
         f"{LABEL}.policy-digest": policy.digest, f"{LABEL}.workspace": ws.real,
+        f"{LABEL}.effective-digest": effective_digest(policy),
         f"{LABEL}.owner-pid": str(host.owner_pid), f"{LABEL}.sandbox": container_name,
     }
     networks, proxy, proxy_env = (), None, {}

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from launcher import host
 from launcher.audit import EgressEvent, parse_log
 from launcher.engine import Engine
-from launcher.errors import NotFound
+from launcher.errors import NotFound, Problem
 from launcher.launch import Listener, remove_sandbox
 
 SANDBOX_KINDS = ("run", "up", "external")
@@ -36,6 +36,21 @@ def find(engine: Engine, name: str) -> dict:
         if _name(item) == name:
             return item
     raise NotFound(f"no sandbox named {name!r}; `sandbox ls` lists them")
+
+
+def reuse_problem(item: dict, plan) -> Problem | None:
+    """Why a running sandbox of this name may not be reused for `plan` (another envelope or
+    workspace), or None."""
+    have, want = item["Labels"], dict(plan.container.labels)
+    keys = ("dev.sandbox.effective-digest", "dev.sandbox.workspace")
+    if all(have.get(k) == want[k] for k in keys):
+        return None
+    def shown(labels: dict) -> str:
+        return (f"policy {labels.get('dev.sandbox.policy', '?')} (effective sha256 "
+                f"{labels.get('dev.sandbox.effective-digest', '?')[:12]}) on {labels.get('dev.sandbox.workspace', '?')}")
+    return Problem(file="command line", path="--name", expected=f"a sandbox with {shown(want)}",
+                   found=f"{_name(item)} is running with {shown(have)}",
+                   hint=f"`sandbox down {_name(item)}` first, or choose another --name")
 
 
 def ls(engine: Engine) -> list[SandboxInfo]:

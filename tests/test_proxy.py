@@ -14,7 +14,7 @@ import pytest
 from fakes import Recorder
 from launcher import host, images, launch
 from launcher.compiler import compile_policy
-from launcher.errors import ProbeFailed
+from launcher.errors import ExitCode, ProbeFailed
 from launcher.policy import load_policy, with_allowed
 from launcher.testnet import Internet
 
@@ -219,3 +219,23 @@ def test_a_plain_internal_network_fails_egress_direct(engine, internet, workspac
     assert info.value.report is not None, str(info.value)
     assert [c.id for c in info.value.report.failed] == ["egress.direct"]
     assert not (workspace / "AGENT-RAN").exists() and leftovers(engine, workspace) == []
+
+
+def test_up_never_reuses_a_sandbox_of_another_policy(internet, workspace):
+    """`up --policy untrusted --name X` next to a running `ci` sandbox X used to open a shell in
+    the ci one, with its network: now it is refused, naming both."""
+    name = f"sandbox-test-reuse-{os.getpid()}"
+    first = subprocess.run(SANDBOX + ["up", "-p", "ci", "--egress-network", internet.network, "--name", name,
+                                      "--no-shell", str(workspace)], capture_output=True, text=True, timeout=120)
+    try:
+        assert first.returncode == 0, first.stderr
+        other = subprocess.run(SANDBOX + ["up", "-p", "untrusted", "--name", name, "--no-shell", str(workspace)],
+                               capture_output=True, text=True, timeout=120)
+        assert other.returncode == ExitCode.POLICY_INVALID, other.stderr
+        assert "policy untrusted" in other.stderr and "running with policy ci" in other.stderr
+        assert f"sandbox down {name}" in other.stderr and "opening a shell" not in other.stderr
+        same = subprocess.run(SANDBOX + ["up", "-p", "ci", "--egress-network", internet.network, "--name", name,
+                                         "--no-shell", str(workspace)], capture_output=True, text=True, timeout=120)
+        assert same.returncode == 0 and "already running" in same.stderr, same.stderr
+    finally:
+        subprocess.run(SANDBOX + ["down", name], capture_output=True, timeout=120)
