@@ -52,7 +52,8 @@ FILESYSTEM = [
     _c("fs.remount_root_rw", "EPERM", 'err="$(mount -o remount,rw / 2>&1)" && escaped "remounted / rw" || ok "$(reason "$err")"'),
 ] + [
     _c(f"protect.{path.split('/')[0].strip('.').replace('.', '_')}", "read-only (also when missing)",
-       f'try_create "$WS/{path}"') for path, _ in _PROTECTED
+       # A bare name is a placeholder directory when missing: creating a file there only says EISDIR.
+       f'try_protected "$WS/{path}"' if "/" not in path else f'try_create "$WS/{path}"') for path, _ in _PROTECTED
 ] + [
 ] + [
     # Every other protected inventory name, missing in the scratch workspace: a placeholder holds it.
