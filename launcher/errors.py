@@ -72,3 +72,17 @@ class ProbeFailed(SandboxError):
 
 class AgentTimeout(SandboxError):
     exit_code = ExitCode.AGENT_TIMEOUT
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised like Ctrl-C so every clean-up path runs."""
+
+
+def also_failed(primary: BaseException, message: str) -> None:
+    """Record a secondary failure (a clean-up) on the primary error, which stays the one that
+    decides the exit code; the CLI reports both."""
+    primary.__dict__.setdefault("sandbox_also", []).append(message)
+
+
+def secondary_failures(exc: BaseException | None) -> list[str]:
+    return list(getattr(exc, "__dict__", {}).get("sandbox_also", ()))

@@ -13,7 +13,7 @@ from typing import Protocol
 from launcher import host
 from launcher.engine import Engine
 from launcher.audit import EgressEvent, parse_log
-from launcher.errors import EngineError, NotFound, ProbeFailed
+from launcher.errors import EngineError, NotFound, ProbeFailed, also_failed
 from launcher.plan import PROBE_END, LaunchPlan, MountKind
 from launcher.verify import ProbeReport, compare_inspect, parse_probe
 
@@ -97,10 +97,18 @@ def create_verified(engine: Engine, plan: LaunchPlan) -> str:
                 diffs.append(f"bind source {mount.source} changed or vanished since it was checked")
         if diffs:
             raise ProbeFailed("the created container does not match the plan:\n  " + "\n  ".join(diffs))
-    except BaseException:
-        engine.remove(ref)
+    except BaseException as primary:
+        _cleaning_up(primary, lambda: engine.remove(ref), f"removing {spec.name}")
         raise
     return ref
+
+
+def _cleaning_up(primary: BaseException, clean, what: str) -> None:
+    """Run a clean-up after `primary`; a failure there is recorded on it, never raised instead."""
+    try:
+        clean()
+    except Exception as exc:  # noqa: BLE001 - the primary error decides the exit code
+        also_failed(primary, f"{what} failed: {exc}")
 
 
 def _probe_failed(report: ProbeReport, errors: list[str]) -> ProbeFailed:
@@ -163,8 +171,8 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener) -> tu
             raise _probe_failed(report, errors)
         listener.status(f"probe passed: {len(report.checks)} checks")
         return ref, output, report, rest
-    except BaseException:
-        remove_sandbox(engine, plan.container.name)
+    except BaseException as primary:
+        _cleaning_up(primary, lambda: remove_sandbox(engine, plan.container.name), f"removing {plan.container.name}")
         raise
 
 
@@ -216,8 +224,10 @@ def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
             listener.status(f"timeout after {plan.timeout_seconds} s: stopping the agent")
             timed_out = True
         egress = egress_events(engine, plan)
-    finally:
-        remove_sandbox(engine, plan.container.name)
+    except BaseException as primary:
+        _cleaning_up(primary, lambda: remove_sandbox(engine, plan.container.name), f"removing {plan.container.name}")
+        raise
+    remove_sandbox(engine, plan.container.name)
     return Outcome(container=plan.container.name, probe=report, exit_code=code, timed_out=timed_out, egress=egress)
 
 

@@ -258,7 +258,7 @@ def lint(docs: list[Doc], *, base: Effective | None, base_problem: PolicyError |
 
 def check(refs: tuple[str, ...], workspace: str) -> tuple[list[Finding], list[Doc]]:
     """Read the stack `sandbox run` would apply (plus the files named after the base) and lint it."""
-    from launcher import host, stack, trust
+    from launcher import host, pipeline, stack, trust
     from launcher.policy import read_policy
 
     ws = host.workspace_real(workspace)
@@ -306,7 +306,7 @@ def check(refs: tuple[str, ...], workspace: str) -> tuple[list[Finding], list[Do
         else:
             state = (f"not approved on this machine (sha256 {digest}); after review, approve it in a terminal "
                      f"or pass --trust-repo-policy {digest}")
-    facts = host.gather(base.policy, workspace, "lint") if base else None
+    facts = pipeline.facts_for(base.policy, workspace) if base else None
     findings = lint(docs, base=base, base_problem=base_problem, layers=layers, layer_problems=layer_problems,
                     facts=facts, workspace=ws, git_paths=host.git_control_paths(ws), repo_state=state)
     return findings, docs

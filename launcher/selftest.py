@@ -12,12 +12,10 @@ from dataclasses import dataclass, replace
 from importlib import resources as pkg_resources
 from typing import Callable
 
-from launcher import baseline, host, images, launch, resources, scan, scratch, stack
-from launcher.compiler import compile_policy
+from launcher import baseline, host, images, launch, pipeline, resources, scan, scratch, stack
 from launcher.engine import Engine
 from launcher.errors import ProbeFailed, SandboxError
 from launcher.plan import PROBE_BUSYBOX, LaunchPlan, MountKind
-from launcher.policy import with_allowed
 from launcher.selftest_cases import OUTSIDE, PLANTED, Case, for_mode
 from launcher.style import BAD, GOOD, Mark, plain
 
@@ -129,11 +127,11 @@ def parse(output: str, cases: tuple[Case, ...]) -> list[CaseResult]:
 
 
 def _plan(ref: str, workspace: str, command: tuple[str, ...], network: str | None) -> LaunchPlan:
-    policy = stack.load_base(ref).policy
-    if policy.network.mode.value == "proxy":
-        policy = with_allowed(policy, ALLOW)
-    facts = host.gather(policy, workspace, images.probe_volume_name(), images.proxy_image().tag)
-    return compile_policy(policy, facts, command=command, egress_network=network)
+    """The envelope `sandbox run` would give on this host: every layer after the base applies
+    (org, user, repository once approved), never a prompt."""
+    mode = stack.load_base(ref).policy.network.mode.value
+    options = pipeline.LayerOptions(allow=ALLOW if mode == "proxy" else (), approved_only=True)
+    return pipeline.plan(ref, workspace, command, options, egress_network=network).plan
 
 
 def leftovers(engine: Engine, workspace: str) -> list[str]:

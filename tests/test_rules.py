@@ -1,4 +1,5 @@
-"""Architecture rules: one module imports docker, one reads the environment, only the CLI prints."""
+"""Architecture rules: one module imports docker, one reads the environment, only the CLI prints;
+no import circle and no module importing another's private name; files small enough to read."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "launcher"
 
 
 def modules():
-    for path in sorted(PACKAGE.glob("*.py")):
-        yield path.stem, ast.parse(path.read_text())
+    """(dotted name below launcher, tree) for every module of the package and its subpackages."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        yield ".".join(p for p in parts if p != "__init__") or "__init__", ast.parse(path.read_text())
 
 
 def imported(tree) -> set[str]:
@@ -31,6 +34,25 @@ def calls(tree) -> set[str]:
     return {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
 
 
+def ours(tree, at_top: bool) -> list[tuple[str, list[str]]]:
+    """(launcher module, names taken from it) for each import of ours; only the module's top level
+    (what runs at import time) with `at_top`."""
+    nodes = tree.body if at_top else list(ast.walk(tree))
+    found = []
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "launcher":
+            base = node.module.removeprefix("launcher").lstrip(".")
+            for alias in node.names:
+                sub = f"{base}.{alias.name}".lstrip(".")
+                found.append((sub if sub in NAMES else base or "__init__", [alias.name]))
+        elif isinstance(node, ast.Import):
+            found += [(a.name.removeprefix("launcher.") or "__init__", []) for a in node.names if a.name.startswith("launcher")]
+    return found
+
+
+NAMES = {name for name, _ in modules()}
+
+
 def test_only_engine_imports_docker_and_only_lazily():
     users = {name for name, tree in modules() if "docker" in imported(tree)}
     assert users == {"engine"}
@@ -45,13 +67,32 @@ def test_only_host_reads_the_environment():
 
 def test_only_the_cli_prints_or_exits():
     for name, tree in modules():
-        if name.startswith("cli") or name == "__main__":
+        if name == "cli" or name.startswith("cli.") or name == "__main__":
             continue
         assert "print" not in calls(tree), name
         assert not {"sys.exit", "click.echo"} & attributes(tree), name
         assert "click" not in imported(tree), name
 
 
+def test_no_module_imports_a_private_name_of_another():
+    for name, tree in modules():
+        for module, taken in ours(tree, at_top=False):
+            private = [t for t in taken if t.startswith("_") and not t.endswith("__") and f"{module}.{t}" not in NAMES]
+            assert not private, f"{name} imports {private} from {module}"
+
+
+def test_no_import_circle_at_import_time():
+    graph = {name: {m for m, _ in ours(tree, at_top=True) if m in NAMES and m != name} for name, tree in modules()}
+
+    def visit(node: str, path: tuple[str, ...]) -> None:
+        for nxt in graph[node]:
+            assert nxt not in path, "import circle: " + " -> ".join(path + (nxt,))
+            visit(nxt, path + (nxt,))
+
+    for start in graph:
+        visit(start, (start,))
+
+
 def test_modules_are_small_enough_to_read_in_one_sitting():
-    for path in PACKAGE.glob("*.py"):
+    for path in PACKAGE.rglob("*.py"):
         assert len(path.read_text().splitlines()) < 400, path.name

@@ -8,12 +8,12 @@ from dataclasses import asdict
 
 import click
 
-from launcher import cli_output
-from launcher.cli import _fail, _plan, egress_options, layer_options, main
-from launcher.errors import ExitCode, SandboxError
+from launcher.cli import output
+from launcher.cli.options import egress_options, layer_options, plan
+from launcher.errors import ExitCode
 
 
-@main.command()
+@click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable findings.")
 def doctor(as_json: bool) -> None:
     """Check this host: engine reachable and its version, runc/engine/containerd against known
@@ -25,11 +25,11 @@ def doctor(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([asdict(f) | {"status": f.status.value} for f in findings], indent=2))
     else:
-        click.echo(checks.render(findings, mark=cli_output.marker()))
+        click.echo(checks.render(findings, mark=output.marker()))
     sys.exit(ExitCode.ENGINE if any(f.status is checks.Status.FAIL for f in findings) else ExitCode.OK)
 
 
-@main.command()
+@click.command()
 @click.argument("workspace", default=".", type=click.Path(file_okay=False))
 @click.option("--policy", "-p", default="devcontainer", show_default=True, help="Preset name or policy file.")
 @click.option("--force", is_flag=True, help="Replace generated files that exist already.")
@@ -41,18 +41,10 @@ def devcontainer(workspace: str, policy: str, force: bool, allow: tuple[str, ...
     Regenerate it when the policy, the layers or the workspace's location change."""
     from launcher import devcontainer as dc
 
-    try:
-        _, plan, _ = _plan(policy, workspace, (), kind="up", allow=allow, egress_network=egress_network)
-        written = dc.write(workspace, dc.files(plan), force)
-    except SandboxError as exc:
-        _fail(exc)
+    launch_plan = plan(policy, workspace, (), kind="up", allow=allow, egress_network=egress_network).plan
+    written = dc.write(workspace, dc.files(launch_plan), force)
     for path in written:
         click.echo(f"sandbox: wrote {path}", err=True)
 
 
-@main.command()
-def schema() -> None:
-    """Print the policy format's JSON Schema (for editors: `# yaml-language-server: $schema=FILE`)."""
-    from importlib import resources
-
-    click.echo(resources.files("launcher").joinpath("policy-v1.schema.json").read_text(), nl=False)
+COMMANDS = (doctor, devcontainer)

@@ -7,24 +7,22 @@ import sys
 
 import click
 
-from launcher.cli import Console, _fail, _print_blocked, main, print_changes, strict_option
-from launcher.errors import ExitCode, SandboxError
+from launcher.cli.options import strict_option
+from launcher.cli.output import Console, print_blocked, print_changes
+from launcher.errors import ExitCode
 
 
-@main.command(name="exec")
+@click.command(name="exec")
 @click.argument("name")
 @click.argument("command", nargs=-1, required=True)
 def exec_(name: str, command: tuple[str, ...]) -> None:
     """Run COMMAND in the running sandbox NAME (non-interactive; streams output)."""
     from launcher import engine, sandboxes
 
-    try:
-        sys.exit(sandboxes.exec_in(engine.connect(), name, list(command), Console()))
-    except SandboxError as exc:
-        _fail(exc)
+    sys.exit(sandboxes.exec_in(engine.connect(), name, list(command), Console()))
 
 
-@main.command(name="ls")
+@click.command(name="ls")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def ls_(as_json: bool) -> None:
     """List sandboxes (and leftovers) created by this tool."""
@@ -32,10 +30,7 @@ def ls_(as_json: bool) -> None:
 
     from launcher import engine, sandboxes
 
-    try:
-        items = sandboxes.ls(engine.connect())
-    except SandboxError as exc:
-        _fail(exc)
+    items = sandboxes.ls(engine.connect())
     if as_json:
         click.echo(json.dumps([asdict(i) for i in items], indent=2))
         return
@@ -61,7 +56,7 @@ def _report_changes(names, failing: bool) -> None:
         sys.exit(ExitCode.SURFACES_CHANGED)
 
 
-@main.command()
+@click.command()
 @click.argument("name")
 @strict_option
 def down(name: str, strict: bool) -> None:
@@ -69,15 +64,12 @@ def down(name: str, strict: bool) -> None:
     changed among the files host tools run or trust (exit 123 for that under CI=true or --strict)."""
     from launcher import engine, host, sandboxes
 
-    try:
-        sandboxes.down(engine.connect(), name)
-    except SandboxError as exc:
-        _fail(exc)
+    sandboxes.down(engine.connect(), name)
     click.echo(f"sandbox: removed {name}", err=True)
     _report_changes((name,), strict or host.in_ci())
 
 
-@main.command()
+@click.command()
 @click.option("--all", "everything", is_flag=True,
               help="Also remove running `up` sandboxes and those compose or `docker run` launched.")
 def gc(everything: bool) -> None:
@@ -85,18 +77,15 @@ def gc(everything: bool) -> None:
     and networks, and probe volumes of earlier probe versions."""
     from launcher import baseline, engine, images, sandboxes
 
-    try:
-        eng = engine.connect()
-        removed = sandboxes.gc(eng, everything)
-        removed += sandboxes.stale_probe_volumes(eng, images.probe_volume_name())
-        alive = {item.name for item in sandboxes.ls(eng)}
-    except SandboxError as exc:
-        _fail(exc)
+    eng = engine.connect()
+    removed = sandboxes.gc(eng, everything)
+    removed += sandboxes.stale_probe_volumes(eng, images.probe_volume_name())
+    alive = {item.name for item in sandboxes.ls(eng)}
     click.echo(f"sandbox: removed {len(removed)}: {', '.join(removed)}" if removed else "sandbox: nothing to remove", err=True)
     _report_changes(tuple(n for n in baseline.names() if n not in alive), failing=False)
 
 
-@main.command()
+@click.command()
 @click.argument("name")
 @click.option("--egress", is_flag=True, required=True, help="Show the egress proxy's record (the only log kept).")
 @click.option("--allowed", is_flag=True, help="List allowed requests too, not only the blocked ones.")
@@ -108,14 +97,11 @@ def logs(name: str, egress: bool, allowed: bool, as_json: bool) -> None:
     from launcher import engine, sandboxes
     from launcher.audit import summarize
 
-    try:
-        events = sandboxes.egress_log(engine.connect(), name)
-    except SandboxError as exc:
-        _fail(exc)
+    events = sandboxes.egress_log(engine.connect(), name)
     if as_json:
         click.echo(json.dumps([asdict(e) | {"denied": e.denied} for e in events], indent=2))
         return
-    _print_blocked(events)
+    print_blocked(events)
     if allowed:
         passed = summarize(tuple(e for e in events if not e.denied))
         click.echo(f"sandbox: egress allowed ({sum(p.count for p in passed)} requests):", err=True)
@@ -123,7 +109,7 @@ def logs(name: str, egress: bool, allowed: bool, as_json: bool) -> None:
             click.echo(f"  {p.method} {p.host}:{p.port}  x{p.count}", err=True)
 
 
-@main.group()
+@click.group()
 def images() -> None:
     """Build the bundled images (agent, probe, proxy)."""
 
@@ -135,13 +121,10 @@ def build(force: bool) -> None:
     from launcher import engine, images as imgs
 
     console = Console()
-    try:
-        eng = engine.connect()
-        for image in (imgs.probe_image(), imgs.proxy_image(), imgs.agent_image()):
-            if not imgs.build(eng, image, console.status, force=force):
-                console.status(f"{image.tag} is present")
-    except SandboxError as exc:
-        _fail(exc)
+    eng = engine.connect()
+    for image in (imgs.probe_image(), imgs.proxy_image(), imgs.agent_image()):
+        if not imgs.build(eng, image, console.status, force=force):
+            console.status(f"{image.tag} is present")
 
 
 @images.command()
@@ -149,7 +132,7 @@ def bootstrap() -> None:
     """Create debian:bookworm-slim locally with debootstrap (for hosts without a registry)."""
     from launcher import engine, images as imgs
 
-    try:
-        imgs.bootstrap(engine.connect(), Console().status)
-    except SandboxError as exc:
-        _fail(exc)
+    imgs.bootstrap(engine.connect(), Console().status)
+
+
+COMMANDS = (exec_, ls_, down, gc, logs, images)

@@ -1,4 +1,4 @@
-"""`sandbox selftest`: prove on this Docker host that the presets hold against hostile attempts."""
+"""The selftest command: prove on this Docker host that the presets hold against hostile attempts."""
 
 from __future__ import annotations
 
@@ -7,13 +7,11 @@ import sys
 
 import click
 
-from launcher import cli_output
-from launcher.cli import Console, _fail, _Terminated, main
-from launcher.errors import SandboxError
+from launcher.cli import output
 from launcher.style import BAD, GOOD
 
 
-@main.command()
+@click.command()
 @click.option("--policy", "-p", "policies", multiple=True, metavar="P",
               help="Preset or policy file to test; repeatable (default: every bundled preset).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the JSON report to this file.")
@@ -28,14 +26,8 @@ def selftest(policies: tuple[str, ...], json_path: str | None) -> None:
     """
     from launcher import engine, selftest as st
 
-    console = Console()
-    try:
-        results = st.run(engine.connect(), policies, console.status)
-    except SandboxError as exc:
-        _fail(exc)
-    except (KeyboardInterrupt, _Terminated) as exc:
-        sys.exit(130 if isinstance(exc, KeyboardInterrupt) else 143)
-    mark = cli_output.marker()
+    results = st.run(engine.connect(), policies, output.Console().status)
+    mark = output.marker()
     for result in results:
         click.echo(st.table(result, mark))
         click.echo()
@@ -47,3 +39,6 @@ def selftest(policies: tuple[str, ...], json_path: str | None) -> None:
     verdict = mark("passed", GOOD) if data["ok"] else mark("FAILED", BAD)
     click.echo(f"selftest {verdict} ({summary})")
     sys.exit(0 if data["ok"] else 1)
+
+
+COMMANDS = (selftest,)

@@ -1,0 +1,84 @@
+"""The `sandbox` command: a thin click layer over the pipeline, and the only package that prints
+or exits. One error handler for every command: a SandboxError gives its stable exit code, anything
+else 125 with a one-line message (the traceback with --debug); SIGINT and SIGTERM give 130 and 143."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import traceback
+
+import click
+
+from launcher import __version__
+from launcher.cli import launch, manage, output, policy, selftest, team
+from launcher.errors import ExitCode, SandboxError, Terminated, secondary_failures
+
+_DEBUG = "sandbox.debug"
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+def _report(exc: BaseException) -> None:
+    for message in secondary_failures(exc):
+        output.error(f"also: {message}")
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except SandboxError as exc:
+            output.error(str(exc))
+            _report(exc)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt as exc:
+            _report(exc)
+            sys.exit(130)
+        except Terminated as exc:
+            _report(exc)
+            sys.exit(143)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:   # a bug of ours: say it in one line, never as "the agent failed"
+            if ctx.meta.get(_DEBUG):
+                traceback.print_exc()
+            output.error(f"internal error: {type(exc).__name__}: {exc}"
+                         + ("" if ctx.meta.get(_DEBUG) else " (run with --debug for the traceback)"))
+            _report(exc)
+            sys.exit(ExitCode.INTERNAL)
+
+
+def _debug(ctx, param, value):
+    ctx.meta[_DEBUG] = value
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="sandbox")
+@click.option("--debug", is_flag=True, expose_value=False, callback=_debug, is_eager=True,
+              help="Show the traceback of an internal error.")
+def main() -> None:
+    """Run AI coding agents in Docker sandboxes whose isolation is declared in a policy file and
+    proven by a probe inside the container before the agent starts.
+
+    \b
+    Exit codes: the agent's own code, or
+      120 policy or input refused   121 engine unavailable / launch failed
+      122 probe failed (the sandbox did not take effect; the agent never ran)
+      123 the agent left changes to files host tools run (CI=true or --strict)
+      124 agent timeout             125 internal error
+      130 / 143 interrupted by SIGINT / SIGTERM (everything created was removed)
+
+    Colour only on a terminal; NO_COLOR=1 or TERM=dumb turns it off. --json is never coloured.
+    """
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    # A shell without job control starts background commands with SIGINT ignored, and Python then
+    # keeps ignoring it: Ctrl-C (or a CI runner's SIGINT) must always clean up and stop.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+for _module in (policy, launch, manage, team, selftest):
+    for _command in _module.COMMANDS:
+        main.add_command(_command)

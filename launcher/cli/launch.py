@@ -1,0 +1,148 @@
+"""Commands that launch a sandbox: run (one-shot, probed, removed) and up (long-lived, a shell)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+
+import click
+
+from launcher.cli import output
+from launcher.cli.options import POLICY_HELP, duration, egress_options, layer_options, plan, strict_option
+from launcher.errors import ExitCode, SandboxError, Terminated, secondary_failures
+
+
+def _engine_and_images(launch_plan, console: output.Console):
+    from launcher import engine, images
+
+    eng = engine.connect()
+    images.ensure_for(eng, launch_plan.container.image, console.status, proxy=launch_plan.proxy is not None)
+    return eng
+
+
+@click.command()
+@click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP)
+@click.option("--workspace", "-w", default=".", show_default=True, type=click.Path(file_okay=False),
+              help="Host directory the agent works on.")
+@click.option("--timeout", callback=duration, help="Stop the agent after this long (can only shorten the policy's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON report on stdout (agent output goes to stderr).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the JSON report to this file.")
+@strict_option
+@egress_options
+@layer_options
+@click.argument("command", nargs=-1, required=True)
+def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_path: str | None, strict: bool,
+        allow: tuple[str, ...], egress_network: str | None, command: tuple[str, ...]) -> None:
+    """Run COMMAND as the agent in a fresh sandbox, then remove it.
+
+    The probe runs first; if any check fails the command never starts. Output is streamed; the
+    exit code is the agent's, or one of the codes in `sandbox --help`.
+    """
+    from launcher import baseline, host, launch, report, summary
+    from launcher.errors import ProbeFailed
+
+    started, launch_plan, facts, probe, outcome, error, changes = time.monotonic(), None, None, None, None, None, ()
+    internal = None
+    console = output.Console(agent_stdout=sys.stderr.buffer if as_json else None)
+    code, status = ExitCode.INTERNAL, "error"
+    try:
+        planned = plan(policy, workspace, command, timeout=timeout, allow=allow, egress_network=egress_network)
+        launch_plan, facts = planned.plan, planned.facts
+        eng = _engine_and_images(launch_plan, console)
+        outcome = launch.run(eng, launch_plan, console)
+        probe = outcome.probe
+        if outcome.timed_out:
+            code, status = ExitCode.AGENT_TIMEOUT, "timeout"
+        else:
+            code, status = outcome.exit_code, "ok" if outcome.exit_code == 0 else "agent-failed"
+    except SandboxError as exc:
+        error, code = exc, exc.exit_code
+        probe = exc.report if isinstance(exc, ProbeFailed) else None
+        status = {ExitCode.POLICY_INVALID: "policy-invalid", ExitCode.ENGINE: "engine-error",
+                  ExitCode.PROBE_FAILED: "probe-failed"}.get(code, "error")
+    except (KeyboardInterrupt, Terminated) as exc:
+        code = 130 if isinstance(exc, KeyboardInterrupt) else 143
+        status, error = "interrupted", "interrupted; the sandbox was removed"
+    except Exception as exc:   # the report says 125 too; the group's handler says the rest
+        internal, error = exc, f"internal error: {type(exc).__name__}: {exc}"
+    finally:
+        if facts and facts.surfaces is not None:   # a writable workspace: the agent may have written there
+            changes = baseline.changes(facts.workspace.real, dict(facts.surfaces))
+            if changes and (strict or host.in_ci()) and status in ("ok", "agent-failed", "timeout"):
+                code, status = ExitCode.SURFACES_CHANGED, "surfaces-changed"
+        summary_path = host.step_summary_path()
+        if as_json or report_path or summary_path:
+            text = "\n".join([str(error or "")] + [f"also: {m}" for m in secondary_failures(error)]).strip()
+            data = report.build(status=status, exit_code=code, started=started, plan=launch_plan, probe=probe,
+                                changes=changes, egress=outcome.egress if outcome else (),
+                                agent_exit=outcome.exit_code if outcome else None,
+                                timed_out=bool(outcome and outcome.timed_out), error=text)
+            if report_path:
+                report.write(report_path, data)
+            if as_json:
+                click.echo(json.dumps(data, indent=2))
+            if summary_path:
+                summary.append(summary_path, data)
+    if outcome and launch_plan.proxy:
+        output.print_blocked(outcome.egress)
+    output.print_changes(changes, failing=status == "surfaces-changed")
+    if internal is not None:
+        raise internal
+    if isinstance(error, SandboxError):
+        raise error      # the group's handler prints it (and any clean-up failure) and exits with its code
+    if error:
+        output.error(str(error))
+    elif outcome and outcome.timed_out:
+        output.status(f"agent timed out after {launch_plan.timeout_seconds} s")
+    sys.exit(code)
+
+
+@click.command()
+@click.argument("workspace", default=".", type=click.Path(file_okay=False))
+@click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP)
+@click.option("--name", help="Sandbox name (default: sandbox-<directory name>).")
+@click.option("--no-shell", is_flag=True, help="Start the sandbox but do not open a shell in it.")
+@egress_options
+@layer_options
+def up(workspace: str, policy: str, name: str | None, no_shell: bool, allow: tuple[str, ...],
+       egress_network: str | None) -> None:
+    """Start a long-lived sandbox on WORKSPACE and open an interactive shell in it.
+
+    The sandbox stays after the shell ends: `sandbox ls`, `sandbox exec NAME -- CMD`,
+    `sandbox down NAME`. Running `sandbox up` again opens another shell in the same sandbox, if it
+    has the same effective policy and workspace (otherwise exit 120).
+    """
+    from launcher import baseline, launch, sandboxes
+    from launcher.errors import NotFound, PolicyError
+
+    console = output.Console()
+    planned = plan(policy, workspace, (), kind="up", name=name, allow=allow, egress_network=egress_network)
+    launch_plan, sandbox = planned.plan, planned.plan.container.name
+    eng = _engine_and_images(launch_plan, console)
+    try:
+        found = sandboxes.find(eng, sandbox)
+    except NotFound:
+        found = None
+    if found is not None:
+        problem = sandboxes.reuse_problem(found, launch_plan)
+        if problem:
+            raise PolicyError([problem])
+        console.status(f"{sandbox} is already running; opening a shell in it")
+    else:
+        launch.up(eng, launch_plan, console)
+        if planned.facts.surfaces is not None:   # compared on `sandbox down`
+            baseline.save(sandbox, planned.facts.workspace.real, dict(planned.facts.surfaces))
+        console.status(f"{sandbox} is up; `sandbox down {sandbox}` removes it")
+    if no_shell:
+        return
+    if not (sys.stdin.isatty() and sys.stdout.isatty()) or shutil.which("docker") is None:
+        console.status(f"no terminal (or no docker CLI) for an interactive shell; use `sandbox exec {sandbox} -- CMD`")
+        return
+    # An interactive TTY needs raw-mode terminal plumbing the docker CLI already does well.
+    os.execvp("docker", ["docker", "exec", "-it", sandbox, *planned.policy.command])
+
+
+COMMANDS = (run, up)

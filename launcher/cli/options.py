@@ -1,0 +1,105 @@
+"""Options several commands share, and the one call from the CLI into the pipeline."""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+from launcher.cli import output
+from launcher.errors import ExitCode
+
+POLICY_HELP = "Preset name (see policies/) or path to a policy file."
+_LAYER_OPTIONS = "sandbox.layer-options"
+
+
+def _layer_option(ctx, param, value):
+    from launcher.trust import normalise_pin
+
+    if param.name == "pin" and value is not None:
+        if normalise_pin(value) is None:
+            raise click.BadParameter("expected a SHA-256 digest (64 hex digits), as `sandbox check` prints it")
+        value = normalise_pin(value)
+    ctx.meta.setdefault(_LAYER_OPTIONS, {})[param.name] = value
+
+
+def layer_options(command):
+    """--trust-repo-policy and --ignore-repo-policy (compile, run, up, explain), kept in the click
+    context where layer_settings reads them, so that commands need not pass them along."""
+    command = click.option("--ignore-repo-policy", "ignore_repo", is_flag=True, expose_value=False, callback=_layer_option,
+                           help="Do not apply the workspace's .sandbox.yaml (it stays read-only inside).")(command)
+    return click.option("--trust-repo-policy", "pin", metavar="SHA256", expose_value=False, callback=_layer_option,
+                        help="Apply the workspace's .sandbox.yaml only if its SHA-256 is this (no prompt; CI).")(command)
+
+
+def show_layers_option(command):
+    return click.option("--show-layers", is_flag=True, expose_value=False, callback=_layer_option,
+                        help="Show on stderr which layer (base, org, user, repository, flags) decided each field.")(command)
+
+
+def egress_options(command):
+    """--allow and --egress-network, shared by compile, run and up."""
+    command = click.option("--egress-network", metavar="NETWORK",
+                           help="Proxy mode: attach the proxy to this existing Docker network instead of a new bridge "
+                                "(air-gapped hosts, tests).")(command)
+    return click.option("--allow", multiple=True, metavar="HOST",
+                        help="Proxy mode: add HOST (or *.suffix, host:port) to the base policy's network.allow; "
+                             "repeatable. Later layers can still narrow it.")(command)
+
+
+def strict_option(command):
+    return click.option("--strict", is_flag=True,
+                        help=f"Exit {ExitCode.SURFACES_CHANGED} when the agent left new or changed files that host tools "
+                             "run or trust (git, direnv, editors, hooks, agents' config; symlinks out of the "
+                             "workspace). On by default under CI=true.")(command)
+
+
+def duration(ctx, param, value):
+    if value is not None and not re.fullmatch(r"[0-9]+[smh]?", value):
+        raise click.BadParameter("expected seconds, or a number with s, m or h (for example 90s, 10m)")
+    return value
+
+
+def _ask(text: str) -> bool:
+    click.echo(text, err=True)
+    try:
+        return click.confirm("Apply this repository policy?", default=False, err=True)
+    except click.exceptions.Abort:
+        return False
+
+
+def layer_settings(*, allow: tuple[str, ...] = (), timeout: str | None = None, approved_only: bool = False):
+    """The pipeline's LayerOptions from this command's flags. An unapproved repository policy is
+    asked about only in a terminal, never in CI."""
+    from launcher import host
+    from launcher.pipeline import LayerOptions
+
+    opts = click.get_current_context().meta.get(_LAYER_OPTIONS, {})
+    if opts.get("pin") and opts.get("ignore_repo"):
+        raise click.UsageError("--trust-repo-policy and --ignore-repo-policy exclude each other")
+    ask = _ask if host.is_interactive() and not approved_only else None
+    return LayerOptions(allow=allow, timeout=timeout, pin=opts.get("pin"), ignore_repo=bool(opts.get("ignore_repo")),
+                        ask=ask, approved_only=approved_only)
+
+
+def tell(layered) -> None:
+    """The layers' notes, and the layer table when --show-layers asked for it."""
+    from launcher import layers
+
+    for note in layered.notes:
+        click.echo(f"sandbox: {note}", err=True)
+    if click.get_current_context().meta.get(_LAYER_OPTIONS, {}).get("show_layers"):
+        click.echo(layers.layers_table(layered.effective), err=True)
+
+
+def plan(policy_ref: str, workspace: str, command: tuple[str, ...], *, kind: str = "run", name: str | None = None,
+         timeout: str | None = None, allow: tuple[str, ...] = (), egress_network: str | None = None):
+    """The pipeline for a command that launches or writes a sandbox; says its notes and warnings."""
+    from launcher import pipeline
+
+    result = pipeline.layered(policy_ref, workspace, layer_settings(allow=allow, timeout=timeout))
+    tell(result)
+    planned = pipeline.compiled(result, workspace, command, kind=kind, name=name, egress_network=egress_network)
+    for warning in planned.plan.warnings:
+        output.status(f"warning: {warning}")
+    return planned

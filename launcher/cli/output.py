@@ -1,0 +1,81 @@
+"""What the CLI writes for people: status lines, colour (only on a terminal, NO_COLOR unset or
+empty, TERM not dumb; --json, reports, step summaries and pipes stay plain), the launch listener."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from launcher.style import BAD, GOOD, WARN, Mark, plain
+
+_LOOK = {GOOD: {"fg": "green"}, WARN: {"fg": "yellow"}, BAD: {"fg": "red", "bold": True}}
+# Status lines that open with a verdict; only that word is coloured, the message stays as it is.
+_STATUS = (("probe passed", GOOD), ("error:", BAD), ("warning:", WARN), ("egress blocked", WARN),
+           ("agent timed out", WARN), ("built", GOOD), ("created", GOOD))
+
+
+def colour_on(err: bool = False) -> bool:
+    """Whether stdout (stderr with `err`) may carry colour now."""
+    from launcher import host
+
+    isatty = getattr(sys.stderr if err else sys.stdout, "isatty", None)
+    return bool(isatty and isatty()) and host.colour_allowed()
+
+
+def marker(err: bool = False) -> Mark:
+    """A Mark for renderers: colour for this stream when allowed, else the text unchanged."""
+    if not colour_on(err):
+        return plain
+    return lambda text, kind: click.style(text, **_LOOK[kind])
+
+
+def status(message: str) -> None:
+    """`sandbox: MESSAGE` on stderr, its opening verdict word coloured on a terminal."""
+    mark = marker(err=True)
+    for word, kind in _STATUS:
+        if message.startswith(word):
+            message = mark(word, kind) + message[len(word):]
+            break
+    click.echo(f"sandbox: {message}", err=True)
+
+
+def error(message: str) -> None:
+    status(f"error: {message}")
+
+
+class Console:
+    """Listener for the launch stage: status on stderr, agent output passed through."""
+
+    def __init__(self, agent_stdout=None):
+        self.agent_stdout = agent_stdout or sys.stdout.buffer
+
+    def status(self, message: str) -> None:
+        status(message)
+
+    def output(self, stream: str, data: bytes) -> None:
+        target = self.agent_stdout if stream == "stdout" else sys.stderr.buffer
+        target.write(data)
+        target.flush()
+
+
+def print_blocked(events) -> None:
+    from launcher.audit import summarize
+
+    blocked = summarize(tuple(e for e in events if e.denied))
+    if not blocked:
+        status("egress: nothing was blocked")
+        return
+    status(f"egress blocked ({sum(b.count for b in blocked)} requests):")
+    for b in blocked:
+        click.echo(f"  {b.method} {b.host}:{b.port}  x{b.count}", err=True)
+
+
+def print_changes(changes, failing: bool) -> None:
+    """The surface report on stderr: an error when it decides the exit code, else a warning."""
+    from launcher.surfaces import render
+
+    if changes:
+        lines = render(changes)
+        error(lines[0]) if failing else status(f"warning: {lines[0]}")
+        click.echo("\n".join(lines[1:]), err=True)

@@ -1,0 +1,62 @@
+"""The one path from a policy reference to a LaunchPlan, as the README draws it:
+load the base ─▶ layers after it (org, user, repository, git, flags) ─▶ host facts ─▶ compile.
+The CLI, the selftest and `sandbox check` all go through here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from launcher import compiler, host, images, stack
+from launcher.host import HostFacts
+from launcher.plan import LaunchPlan
+from launcher.policy import with_allowed
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerOptions:
+    """How the repository layer is treated, and what the command line adds."""
+
+    allow: tuple[str, ...] = ()          # --allow: widens the base only; later layers still narrow it
+    timeout: str | None = None           # --timeout: a layer like any other (it can only shorten)
+    pin: str | None = None               # --trust-repo-policy
+    ignore_repo: bool = False            # --ignore-repo-policy
+    ask: Callable[[str], bool] | None = None   # asked about an unapproved repository policy (a terminal)
+    approved_only: bool = False          # never ask; apply a repository policy only if approved
+
+
+@dataclass(frozen=True, kw_only=True)
+class Planned:
+    layered: stack.Stack     # the effective policy and the notes the user should hear
+    facts: HostFacts
+    plan: LaunchPlan
+
+    @property
+    def policy(self):
+        return self.layered.effective.policy
+
+
+def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions()) -> stack.Stack:
+    """The effective policy for `ref` on `workspace`: the base, then every layer after it."""
+    base = stack.load_base(ref)
+    policy = with_allowed(base.policy, options.allow) if options.allow else base.policy
+    return stack.build(policy, base, workspace, timeout=options.timeout, pin=options.pin,
+                       ignore_repo=options.ignore_repo, ask=options.ask, approved_only=options.approved_only)
+
+
+def facts_for(policy, workspace: str) -> HostFacts:
+    return host.gather(policy, workspace, images.probe_volume_name(), images.proxy_image().tag)
+
+
+def compiled(result: stack.Stack, workspace: str, command: tuple[str, ...] = (), *, kind: str = "run",
+             name: str | None = None, egress_network: str | None = None) -> Planned:
+    """Host facts and the compiled plan for an effective policy; raises PolicyError (exit 120)."""
+    facts = facts_for(result.effective.policy, workspace)
+    return Planned(layered=result, facts=facts, plan=compiler.compile_policy(
+        result.effective.policy, facts, command=command, kind=kind, name=name, egress_network=egress_network))
+
+
+def plan(ref: str, workspace: str, command: tuple[str, ...] = (), options: LayerOptions = LayerOptions(),
+         **how) -> Planned:
+    """Load, layer, gather and compile (`how`: kind, name, egress_network, as for `compiled`)."""
+    return compiled(layered(ref, workspace, options), workspace, command, **how)
