@@ -14,12 +14,12 @@ from dataclasses import replace
 
 from launcher.errors import PolicyError, Problem
 from launcher.host import HostFacts, PathFact
-from launcher import inject
+from launcher.egress import inject
 from launcher.model import Access, NetworkMode, Policy, SecretPolicy
 from launcher.plan import (PROBE_BUSYBOX, PROBE_DIR, PROBE_SCRIPT, ContainerSpec, LaunchPlan, Mount,
                            MountKind, ProbeExpectations)
 from launcher.policy import CAPABILITY_BITS
-from launcher.proxy import (INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_ALIAS, PROXY_PORT, NetworkSpec,
+from launcher.egress.squid import (INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_ALIAS, PROXY_PORT, NetworkSpec,
                             ProxySpec, SecretEndpoint, render_squid)
 from launcher.secrets import secret_value
 from launcher.surfaces import GIT_BY_EXISTENCE, GIT_READS

@@ -7,7 +7,7 @@ from typing import Callable, Iterator
 
 from launcher.errors import EngineError, NotFound
 from launcher.plan import ContainerSpec, MountKind
-from launcher.proxy import NetworkSpec, ProxySpec, proxy_env
+from launcher.egress.squid import NetworkSpec, ProxySpec, proxy_env
 
 MANAGED = "dev.sandbox.managed=1"
 

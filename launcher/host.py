@@ -10,7 +10,7 @@ import stat
 from dataclasses import dataclass
 from typing import Callable
 
-from launcher.inject import CA_MAX_BYTES
+from launcher.egress.inject import CA_MAX_BYTES
 from launcher.model import Access, Policy
 
 

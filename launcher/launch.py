@@ -12,7 +12,7 @@ from typing import Protocol
 
 from launcher import host
 from launcher.engine import Engine
-from launcher.audit import EgressEvent, parse_log
+from launcher.egress.audit import EgressEvent, parse_log
 from launcher.errors import EngineError, NotFound, ProbeFailed, also_failed
 from launcher.plan import PROBE_END, LaunchPlan, MountKind
 from launcher.verify import ProbeReport, compare_inspect, parse_probe
@@ -144,7 +144,7 @@ def _start_proxy(engine: Engine, plan: LaunchPlan, listener: Listener) -> None:
 def secret_values(plan: LaunchPlan) -> dict[str, str]:
     """The proxy's variables carrying the injected secrets, read from the host; refused when unusable."""
     from launcher.errors import PolicyError, Problem
-    from launcher.inject import squid_value
+    from launcher.egress.inject import squid_value
 
     values = {}
     for secret in plan.proxy.secrets if plan.proxy else ():

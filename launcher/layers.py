@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from launcher.egress import AllowRule
+from launcher.egress.rules import AllowRule
 from launcher.errors import PolicyError, Problem
 from launcher.model import Access, NetworkMode, Policy
 

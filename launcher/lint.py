@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import yaml
 
 from launcher.compiler import refuse_source
-from launcher.egress import AllowRule
+from launcher.egress.rules import AllowRule
 from launcher.errors import PolicyError, Problem
 from launcher.host import GitPath, HostFacts
 from launcher.layers import FIELDS, Effective, Layer, LayerKind, combine, covers, get, show_entry

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import asdict, dataclass, field
 
-from launcher.proxy import NetworkSpec, ProxySpec
+from launcher.egress.squid import NetworkSpec, ProxySpec
 
 
 class MountKind(enum.Enum):

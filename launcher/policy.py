@@ -9,8 +9,8 @@ from pathlib import Path
 
 from launcher import resources
 from launcher.errors import PolicyError, Problem
-from launcher.egress import parse_rule
-from launcher import inject
+from launcher.egress.rules import parse_rule
+from launcher.egress import inject
 from launcher.model import (BUILTIN_PROTECTED, Access, EnvPolicy, Limits, MountPolicy, NetworkMode,
                             NetworkPolicy, Policy, SecretPolicy, TmpfsPolicy, WorkspacePolicy)
 from launcher.schema import check, policy_schema

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher import host
-from launcher.audit import EgressEvent, parse_log
+from launcher.egress.audit import EgressEvent, parse_log
 from launcher.engine import Engine
 from launcher.errors import NotFound, Problem
 from launcher.launch import Listener, remove_sandbox

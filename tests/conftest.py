@@ -52,7 +52,8 @@ def external_tool(command: str, install_hint: str) -> str:
 def script_upstream(engine, prefix: str, alias: str, script: str, environment: dict | None = None):
     """A Python `script` (printing READY once it listens) in the upstream image, reachable as
     `alias` on a fresh internal network; yields (network, function returning its log, container)."""
-    from launcher import images, testnet
+    from launcher import images
+    from launcher.selftest import testnet
 
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
     upstream_image = testnet.ensure_upstream(engine)

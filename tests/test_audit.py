@@ -1,6 +1,6 @@
 """The egress audit: proxy log lines to events, and the summary of what was blocked."""
 
-from launcher.audit import parse_log, summarize
+from launcher.egress.audit import parse_log, summarize
 
 LOG = """\
 2026/11/30 21:00:00| Accepting HTTP Socket connections

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import fake_facts
-from launcher import render, resources
+from launcher import resources
+from launcher.targets import argv as render
 from launcher.compiler import compile_policy
 from launcher.errors import PolicyError
 from launcher.host import PathFact

@@ -14,7 +14,7 @@ import yaml
 from conftest import external_tool, fake_facts
 from launcher import sandboxes, host, images
 from launcher.compiler import compile_policy
-from launcher.compose import compose_text, to_compose
+from launcher.targets.compose import compose_text, to_compose
 from launcher.policy import load_policy, parse_policy, with_allowed
 from launcher.verify import compare_inspect, parse_probe
 from test_secrets_engine import model_api  # noqa: F401 - the recorder upstream fixture

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from conftest import external_tool, fake_facts
-from launcher import devcontainer, images, launch
+from launcher import images, launch
+from launcher.targets import devcontainer
 from launcher.compiler import compile_policy
 from launcher.policy import load_policy, with_allowed
 from launcher.verify import parse_probe
@@ -69,7 +70,7 @@ def cli():
 
 @pytest.mark.engine
 def test_devcontainer_up_with_the_real_cli_yields_a_probed_sandbox_that_cannot_reach_a_denied_host(engine, cli, workspace):
-    from launcher.testnet import Internet
+    from launcher.selftest.testnet import Internet
 
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
     internet = Internet(engine, f"sandbox-test-devcontainer-{os.getpid()}")

@@ -245,7 +245,7 @@ def test_up_opens_an_interactive_shell_in_a_terminal(engine, workspace):
 
 def test_the_argv_output_launches_a_sandbox_whose_probe_passes_even_for_an_odd_workspace_path(engine, tmp_path):
     # `--mount` is CSV to the docker CLI: a line break in the path must be quoted (commas already were).
-    from launcher import render
+    from launcher.targets import argv as render
     from launcher.verify import parse_probe
 
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None)

@@ -19,7 +19,7 @@ from launcher import host, images, launch
 from launcher.compiler import compile_policy
 from launcher.errors import ExitCode
 from launcher.policy import load_policy, with_allowed
-from launcher.testnet import Internet
+from launcher.selftest.testnet import Internet
 
 pytestmark = pytest.mark.engine
 SANDBOX = [sys.executable, "-m", "launcher"]

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import fake_facts
-from launcher import compiler, host, render, stack
+from launcher import compiler, host, stack
+from launcher.targets import argv as render
 from launcher.errors import ExitCode, PolicyError
 from launcher.policy import policy_from_raw
 from launcher.secrets import secret_name, secret_value

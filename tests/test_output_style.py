@@ -155,7 +155,7 @@ def test_doctor_marks_each_status_and_keeps_the_columns():
 
 
 def test_the_selftest_verdict_column_is_marked_and_nothing_else():
-    from launcher import selftest as st
+    from launcher.selftest import runner as st
 
     result = st.PresetResult(policy="untrusted", mode="none", probe_checks=40, seconds=9.0, cases=(
         st.CaseResult(id="write-outside", expected="blocked", observed="pass FAIL", verdict=st.PASS),

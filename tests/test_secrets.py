@@ -8,7 +8,8 @@ import json
 import pytest
 
 from conftest import fake_facts
-from launcher import explain, layers, render, stack
+from launcher import explain, layers, stack
+from launcher.targets import argv as render
 from launcher.compiler import compile_policy
 from launcher.errors import PolicyError
 from launcher.layers import LayerKind, full_layer
@@ -168,8 +169,8 @@ def ca_facts(data: bytes, kind: str = "file"):
 def test_a_ca_file_is_the_only_ca_the_proxy_trusts_for_that_upstream():
     import base64
 
-    from launcher import compose
-    from launcher.proxy import proxy_env
+    from launcher.targets import compose
+    from launcher.egress.squid import proxy_env
 
     comment = b"# Issuer: Company Root CA \xc3\xa9\n"   # text around the block is dropped
     plan = compile_policy(policy(WITH_CA), ca_facts(comment + TEST_CA.encode() + b"\n" + TEST_CA.encode()))

@@ -10,7 +10,10 @@ import sys
 
 import pytest
 
-from launcher import images, scan, scratch, selftest as st, selftest_cases as sc
+from launcher import images, scan
+from launcher.selftest import scratch
+from launcher.selftest import runner as st
+from launcher.selftest import cases as sc
 
 SANDBOX = [sys.executable, "-m", "launcher"]
 
@@ -193,7 +196,7 @@ _CONTROLS = {"proxy.control_allowed", "proxy.wildcard_control"}
 def test_the_proxy_cases_catch_a_careless_proxy(engine, tmp_path, workspace):
     # No Squid: the sandbox sits on the (internal) test network and "the proxy" is the upstream as an
     # open proxy that tunnels anything and trusts the Host header; its gateway is the host's bridge.
-    from launcher.testnet import Internet
+    from launcher.selftest.testnet import Internet
 
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
     internet = Internet(engine, f"sandbox-test-weak-{os.getpid()}", open_proxy=True)
@@ -230,7 +233,8 @@ def test_the_outside_checks_fail_on_what_an_escape_leaves():
 def test_the_time_limit_and_leftover_checks_catch_a_weakened_launch(engine):
     from dataclasses import replace
 
-    from launcher import host, launch, scratch
+    from launcher import host, launch
+    from launcher.selftest import scratch
 
     ws = scratch.scratch_workspace("sandbox-test-weak-launch-")
     leftover = None

@@ -7,7 +7,10 @@ from __future__ import annotations
 import os
 import shutil
 
-from launcher import baseline, scan, scratch, selftest as st, selftest_cases as sc, surfaces
+from launcher import baseline, scan, surfaces
+from launcher.selftest import scratch
+from launcher.selftest import runner as st
+from launcher.selftest import cases as sc
 
 
 def test_every_inventory_surface_has_a_case():

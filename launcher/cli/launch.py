@@ -41,7 +41,9 @@ def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_
     The probe runs first; if any check fails the command never starts. Output is streamed; the
     exit code is the agent's, or one of the codes in `sandbox --help`.
     """
-    from launcher import baseline, host, launch, report, summary
+    from launcher import baseline, host, launch
+    from launcher.targets import report
+    from launcher.targets import summary
     from launcher.errors import ProbeFailed
 
     started, launch_plan, facts, probe, outcome, error, changes = time.monotonic(), None, None, None, None, None, ()

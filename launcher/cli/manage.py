@@ -95,7 +95,7 @@ def logs(name: str, egress: bool, allowed: bool, as_json: bool) -> None:
     from dataclasses import asdict
 
     from launcher import engine, sandboxes
-    from launcher.audit import summarize
+    from launcher.egress.audit import summarize
 
     events = sandboxes.egress_log(engine.connect(), name)
     if as_json:

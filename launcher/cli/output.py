@@ -60,7 +60,7 @@ class Console:
 
 
 def print_blocked(events) -> None:
-    from launcher.audit import summarize
+    from launcher.egress.audit import summarize
 
     blocked = summarize(tuple(e for e in events if e.denied))
     if not blocked:

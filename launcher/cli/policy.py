@@ -10,13 +10,14 @@ import click
 from launcher.cli import output
 from launcher.cli.options import POLICY_HELP, egress_options, layer_options, plan, show_layers_option
 from launcher.errors import ExitCode
+from launcher.targets import FORMATS
 
 
 @click.command()
 @click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP)
 @click.option("--workspace", "-w", default=".", show_default=True, type=click.Path(file_okay=False),
               help="Host directory the agent works on.")
-@click.option("--format", "fmt", type=click.Choice(["json", "argv", "compose"]), default="json", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default="json", show_default=True,
               help="json: the whole plan; argv: the equivalent `docker run` command; compose: a compose file.")
 @egress_options
 @layer_options
@@ -25,19 +26,10 @@ from launcher.errors import ExitCode
 def compile(policy: str, workspace: str, fmt: str, allow: tuple[str, ...], egress_network: str | None,
             command: tuple[str, ...]) -> None:
     """Compile a policy into a launch plan, without touching the Docker engine."""
-    from launcher import render
-
-    # argv and compose are launched by other tools: labelled so that `gc` leaves them alone.
-    kind = "external" if fmt in ("argv", "compose") else "run"
-    launch_plan = plan(policy, workspace, command, kind=kind, allow=allow, egress_network=egress_network).plan
-    if fmt == "argv":
-        click.echo(render.argv_text(launch_plan))
-    elif fmt == "compose":
-        from launcher.compose import compose_text
-
-        click.echo(compose_text(launch_plan), nl=False)
-    else:
-        click.echo(json.dumps(render.plan_to_dict(launch_plan), indent=2))
+    render, external = FORMATS[fmt]
+    launch_plan = plan(policy, workspace, command, kind="external" if external else "run", allow=allow,
+                       egress_network=egress_network).plan
+    click.echo(render(launch_plan), nl=False)
 
 
 @click.command()

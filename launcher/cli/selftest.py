@@ -24,7 +24,8 @@ def selftest(policies: tuple[str, ...], json_path: str | None) -> None:
     Exit codes: 0 every attempt was blocked; 1 an attempt succeeded or a case could not run;
     121 engine unavailable; 130/143 interrupted (everything created was removed).
     """
-    from launcher import engine, selftest as st
+    from launcher import engine
+    from launcher.selftest import runner as st
 
     results = st.run(engine.connect(), policies, output.Console().status)
     mark = output.marker()

@@ -39,7 +39,7 @@ def devcontainer(workspace: str, policy: str, force: bool, allow: tuple[str, ...
     """Write WORKSPACE/.devcontainer/ (devcontainer.json, a Dockerfile whose entrypoint is the probe,
     and compose.yaml in proxy mode) from the effective policy, for `devcontainer up` and editors.
     Regenerate it when the policy, the layers or the workspace's location change."""
-    from launcher import devcontainer as dc
+    from launcher.targets import devcontainer as dc
 
     launch_plan = plan(policy, workspace, (), kind="up", allow=allow, egress_network=egress_network).plan
     written = dc.write(workspace, dc.files(launch_plan), force)

@@ -7,7 +7,7 @@ import shlex
 from dataclasses import asdict, is_dataclass
 
 from launcher.plan import LaunchPlan, Mount, MountKind
-from launcher.proxy import proxy_env
+from launcher.egress.squid import proxy_env
 
 
 def _plain(value):

@@ -1,5 +1,5 @@
 """The hostile cases `sandbox selftest` runs inside a sandbox, as data: each is a bash body (run as
-the agent user, helpers in templates/selftest-lib.sh) that ends with one verdict line."""
+the agent user, helpers in lib.sh) that ends with one verdict line."""
 
 from __future__ import annotations
 

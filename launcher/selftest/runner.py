@@ -1,5 +1,5 @@
 """`sandbox selftest`: real sandboxes per preset, a matrix of hostile attempts run inside as the
-agent user (cases in selftest_cases.py), and the checks only the outside can make."""
+agent user (cases in cases.py), and the checks only the outside can make."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from dataclasses import dataclass, replace
 from importlib import resources as pkg_resources
 from typing import Callable
 
-from launcher import baseline, host, images, launch, pipeline, resources, scan, scratch, stack
+from launcher import baseline, host, images, launch, pipeline, resources, scan, stack
+from launcher.selftest import scratch
 from launcher.engine import Engine
 from launcher.errors import ProbeFailed, SandboxError
 from launcher.plan import PROBE_BUSYBOX, LaunchPlan, MountKind
-from launcher.selftest_cases import OUTSIDE, PLANTED, Case, for_mode
+from launcher.selftest.cases import OUTSIDE, PLANTED, Case, for_mode
 from launcher.style import BAD, GOOD, Mark, plain
 
 PASS, FAIL, ERROR = "pass", "FAIL", "ERROR"
@@ -87,7 +88,7 @@ class _Collector:
 
 def script(cases: tuple[Case, ...], params: dict[str, str]) -> str:
     """The in-sandbox bash script: parameters, helpers, one function per case, then the runner."""
-    lib = pkg_resources.files("launcher").joinpath("templates/selftest-lib.sh").read_text()
+    lib = pkg_resources.files("launcher.selftest").joinpath("lib.sh").read_text()
     head = "".join(f"export {k}={_quote(v)}\n" for k, v in params.items())
     funcs = "".join(f"c_{i}() {{\n{c.body}\n}}\n" for i, c in enumerate(cases))
     runner = r'''
@@ -265,7 +266,7 @@ def _outside(engine, ref, mode, workspace, canary_dir, before, canary_before, li
 
 def run(engine: Engine, refs: tuple[str, ...], progress: Progress) -> tuple[PresetResult, ...]:
     """Every preset in turn; the test network is started only when a preset needs it."""
-    from launcher.testnet import Internet
+    from launcher.selftest.testnet import Internet
 
     refs = refs or tuple(resources.preset_names())
     modes = {ref: stack.load_base(ref).policy.network.mode.value for ref in refs}

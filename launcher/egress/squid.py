@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from launcher.egress import AllowRule
-from launcher.inject import CA_PATH, CA_VAR
+from launcher.egress.rules import AllowRule
+from launcher.egress.inject import CA_PATH, CA_VAR
 
 PROXY_ALIAS = "sandbox-proxy"
 PROXY_PORT = 3128
@@ -105,7 +105,7 @@ def render_squid(sandbox: str, rules: tuple[AllowRule, ...], port: int = PROXY_P
                  secrets: tuple[SecretEndpoint, ...] = ()) -> str:
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
-    env = Environment(loader=PackageLoader("launcher", "templates"), undefined=StrictUndefined,
+    env = Environment(loader=PackageLoader("launcher", "egress"), undefined=StrictUndefined,
                       keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
     context = [{"acl": _acl(r), "sni_acl": _sni_acl(r), "ports": " ".join(map(str, r.ports))} for r in rules]
     endpoints = [_endpoint(i, s) for i, s in enumerate(secrets)]

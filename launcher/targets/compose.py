@@ -4,7 +4,7 @@ both read it): the same sandbox container, proxy and networks, without the launc
 from __future__ import annotations
 
 from launcher.plan import LaunchPlan, Mount, MountKind
-from launcher.proxy import ProxySpec, proxy_env
+from launcher.egress.squid import ProxySpec, proxy_env
 
 PROBE_VOLUME_KEY = "sandbox-probe"
 SECRET_DIR = "/run/sandbox-secrets"

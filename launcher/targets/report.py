@@ -10,9 +10,9 @@ import time
 from dataclasses import asdict
 
 from launcher import __version__, surfaces
-from launcher.audit import summarize
+from launcher.egress.audit import summarize
 from launcher.plan import LaunchPlan
-from launcher.render import plan_to_dict
+from launcher.targets.argv import plan_to_dict
 from launcher.verify import ProbeReport
 
 

@@ -9,9 +9,9 @@ import os
 
 import yaml
 
-from launcher.compose import to_compose
+from launcher.targets.compose import to_compose
 from launcher.plan import LaunchPlan, MountKind
-from launcher.render import mount_flag
+from launcher.targets.argv import mount_flag
 
 # Remote settings the editor honours inside the container. The host-side ones (credential helper,
 # ssh/gpg agent forwarding, copying .gitconfig) are user settings of the editor: see the README.

@@ -1,0 +1,1 @@
+"""`sandbox selftest`: hostile cases as data, their runner and shell library, scratch workspaces, the test network."""

@@ -1,0 +1,35 @@
+"""Output targets of a LaunchPlan: the JSON plan, `docker run` argv, compose and devcontainer
+files, the run report and its step summary. FORMATS is what `sandbox compile --format` offers."""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+from launcher.plan import LaunchPlan
+
+
+def _json(plan: LaunchPlan) -> str:
+    from launcher.targets.argv import plan_to_dict
+
+    return json.dumps(plan_to_dict(plan), indent=2) + "\n"
+
+
+def _argv(plan: LaunchPlan) -> str:
+    from launcher.targets.argv import argv_text
+
+    return argv_text(plan) + "\n"
+
+
+def _compose(plan: LaunchPlan) -> str:
+    from launcher.targets.compose import compose_text
+
+    return compose_text(plan)
+
+
+# format -> (renderer, whether another tool launches it: labelled kind=external, which `gc` leaves alone)
+FORMATS: dict[str, tuple[Callable[[LaunchPlan], str], bool]] = {
+    "json": (_json, False),
+    "argv": (_argv, True),
+    "compose": (_compose, True),
+}
