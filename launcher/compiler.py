@@ -12,6 +12,7 @@ import posixpath
 import re
 from dataclasses import replace
 
+from launcher import labels as label
 from launcher.errors import PolicyError, Problem
 from launcher.host import HostFacts, PathFact
 from launcher.egress import inject
@@ -24,7 +25,6 @@ from launcher.egress.squid import (INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_AL
 from launcher.secrets import secret_value
 from launcher.surfaces import GIT_BY_EXISTENCE, GIT_READS
 
-LABEL = "dev.sandbox"
 _ROOT_DIRS = ("/", "/etc", "/usr", "/var", "/home")
 _REFUSED_SOURCES = ("/proc", "/sys", "/dev", "/boot")
 
@@ -93,7 +93,7 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
     """Networks, proxy and sandbox environment for proxy mode: the sandbox's only network is an
     internal one shared with the proxy alone; the proxy also sits on the egress network."""
     internal, egress = f"{name}-net", egress_network or f"{name}-egress"
-    net_labels = tuple(sorted({**labels, f"{LABEL}.kind": "network"}.items()))
+    net_labels = tuple(sorted({**labels, label.KIND: "network"}.items()))
     networks = [NetworkSpec(name=internal, internal=True, options=INTERNAL_OPTIONS, labels=net_labels)]
     if not egress_network:
         networks.append(NetworkSpec(name=egress, internal=False, options=(), labels=net_labels))
@@ -101,7 +101,7 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
     proxy = ProxySpec(name=f"{name}-proxy", image=host.proxy_image,
                       config=render_squid(name, policy.network.allow, secrets=secrets), internal_network=internal,
                       egress_network=egress, alias=PROXY_ALIAS, port=PROXY_PORT,
-                      labels=tuple(sorted({**labels, f"{LABEL}.kind": "proxy"}.items())), secrets=secrets)
+                      labels=tuple(sorted({**labels, label.KIND: "proxy"}.items())), secrets=secrets)
     url = f"http://{PROXY_ALIAS}:{PROXY_PORT}"
     # The endpoints are reached directly, not through the forward proxy (which would refuse the name).
     no_proxy = "localhost,127.0.0.1" + (f",{PROXY_ALIAS}" if secrets else "")
@@ -219,10 +219,10 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     uid, gid = _user(policy, host)
     container_name = _container_name(policy, host, kind, name)
     labels = {
-        f"{LABEL}.managed": "1", f"{LABEL}.kind": kind, f"{LABEL}.policy": policy.name,
-        f"{LABEL}.policy-digest": policy.digest, f"{LABEL}.workspace": ws.real,
-        f"{LABEL}.effective-digest": effective_digest(policy),
-        f"{LABEL}.owner-pid": str(host.owner_pid), f"{LABEL}.sandbox": container_name,
+        label.MANAGED: "1", label.KIND: kind, label.POLICY: policy.name,
+        label.POLICY_DIGEST: policy.digest, label.WORKSPACE: ws.real,
+        label.EFFECTIVE_DIGEST: effective_digest(policy),
+        label.OWNER_PID: str(host.owner_pid), label.SANDBOX: container_name,
     }
     networks, proxy, proxy_env = (), None, {}
     if policy.network.mode is NetworkMode.PROXY:
@@ -246,7 +246,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     )
     agent = tuple(command) or policy.command
     main = (PROBE_BUSYBOX, "sleep", "2147483647") if kind == "up" else agent
-    labels[f"{LABEL}.placeholders"] = json.dumps(placeholders)
+    labels[label.PLACEHOLDERS] = json.dumps(placeholders)
     container = ContainerSpec(
         name=container_name, image=policy.image, user=f"{uid}:{gid}",
         entrypoint=(PROBE_BUSYBOX, "sh", PROBE_SCRIPT), command=probe.to_args() + ("--",) + main,

@@ -5,11 +5,12 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
+from launcher import labels
 from launcher.errors import EngineError, NotFound
 from launcher.plan import ContainerSpec, MountKind
 from launcher.egress.squid import NetworkSpec, ProxySpec, proxy_env
 
-MANAGED = "dev.sandbox.managed=1"
+MANAGED = labels.MANAGED_SELECTOR
 
 
 @contextmanager

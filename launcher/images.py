@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from launcher import labels
 from launcher import resources
 from launcher.engine import Engine
 from launcher.errors import EngineError
 
 BASE_IMAGE = "debian:bookworm-slim"
 AGENT_IMAGE = "sandbox/agent:bookworm"
-LABELS = {"dev.sandbox.managed": "1"}
+LABELS = {labels.MANAGED: "1"}
 
 Progress = Callable[[str], None]
 HEARTBEAT = 5.0   # seconds: at most one routine progress line this often (a log stays short)

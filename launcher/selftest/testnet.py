@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 
+from launcher import labels
 from launcher import images
 from launcher.engine import Engine
 from launcher.errors import EngineError
@@ -13,7 +14,7 @@ from launcher.errors import EngineError
 # Names the upstream answers for, and names that land on the canary (which must never see a request).
 UPSTREAM_ALIASES = ("allowed.test", "sub.allowed.test", "other.test", "wild.test", "sub.wild.test")
 CANARY_ALIASES = ("denied.test", "canary.test", "allowed.test.evil.test", "evilallowed.test")
-LABELS = {"dev.sandbox.managed": "1", "dev.sandbox.kind": "testnet"}
+LABELS = {labels.MANAGED: "1", labels.KIND: "testnet"}
 
 
 def ensure_upstream(engine: Engine) -> str:

@@ -1,0 +1,22 @@
+"""Every Docker label the launcher sets or reads, in one place: `ls`, `gc`, clean-up and the
+compiler agree on them by construction."""
+
+from __future__ import annotations
+
+PREFIX = "dev.sandbox"
+MANAGED = f"{PREFIX}.managed"                    # "1" on everything we create (images, volumes, networks, containers)
+KIND = f"{PREFIX}.kind"                          # run, up, external, proxy, network, testnet
+SANDBOX = f"{PREFIX}.sandbox"                    # the sandbox a resource belongs to (its container name)
+POLICY = f"{PREFIX}.policy"                      # the effective policy's name
+POLICY_DIGEST = f"{PREFIX}.policy-digest"        # sha256 of its layer files
+EFFECTIVE_DIGEST = f"{PREFIX}.effective-digest"  # sha256 of every effective value (see compiler.effective_digest)
+WORKSPACE = f"{PREFIX}.workspace"                # the workspace's real host path
+OWNER_PID = f"{PREFIX}.owner-pid"                # the launcher process, for `gc`
+PLACEHOLDERS = f"{PREFIX}.placeholders"          # JSON list of mount points created in the workspace
+
+MANAGED_SELECTOR = f"{MANAGED}=1"
+
+
+def selector(key: str, value: str) -> str:
+    """A `docker ... --filter label=` value."""
+    return f"{key}={value}"
