@@ -5,12 +5,12 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from launcher import labels
+from launcher import labels as label
 from launcher.errors import EngineError, NotFound
 from launcher.plan import ContainerSpec, MountKind
 from launcher.egress.squid import NetworkSpec, ProxySpec, proxy_env
 
-MANAGED = labels.MANAGED_SELECTOR
+MANAGED = label.MANAGED_SELECTOR
 
 
 @contextmanager

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from launcher import labels
+from launcher import labels as label
 from launcher import resources
 from launcher.engine import Engine
 from launcher.errors import EngineError
 
 BASE_IMAGE = "debian:bookworm-slim"
 AGENT_IMAGE = "sandbox/agent:bookworm"
-LABELS = {labels.MANAGED: "1"}
+LABELS = {label.MANAGED: "1"}
 
 Progress = Callable[[str], None]
 HEARTBEAT = 5.0   # seconds: at most one routine progress line this often (a log stays short)

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from launcher import labels
+from launcher import labels as label
 from launcher import host
 from launcher.engine import Engine
 from launcher.egress.audit import EgressEvent, parse_log
@@ -191,20 +191,20 @@ def egress_events(engine: Engine, plan: LaunchPlan) -> tuple[EgressEvent, ...]:
 def remove_sandbox(engine: Engine, name: str) -> None:
     """Stop gracefully and remove a sandbox with its proxy and networks, and the placeholder
     directories it left in the workspace. Safe to call on a half-created sandbox."""
-    containers = engine.list(labels.selector(labels.SANDBOX, name))
+    containers = engine.list(label.selector(label.SANDBOX, name))
     # The agent's container first, so its work is flushed before anything else goes.
-    containers.sort(key=lambda item: item["Labels"].get(labels.KIND) == "proxy")
+    containers.sort(key=lambda item: item["Labels"].get(label.KIND) == "proxy")
     try:
         for item in containers:
             try:
                 # Only the agent's container holds work worth a graceful stop; the proxy does not.
-                if item.get("State") == "running" and item["Labels"].get(labels.KIND) != "proxy":
+                if item.get("State") == "running" and item["Labels"].get(label.KIND) != "proxy":
                     engine.stop(item["Id"], GRACE)
             finally:
                 engine.remove(item["Id"])
-                host.remove_empty_dirs(tuple(json.loads(item["Labels"].get(labels.PLACEHOLDERS, "[]"))))
+                host.remove_empty_dirs(tuple(json.loads(item["Labels"].get(label.PLACEHOLDERS, "[]"))))
     finally:
-        for network in engine.list_networks(labels.selector(labels.SANDBOX, name)):
+        for network in engine.list_networks(label.selector(label.SANDBOX, name)):
             engine.remove_network(network["Name"])
 
 

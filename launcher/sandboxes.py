@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher import labels
+from launcher import labels as label
 from launcher import host
 from launcher.egress.audit import EgressEvent, parse_log
 from launcher.engine import Engine
@@ -29,7 +29,7 @@ def _name(item: dict) -> str:
 
 
 def _sandboxes(engine: Engine) -> list[dict]:
-    return [i for i in engine.list() if i["Labels"].get(labels.KIND) in SANDBOX_KINDS]
+    return [i for i in engine.list() if i["Labels"].get(label.KIND) in SANDBOX_KINDS]
 
 
 def find(engine: Engine, name: str) -> dict:
@@ -43,21 +43,21 @@ def reuse_problem(item: dict, plan) -> Problem | None:
     """Why a running sandbox of this name may not be reused for `plan` (another envelope or
     workspace), or None."""
     have, want = item["Labels"], dict(plan.container.labels)
-    keys = (labels.EFFECTIVE_DIGEST, labels.WORKSPACE)
+    keys = (label.EFFECTIVE_DIGEST, label.WORKSPACE)
     if all(have.get(k) == want[k] for k in keys):
         return None
     def shown(labels: dict) -> str:
-        return (f"policy {labels.get(labels.POLICY, '?')} (effective sha256 "
-                f"{labels.get(labels.EFFECTIVE_DIGEST, '?')[:12]}) on {labels.get(labels.WORKSPACE, '?')}")
+        return (f"policy {labels.get(label.POLICY, '?')} (effective sha256 "
+                f"{labels.get(label.EFFECTIVE_DIGEST, '?')[:12]}) on {labels.get(label.WORKSPACE, '?')}")
     return Problem(file="command line", path="--name", expected=f"a sandbox with {shown(want)}",
                    found=f"{_name(item)} is running with {shown(have)}",
                    hint=f"`sandbox down {_name(item)}` first, or choose another --name")
 
 
 def ls(engine: Engine) -> list[SandboxInfo]:
-    return [SandboxInfo(name=_name(i), kind=i["Labels"][labels.KIND], state=i.get("State", "?"),
-                        policy=i["Labels"].get(labels.POLICY, "?"),
-                        workspace=i["Labels"].get(labels.WORKSPACE, "?"), created=i.get("Created", 0))
+    return [SandboxInfo(name=_name(i), kind=i["Labels"][label.KIND], state=i.get("State", "?"),
+                        policy=i["Labels"].get(label.POLICY, "?"),
+                        workspace=i["Labels"].get(label.WORKSPACE, "?"), created=i.get("Created", 0))
             for i in _sandboxes(engine)]
 
 
@@ -75,23 +75,23 @@ def gc(engine: Engine, everything: bool) -> list[str]:
     """
     groups: dict[str, list[dict]] = {}
     for item in engine.list():
-        groups.setdefault(item["Labels"].get(labels.SANDBOX, _name(item)), []).append(item)
+        groups.setdefault(item["Labels"].get(label.SANDBOX, _name(item)), []).append(item)
     for network in engine.list_networks():
-        groups.setdefault(network["Labels"].get(labels.SANDBOX, network["Name"]), [])
+        groups.setdefault(network["Labels"].get(label.SANDBOX, network["Name"]), [])
     removed = []
     for name, items in groups.items():
-        main = next((i for i in items if i["Labels"].get(labels.KIND) in SANDBOX_KINDS), None)
+        main = next((i for i in items if i["Labels"].get(label.KIND) in SANDBOX_KINDS), None)
         if main is not None and not everything:
             labels, state = main["Labels"], main.get("State")
-            if labels[labels.KIND] == "external":   # its launcher is someone else's (compose)
+            if labels[label.KIND] == "external":   # its launcher is someone else's (compose)
                 continue
-            owner_alive = host.pid_alive(int(labels.get(labels.OWNER_PID, "0") or 0))
+            owner_alive = host.pid_alive(int(labels.get(label.OWNER_PID, "0") or 0))
             # A "created" sandbox whose launcher lives is being started right now: leave it alone.
             stopped = state in ("exited", "dead") or (state == "created" and not owner_alive)
-            if not (stopped or (labels[labels.KIND] == "run" and not owner_alive)):
+            if not (stopped or (labels[label.KIND] == "run" and not owner_alive)):
                 continue
         elif main is None and items and not everything:
-            owner_alive = host.pid_alive(int(items[0]["Labels"].get(labels.OWNER_PID, "0") or 0))
+            owner_alive = host.pid_alive(int(items[0]["Labels"].get(label.OWNER_PID, "0") or 0))
             if owner_alive:  # a proxy whose sandbox is still being created
                 continue
         remove_sandbox(engine, name)
@@ -127,7 +127,7 @@ def exec_in(engine: Engine, name: str, argv: list[str], listener: Listener) -> i
 
 def egress_log(engine: Engine, name: str) -> tuple[EgressEvent, ...]:
     find(engine, name)
-    proxies = [i for i in engine.list(labels.selector(labels.SANDBOX, name)) if i["Labels"].get(labels.KIND) == "proxy"]
+    proxies = [i for i in engine.list(label.selector(label.SANDBOX, name)) if i["Labels"].get(label.KIND) == "proxy"]
     if not proxies:
         raise NotFound(f"{name} has no egress proxy (its network mode is not proxy)")
     return parse_log(engine.logs(proxies[0]["Id"]))

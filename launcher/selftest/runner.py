@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from importlib import resources as pkg_resources
 from typing import Callable
 
-from launcher import labels
+from launcher import labels as label
 from launcher import baseline, host, images, launch, pipeline, resources, scan, stack
 from launcher.selftest import scratch
 from launcher.engine import Engine
@@ -137,7 +137,7 @@ def _plan(ref: str, workspace: str, command: tuple[str, ...], network: str | Non
 
 
 def leftovers(engine: Engine, workspace: str) -> list[str]:
-    label = labels.selector(labels.WORKSPACE, host.workspace_real(workspace))
+    label = label.selector(label.WORKSPACE, host.workspace_real(workspace))
     return [c["Names"][0] for c in engine.list(label)] + [n["Name"] for n in engine.list_networks(label)]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from launcher import labels
+from launcher import labels as label
 from launcher import images
 from launcher.engine import Engine
 from launcher.errors import EngineError
@@ -14,7 +14,7 @@ from launcher.errors import EngineError
 # Names the upstream answers for, and names that land on the canary (which must never see a request).
 UPSTREAM_ALIASES = ("allowed.test", "sub.allowed.test", "other.test", "wild.test", "sub.wild.test")
 CANARY_ALIASES = ("denied.test", "canary.test", "allowed.test.evil.test", "evilallowed.test")
-LABELS = {labels.MANAGED: "1", labels.KIND: "testnet"}
+LABELS = {label.MANAGED: "1", label.KIND: "testnet"}
 
 
 def ensure_upstream(engine: Engine) -> str:
