@@ -37,6 +37,21 @@ def _anchor(workspace: str, rel: str, kind: str) -> PathFact:
     return PathFact(given=given, real=f"{workspace}/{given}", kind=kind)
 
 
+@pytest.fixture(autouse=True)
+def isolated_host(tmp_path_factory, monkeypatch):
+    """Every test (and every launcher it starts) sees a host without the developer's own layers,
+    trust store or CI summary: an org layer that sets nothing (so /etc/sandbox/policy.yaml of this
+    machine is never read), no user policy, a fresh state directory."""
+    home = tmp_path_factory.mktemp("host")
+    org = home / "org-policy.yaml"
+    org.write_text("version: 1\n")
+    monkeypatch.setenv("SANDBOX_ORG_POLICY", str(org))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+    for name in ("GITHUB_STEP_SUMMARY", "NO_COLOR", "SANDBOX_TIMINGS"):
+        monkeypatch.delenv(name, raising=False)
+
+
 def external_tool(command: str, install_hint: str) -> str:
     """Path of a tool some tests drive; such a test fails under CI=true (.ci/run installs it) and
     skips elsewhere with the hint."""

@@ -30,8 +30,9 @@ def test_every_preset_compiles_to_its_golden_plan(name):
     plan = compile_policy(policy, fake_facts(env=(("TERM", "xterm"), ("LANG", "C.UTF-8"))))
     got = {"plan": render.plan_to_dict(plan), "argv": render.to_argv(plan)}
     path = GOLDEN / f"{name}.json"
-    if os.environ.get("UPDATE_GOLDEN"):
+    if os.environ.get("UPDATE_GOLDEN") and (not path.exists() or json.loads(path.read_text()) != got):
         path.write_text(json.dumps(got, indent=2) + "\n")
+        pytest.fail(f"rewrote {path.name}: review the diff, then run again without UPDATE_GOLDEN")
     assert got == json.loads(path.read_text()), "plan changed: review, then UPDATE_GOLDEN=1 pytest"
 
 

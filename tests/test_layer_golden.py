@@ -87,7 +87,8 @@ def test_every_rule_has_a_golden_case():
 def test_combine_rule_matches_its_golden_file(rule):
     got = render(rule)
     path = GOLDEN / f"{rule}.txt"
-    if os.environ.get("UPDATE_GOLDEN"):
+    if os.environ.get("UPDATE_GOLDEN") and (not path.exists() or path.read_text() != got + "\n"):
         GOLDEN.mkdir(parents=True, exist_ok=True)
         path.write_text(got + "\n")
+        pytest.fail(f"rewrote {path.name}: review the diff, then run again without UPDATE_GOLDEN")
     assert got + "\n" == path.read_text(), "combine result changed: review, then UPDATE_GOLDEN=1 pytest"

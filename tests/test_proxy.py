@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from fakes import Recorder
-from launcher import host, images, launch
+from launcher import checks, host, images, launch
 from launcher.compiler import compile_policy
 from launcher.errors import ExitCode, ProbeFailed
 from launcher.policy import load_policy, with_allowed
@@ -55,7 +55,7 @@ def test_allowed_host_works_denied_host_gets_403_and_the_canary_sees_nothing(eng
     assert internet.seen_by_canary() == []
     assert any(b["host"] == "denied.test" and b["count"] == 1 for b in report["egress"]["blocked"])
     assert "egress blocked (1 requests)" in result.stderr and "GET denied.test:80" in result.stderr
-    assert report["probe"]["ok"] and {"egress.proxy", "egress.direct", "egress.dns"} <= {c["id"] for c in report["probe"]["checks"]}
+    assert report["probe"]["ok"] and [c["id"] for c in report["probe"]["checks"]] == list(checks.for_mode("proxy"))
     assert leftovers(engine, workspace) == []
 
 
