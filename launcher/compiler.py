@@ -245,7 +245,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
            if proxy else {}),
     )
     agent = tuple(command) or policy.command
-    main = (PROBE_BUSYBOX, "sleep", "2147483647") if kind == "up" else agent
+    main = up_main(policy.limits.timeout_seconds) if kind == "up" else agent
     labels[label.PLACEHOLDERS] = json.dumps(placeholders)
     container = ContainerSpec(
         name=container_name, image=policy.image, user=f"{uid}:{gid}",
@@ -270,6 +270,20 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     return LaunchPlan(policy_name=policy.name, policy_digest=policy.digest, container=container, probe=probe,
                       agent_command=agent, timeout_seconds=policy.limits.timeout_seconds,
                       placeholders=tuple(placeholders), warnings=tuple(warnings), networks=networks, proxy=proxy)
+
+
+# The main process of a long-lived sandbox (`up`, a dev container): it ends the container when
+# limits.timeout is up, whoever is attached; a minute before (half-way for a short limit) it writes
+# a notice to every terminal of the sandbox (`sandbox up`'s shells). Only the probe's busybox runs,
+# and SIGTERM (`sandbox down`) ends it at once instead of after the grace period.
+UP_MAIN = (f'trap "exit 143" TERM; left=$1; warn=$((left / 2 < 60 ? left / 2 : 60)); bb={PROBE_BUSYBOX}; '
+           '"$bb" sleep $((left - warn)) & wait $!; '
+           'for t in /dev/pts/[0-9]*; do echo "sandbox: this sandbox stops in $warn s (limits.timeout)" >"$t"; '
+           'done 2>/dev/null; "$bb" sleep "$warn" & wait $!')
+
+
+def up_main(timeout_seconds: int) -> tuple[str, ...]:
+    return (PROBE_BUSYBOX, "sh", "-c", UP_MAIN, "sandbox-up", str(timeout_seconds))
 
 
 def _protected(policy: Policy, host: HostFacts) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from launcher.compiler import compile_policy
 from launcher.errors import PolicyError
 from launcher.host import PathFact
 from launcher.model import BUILTIN_PROTECTED, Access
-from launcher.plan import MountKind
+from launcher.plan import PROBE_BUSYBOX, MountKind
 from launcher.surfaces import GIT_BY_EXISTENCE, GIT_CONTROL
 from launcher.policy import load_policy, parse_policy
 
@@ -179,10 +179,11 @@ def test_command_line_command_replaces_the_policy_default():
     assert plan.container.command[-3:] == ("--", "make", "test") and plan.agent_command == ("make", "test")
 
 
-def test_up_keeps_the_container_alive_after_the_probe():
+def test_up_keeps_the_container_alive_after_the_probe_until_its_time_limit():
     plan = compile_policy(load_policy("untrusted"), fake_facts(), kind="up")
     assert plan.container.name == "sandbox-repo"
-    assert plan.container.command[-2:] == ("sleep", "2147483647")
+    main = plan.container.command[plan.container.command.index("--") + 1:]
+    assert main[:3] == (PROBE_BUSYBOX, "sh", "-c") and main[-1] == str(30 * 60)   # the preset's 30m
 
 
 def test_paths_with_odd_characters_are_escaped_for_the_probe_and_quoted_for_docker():

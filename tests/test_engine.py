@@ -243,6 +243,29 @@ def test_up_opens_an_interactive_shell_in_a_terminal(engine, workspace):
     assert ours(engine, workspace) == []
 
 
+def test_up_stops_at_its_time_limit_whoever_is_attached_and_warns_the_shell_first(engine, workspace):
+    name = "sandbox-test-up-timeout"
+    started = time.monotonic()
+    result = sandbox("up", str(workspace), "--name", name, "--no-shell", "--timeout", "8s")
+    assert result.returncode == 0 and "is up until" in result.stderr, result.stderr
+    primary, secondary = os.openpty()
+    shell = subprocess.Popen(["docker", "exec", "-it", name, "bash", "-c", "sleep 30"], stdin=secondary,
+                             stdout=secondary, stderr=secondary, start_new_session=True)
+    os.close(secondary)
+    try:
+        seen = _read_until(primary, b"stops in 4 s", 30)
+        assert b"sandbox: this sandbox stops in 4 s (limits.timeout)" in seen, seen
+        assert shell.wait(timeout=30) != 0          # the attached shell ended with the sandbox
+        assert time.monotonic() - started < 25
+        state = engine.inspect(name)["State"]
+        assert not state["Running"] and state["ExitCode"] == 0
+    finally:
+        shell.kill()
+        os.close(primary)
+        sandbox("down", name)
+    assert ours(engine, workspace) == []
+
+
 def test_the_argv_output_launches_a_sandbox_whose_probe_passes_even_for_an_odd_workspace_path(engine, tmp_path):
     # `--mount` is CSV to the docker CLI: a line break in the path must be quoted (commas already were).
     from launcher.targets import argv as render

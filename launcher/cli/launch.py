@@ -107,21 +107,25 @@ def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_
 @click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP)
 @click.option("--name", help="Sandbox name (default: sandbox-<directory name>).")
 @click.option("--no-shell", is_flag=True, help="Start the sandbox but do not open a shell in it.")
+@click.option("--timeout", callback=duration,
+              help="Stop the sandbox this long after it starts, whoever is attached (can only shorten the policy's).")
 @egress_options
 @layer_options
-def up(workspace: str, policy: str, name: str | None, no_shell: bool, allow: tuple[str, ...],
+def up(workspace: str, policy: str, name: str | None, no_shell: bool, timeout: str | None, allow: tuple[str, ...],
        egress_network: str | None) -> None:
     """Start a long-lived sandbox on WORKSPACE and open an interactive shell in it.
 
     The sandbox stays after the shell ends: `sandbox ls`, `sandbox exec NAME -- CMD`,
     `sandbox down NAME`. Running `sandbox up` again opens another shell in the same sandbox, if it
-    has the same effective policy and workspace (otherwise exit 120).
+    has the same effective policy and workspace (otherwise exit 120). It stops when limits.timeout
+    (or --timeout) has passed since it started, attached or not; there is no idle timeout.
     """
     from launcher import baseline, launch, sandboxes
     from launcher.errors import NotFound, PolicyError
 
     console = output.Console()
-    planned = plan(policy, workspace, (), kind="up", name=name, allow=allow, egress_network=egress_network)
+    planned = plan(policy, workspace, (), kind="up", name=name, timeout=timeout, allow=allow,
+                   egress_network=egress_network)
     launch_plan, sandbox = planned.plan, planned.plan.container.name
     eng = _engine_and_images(launch_plan, console)
     try:
@@ -137,7 +141,8 @@ def up(workspace: str, policy: str, name: str | None, no_shell: bool, allow: tup
         launch.up(eng, launch_plan, console)
         if planned.facts.surfaces is not None:   # compared on `sandbox down`
             baseline.save(sandbox, planned.facts.workspace.real, dict(planned.facts.surfaces))
-        console.status(f"{sandbox} is up; `sandbox down {sandbox}` removes it")
+        ends = time.strftime("%H:%M:%S", time.localtime(time.time() + launch_plan.timeout_seconds))
+        console.status(f"{sandbox} is up until {ends} (limits.timeout); `sandbox down {sandbox}` removes it")
     if no_shell:
         return
     if not (sys.stdin.isatty() and sys.stdout.isatty()) or shutil.which("docker") is None:
