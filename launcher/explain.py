@@ -112,6 +112,59 @@ ALWAYS: tuple[tuple[str, Enforcement], ...] = (
 )
 
 
+# How a sandbox comes to exist: launched by us (`run`, `up`; `exec` enters an `up` one), or by
+# another tool from the files we write (`compile --format argv|compose`, `sandbox devcontainer`).
+TARGETS = ("run", "up", "argv", "compose", "devcontainer")
+_LAUNCHER_ONLY = ("run", "up")
+
+
+def _not(why: str) -> Enforcement:
+    return E(mechanism="not enforced", component=Component.NOTHING, checks=(), note=why)
+
+
+# Where the enforcement depends on the target. Every other row (each field and each ALWAYS entry)
+# is enforced by the container itself in every target, and proven by the probe, which is the
+# entrypoint of all of them.
+BY_TARGET: dict[str, dict[str, Enforcement]] = {
+    "limits.timeout": {
+        "run": E(mechanism="the launcher stops the agent (exit 124)", component=Component.LAUNCHER, checks=()),
+        "up": E(mechanism="the main process (busybox sleep) ends the sandbox", component=Component.PROCESS, checks=()),
+        "devcontainer": E(mechanism="the main process (busybox sleep) ends the container", component=Component.PROCESS,
+                          checks=()),
+        "argv": _not("`docker run` has no lifetime limit and the agent is PID 1; stop it yourself"),
+        "compose": _not("compose has no lifetime limit and the agent is PID 1; stop it yourself"),
+    },
+    "docker inspect matches the plan": {
+        **{t: E(mechanism="compared before start; a difference refuses it (exit 122)", component=Component.LAUNCHER,
+                checks=()) for t in _LAUNCHER_ONLY},
+        **{t: _not("another tool creates the container; the probe still checks what it can see")
+           for t in ("argv", "compose", "devcontainer")},
+    },
+    "bind sources unchanged since compile": {
+        **{t: E(mechanism="re-resolved just before start", component=Component.LAUNCHER, checks=("mounts.workspace",))
+           for t in _LAUNCHER_ONLY},
+        **{t: _not("a path swapped for a symlink after the files were written is mounted as it is then")
+           for t in ("argv", "compose", "devcontainer")},
+    },
+    "surface report (files host tools run)": {
+        "run": E(mechanism="compared after the run (exit 123 under CI)", component=Component.LAUNCHER, checks=()),
+        "up": E(mechanism="compared on `sandbox down` (exit 123 under CI)", component=Component.LAUNCHER, checks=()),
+        **{t: _not("no launcher runs afterwards: nothing reports what the agent planted (still read-only: "
+                   "workspace.protect, workspace.git)") for t in ("argv", "compose", "devcontainer")},
+    },
+}
+
+
+def for_target(name: str, target: str, default: Enforcement) -> Enforcement:
+    return BY_TARGET.get(name, {}).get(target, default)
+
+
+def not_enforced(target: str) -> list[tuple[str, str]]:
+    """(row, why) for every row the target cannot enforce although `run` does."""
+    return [(name, cells[target].note) for name, cells in BY_TARGET.items()
+            if cells[target].component is Component.NOTHING]
+
+
 def _variant(field: str, eff: Effective) -> str:
     if field.startswith("network.") or field == "secrets":
         return eff.policy.network.mode.value
@@ -137,10 +190,16 @@ class Row:
         return tuple(out)
 
 
-def rows(eff: Effective) -> tuple[Row, ...]:
+def rows(eff: Effective, target: str = "run") -> tuple[Row, ...]:
     decided = {d.field: d for d in eff.decisions}
     return tuple(Row(field=f, value=decided[f].value, decided_by=decided[f].decided_by,
-                     enforcement=ENFORCEMENT.get((f, _variant(f, eff))) or ENFORCEMENT[(f, "")]) for f in FIELDS)
+                     enforcement=for_target(f, target, ENFORCEMENT.get((f, _variant(f, eff))) or ENFORCEMENT[(f, "")]))
+                 for f in FIELDS)
+
+
+def always(target: str = "run") -> tuple[tuple[str, Enforcement], ...]:
+    """The ALWAYS rows, then the launcher's own protections, as `target` has them."""
+    return ALWAYS + tuple((name, cells[target]) for name, cells in BY_TARGET.items() if name not in FIELDS)
 
 
 def checks_named() -> set[str]:
@@ -148,7 +207,7 @@ def checks_named() -> set[str]:
     return {c for e in (*ENFORCEMENT.values(), *(e for _, e in ALWAYS)) for c in e.checks}
 
 
-def to_json(eff: Effective) -> dict:
+def to_json(eff: Effective, target: str = "run") -> dict:
     def one(name, e, **extra):
         return {"field": name, **extra, "mechanism": e.mechanism, "enforced_by": e.component.value,
                 "probe_checks": list(e.checks), "note": e.note}
@@ -156,8 +215,10 @@ def to_json(eff: Effective) -> dict:
         "policy": eff.policy.name, "sha256": eff.policy.digest,
         "layers": [{"kind": layer.kind.value, "file": layer.file, "sha256": layer.digest} for layer in eff.layers],
         "fields": [one(r.field, r.enforcement, value=r.value, decided_by=r.decided_by, flags=list(r.flags))
-                   for r in rows(eff)],
-        "always": [one(name, e) for name, e in ALWAYS],
+                   for r in rows(eff, target)],
+        "always": [one(name, e) for name, e in always(target)],
+        "target": target,
+        "not_enforced_here": [{"field": name, "why": why} for name, why in not_enforced(target)],
         "proxy_mode": eff.policy.network.mode is NetworkMode.PROXY,
     }
 
@@ -166,20 +227,22 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def render(eff: Effective, markdown: bool = False) -> str:
+def render(eff: Effective, markdown: bool = False, target: str = "run") -> str:
     """A table: field, value, Docker mechanism, enforcing component, probe checks, and a flag."""
     head = ("field", "value", "mechanism", "enforced by", "probe check", "flag")
     body = [(r.field, _clip(r.value, 36), r.enforcement.mechanism, r.enforcement.component.value,
-             ", ".join(r.enforcement.checks) or "-", ", ".join(r.flags)) for r in rows(eff)]
-    body += [(f"({name})", "always", e.mechanism, e.component.value, ", ".join(e.checks), "") for name, e in ALWAYS]
+             ", ".join(r.enforcement.checks) or "-", ", ".join(r.flags)) for r in rows(eff, target)]
+    body += [(f"({name})", "always", e.mechanism, e.component.value, ", ".join(e.checks) or "-",
+              "NOT ENFORCED" if e.component is Component.NOTHING else "") for name, e in always(target)]
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]
     else:
         widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [head, *body]]
-    unenforced = [r.field for r in rows(eff) if r.enforcement.component is Component.NOTHING]
-    unprobed = [r.field for r in rows(eff) if not r.enforcement.checks]
+    unenforced = [r.field for r in rows(eff, target) if r.enforcement.component is Component.NOTHING]
+    unprobed = [r.field for r in rows(eff, target) if not r.enforcement.checks]
     lines += ["", f"policy {eff.policy.name} (sha256 {eff.policy.digest[:12]}), {len(eff.layers)} layer(s)",
               f"enforced by nothing: {', '.join(unenforced) or '-'}", f"not probed: {', '.join(unprobed) or '-'}"]
+    lines += [f"not enforced for {target} (`run` enforces it): {name}: {why}" for name, why in not_enforced(target)]
     return "\n".join(lines)

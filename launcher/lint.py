@@ -216,9 +216,16 @@ def _unreachable(report: _Report, eff: Effective, docs: dict[str, Doc]) -> None:
 
 def lint(docs: list[Doc], *, base: Effective | None, base_problem: PolicyError | None, layers: list[Layer],
          layer_problems: list[tuple[Doc, PolicyError]], facts: HostFacts | None, workspace: str,
-         git_paths: tuple[GitPath, ...] = (), repo_state: str = "") -> list[Finding]:
-    """Findings for a stack: `docs` are the files as read, `base`/`layers` what parsed of them."""
+         git_paths: tuple[GitPath, ...] = (), repo_state: str = "", target: str = "run",
+         strict: bool = False) -> list[Finding]:
+    """Findings for a stack: `docs` are the files as read, `base`/`layers` what parsed of them;
+    what `target` cannot enforce is a warning, an error with `strict`."""
+    from launcher.explain import not_enforced
+
     report = _Report()
+    for name, why in not_enforced(target):
+        report.add(Severity.ERROR if strict else Severity.WARNING, "not-enforced", f"--target {target}", name,
+                   f"not enforced by {target}: {why}", "use `sandbox run` or `sandbox up` where it matters")
     by_file = {doc.file: doc for doc in docs}
     for doc in docs:
         _secrets(report, doc)
@@ -256,7 +263,8 @@ def lint(docs: list[Doc], *, base: Effective | None, base_problem: PolicyError |
     return sorted(report.findings, key=lambda f: (order[f.severity], f.file, f.line or 0))
 
 
-def check(refs: tuple[str, ...], workspace: str) -> tuple[list[Finding], list[Doc]]:
+def check(refs: tuple[str, ...], workspace: str, target: str = "run",
+          strict: bool = False) -> tuple[list[Finding], list[Doc]]:
     """Read the stack `sandbox run` would apply (plus the files named after the base) and lint it."""
     from launcher import host, pipeline, stack, trust
     from launcher.policy import read_policy
@@ -308,7 +316,8 @@ def check(refs: tuple[str, ...], workspace: str) -> tuple[list[Finding], list[Do
                      f"or pass --trust-repo-policy {digest}")
     facts = pipeline.facts_for(base.policy, workspace) if base else None
     findings = lint(docs, base=base, base_problem=base_problem, layers=layers, layer_problems=layer_problems,
-                    facts=facts, workspace=ws, git_paths=host.git_control_paths(ws), repo_state=state)
+                    facts=facts, workspace=ws, git_paths=host.git_control_paths(ws), repo_state=state,
+                    target=target, strict=strict)
     return findings, docs
 
 

@@ -10,6 +10,7 @@ import click
 from launcher.cli import output
 from launcher.cli.options import POLICY_HELP, egress_options, layer_options, plan, show_layers_option
 from launcher.errors import ExitCode
+from launcher.explain import TARGETS
 from launcher.targets import FORMATS
 
 
@@ -29,7 +30,17 @@ def compile(policy: str, workspace: str, fmt: str, allow: tuple[str, ...], egres
     render, external = FORMATS[fmt]
     launch_plan = plan(policy, workspace, command, kind="external" if external else "run", allow=allow,
                        egress_network=egress_network).plan
+    if external:
+        warn_not_enforced(fmt)
     click.echo(render(launch_plan), nl=False)
+
+
+def warn_not_enforced(target: str) -> None:
+    """Never silently: what the files for `target` cannot enforce that `sandbox run` does."""
+    from launcher.explain import not_enforced
+
+    for name, why in not_enforced(target):
+        output.status(f"warning: {target} does not enforce {name}: {why}")
 
 
 @click.command()
@@ -37,13 +48,16 @@ def compile(policy: str, workspace: str, fmt: str, allow: tuple[str, ...], egres
 @click.option("--workspace", "-w", default=".", show_default=True, help="Workspace whose .sandbox.yaml and git config count.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
-def check(policies: tuple[str, ...], workspace: str, fmt: str, as_json: bool) -> None:
+@click.option("--target", type=click.Choice(TARGETS), default="run", show_default=True,
+              help="How the sandbox will be started; with --strict, what this target cannot enforce is an error.")
+@click.option("--strict", is_flag=True, help="Fail (exit 120) on the rows --target does not enforce.")
+def check(policies: tuple[str, ...], workspace: str, fmt: str, as_json: bool, target: str, strict: bool) -> None:
     """Lint POLICIES without running anything: the first is the base (default: untrusted), further
     files are layers after it; the org, user and repository layers follow as `run` applies them.
     Exit code 120 when there is an error."""
     from launcher import lint
 
-    findings, docs = lint.check(policies or ("untrusted",), workspace)
+    findings, docs = lint.check(policies or ("untrusted",), workspace, target=target, strict=strict)
     click.echo(lint.render(findings, docs, "json" if as_json else fmt, mark=output.marker()))
     sys.exit(ExitCode.POLICY_INVALID if any(f.severity is lint.Severity.ERROR for f in findings) else ExitCode.OK)
 
@@ -53,10 +67,14 @@ def check(policies: tuple[str, ...], workspace: str, fmt: str, as_json: bool) ->
 @click.option("--workspace", "-w", default=".", show_default=True, help="Workspace whose layers count.")
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("--target", type=click.Choice(TARGETS), default="run", show_default=True,
+              help="How the sandbox is started: run, up (and exec into it), the argv or compose files, a dev container. "
+                   "Rows this target cannot enforce are marked.")
 @layer_options
-def explain(policy: str, workspace: str, fmt: str, as_json: bool) -> None:
+def explain(policy: str, workspace: str, fmt: str, as_json: bool, target: str) -> None:
     """For every effective field: value, Docker mechanism, enforcing component and the probe check
-    that proves it; fields enforced by nothing or not probed are flagged. Never asks or runs."""
+    that proves it, for one target; fields enforced by nothing or not probed are flagged. Never
+    asks or runs."""
     from launcher import explain as table, pipeline
     from launcher.cli.options import layer_settings, tell
 
@@ -64,7 +82,8 @@ def explain(policy: str, workspace: str, fmt: str, as_json: bool) -> None:
     result = pipeline.layered(policy, workspace, layer_settings(approved_only=True))
     tell(result)
     eff = result.effective
-    click.echo(json.dumps(table.to_json(eff), indent=2) if fmt == "json" else table.render(eff, fmt == "markdown"))
+    click.echo(json.dumps(table.to_json(eff, target), indent=2) if fmt == "json"
+               else table.render(eff, fmt == "markdown", target))
 
 
 @click.command()

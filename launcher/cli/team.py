@@ -41,7 +41,10 @@ def devcontainer(workspace: str, policy: str, force: bool, allow: tuple[str, ...
     Regenerate it when the policy, the layers or the workspace's location change."""
     from launcher.targets import devcontainer as dc
 
+    from launcher.cli.policy import warn_not_enforced
+
     launch_plan = plan(policy, workspace, (), kind="up", allow=allow, egress_network=egress_network).plan
+    warn_not_enforced("devcontainer")
     written = dc.write(workspace, dc.files(launch_plan), force)
     for path in written:
         click.echo(f"sandbox: wrote {path}", err=True)

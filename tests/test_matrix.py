@@ -1,0 +1,107 @@
+"""The enforcement matrix (field or protection x target): complete, every enforced cell proven by
+a named test, every unenforced one said by explain, compile and check."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import fake_facts
+from fakes import FakeEngine, Recorder
+from launcher import explain, launch
+from launcher.cli import main
+from launcher.compiler import compile_policy, up_main
+from launcher.errors import ProbeFailed
+from launcher.explain import BY_TARGET, TARGETS, Component
+from launcher.layers import FIELDS
+from launcher.policy import load_policy
+from launcher.targets import FORMATS
+
+# (row, target) -> the test that fails without that enforcement
+PROOF = {
+    ("limits.timeout", "run"): "test_engine::test_timeout_stops_the_agent_with_its_own_exit_code",
+    ("limits.timeout", "up"): "test_engine::test_up_stops_at_its_time_limit_whoever_is_attached_and_warns_the_shell_first",
+    ("limits.timeout", "devcontainer"): "test_matrix::test_a_dev_container_ends_at_its_time_limit",
+    ("docker inspect matches the plan", "run"): "test_verify::test_mismatch_refuses_the_start_and_removes_the_container",
+    ("docker inspect matches the plan", "up"): "test_matrix::test_up_refuses_a_container_that_differs_from_the_plan",
+    ("bind sources unchanged since compile", "run"): "test_verify::test_a_vanished_bind_source_refuses_the_start",
+    ("bind sources unchanged since compile", "up"): "test_matrix::test_up_refuses_a_vanished_bind_source",
+    ("surface report (files host tools run)", "run"):
+        "test_git_escape::test_a_nested_repository_is_reported_and_ci_fails_with_its_own_code",
+    ("surface report (files host tools run)", "up"):
+        "test_git_escape::test_down_reports_what_the_agent_of_an_up_sandbox_planted",
+}
+
+
+def test_every_row_has_a_cell_for_every_target_and_the_targets_are_every_way_a_sandbox_starts():
+    assert set(TARGETS) == {"run", "up", "devcontainer"} | {f for f, (_, external) in FORMATS.items() if external}
+    for row, cells in BY_TARGET.items():
+        assert tuple(cells) == TARGETS or set(cells) == set(TARGETS), row
+    policy = load_policy("ci")
+    for target in TARGETS:   # every field resolves for every target, in every variant the presets have
+        from launcher.layers import effective, full_layer, LayerKind
+
+        eff = effective(policy, [full_layer(LayerKind.BASE, policy)])
+        assert [r.field for r in explain.rows(eff, target)] == list(FIELDS)
+
+
+def test_every_enforced_cell_names_a_test_that_exists():
+    enforced = {(row, t) for row, cells in BY_TARGET.items() for t, e in cells.items()
+                if e.component is not Component.NOTHING}
+    assert enforced == set(PROOF)
+    for module, name in (p.split("::") for p in PROOF.values()):
+        assert callable(getattr(importlib.import_module(module), name)), name
+
+
+@pytest.mark.parametrize("target", ["argv", "compose", "devcontainer"])
+def test_explain_and_check_say_what_a_target_does_not_enforce(target):
+    runner = CliRunner()
+    text = runner.invoke(main, ["explain", "--target", target, "-w", "."]).output
+    data = json.loads(runner.invoke(main, ["explain", "--target", target, "--json", "-w", "."]).output)
+    for row, why in explain.not_enforced(target):
+        assert f"not enforced for {target} (`run` enforces it): {row}: {why}" in text
+    assert {n["field"] for n in data["not_enforced_here"]} == {row for row, _ in explain.not_enforced(target)}
+    assert "limits.timeout" in {n["field"] for n in data["not_enforced_here"]} or target == "devcontainer"
+    strict = runner.invoke(main, ["check", "--target", target, "--strict", "-w", "."])
+    assert strict.exit_code == 120 and "not enforced by" in strict.output
+    assert runner.invoke(main, ["check", "--target", target, "-w", "."]).exit_code == 0
+
+
+def test_run_and_up_enforce_everything_the_table_knows():
+    assert explain.not_enforced("run") == explain.not_enforced("up") == []
+
+
+@pytest.mark.parametrize("fmt", ["argv", "compose"])
+def test_compile_warns_on_stderr_about_what_the_format_does_not_enforce(fmt, tmp_path):
+    result = CliRunner().invoke(main, ["compile", "--format", fmt, "-w", str(tmp_path)])
+    assert result.exit_code == 0
+    assert f"warning: {fmt} does not enforce limits.timeout" in result.output
+
+
+def test_a_dev_container_ends_at_its_time_limit():
+    from launcher.targets import devcontainer
+
+    plan = compile_policy(load_policy("devcontainer"), fake_facts(), kind="up")
+    dockerfile = devcontainer.files(plan)["Dockerfile"]
+    assert json.dumps(list(up_main(12 * 3600))[-3:])[1:-1] in dockerfile   # the preset's 12h
+
+
+def _up_plan(**facts):
+    return compile_policy(load_policy("untrusted"), fake_facts(**facts), kind="up")
+
+
+def test_up_refuses_a_container_that_differs_from_the_plan():
+    engine = FakeEngine(tamper=lambda a: a["HostConfig"].update(Privileged=True))
+    with pytest.raises(ProbeFailed, match="Privileged"):
+        launch.up(engine, _up_plan(), Recorder())
+    assert engine.calls == ["create", "remove"]
+
+
+def test_up_refuses_a_vanished_bind_source():
+    engine = FakeEngine()
+    with pytest.raises(ProbeFailed, match="changed or vanished"):
+        launch.up(engine, _up_plan(workspace="/nonexistent/repo"), Recorder())
+    assert engine.calls == ["create", "remove"]
