@@ -2,33 +2,57 @@
 # POSIX sh for busybox ash; interface in CONTRACT.md. Run as:
 #   /.sandbox/probe/busybox sh /.sandbox/probe/probe.sh key=value... -- agent argv...
 #
+# Phases, in the order of this file:
+#   1. library    _p_* helpers: the result line, escaping, comma lists, write tests
+#   2. arguments  parse_args: the expectations into read-only A_<key>; a bad one ends the probe
+#   3. gather     gather_*: what several checks read (process status, mountinfo, routes, cgroup
+#                 files, environments, proxy-mode network answers), read once into read-only
+#                 S_*, MI_*, RT_*, CG_*, ENV_*, EG_* variables. Gathering parses and validates;
+#                 it never compares with an expectation.
+#   4. checks     check_<id> ("." in the id as "_"), one per check: reads A_*, the gathered
+#                 variables and files of its own, keeps everything else local, and reports one
+#                 line through _p_line. No check reads what another check computed.
+#   5. run        run_checks: the one ordered list of checks, then PROBE-END
+#   6. exec       __sbx_probe_exec: only after phases 2-5 passed, in the probe's own process
+#
 # Design notes (why, not what):
 # - The image is untrusted: every tool is "$BB" <applet>; a bare name is only ever a shell
-#   builtin. PATH is emptied inside the checks so a slip cannot reach the image.
-# - All checks run in a subshell: nothing they assign can leak into the agent's environment.
+#   builtin or a function of this file. PATH is emptied for phases 2-5 so a slip cannot reach
+#   the image.
+# - Phases 2-5 run in a subshell: nothing they assign can leak into the agent's environment.
 #   At top level the script assigns no variable; the exec step restores what ash itself changes
 #   at startup (SHLVL, PWD) and verifies the exported environment is byte-identical to the one
 #   the probe was given before it execs.
-# - Fail closed: anything unreadable, unparsable or missing where required fails its check.
-# - Never writes to /proc or /sys, never mounts, no network traffic. Write tests create a fresh
-#   name with O_EXCL (noclobber) and remove it again if the creation unexpectedly succeeds;
-#   "open for writing" tests use ">>" on existing regular files and write nothing.
+# - Fail closed: anything unreadable, unparsable or missing where required fails its check. A
+#   write to a read-only variable ends the subshell, and with it the probe, without PROBE-END.
+# - Never writes to /proc or /sys, never mounts, no network traffic beyond the proxy-mode
+#   checks. Write tests create a fresh name with O_EXCL (noclobber) and remove it again if the
+#   creation unexpectedly succeeds; "open for writing" tests use ">>" on existing regular files
+#   and write nothing.
 # - Fast: files are read whole and split in memory (ash's read builtin does one syscall per
-#   byte); one find walks all mounts that can hold sockets. About 30-40 ms in a Debian container.
+#   byte, and every syscall passes the seccomp filter); one find walks all mounts that can hold
+#   sockets. About 30-40 ms in a Debian container.
+# - ash scopes variables dynamically: a helper sees its caller's locals. Helpers name their
+#   locals with a leading "_" so that a list they fill by name (_p_add) is never shadowed.
 
-# ---------------------------------------------------------------------------------------------
-# helpers (all run inside the checks subshell)
+# =============================================================================================
+# 1. library
 
-# _p_line ID OK EXPECTED OBSERVED -- one result line; OK is 1 for pass
+# _p_line ID OK EXPECTED OBSERVED -- one result line; OK is 1 for pass. _P_N and _P_FAILED are
+# the report's counters, updated only here.
 _p_line() {
-	_l_e=${3:--}
-	_l_o=${4:--}
-	_l_e=${_l_e//[[:cntrl:]]/ }   # tabs, newlines, CRs and escapes would break the line format
-	_l_o=${_l_o//[[:cntrl:]]/ }
-	if [ "$2" = 1 ]; then _l_r=pass; else _l_r=fail; _P_FAILED=1; fi
+	local _e _o _r
+	_e=${3:--}
+	_o=${4:--}
+	_e=${_e//[[:cntrl:]]/ }   # tabs, newlines, CRs and escapes would break the line format
+	_o=${_o//[[:cntrl:]]/ }
+	if [ "$2" = 1 ]; then _r=pass; else _r=fail; _P_FAILED=1; fi
 	_P_N=$((_P_N + 1))
-	printf 'PROBE\t%s\t%s\t%s\t%s\n' "$1" "$_l_r" "$_l_e" "$_l_o"
+	printf 'PROBE\t%s\t%s\t%s\t%s\n' "$1" "$_r" "$_e" "$_o"
 }
+
+# The helpers below that produce a string put it in _P_R (a command substitution would fork);
+# the caller reads it at once.
 
 # _p_esc VALUE -> _P_R: escaped like mountinfo (plus comma), for comparing and reporting
 _p_esc() {
@@ -49,10 +73,11 @@ _p_dec() {
 
 # _p_add LISTVAR ITEM -- append ITEM to the comma list in LISTVAR unless already there
 _p_add() {
-	eval "_a_l=\$$1"
-	case ",$_a_l," in
+	local _a
+	eval "_a=\$$1"
+	case ",$_a," in
 	*",$2,"*) ;;
-	*) eval "$1=\${_a_l:+\$_a_l,}\$2" ;;
+	*) eval "$1=\${_a:+\$_a,}\$2" ;;
 	esac
 }
 
@@ -67,19 +92,25 @@ _p_slash() {
 	case $1 in */) _P_R=$1 ;; *) _P_R=$1/ ;; esac
 }
 
+# _p_left PATH -- a probe file could not be removed again: reported as check "cleanup" at the end
+_p_left() {
+	_p_esc "$1"; _p_add _P_LEFT "$_P_R"
+}
+
 # _p_trycreate DIR -- 0 if a new file could be created in DIR (it is removed again)
 _p_trycreate() {
+	local _b _f _n
 	_p_slash "$1"
-	_t_b="$_P_R.sandbox-probe.$$"
-	_t_f=$_t_b
-	_t_n=0
-	while [ -e "$_t_f" ] || [ -L "$_t_f" ]; do
-		_t_n=$((_t_n + 1))
-		[ "$_t_n" -lt 100 ] || return 0   # cannot find a free name: treat as writable
-		_t_f="$_t_b.$_t_n"
+	_b="$_P_R.sandbox-probe.$$"
+	_f=$_b
+	_n=0
+	while [ -e "$_f" ] || [ -L "$_f" ]; do
+		_n=$((_n + 1))
+		[ "$_n" -lt 100 ] || return 0   # cannot find a free name: treat as writable
+		_f="$_b.$_n"
 	done
-	if { true >"$_t_f"; } 2>/dev/null; then
-		"$BB" rm -f -- "$_t_f" 2>/dev/null || { _p_esc "$_t_f"; _p_add _P_LEFT "$_P_R"; }
+	if { true >"$_f"; } 2>/dev/null; then
+		"$BB" rm -f -- "$_f" 2>/dev/null || _p_left "$_f"
 		return 0
 	fi
 	return 1
@@ -88,15 +119,16 @@ _p_trycreate() {
 # _p_trymissing PATH -- PATH does not exist: 0 if its first missing component can be created
 # (it is removed again), 2 if the nearest existing ancestor is not a directory, else 1
 _p_trymissing() {
-	_m_c=$1
+	local _c _p
+	_c=$1
 	while :; do
-		_m_p=${_m_c%/*}; [ -n "$_m_p" ] || _m_p=/
-		{ [ -e "$_m_p" ] || [ -L "$_m_p" ]; } && break
-		_m_c=$_m_p
+		_p=${_c%/*}; [ -n "$_p" ] || _p=/
+		{ [ -e "$_p" ] || [ -L "$_p" ]; } && break
+		_c=$_p
 	done
-	[ -d "$_m_p" ] || return 2
-	if "$BB" mkdir -- "$_m_c" 2>/dev/null; then
-		"$BB" rmdir -- "$_m_c" 2>/dev/null || { _p_esc "$_m_c"; _p_add _P_LEFT "$_P_R"; }
+	[ -d "$_p" ] || return 2
+	if "$BB" mkdir -- "$_c" 2>/dev/null; then
+		"$BB" rmdir -- "$_c" 2>/dev/null || _p_left "$_c"
 		return 0
 	fi
 	return 1
@@ -104,108 +136,896 @@ _p_trymissing() {
 
 # _p_validpath ESCAPED -- absolute, no raw whitespace, only \ooo escapes
 _p_validpath() {
+	local _r
 	case $1 in /*) ;; *) return 1 ;; esac
 	case $1 in *" "* | *"$_P_TAB"* | *"$_P_NL"*) return 1 ;; esac
-	_v_r=$1
+	_r=$1
 	while :; do
-		case $_v_r in *\\*) ;; *) return 0 ;; esac
-		_v_r=${_v_r#*\\}
-		case $_v_r in [0-3][0-7][0-7]*) ;; *) return 1 ;; esac
+		case $_r in *\\*) ;; *) return 0 ;; esac
+		_r=${_r#*\\}
+		case $_r in [0-3][0-7][0-7]*) ;; *) return 1 ;; esac
 	done
 }
 
+# _p_validlist LIST -- empty, or comma-separated valid paths
 _p_validlist() {
+	local _i
 	[ -z "$1" ] && return 0
 	case $1 in ,* | *, | *,,*) return 1 ;; esac
-	set -f; _vl_ifs=$IFS; IFS=,
-	for _vl_i in $1; do
-		_p_validpath "$_vl_i" || { IFS=$_vl_ifs; set +f; return 1; }
+	set -f; IFS=,
+	for _i in $1; do
+		_p_validpath "$_i" || { IFS=$_P_IFS; set +f; return 1; }
 	done
-	IFS=$_vl_ifs; set +f
+	IFS=$_P_IFS; set +f
 	return 0
 }
-
-# ---------------------------------------------------------------------------------------------
-# ---- proxy mode: active checks from the sandbox's own network namespace -----------------------
-# They run concurrently (each waits up to a second for something that must not answer) and print
-# "id<TAB>0|1<TAB>expected<TAB>observed" lines for the main shell to record.
 
 # _p_within SECONDS CMD... -- run CMD for at most SECONDS (fractions work, unlike busybox
 # timeout, which counts whole seconds); its output and exit status are CMD's, 143 if cut off
 _p_within() {
-	_w_s=$1; shift
+	local _s _p
+	_s=$1; shift
 	"$@" &
-	_w_p=$!
-	"$BB" sleep "$_w_s"
-	kill "$_w_p" 2>/dev/null
-	wait "$_w_p"
+	_p=$!
+	"$BB" sleep "$_s"
+	kill "$_p" 2>/dev/null
+	wait "$_p"
 }
 
-# _p_hexip HEX -- little-endian hex of /proc/net/route to a dotted quad in _P_R
+# _p_hexip HEX -> _P_R: little-endian hex of /proc/net/route as a dotted quad
 _p_hexip() {
 	_P_R=$((0x${1#??????})).$((0x$(printf '%s' "$1" | "$BB" cut -c5-6))).$((0x$(printf '%s' "$1" | "$BB" cut -c3-4))).$((0x${1%??????}))
 }
 
-_p_chk_proxy() {
-	_c_host=${A_proxy%:*}; _c_port=${A_proxy##*:}
+# =============================================================================================
+# 2. arguments: A_<key> for every key below, validated; anything wrong ends the probe with one
+# "args" line and exit 97, before anything is gathered
+
+parse_args() {
+	local keys bad= seen= dash=0 nafter=0 arg k v ok
+	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,net,pids,mem,proxy,denyhost,dnsname,"
+	for arg in "$@"; do
+		if [ "$dash" = 1 ]; then nafter=$((nafter + 1)); continue; fi
+		case $arg in
+		--) dash=1; continue ;;
+		*=*) k=${arg%%=*}; v=${arg#*=} ;;
+		*) _p_esc "$arg"; _p_add bad "bad:$_P_R"; continue ;;
+		esac
+		case $keys in *",$k,"*) ;; *) _p_esc "$k"; _p_add bad "unknown:$_P_R"; continue ;; esac
+		if _p_in "$k" "$seen"; then _p_add bad "duplicate:$k"; continue; fi
+		_p_add seen "$k"
+		eval "A_$k=\$v"
+		ok=1
+		case $k in
+		uid | gid) case $v in '' | *[!0-9]*) ok=0 ;; esac ;;
+		capbnd) case $v in *[!0-9a-fA-F]*) ok=0 ;; esac; [ "${#v}" = 16 ] || ok=0 ;;
+		nnp) case $v in 0 | 1) ;; *) ok=0 ;; esac ;;
+		seccomp) case $v in 0 | 1 | 2) ;; *) ok=0 ;; esac ;;
+		pids | mem) case $v in max) ;; '' | *[!0-9]*) ok=0 ;; esac ;;
+		net) case $v in none | proxy) ;; *) ok=0 ;; esac ;;
+		proxy) case $v in -) ;; *:*[!0-9]* | :* | *: | *[!a-z0-9.:-]*) ok=0 ;; *:*) ;; *) ok=0 ;; esac ;;
+		denyhost | dnsname) case $v in -) ;; '' | *[!a-z0-9.-]*) ok=0 ;; esac ;;
+		workspace | wsroot) [ "$v" = - ] || _p_validpath "$v" || ok=0 ;;
+		*) _p_validlist "$v" || ok=0 ;;
+		esac
+		[ "$ok" = 1 ] || { _p_esc "$v"; _p_add bad "invalid:$k=$_P_R"; }
+	done
+	set -f; IFS=,
+	for k in ${keys#,}; do
+		[ -n "$k" ] || continue
+		_p_in "$k" "$seen" || _p_add bad "missing:$k"
+	done
+	IFS=$_P_IFS; set +f
+	[ "$dash" = 1 ] || _p_add bad "missing:--"
+	[ "$dash" = 1 ] && [ "$nafter" = 0 ] && _p_add bad "missing:agent-argv"
+	if [ "$A_workspace" != - ] && [ "$A_wsroot" = - ]; then _p_add bad "invalid:wsroot=-"; fi
+	if [ "$A_net" = proxy ] && { [ "$A_proxy" = - ] || [ "$A_denyhost" = - ]; }; then _p_add bad "invalid:proxy=-"; fi
+	if [ -n "$bad" ]; then
+		_p_line args 0 "key=value... -- argv" "$bad"
+		printf 'PROBE-END\tfail\t%s\n' "$_P_N"
+		exit 97
+	fi
+	case $A_capbnd in *[A-F]*) A_capbnd=$(printf '%s' "$A_capbnd" | "$BB" tr A-F a-f) ;; esac
+	_p_dec "$A_wsroot"; _p_esc "$_P_R"; A_wsroot=$_P_R   # raw commas -> \054, like mountinfo fields
+	set -f; IFS=,
+	for k in ${keys#,}; do [ -z "$k" ] || readonly "A_$k"; done
+	IFS=$_P_IFS; set +f
+}
+
+# =============================================================================================
+# 3. gather
+
+# /proc/$$/status, of the process that will exec the agent ($$ is it, also in the subshell):
+#   S_OK             1 when it was read and has a Uid: line
+#   S_<Field>        the value of Uid, Gid, CapInh, CapPrm, CapEff, CapBnd, CapAmb, NoNewPrivs,
+#                    Seccomp (empty when missing) and Groups ("-" when missing), blanks squeezed
+#                    at the ends and tabs as spaces
+gather_status() {
+	local st ln k v
+	S_OK=1
+	S_Uid= S_Gid= S_Groups=- S_CapInh= S_CapPrm= S_CapEff= S_CapBnd= S_CapAmb= S_NoNewPrivs= S_Seccomp=
+	st=$("$BB" cat "/proc/$$/status" 2>/dev/null) || S_OK=0
+	set -f; IFS=$_P_NL
+	for ln in $st; do
+		k=${ln%%:*}
+		v=${ln#*:}
+		v=${v//$_P_TAB/ }
+		while :; do case $v in " "*) v=${v# } ;; *) break ;; esac; done
+		while :; do case $v in *" ") v=${v% } ;; *) break ;; esac; done
+		case $k in
+		Uid | Gid | Groups | CapInh | CapPrm | CapEff | CapBnd | CapAmb | NoNewPrivs | Seccomp)
+			eval "S_$k=\$v" ;;
+		esac
+	done
+	IFS=$_P_IFS; set +f
+	[ -n "$S_Uid" ] || S_OK=0
+	readonly S_OK S_Uid S_Gid S_Groups S_CapInh S_CapPrm S_CapEff S_CapBnd S_CapAmb S_NoNewPrivs S_Seccomp
+}
+
+# /proc/$$/mountinfo; its fields:
+#   id parent major:minor root mountpoint options [optional...] - fstype source superopts
+#   MI_OK            1 when it was read and every line parsed (options hold rw or ro)
+#   MI_ERR           what a mount check reports when MI_OK is not 1
+#   MI_ROOT_OPTS, MI_SYS_OPTS, MI_PROCSYS_OPTS
+#                    mount options of the visible /, /sys, /proc/sys (empty: no such mount;
+#                    the last one listed at a point is the visible one)
+#   MI_DEV_MM        major:minor of /dev ("none" without one): masked /proc paths are binds of
+#                    /dev/null, so root /null on this device
+#   MI_TABLE         one line per mount, "id parent major:minor root mountpoint options fstype",
+#                    commas in root and mountpoint as \054 so they compare with the A_* lists
+#                    (mountinfo escapes blanks, so the fields split on spaces)
+#   MI_POINTS        comma list of every mount point
+gather_mountinfo() {
+	local mi ln id par mm root mp opts fst
+	MI_OK=1
+	MI_ERR="mountinfo unreadable or unparsable"
+	mi=$("$BB" cat "/proc/$$/mountinfo" 2>/dev/null) || MI_OK=0
+	[ -n "$mi" ] || MI_OK=0
+
+	# pass 1: the line shape, and the mounts other rules refer to
+	MI_ROOT_OPTS= MI_SYS_OPTS= MI_PROCSYS_OPTS= MI_DEV_MM=none
+	set -f; IFS=$_P_NL
+	for ln in $mi; do
+		IFS=' '; set -- $ln
+		[ "$#" -ge 9 ] || { MI_OK=0; continue; }
+		mm=$3 mp=$5 opts=$6
+		shift 6
+		while [ "$#" -gt 0 ] && [ "$1" != - ]; do shift; done
+		[ "$#" -ge 2 ] || { MI_OK=0; continue; }
+		case $mp in
+		/) MI_ROOT_OPTS=$opts ;;
+		/sys) MI_SYS_OPTS=$opts ;;
+		/proc/sys) MI_PROCSYS_OPTS=$opts ;;
+		/dev) MI_DEV_MM=$mm ;;
+		esac
+	done
+	IFS=$_P_IFS; set +f
+
+	# pass 2 (only on well-shaped lines): the fields, into the table
+	MI_TABLE= MI_POINTS=
+	set -f; IFS=$_P_NL
+	[ "$MI_OK" = 1 ] && for ln in $mi; do
+		IFS=' '; set -- $ln
+		id=$1 par=$2 mm=$3 root=$4 mp=$5 opts=$6
+		shift 6
+		while [ "$#" -gt 0 ] && [ "$1" != - ]; do shift; done
+		fst=$2
+		case $mp in /*) ;; *) MI_OK=0; continue ;; esac
+		case $mm in *:*) ;; *) MI_OK=0; continue ;; esac
+		[ -n "$fst" ] && [ -n "$opts" ] || { MI_OK=0; continue; }
+		case ",$opts," in *,rw,* | *,ro,*) ;; *) MI_OK=0 ;; esac
+		mp=${mp//,/\\054}
+		root=${root//,/\\054}
+		_p_add MI_POINTS "$mp"
+		MI_TABLE="$MI_TABLE$id $par $mm $root $mp $opts $fst$_P_NL"
+	done
+	IFS=$_P_IFS; set +f
+	readonly MI_OK MI_ERR MI_ROOT_OPTS MI_SYS_OPTS MI_PROCSYS_OPTS MI_DEV_MM MI_TABLE MI_POINTS
+}
+
+# /proc/net/route (header line, then one line per IPv4 route):
+#   RT_OK            1 when it could be opened
+#   RT_N             number of routes (-1: not even the header line)
+#   RT_DEVS          comma list of the interfaces the routes use
+#   RT_GW            the default route's gateway, little-endian hex as in the file (empty: none)
+gather_routes() {
+	local ln
+	RT_OK=1 RT_N=-1 RT_DEVS= RT_GW=
+	if { while IFS= read -r ln; do
+		RT_N=$((RT_N + 1))
+		[ "$RT_N" -gt 0 ] || continue
+		set -f; set -- $ln; set +f
+		_p_in "$1" "$RT_DEVS" || _p_add RT_DEVS "$1"
+		[ "$2" != 00000000 ] || RT_GW=$3
+	done </proc/net/route; } 2>/dev/null; then :; else RT_OK=0; fi
+	readonly RT_OK RT_N RT_DEVS RT_GW
+}
+
+# the cgroup files of the limits (v2 when cgroup.controllers exists, else v1):
+#   CG_PIDS, CG_MEM  paths of the pids and memory limit
+gather_cgroup() {
+	if [ -e /sys/fs/cgroup/cgroup.controllers ]; then
+		CG_PIDS=/sys/fs/cgroup/pids.max; CG_MEM=/sys/fs/cgroup/memory.max
+	else
+		CG_PIDS=/sys/fs/cgroup/pids/pids.max; CG_MEM=/sys/fs/cgroup/memory/memory.limit_in_bytes
+	fi
+	readonly CG_PIDS CG_MEM
+}
+
+# every readable environment: the probe's own first, then each /proc/*/environ; unreadable ones
+# are skipped. Entries stay raw (a value may hold any byte but NUL), one variable each:
+#   ENV_N            number of entries
+#   ENV_1 ... ENV_<ENV_N>  NAME=value, as in the file
+gather_environ() {
+	local f e own=0
+	ENV_N=0
+	for f in /proc/$$/environ /proc/[0-9]*/environ; do
+		[ "$f" = "/proc/$$/environ" ] && { own=$((own + 1)); [ "$own" = 1 ] || continue; }
+		{ while IFS= read -r -d '' e; do
+			ENV_N=$((ENV_N + 1))
+			eval "ENV_$ENV_N=\$e; readonly ENV_$ENV_N"
+		done <"$f"; } 2>/dev/null
+	done
+	readonly ENV_N
+}
+
+# proxy mode only: what the network answers, from the sandbox's own network namespace. The
+# three observations run concurrently (each waits a moment for something that must not answer)
+# and print "key<TAB>value" lines:
+#   EG_GW_IP         the default gateway (the host's side of the network) as a dotted quad
+#   EG_REPORTED      comma list of the observations that reported (proxy, direct, dns)
+#   EG_PROXY         first line of the proxy's answer to a request for A_denyhost (empty: none)
+#   EG_DIRECT        "port:connected|refused|blocked ..." for direct connections to EG_GW_IP
+#   EG_DNS           "resolves" when A_dnsname resolved
+gather_egress() {
+	local out ln
+	EG_GW_IP=
+	[ -z "$RT_GW" ] || { _p_hexip "$RT_GW"; EG_GW_IP=$_P_R; }
+	out=$( {
+		_p_ask_proxy &
+		[ -z "$EG_GW_IP" ] || _p_try_gateway &
+		[ "$A_dnsname" = - ] || _p_lookup &
+		wait
+	} )
+	EG_REPORTED= EG_PROXY= EG_DIRECT= EG_DNS=
+	set -f; IFS=$_P_NL
+	for ln in $out; do
+		case $ln in
+		proxy"$_P_TAB"*) EG_PROXY=${ln#*"$_P_TAB"}; _p_add EG_REPORTED proxy ;;
+		direct"$_P_TAB"*) EG_DIRECT=${ln#*"$_P_TAB"}; _p_add EG_REPORTED direct ;;
+		dns"$_P_TAB"*) EG_DNS=${ln#*"$_P_TAB"}; _p_add EG_REPORTED dns ;;
+		esac
+	done
+	IFS=$_P_IFS; set +f
+	readonly EG_GW_IP EG_REPORTED EG_PROXY EG_DIRECT EG_DNS
+}
+
+# one plain-HTTP request for the deny-test host through the proxy
+_p_ask_proxy() {
+	local _host _port _r
+	_host=${A_proxy%:*}; _port=${A_proxy##*:}
 	# busybox nc hangs up when its input ends, and Squid drops a request whose client left, so
 	# the input stays open a moment while the answer (immediate for a 403) comes back.
-	_c_r=$( { printf 'GET http://%s/ HTTP/1.0\r\nHost: %s\r\n\r\n' "$A_denyhost" "$A_denyhost"; "$BB" sleep 0.3; } |
-		"$BB" nc -w 3 "$_c_host" "$_c_port" 2>&1 | "$BB" head -n 1)
-	_c_r=${_c_r%"$_P_CR"}
-	case $_c_r in
-	HTTP/1.[01]\ *) printf 'egress.proxy\t1\t%s answers\t%s\n' "$A_proxy" "$_c_r" ;;
-	*) printf 'egress.proxy\t0\t%s answers\t%s\n' "$A_proxy" "${_c_r:-no answer}" ;;
+	_r=$( { printf 'GET http://%s/ HTTP/1.0\r\nHost: %s\r\n\r\n' "$A_denyhost" "$A_denyhost"; "$BB" sleep 0.3; } |
+		"$BB" nc -w 3 "$_host" "$_port" 2>&1 | "$BB" head -n 1)
+	printf 'proxy\t%s\n' "${_r%"$_P_CR"}"
+}
+
+# direct connections to the gateway, a few ports at once
+_p_try_gateway() {
+	local _port _e _obs
+	_obs=$(for _port in 80 443 22 2375; do
+		{
+			# A reachable host refuses or accepts within milliseconds: 0.3 s is plenty.
+			_e=$(_p_within 0.3 "$BB" nc -w 1 "$EG_GW_IP" "$_port" </dev/null 2>&1)
+			case $?:$_e in
+			0:*) echo "$_port:connected" ;;
+			*refused*) echo "$_port:refused" ;;
+			*) echo "$_port:blocked" ;;
+			esac
+		} &
+	done; wait)
+	printf 'direct\t%s\n' "$(printf '%s' "$_obs" | "$BB" sort | "$BB" tr '\n' ' ')"
+}
+
+# a name only the proxy may resolve. Docker's resolver answers at once for names it knows; an
+# outside name gets no answer.
+_p_lookup() {
+	case $(_p_within 0.3 "$BB" nslookup "$A_dnsname" 2>&1) in
+	*Name:*) printf 'dns\tresolves\n' ;;
+	*) printf 'dns\tno answer\n' ;;
 	esac
-	case $_c_r in
-	HTTP/1.[01]\ 403*) printf 'egress.denied\t1\t403 for %s\t%s\n' "$A_denyhost" "$_c_r" ;;
-	*) printf 'egress.denied\t0\t403 for %s\t%s\n' "$A_denyhost" "${_c_r:-no answer}" ;;
+}
+
+# =============================================================================================
+# 4. checks, in report order
+
+# _p_ids ID EXPECTED FIELDS -- identity.uid / identity.gid: all four status fields equal the
+# expected id, which is not 0
+_p_ids() {
+	local _ok _v
+	_ok=0; _v=$3
+	if [ "$S_OK" = 1 ]; then
+		set -f; set -- "$1" "$2" $_v; set +f
+		[ "$#" = 6 ] && [ "$3" = "$2" ] && [ "$4" = "$2" ] && [ "$5" = "$2" ] &&
+			[ "$6" = "$2" ] && [ "$2" != 0 ] && _ok=1
+	else _v="status unreadable"; fi
+	_p_line "$1" "$_ok" "$2" "$_v"
+}
+
+check_identity_uid() { _p_ids identity.uid "$A_uid" "$S_Uid"; }
+
+check_identity_gid() { _p_ids identity.gid "$A_gid" "$S_Gid"; }
+
+# no supplementary group 0
+check_identity_groups() {
+	local ok=0 obs g
+	if [ "$S_OK" = 1 ] && [ "$S_Groups" != - ]; then
+		ok=1
+		set -f
+		for g in $S_Groups; do
+			case $g in 0) ok=0 ;; '' | *[!0-9]*) ok=0 ;; esac
+		done
+		set +f
+		obs=$S_Groups
+	else obs="status unreadable"; fi
+	_p_line identity.groups "$ok" "no 0" "$obs"
+}
+
+# inheritable, permitted, effective, ambient all zero (one check: Docker clears Inh and never
+# sets Amb for a non-root user, so they cannot fail on their own)
+check_caps_process() {
+	local ok=1 obs= k c
+	for k in Inh Prm Eff Amb; do
+		eval "c=\$S_Cap$k"
+		[ "$c" = 0000000000000000 ] || ok=0
+		obs="$obs ${k}=${c:-missing}"
+	done
+	_p_line caps.process "$ok" "Inh=Prm=Eff=Amb=0000000000000000" "${obs# }"
+}
+
+check_caps_bnd() {
+	local ok=0
+	[ -n "$S_CapBnd" ] && [ "$S_CapBnd" = "$A_capbnd" ] && ok=1
+	_p_line caps.bnd "$ok" "$A_capbnd" "${S_CapBnd:-missing}"
+}
+
+check_nnp() {
+	local ok=0
+	[ -n "$S_NoNewPrivs" ] && [ "$S_NoNewPrivs" = "$A_nnp" ] && ok=1
+	_p_line nnp "$ok" "$A_nnp" "${S_NoNewPrivs:-missing}"
+}
+
+check_seccomp_mode() {
+	local ok=0
+	[ -n "$S_Seccomp" ] && [ "$S_Seccomp" = "$A_seccomp" ] && ok=1
+	_p_line seccomp.mode "$ok" "$A_seccomp" "${S_Seccomp:-missing}"
+}
+
+# a new user namespace (and a new net namespace) must be refused. No -r: mapping ids would
+# mean writing /proc/self/uid_map.
+check_seccomp_unshare() {
+	local ok=1 obs= k o
+	for k in U n; do
+		o=$("$BB" unshare -"$k" "$BB" true 2>&1 </dev/null)
+		if [ "$?" = 0 ]; then
+			ok=0; o=succeeded
+		else
+			o=${o#unshare: }
+			[ -n "$o" ] || o=failed
+		fi
+		obs="${obs:+$obs; }-$k: $o"
+	done
+	_p_line seccomp.unshare "$ok" "unshare -U and -n refused" "$obs"
+}
+
+check_fs_root_ro() {
+	local ok=0 obs
+	if [ "$MI_OK" = 1 ] && [ -n "$MI_ROOT_OPTS" ]; then
+		case ",$MI_ROOT_OPTS," in *,ro,*) ok=1 ;; esac
+		obs="/ $MI_ROOT_OPTS"
+	elif [ "$MI_OK" = 1 ]; then obs="no / mount"
+	else obs=$MI_ERR; fi
+	_p_line fs.root_ro "$ok" "/ ro" "$obs"
+}
+
+# creating a file in these directories fails with EROFS. Any other refusal (EACCES as a
+# non-root user) would hide a writable root, so it fails the check too.
+check_fs_rofs() {
+	local ok=1 obs= p d t e
+	set -f; IFS=,
+	for p in $A_rofs; do
+		IFS=$_P_IFS; set +f
+		_p_dec "$p"; d=$_P_R
+		if [ -d "$d" ]; then
+			_p_slash "$d"; t="$_P_R.sandbox-probe.$$"
+		elif [ -e "$d" ] || [ -L "$d" ]; then
+			t=
+			ok=0; _p_add obs "notdir:$p"
+		else
+			t=$d   # creating the missing directory's name is refused the same way
+		fi
+		if [ -n "$t" ]; then
+			if [ -e "$t" ] || [ -L "$t" ]; then ok=0; _p_add obs "exists:$p"
+			elif e=$( { true >"$t"; } 2>&1 ); then
+				"$BB" rm -f -- "$t" 2>/dev/null || _p_left "$t"
+				ok=0; _p_add obs "writable:$p"
+			else
+				case $e in *"Read-only file system"*) ;; *) ok=0; _p_add obs "not-erofs:$p" ;; esac
+			fi
+		fi
+		set -f; IFS=,
+	done
+	IFS=$_P_IFS; set +f
+	_p_line fs.rofs "$ok" "EROFS in $A_rofs" "$obs"
+}
+
+# /sys a read-only mount, /proc/sys a read-only mount, sysrq-trigger not writable
+check_fs_sysfs_ro() {
+	local ok=1 obs=
+	if [ "$MI_OK" != 1 ]; then ok=0; obs=$MI_ERR
+	else
+		case ",$MI_SYS_OPTS," in
+		*,ro,*) obs="/sys=ro" ;;
+		,,) ok=0; obs="/sys=no-mount" ;;
+		*) ok=0; obs="/sys=rw" ;;
+		esac
+		# /proc/sys must be its own read-only mount: file modes alone would also refuse a
+		# non-root writer, and would hide a runtime that left it writable.
+		case ",$MI_PROCSYS_OPTS," in
+		*,ro,*) obs="$obs /proc/sys=ro" ;;
+		,,) ok=0; obs="$obs /proc/sys=no-mount" ;;
+		*) ok=0; obs="$obs /proc/sys=rw" ;;
+		esac
+	fi
+	if { true >>/proc/sysrq-trigger; } 2>/dev/null; then
+		ok=0; obs="$obs sysrq-trigger=writable"
+	else obs="$obs sysrq-trigger=refused"; fi
+	_p_line fs.sysfs_ro "$ok" "/sys ro, /proc/sys ro mount, sysrq-trigger refused" "$obs"
+}
+
+# every mount point is declared (mounts, protected) or one the engine makes
+check_mounts_inventory() {
+	local ok=0 undecl= ln mm root mp fst known
+	if [ "$MI_OK" != 1 ]; then _p_line mounts.inventory 0 "$A_mounts" "$MI_ERR"; return; fi
+	set -f; IFS=$_P_NL
+	for ln in $MI_TABLE; do
+		IFS=' '; set -- $ln
+		mm=$3 root=$4 mp=$5 fst=$7
+		known=0
+		case $mp in
+		/ | /proc | /dev | /dev/pts | /dev/shm | /dev/mqueue | /sys | /etc/resolv.conf | /etc/hostname | /etc/hosts) known=1 ;;
+		/proc/* | /sys/*)
+			case $fst in
+			proc | sysfs | cgroup | cgroup2) known=1 ;;
+			tmpfs) [ "$root" = / ] || { [ "$root" = /null ] && [ "$mm" = "$MI_DEV_MM" ]; } && known=1 ;;
+			esac ;;
+		esac
+		[ "$known" = 1 ] || _p_in "$mp" "$A_mounts" || _p_in "$mp" "$A_protected" || _p_add undecl "$mp"
+	done
+	IFS=$_P_IFS; set +f
+	[ -z "$undecl" ] && ok=1
+	_p_line mounts.inventory "$ok" "$A_mounts" "$undecl"
+}
+
+# the mounts with the rw per-mount option, minus the engine's own rw mounts, are exactly the
+# declared writable ones
+check_mounts_writable() {
+	local ok=1 wset= ln mm root mp opts fst eng p
+	if [ "$MI_OK" != 1 ]; then _p_line mounts.writable 0 "$A_writable" "$MI_ERR"; return; fi
+	set -f; IFS=$_P_NL
+	for ln in $MI_TABLE; do
+		IFS=' '; set -- $ln
+		mm=$3 root=$4 mp=$5 opts=$6 fst=$7
+		case ",$opts," in *,rw,*) ;; *) continue ;; esac
+		eng=0
+		case $mp in
+		/proc | /dev | /dev/pts | /dev/shm | /dev/mqueue | /etc/resolv.conf | /etc/hostname | /etc/hosts) eng=1 ;;
+		/proc/*) [ "$root" = /null ] && [ "$mm" = "$MI_DEV_MM" ] && eng=1 ;;
+		/sys/fs/cgroup) [ "$fst" = tmpfs ] && eng=1 ;;   # cgroup v1: root-owned 0555 tmpfs
+		esac
+		[ "$eng" = 1 ] || _p_add wset "$mp"
+	done
+	IFS=,
+	for p in $wset; do _p_in "$p" "$A_writable" || ok=0; done
+	for p in $A_writable; do _p_in "$p" "$wset" || ok=0; done
+	IFS=$_P_IFS; set +f
+	_p_line mounts.writable "$ok" "$A_writable" "$wset"
+}
+
+# exactly one bind mount at the workspace, its root a suffix of the host real path
+check_mounts_workspace() {
+	local ok=1 n=0 fst= root= ln
+	if [ "$A_workspace" = - ]; then _p_line mounts.workspace 1 - -; return; fi
+	if [ "$MI_OK" != 1 ]; then _p_line mounts.workspace 0 "$A_workspace <- $A_wsroot" "$MI_ERR"; return; fi
+	set -f; IFS=$_P_NL
+	for ln in $MI_TABLE; do
+		IFS=' '; set -- $ln
+		[ "$5" = "$A_workspace" ] || continue
+		n=$((n + 1)); root=$4 fst=$7
+	done
+	IFS=$_P_IFS; set +f
+	[ "$n" = 1 ] || ok=0
+	case $fst in
+	overlay | aufs | proc | sysfs | devpts | mqueue | cgroup | cgroup2 | '') ok=0 ;;
+	tmpfs | ramfs) [ "$root" != / ] || ok=0 ;;   # a bind of a host tmpfs dir is fine
+	esac
+	case $root in /*) ;; *) ok=0 ;; esac
+	case $A_wsroot in *"$root") ;; *) ok=0 ;; esac
+	_p_line mounts.workspace "$ok" "1 bind at $A_workspace <- $A_wsroot" \
+		"$n at $A_workspace, $fst <- $root"
+}
+
+# protected paths cannot be written, replaced (renamed away) or created
+check_fs_protected() {
+	local ok=1 obs= p d pd
+	set -f; IFS=,
+	for p in $A_protected; do
+		IFS=$_P_IFS; set +f
+		_p_dec "$p"; d=$_P_R
+		if [ -L "$d" ] && ! [ -e "$d" ]; then
+			ok=0; _p_add obs "dangling:$p"
+		elif [ -d "$d" ] || [ -f "$d" ]; then
+			if [ -d "$d" ]; then
+				_p_trycreate "$d" && { ok=0; _p_add obs "writable:$p"; }
+			elif { true >>"$d"; } 2>/dev/null; then
+				ok=0; _p_add obs "writable:$p"
+			fi
+			# not a mount point: it could be renamed away unless its directory is read-only too
+			if ! _p_in "$p" "$MI_POINTS"; then
+				pd=${d%/*}; [ -n "$pd" ] || pd=/
+				_p_trycreate "$pd" && { ok=0; _p_add obs "replaceable:$p"; }
+			fi
+		elif [ -e "$d" ]; then
+			ok=0; _p_add obs "type:$p"
+		else
+			# missing: the first missing component must not be creatable
+			_p_trymissing "$d"
+			case $? in
+			0) ok=0; _p_add obs "creatable:$p" ;;
+			2) ok=0; _p_add obs "notdir-parent:$p" ;;
+			esac
+		fi
+		set -f; IFS=,
+	done
+	IFS=$_P_IFS; set +f
+	_p_line fs.protected "$ok" "$A_protected" "$obs"
+}
+
+# no socket file on any mount. Kernel filesystems hold no socket files: pruned. The image's
+# root (read-only overlay) cannot hold one either: image layers cannot carry sockets and its
+# upper layer is read-only. Every other mount is walked once: as a start point when the mount
+# it sits on is not walked, else through that one. One find for all of them.
+check_sockets_mounts() {
+	local ok=1 obs= walk= walked= kern= wk=' ' ln id par mp opts fst p q o rc denied
+	if [ "$MI_OK" != 1 ]; then _p_line sockets.mounts 0 "no socket" "$MI_ERR"; return; fi
+	set -f; IFS=$_P_NL
+	for ln in $MI_TABLE; do
+		IFS=' '; set -- $ln
+		id=$1 par=$2 mp=$5 opts=$6 fst=$7
+		case $fst in
+		proc | sysfs | cgroup | cgroup2 | devpts | mqueue | securityfs | debugfs | tracefs | \
+			pstore | bpf | configfs | fusectl | binfmt_misc | hugetlbfs)
+			_p_add kern "$mp" ;;
+		*)
+			if [ "$mp" = / ] && [ "$fst" = overlay ] && _p_in ro "$opts"; then :; else
+				_p_add walked "$mp"
+				case $wk in *" $par "*) ;; *) _p_add walk "$mp" ;; esac
+				wk="$wk$id "
+			fi ;;
+		esac
+	done
+	IFS=$_P_IFS; set +f
+	set --
+	set -f; IFS=,
+	for p in $walk; do _p_dec "$p"; set -- "$@" "$_P_R"; done
+	if [ "$#" -gt 0 ]; then
+		set -- "$@" \( -path /proc -o -path /sys
+		for p in $kern; do
+			_p_in "$p" "$walked" && continue
+			_p_dec "$p"
+			q=${_P_R//\\/\\\\}; q=${q//\*/\\*}; q=${q//\?/\\?}; q=${q//\[/\\[}
+			set -- "$@" -o -path "$q"
+		done
+		IFS=$_P_IFS; set +f
+		o=$("$BB" find "$@" \) -prune -o -type s -print 2>&1 </dev/null)
+		rc=$?
+		denied=0
+		set -f; IFS=$_P_NL
+		for ln in $o; do
+			case $ln in
+			"find: "*": Permission denied") denied=1 ;;
+			"find: "*) ok=0; _p_esc "${ln#find: }"; _p_add obs "error:$_P_R" ;;
+			*) ok=0; _p_esc "$ln"; _p_add obs "$_P_R" ;;
+			esac
+		done
+		# a non-zero exit must be explained by permission errors only
+		if [ "$rc" != 0 ] && [ "$denied" = 0 ] && [ "$ok" = 1 ]; then ok=0; obs="find failed"; fi
+	fi
+	IFS=$_P_IFS; set +f
+	_p_line sockets.mounts "$ok" "no socket" "$obs"
+}
+
+# no runtime socket path exists (any type)
+check_sockets_runtime() {
+	local ok=1 obs= p
+	for p in /var/run/docker.sock /run/docker.sock /run/containerd/containerd.sock \
+		/var/run/containerd/containerd.sock /run/docker/containerd/containerd.sock \
+		/run/podman/podman.sock /var/run/podman/podman.sock /run/buildkit/buildkitd.sock \
+		/var/run/buildkit/buildkitd.sock /run/crio/crio.sock /var/run/crio/crio.sock \
+		/run/k3s/containerd/containerd.sock /run/dockershim.sock \
+		/run/user/*/docker.sock /run/user/*/podman/podman.sock /run/user/*/buildkit/buildkitd.sock \
+		/run/user/*/containerd/containerd.sock /var/run/user/*/docker.sock; do
+		if [ -e "$p" ] || [ -L "$p" ]; then ok=0; _p_esc "$p"; _p_add obs "$_P_R"; fi
+	done
+	_p_line sockets.runtime "$ok" "none" "$obs"
+}
+
+# no secret-shaped name or value in any readable environment (names reported, never values)
+check_env_secrets() {
+	local ok=0 sec= i=0 e n v
+	while [ "$i" -lt "$ENV_N" ]; do
+		i=$((i + 1))
+		eval "e=\$ENV_$i"
+		n=${e%%=*}
+		case $e in *=*) v=${e#*=} ;; *) v= ;; esac
+		case $n in
+		*[Tt][Oo][Kk][Ee][Nn]* | *[Ss][Ee][Cc][Rr][Ee][Tt]* | *[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]* | \
+			*[Pp][Aa][Ss][Ss][Ww][Dd]* | *[Aa][Pp][Ii]_[Kk][Ee][Yy]* | *[Aa][Cc][Cc][Ee][Ss][Ss]_[Kk][Ee][Yy]* | \
+			*[Pp][Rr][Ii][Vv][Aa][Tt][Ee]_[Kk][Ee][Yy]* | *[Cc][Rr][Ee][Dd][Ee][Nn][Tt][Ii][Aa][Ll]* | \
+			[Aa][Ww][Ss]_* | [Aa][Zz][Uu][Rr][Ee]_* | [Gg][Ii][Tt][Hh][Uu][Bb]_[Tt][Oo][Kk][Ee][Nn] | \
+			[Gg][Hh]_[Tt][Oo][Kk][Ee][Nn] | [Ss][Ss][Hh]_[Aa][Uu][Tt][Hh]_[Ss][Oo][Cc][Kk] | \
+			[Gg][Pp][Gg]_[Aa][Gg][Ee][Nn][Tt]_[Ii][Nn][Ff][Oo] | \
+			[Gg][Oo][Oo][Gg][Ll][Ee]_[Aa][Pp][Pp][Ll][Ii][Cc][Aa][Tt][Ii][Oo][Nn]_[Cc][Rr][Ee][Dd][Ee][Nn][Tt][Ii][Aa][Ll][Ss])
+			_p_esc "$n"; _p_add sec "$_P_R" ;;
+		*)
+			case $v in
+			gh[opsur]_* | github_pat_* | glpat-* | sk-* | AKIA* | ASIA* | xox?-* | AIza* | -----BEGIN*)
+				_p_esc "$n"; _p_add sec "$_P_R" ;;
+			esac ;;
+		esac
+	done
+	[ -z "$sec" ] && ok=1
+	_p_line env.secrets "$ok" "no secret-shaped variable" "$sec"
+}
+
+# no container-runtime endpoint in any readable environment, no ~/.docker/config.json
+check_env_runtime() {
+	local ok=0 rt= i=0 e
+	while [ "$i" -lt "$ENV_N" ]; do
+		i=$((i + 1))
+		eval "e=\$ENV_$i"
+		case ${e%%=*} in
+		DOCKER_HOST | DOCKER_CONTEXT | DOCKER_CONFIG | DOCKER_CERT_PATH | DOCKER_TLS_VERIFY | \
+			CONTAINER_HOST | BUILDKIT_HOST | KUBECONFIG) _p_add rt "${e%%=*}" ;;
+		esac
+	done
+	if [ -n "$HOME" ]; then
+		_p_slash "$HOME"
+		if [ -e "$_P_R.docker/config.json" ] || [ -L "$_P_R.docker/config.json" ]; then
+			_p_esc "$_P_R.docker/config.json"; _p_add rt "$_P_R"
+		fi
+	fi
+	[ -z "$rt" ] && ok=1
+	_p_line env.runtime "$ok" "no runtime endpoint" "$rt"
+}
+
+# no credential files in $HOME, no /run/secrets, no credentials in the workspace's git remotes
+check_creds_files() {
+	local ok=1 obs= h ln p f u
+	set --
+	if [ -n "$HOME" ]; then
+		_p_slash "$HOME"; h=$_P_R
+		set -- "$h.ssh" "$h.aws" "$h.config/gcloud" "$h.azure" "$h.kube" "$h.netrc" \
+			"$h.git-credentials" "$h.config/gh/hosts.yml" "$h.pypirc" "$h.gnupg"
+		if [ -f "$h.npmrc" ]; then
+			{ while IFS= read -r ln; do
+				case $ln in *_[Aa][Uu][Tt][Hh]*) ok=0; _p_esc "$h.npmrc"; _p_add obs "$_P_R" ;; esac
+			done <"$h.npmrc"; } 2>/dev/null
+		fi
+	fi
+	set -- "$@" /run/secrets
+	for p in "$@"; do
+		if [ -e "$p" ] || [ -L "$p" ]; then ok=0; _p_esc "$p"; _p_add obs "$_P_R"; fi
+	done
+	if [ "$A_workspace" != - ]; then
+		_p_dec "$A_workspace"; _p_slash "$_P_R"; f="$_P_R.git/config"
+		if [ -f "$f" ]; then
+			{ while IFS= read -r ln; do
+				case $ln in
+				*[Uu][Rr][Ll]*=*://*)
+					u=${ln#*://}; u=${u%%/*}
+					case $u in
+					*:*@*) ok=0; _p_add obs "$A_workspace/.git/config:url-credentials" ;;
+					*@*) case $ln in *[Hh][Tt][Tt][Pp]://* | *[Hh][Tt][Tt][Pp][Ss]://*)
+						ok=0; _p_add obs "$A_workspace/.git/config:url-credentials" ;; esac ;;
+					esac ;;
+				esac
+			done <"$f"; } 2>/dev/null
+		fi
+	fi
+	_p_line creds.files "$ok" "none" "$obs"
+}
+
+# none -> only lo; proxy -> lo and exactly one interface (the internal network)
+check_net_interfaces() {
+	local ok=1 obs= nif=0 p n
+	for p in /sys/class/net/* /sys/class/net/.[!.]*; do
+		[ -e "$p" ] || [ -L "$p" ] || continue   # an unmatched pattern stays literal
+		n=${p##*/}
+		_p_esc "$n"; _p_add obs "$_P_R"
+		[ "$n" = lo ] || nif=$((nif + 1))
+	done
+	_p_in lo "$obs" || ok=0
+	if [ "$A_net" = proxy ]; then
+		[ "$nif" = 1 ] || ok=0
+		_p_line net.interfaces "$ok" "lo and one interface" "$obs"
+	else
+		[ "$nif" = 0 ] || ok=0
+		_p_line net.interfaces "$ok" lo "$obs"
+	fi
+}
+
+# none -> no IPv4 route at all; proxy -> IPv4 routes only through that one interface. Both: no
+# IPv6 address or route beyond lo (IPv6 has no way out).
+check_net_routes() {
+	local ok=1 obs= f ln n
+	if [ "$RT_OK" = 1 ]; then
+		[ "$RT_N" -ge 0 ] || { ok=0; obs="route: empty"; }
+		if [ "$A_net" = proxy ]; then
+			case $RT_DEVS in *,*) ok=0; _p_add obs "ipv4 routes via $RT_DEVS" ;; esac
+		else
+			[ "$RT_N" -le 0 ] || { ok=0; _p_add obs "ipv4 routes: $RT_N"; }
+		fi
+	else ok=0; obs="route: unreadable"; fi
+	for f in /proc/net/if_inet6 /proc/net/ipv6_route; do
+		[ -e "$f" ] || continue
+		{ while IFS=' ' read -r ln; do
+			set -f; set -- $ln; set +f
+			[ "$#" -gt 0 ] || continue
+			eval "n=\${$#}"
+			[ "$n" = lo ] || { ok=0; _p_add obs "${f##*/}:$n"; }
+		done <"$f"; } 2>/dev/null || { ok=0; _p_add obs "${f##*/}: unreadable"; }
+	done
+	if [ "$A_net" = proxy ]; then
+		_p_line net.routes "$ok" "ipv4 via one interface, no ipv6" "$obs"
+	else
+		_p_line net.routes "$ok" "none beyond lo" "$obs"
+	fi
+}
+
+# egress.*: proxy mode only (see run_checks); they judge what gather_egress observed
+
+# _p_unreported ID KEY -- true (and a failed line for ID) if observation KEY did not report
+_p_unreported() {
+	_p_in "$2" "$EG_REPORTED" && return 1
+	_p_line "$1" 0 "a result" "the check did not report"
+	return 0
+}
+
+# the proxy answers at the address the sandbox was given
+check_egress_proxy() {
+	_p_unreported egress.proxy proxy && return
+	case $EG_PROXY in
+	HTTP/1.[01]\ *) _p_line egress.proxy 1 "$A_proxy answers" "$EG_PROXY" ;;
+	*) _p_line egress.proxy 0 "$A_proxy answers" "${EG_PROXY:-no answer}" ;;
+	esac
+}
+
+# a name outside the allow-list gets 403 from the proxy
+check_egress_denied() {
+	_p_unreported egress.denied proxy && return
+	case $EG_PROXY in
+	HTTP/1.[01]\ 403*) _p_line egress.denied 1 "403 for $A_denyhost" "$EG_PROXY" ;;
+	*) _p_line egress.denied 0 "403 for $A_denyhost" "${EG_PROXY:-no answer}" ;;
 	esac
 }
 
 # A direct connection to the gateway (the host's side of the network) must not get through. A
 # refused connection proves the host is reachable, so only a timeout or "no route" passes.
-_p_chk_direct() {
-	if [ -z "$_gw" ]; then printf 'egress.direct\t1\tno path to the host\tno default route\n'; return; fi
-	_p_hexip "$_gw"; _c_ip=$_P_R; _c_ok=1
-	_c_obs=$(for _c_port in 80 443 22 2375; do
-		{
-			# A reachable host refuses or accepts within milliseconds: 0.3 s is plenty.
-			_c_e=$(_p_within 0.3 "$BB" nc -w 1 "$_c_ip" "$_c_port" </dev/null 2>&1)
-			case $?:$_c_e in
-			0:*) echo "$_c_port:connected" ;;
-			*refused*) echo "$_c_port:refused" ;;
-			*) echo "$_c_port:blocked" ;;
-			esac
-		} &
-	done; wait)
-	case $_c_obs in *connected* | *refused*) _c_ok=0 ;; esac
-	_c_obs=$(printf '%s' "$_c_obs" | "$BB" sort | "$BB" tr '\n' ' ')
-	printf 'egress.direct\t%s\tno path to the host via %s\t%s\n' "$_c_ok" "$_c_ip" "${_c_obs# }"
+check_egress_direct() {
+	local ok=1
+	if [ -z "$EG_GW_IP" ]; then _p_line egress.direct 1 "no path to the host" "no default route"; return; fi
+	_p_unreported egress.direct direct && return
+	case $EG_DIRECT in *connected* | *refused*) ok=0 ;; esac
+	_p_line egress.direct "$ok" "no path to the host via $EG_GW_IP" "${EG_DIRECT# }"
 }
 
-# DNS: only Docker's embedded resolver, and it must not resolve a name only the proxy may reach.
-_p_chk_dns() {
-	_c_ok=1; _c_obs=
-	for _c_ns in $("$BB" awk '$1 == "nameserver" { print $2 }' /etc/resolv.conf 2>/dev/null); do
-		[ "$_c_ns" = 127.0.0.11 ] || { _c_ok=0; _c_obs="$_c_obs nameserver:$_c_ns"; }
+# only Docker's embedded resolver, and it must not resolve a name only the proxy may reach
+check_egress_dns() {
+	local ok=1 obs= ns
+	for ns in $("$BB" awk '$1 == "nameserver" { print $2 }' /etc/resolv.conf 2>/dev/null); do
+		[ "$ns" = 127.0.0.11 ] || { ok=0; obs="$obs nameserver:$ns"; }
 	done
 	if [ "$A_dnsname" != - ]; then
-		# Docker's resolver answers at once for names it knows; an outside name gets no answer.
-		case $(_p_within 0.3 "$BB" nslookup "$A_dnsname" 2>&1) in
-		*Name:*) _c_ok=0; _c_obs="$_c_obs $A_dnsname:resolves" ;;
-		esac
+		_p_unreported egress.dns dns && return
+		[ "$EG_DNS" != resolves ] || { ok=0; obs="$obs $A_dnsname:resolves"; }
 	fi
-	printf 'egress.dns\t%s\tno outside name resolves (%s)\t%s\n' "$_c_ok" "$A_dnsname" "${_c_obs# }"
+	_p_line egress.dns "$ok" "no outside name resolves ($A_dnsname)" "${obs# }"
 }
 
-_p_egress() {
-	_e_out=$( { _p_chk_proxy & _p_chk_direct & _p_chk_dns & wait; } )
-	for _e_id in egress.proxy egress.denied egress.direct egress.dns; do
-		_e_line=$(printf '%s\n' "$_e_out" | "$BB" grep "^$_e_id$_P_TAB")
-		if [ -z "$_e_line" ]; then _p_line "$_e_id" 0 "a result" "the check did not report"; continue; fi
-		_e_rest=${_e_line#*$_P_TAB}; _e_ok=${_e_rest%%$_P_TAB*}; _e_rest=${_e_rest#*$_P_TAB}
-		_p_line "$_e_id" "$_e_ok" "${_e_rest%%$_P_TAB*}" "${_e_rest#*$_P_TAB}"
+# cgroup pids limit (v1 or v2) equals the plan
+check_limits_pids() {
+	local ok=0 v=
+	{ read -r v <"$CG_PIDS"; } 2>/dev/null
+	[ -n "$v" ] && [ "$v" = "$A_pids" ] && ok=1
+	_p_line limits.pids "$ok" "$A_pids" "${v:-unreadable:$CG_PIDS}"
+}
+
+# cgroup memory limit equals the plan; v1's "no limit" is a huge number, read as max
+check_limits_memory() {
+	local ok=0 v=
+	{ read -r v <"$CG_MEM"; } 2>/dev/null
+	case $v in
+	'' | max) ;;
+	*[!0-9]*) ;;
+	*) if [ "${#v}" -gt 19 ] || [ "$v" -ge 4611686018427387904 ]; then v=max; fi ;;
+	esac
+	[ -n "$v" ] && [ "$v" = "$A_mem" ] && ok=1
+	_p_line limits.memory "$ok" "$A_mem" "${v:-unreadable:$CG_MEM}"
+}
+
+# PID 1 is this probe (own PID namespace), and only a handful of processes
+check_proc_pid1() {
+	local ok=0 x np=0 p
+	x=$("$BB" readlink /proc/1/exe 2>/dev/null </dev/null)
+	for p in /proc/[0-9]*; do np=$((np + 1)); done
+	[ "$x" = "$BB" ] && [ "$np" -lt 50 ] && ok=1
+	_p_line proc.pid1 "$ok" "exe=$BB procs<50" "exe=${x:-unreadable} procs=$np"
+}
+
+# only the engine's standard entries in /dev; no block device; char devices only the standard
+# ones and pty slaves
+check_dev_nodes() {
+	local ok=1 obs= p o rc ln
+	for p in /dev/* /dev/.[!.]* /dev/..?*; do
+		[ -e "$p" ] || [ -L "$p" ] || continue
+		case ${p#/dev/} in
+		null | zero | full | random | urandom | tty | console | ptmx | pts | shm | mqueue | fd | \
+			stdin | stdout | stderr | core) ;;
+		*) ok=0; _p_esc "$p"; _p_add obs "$_P_R" ;;
+		esac
+	done
+	o=$("$BB" find /dev \( -type b -o -type c \) -print 2>&1 </dev/null)
+	rc=$?
+	set -f; IFS=$_P_NL
+	for ln in $o; do
+		case $ln in
+		/dev/null | /dev/zero | /dev/full | /dev/random | /dev/urandom | /dev/tty | /dev/console | \
+			/dev/pts/ptmx) [ -b "$ln" ] && { ok=0; _p_add obs "block:$ln"; } ;;
+		/dev/pts/[0-9]*) case ${ln#/dev/pts/} in *[!0-9]*) ok=0; _p_esc "$ln"; _p_add obs "$_P_R" ;; esac ;;
+		"find: "*) ok=0; _p_esc "$ln"; _p_add obs "error:$_P_R" ;;
+		*) ok=0; _p_esc "$ln"; _p_add obs "$_P_R" ;;
+		esac
+	done
+	IFS=$_P_IFS; set +f
+	[ "$rc" = 0 ] || ok=0
+	_p_line dev.nodes "$ok" "standard nodes only" "$obs"
+}
+
+# =============================================================================================
+# 5. run
+
+run_checks() {
+	local id n
+	# The checks, in report order: the launcher, the README table and the tamper tests use
+	# these ids.
+	set -- \
+		identity.uid identity.gid identity.groups \
+		caps.process caps.bnd nnp seccomp.mode seccomp.unshare \
+		fs.root_ro fs.rofs fs.sysfs_ro \
+		mounts.inventory mounts.writable mounts.workspace fs.protected \
+		sockets.mounts sockets.runtime \
+		env.secrets env.runtime creds.files \
+		net.interfaces net.routes \
+		egress.proxy egress.denied egress.direct egress.dns \
+		limits.pids limits.memory proc.pid1 dev.nodes
+	for id in "$@"; do
+		case $id in egress.*) [ "$A_net" = proxy ] || continue ;; esac   # active: proxy mode only
+		n=$_P_N
+		"check_${id//./_}"
+		# every check reports exactly once; one that did not (or a missing function) fails
+		[ "$_P_N" != "$n" ] || _p_line "$id" 0 "a result" "the check did not report"
 	done
 }
 
@@ -218,590 +1038,23 @@ _p_main() {
 	_P_CR=$(printf '\r')
 	IFS=" $_P_TAB$_P_NL"
 	_P_IFS=$IFS
+	readonly BB _P_TAB _P_NL _P_CR _P_IFS
 	set -C          # noclobber: ">" never truncates, it creates with O_EXCL
-	_P_N=0
+	_P_N=0          # lines reported (see _p_line)
 	_P_FAILED=0
-	_P_LEFT=
+	_P_LEFT=        # probe files that could not be removed (see _p_left)
 
-	# ---- arguments --------------------------------------------------------------------------
-	_keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,net,pids,mem,proxy,denyhost,dnsname,"
-	_bad=
-	_seen=
-	_dash=0
-	_nafter=0
-	for _a in "$@"; do
-		if [ "$_dash" = 1 ]; then _nafter=$((_nafter + 1)); continue; fi
-		case $_a in
-		--) _dash=1; continue ;;
-		*=*) _k=${_a%%=*}; _v=${_a#*=} ;;
-		*) _p_esc "$_a"; _p_add _bad "bad:$_P_R"; continue ;;
-		esac
-		case $_keys in *",$_k,"*) ;; *) _p_esc "$_k"; _p_add _bad "unknown:$_P_R"; continue ;; esac
-		if _p_in "$_k" "$_seen"; then _p_add _bad "duplicate:$_k"; continue; fi
-		_p_add _seen "$_k"
-		eval "A_$_k=\$_v"
-		_ok=1
-		case $_k in
-		uid | gid) case $_v in '' | *[!0-9]*) _ok=0 ;; esac ;;
-		capbnd) case $_v in *[!0-9a-fA-F]*) _ok=0 ;; esac; [ "${#_v}" = 16 ] || _ok=0 ;;
-		nnp) case $_v in 0 | 1) ;; *) _ok=0 ;; esac ;;
-		seccomp) case $_v in 0 | 1 | 2) ;; *) _ok=0 ;; esac ;;
-		pids | mem) case $_v in max) ;; '' | *[!0-9]*) _ok=0 ;; esac ;;
-		net) case $_v in none | proxy) ;; *) _ok=0 ;; esac ;;
-		proxy) case $_v in -) ;; *:*[!0-9]* | :* | *: | *[!a-z0-9.:-]*) _ok=0 ;; *:*) ;; *) _ok=0 ;; esac ;;
-		denyhost | dnsname) case $_v in -) ;; '' | *[!a-z0-9.-]*) _ok=0 ;; esac ;;
-		workspace | wsroot) [ "$_v" = - ] || _p_validpath "$_v" || _ok=0 ;;
-		*) _p_validlist "$_v" || _ok=0 ;;
-		esac
-		[ "$_ok" = 1 ] || { _p_esc "$_v"; _p_add _bad "invalid:$_k=$_P_R"; }
-	done
-	set -f; IFS=,
-	for _k in ${_keys#,}; do
-		[ -n "$_k" ] || continue
-		_p_in "$_k" "$_seen" || _p_add _bad "missing:$_k"
-	done
-	IFS=$_P_IFS; set +f
-	[ "$_dash" = 1 ] || _p_add _bad "missing:--"
-	[ "$_dash" = 1 ] && [ "$_nafter" = 0 ] && _p_add _bad "missing:agent-argv"
-	if [ "$A_workspace" != - ] && [ "$A_wsroot" = - ]; then _p_add _bad "invalid:wsroot=-"; fi
-	if [ "$A_net" = proxy ] && { [ "$A_proxy" = - ] || [ "$A_denyhost" = - ]; }; then _p_add _bad "invalid:proxy=-"; fi
-	if [ -n "$_bad" ]; then
-		_p_line args 0 "key=value... -- argv" "$_bad"
-		printf 'PROBE-END\tfail\t%s\n' "$_P_N"
-		exit 97
-	fi
-	case $A_capbnd in *[A-F]*) A_capbnd=$(printf '%s' "$A_capbnd" | "$BB" tr A-F a-f) ;; esac
-	_p_dec "$A_wsroot"; _p_esc "$_P_R"; A_wsroot=$_P_R   # raw commas -> \054, like the mountinfo fields below
+	parse_args "$@"
 
-	# ---- /proc/$$/status (the process that will exec the agent) ----------------------------
-	# Files are read whole with one cat and split in memory: ash's read builtin costs one
-	# syscall per byte, and every syscall passes the seccomp filter.
-	_st_ok=1
-	S_Uid= S_Gid= S_Groups=- S_CapInh= S_CapPrm= S_CapEff= S_CapBnd= S_CapAmb= S_NoNewPrivs= S_Seccomp=
-	_st=$("$BB" cat "/proc/$$/status" 2>/dev/null) || _st_ok=0
-	set -f; IFS=$_P_NL
-	for _ln in $_st; do
-		_k=${_ln%%:*}
-		_v=${_ln#*:}
-		_v=${_v//$_P_TAB/ }
-		while :; do case $_v in " "*) _v=${_v# } ;; *) break ;; esac; done
-		while :; do case $_v in *" ") _v=${_v% } ;; *) break ;; esac; done
-		case $_k in
-		Uid | Gid | Groups | CapInh | CapPrm | CapEff | CapBnd | CapAmb | NoNewPrivs | Seccomp)
-			eval "S_$_k=\$_v" ;;
-		esac
-	done
-	IFS=$_P_IFS; set +f
-	[ -n "$S_Uid" ] || _st_ok=0
+	gather_status
+	gather_mountinfo
+	gather_routes
+	gather_cgroup
+	gather_environ
+	[ "$A_net" != proxy ] || gather_egress
 
-	# identity.uid / identity.gid: all four fields equal the expected, non-zero id
-	for _k in uid gid; do
-		eval "_exp=\$A_$_k"
-		if [ "$_k" = uid ]; then _v=$S_Uid; else _v=$S_Gid; fi
-		_ok=0
-		if [ "$_st_ok" = 1 ]; then
-			set -f; set -- $_v; set +f
-			[ "$#" = 4 ] && [ "$1" = "$_exp" ] && [ "$2" = "$_exp" ] && [ "$3" = "$_exp" ] &&
-				[ "$4" = "$_exp" ] && [ "$_exp" != 0 ] && _ok=1
-		else _v="status unreadable"; fi
-		_p_line "identity.$_k" "$_ok" "$_exp" "$_v"
-	done
+	run_checks
 
-	# identity.groups: no supplementary group 0
-	_ok=0
-	if [ "$_st_ok" = 1 ] && [ "$S_Groups" != - ]; then
-		_ok=1
-		set -f
-		for _g in $S_Groups; do
-			case $_g in 0) _ok=0 ;; '' | *[!0-9]*) _ok=0 ;; esac
-		done
-		set +f
-		_v=$S_Groups
-	else _v="status unreadable"; fi
-	_p_line identity.groups "$_ok" "no 0" "$_v"
-
-	# caps.process: inheritable, permitted, effective, ambient all zero (one check: Docker
-	# clears Inh and never sets Amb for a non-root user, so they cannot fail on their own)
-	_ok=1; _v=
-	for _k in Inh Prm Eff Amb; do
-		eval "_c=\$S_Cap$_k"
-		[ "$_c" = 0000000000000000 ] || _ok=0
-		_v="$_v ${_k}=${_c:-missing}"
-	done
-	_p_line caps.process "$_ok" "Inh=Prm=Eff=Amb=0000000000000000" "${_v# }"
-	_ok=0; [ -n "$S_CapBnd" ] && [ "$S_CapBnd" = "$A_capbnd" ] && _ok=1
-	_p_line caps.bnd "$_ok" "$A_capbnd" "${S_CapBnd:-missing}"
-
-	_ok=0; [ -n "$S_NoNewPrivs" ] && [ "$S_NoNewPrivs" = "$A_nnp" ] && _ok=1
-	_p_line nnp "$_ok" "$A_nnp" "${S_NoNewPrivs:-missing}"
-
-	_ok=0; [ -n "$S_Seccomp" ] && [ "$S_Seccomp" = "$A_seccomp" ] && _ok=1
-	_p_line seccomp.mode "$_ok" "$A_seccomp" "${S_Seccomp:-missing}"
-
-	# seccomp.unshare: a new user namespace (and a new net namespace) must be refused.
-	# No -r: mapping ids would mean writing /proc/self/uid_map.
-	_ok=1; _obs=
-	for _k in U n; do
-		_o=$("$BB" unshare -"$_k" "$BB" true 2>&1 </dev/null)
-		if [ "$?" = 0 ]; then
-			_ok=0; _o=succeeded
-		else
-			_o=${_o#unshare: }
-			[ -n "$_o" ] || _o=failed
-		fi
-		_obs="${_obs:+$_obs; }-$_k: $_o"
-	done
-	_p_line seccomp.unshare "$_ok" "unshare -U and -n refused" "$_obs"
-
-	# ---- mountinfo ---------------------------------------------------------------------------
-	# fields: id parent major:minor root mountpoint options [optional...] - fstype source superopts
-	_mi_ok=1
-	_mi=$("$BB" cat "/proc/$$/mountinfo" 2>/dev/null) || _mi_ok=0
-	[ -n "$_mi" ] || _mi_ok=0
-
-	# pass 1: the mounts other rules refer to (the last one listed at a point is the visible one)
-	MI_root_opts= MI_root_fst= MI_sys_opts= MI_procsys_opts= MI_dev_mm=none
-	set -f; IFS=$_P_NL
-	for _ln in $_mi; do
-		IFS=' '; set -- $_ln
-		[ "$#" -ge 9 ] || { _mi_ok=0; continue; }
-		_mm=$3 _mp=$5 _opts=$6
-		shift 6
-		while [ "$#" -gt 0 ] && [ "$1" != - ]; do shift; done
-		[ "$#" -ge 2 ] || { _mi_ok=0; continue; }
-		case $_mp in
-		/) MI_root_opts=$_opts; MI_root_fst=$2 ;;
-		/sys) MI_sys_opts=$_opts ;;
-		/proc/sys) MI_procsys_opts=$_opts ;;
-		/dev) MI_dev_mm=$_mm ;;
-		esac
-	done
-	IFS=$_P_IFS; set +f
-
-	# pass 2: inventory, writable set, workspace, socket walk roots
-	_allmps= _undecl= _wset= _ws_n=0 _ws_fst= _ws_root= _walk= _walkmps= _kern= _wk=' '
-	set -f; IFS=$_P_NL
-	[ "$_mi_ok" = 1 ] && for _ln in $_mi; do
-		IFS=' '; set -- $_ln
-		_id=$1 _par=$2 _mm=$3 _root=$4 _mp=$5 _opts=$6
-		shift 6
-		while [ "$#" -gt 0 ] && [ "$1" != - ]; do shift; done
-		_fst=$2
-		case $_mp in /*) ;; *) _mi_ok=0; continue ;; esac
-		case $_mm in *:*) ;; *) _mi_ok=0; continue ;; esac
-		[ -n "$_fst" ] && [ -n "$_opts" ] || { _mi_ok=0; continue; }
-		_mp=${_mp//,/\\054}
-		_root=${_root//,/\\054}
-		_p_add _allmps "$_mp"
-
-		# inventory
-		_known=0
-		case $_mp in
-		/ | /proc | /dev | /dev/pts | /dev/shm | /dev/mqueue | /sys | /etc/resolv.conf | /etc/hostname | /etc/hosts) _known=1 ;;
-		/proc/* | /sys/*)
-			case $_fst in
-			proc | sysfs | cgroup | cgroup2) _known=1 ;;
-			tmpfs) [ "$_root" = / ] || { [ "$_root" = /null ] && [ "$_mm" = "$MI_dev_mm" ]; } && _known=1 ;;
-			esac ;;
-		esac
-		[ "$_known" = 1 ] || _p_in "$_mp" "$A_mounts" || _p_in "$_mp" "$A_protected" || _p_add _undecl "$_mp"
-
-		# writable set: rw per-mount option, minus the engine's own rw mounts
-		case ",$_opts," in
-		*,rw,*)
-			_eng=0
-			case $_mp in
-			/proc | /dev | /dev/pts | /dev/shm | /dev/mqueue | /etc/resolv.conf | /etc/hostname | /etc/hosts) _eng=1 ;;
-			/proc/*) [ "$_root" = /null ] && [ "$_mm" = "$MI_dev_mm" ] && _eng=1 ;;
-			/sys/fs/cgroup) [ "$_fst" = tmpfs ] && _eng=1 ;;   # cgroup v1: root-owned 0555 tmpfs
-			esac
-			[ "$_eng" = 1 ] || _p_add _wset "$_mp" ;;
-		*,ro,*) ;;
-		*) _mi_ok=0 ;;
-		esac
-
-		# workspace
-		if [ "$_mp" = "$A_workspace" ]; then
-			_ws_n=$((_ws_n + 1)); _ws_fst=$_fst; _ws_root=$_root
-		fi
-
-		# socket walk. Kernel filesystems hold no socket files: pruned. The image's root
-		# (read-only overlay) cannot hold one either: image layers cannot carry sockets and its
-		# upper layer is read-only. Every other mount is walked once: as a start point when
-		# the mount it sits on is not walked, else through that one.
-		case $_fst in
-		proc | sysfs | cgroup | cgroup2 | devpts | mqueue | securityfs | debugfs | tracefs | \
-			pstore | bpf | configfs | fusectl | binfmt_misc | hugetlbfs)
-			_p_add _kern "$_mp" ;;
-		*)
-			if [ "$_mp" = / ] && [ "$_fst" = overlay ] && _p_in ro "$_opts"; then :; else
-				_p_add _walkmps "$_mp"
-				case $_wk in *" $_par "*) ;; *) _p_add _walk "$_mp" ;; esac
-				_wk="$_wk$_id "
-			fi ;;
-		esac
-	done
-	IFS=$_P_IFS; set +f
-	_mierr="mountinfo unreadable or unparsable"
-
-	# fs.root_ro
-	_ok=0
-	if [ "$_mi_ok" = 1 ] && [ -n "$MI_root_opts" ]; then
-		case ",$MI_root_opts," in *,ro,*) _ok=1 ;; esac
-		_v="/ $MI_root_opts"
-	elif [ "$_mi_ok" = 1 ]; then _v="no / mount"
-	else _v=$_mierr; fi
-	_p_line fs.root_ro "$_ok" "/ ro" "$_v"
-
-	# fs.rofs: creating a file in these directories fails with EROFS. Any other refusal
-	# (EACCES as a non-root user) would hide a writable root, so it fails the check too.
-	_ok=1; _obs=
-	set -f; IFS=,
-	for _p in $A_rofs; do
-		IFS=$_P_IFS; set +f
-		_p_dec "$_p"; _d=$_P_R
-		if [ -d "$_d" ]; then
-			_p_slash "$_d"; _t="$_P_R.sandbox-probe.$$"
-		elif [ -e "$_d" ] || [ -L "$_d" ]; then
-			_t=
-			_ok=0; _p_add _obs "notdir:$_p"
-		else
-			_t=$_d   # creating the missing directory's name is refused the same way
-		fi
-		if [ -n "$_t" ]; then
-			if [ -e "$_t" ] || [ -L "$_t" ]; then _ok=0; _p_add _obs "exists:$_p"
-			elif _e=$( { true >"$_t"; } 2>&1 ); then
-				"$BB" rm -f -- "$_t" 2>/dev/null || { _p_esc "$_t"; _p_add _P_LEFT "$_P_R"; }
-				_ok=0; _p_add _obs "writable:$_p"
-			else
-				case $_e in *"Read-only file system"*) ;; *) _ok=0; _p_add _obs "not-erofs:$_p" ;; esac
-			fi
-		fi
-		set -f; IFS=,
-	done
-	IFS=$_P_IFS; set +f
-	_p_line fs.rofs "$_ok" "EROFS in $A_rofs" "$_obs"
-
-	# fs.sysfs_ro: /sys ro mount, /proc/sys ro (mount or write-open refused), no sysrq-trigger
-	_ok=1; _obs=
-	if [ "$_mi_ok" != 1 ]; then _ok=0; _obs=$_mierr
-	else
-		case ",$MI_sys_opts," in
-		*,ro,*) _obs="/sys=ro" ;;
-		,,) _ok=0; _obs="/sys=no-mount" ;;
-		*) _ok=0; _obs="/sys=rw" ;;
-		esac
-		# /proc/sys must be its own read-only mount: file modes alone would also refuse a
-		# non-root writer, and would hide a runtime that left it writable.
-		case ",$MI_procsys_opts," in
-		*,ro,*) _obs="$_obs /proc/sys=ro" ;;
-		,,) _ok=0; _obs="$_obs /proc/sys=no-mount" ;;
-		*) _ok=0; _obs="$_obs /proc/sys=rw" ;;
-		esac
-	fi
-	if { true >>/proc/sysrq-trigger; } 2>/dev/null; then
-		_ok=0; _obs="$_obs sysrq-trigger=writable"
-	else _obs="$_obs sysrq-trigger=refused"; fi
-	_p_line fs.sysfs_ro "$_ok" "/sys ro, /proc/sys ro mount, sysrq-trigger refused" "$_obs"
-
-	# mounts.inventory
-	if [ "$_mi_ok" = 1 ]; then
-		_ok=0; [ -z "$_undecl" ] && _ok=1; _obs=$_undecl
-	else _ok=0; _obs=$_mierr; fi
-	_p_line mounts.inventory "$_ok" "$A_mounts" "$_obs"
-
-	# mounts.writable: set equality
-	_ok=0
-	if [ "$_mi_ok" = 1 ]; then
-		_ok=1
-		set -f; IFS=,
-		for _p in $_wset; do _p_in "$_p" "$A_writable" || _ok=0; done
-		for _p in $A_writable; do _p_in "$_p" "$_wset" || _ok=0; done
-		IFS=$_P_IFS; set +f
-		_obs=$_wset
-	else _obs=$_mierr; fi
-	_p_line mounts.writable "$_ok" "$A_writable" "$_obs"
-
-	# mounts.workspace: exactly one bind mount, its root a suffix of the host real path
-	if [ "$A_workspace" = - ]; then
-		_p_line mounts.workspace 1 - -
-	elif [ "$_mi_ok" != 1 ]; then
-		_p_line mounts.workspace 0 "$A_workspace <- $A_wsroot" "$_mierr"
-	else
-		_ok=1
-		[ "$_ws_n" = 1 ] || _ok=0
-		case $_ws_fst in
-		overlay | aufs | proc | sysfs | devpts | mqueue | cgroup | cgroup2 | '') _ok=0 ;;
-		tmpfs | ramfs) [ "$_ws_root" != / ] || _ok=0 ;;   # a bind of a host tmpfs dir is fine
-		esac
-		case $_ws_root in /*) ;; *) _ok=0 ;; esac
-		case $A_wsroot in *"$_ws_root") ;; *) _ok=0 ;; esac
-		_p_line mounts.workspace "$_ok" "1 bind at $A_workspace <- $A_wsroot" \
-			"$_ws_n at $A_workspace, $_ws_fst <- $_ws_root"
-	fi
-
-	# fs.protected
-	_ok=1; _obs=
-	set -f; IFS=,
-	for _p in $A_protected; do
-		IFS=$_P_IFS; set +f
-		_p_dec "$_p"; _d=$_P_R
-		if [ -L "$_d" ] && ! [ -e "$_d" ]; then
-			_ok=0; _p_add _obs "dangling:$_p"
-		elif [ -d "$_d" ] || [ -f "$_d" ]; then
-			if [ -d "$_d" ]; then
-				_p_trycreate "$_d" && { _ok=0; _p_add _obs "writable:$_p"; }
-			elif { true >>"$_d"; } 2>/dev/null; then
-				_ok=0; _p_add _obs "writable:$_p"
-			fi
-			# not a mount point: it could be renamed away unless its directory is read-only too
-			if ! _p_in "$_p" "$_allmps"; then
-				_pd=${_d%/*}; [ -n "$_pd" ] || _pd=/
-				_p_trycreate "$_pd" && { _ok=0; _p_add _obs "replaceable:$_p"; }
-			fi
-		elif [ -e "$_d" ]; then
-			_ok=0; _p_add _obs "type:$_p"
-		else
-			# missing: the first missing component must not be creatable
-			_p_trymissing "$_d"
-			case $? in
-			0) _ok=0; _p_add _obs "creatable:$_p" ;;
-			2) _ok=0; _p_add _obs "notdir-parent:$_p" ;;
-			esac
-		fi
-		set -f; IFS=,
-	done
-	IFS=$_P_IFS; set +f
-	_p_line fs.protected "$_ok" "$A_protected" "$_obs"
-
-	# sockets.mounts: no socket file on any mount (kernel filesystems aside)
-	_ok=1; _obs=
-	if [ "$_mi_ok" != 1 ]; then _ok=0; _obs=$_mierr
-	else
-		set --
-		set -f; IFS=,
-		for _p in $_walk; do _p_dec "$_p"; set -- "$@" "$_P_R"; done
-		if [ "$#" -gt 0 ]; then
-			set -- "$@" \( -path /proc -o -path /sys
-			for _p in $_kern; do
-				_p_in "$_p" "$_walkmps" && continue
-				_p_dec "$_p"
-				_q=${_P_R//\\/\\\\}; _q=${_q//\*/\\*}; _q=${_q//\?/\\?}; _q=${_q//\[/\\[}
-				set -- "$@" -o -path "$_q"
-			done
-			IFS=$_P_IFS; set +f
-			_o=$("$BB" find "$@" \) -prune -o -type s -print 2>&1 </dev/null)
-			_rc=$?
-			_seen_err=0
-			set -f; IFS=$_P_NL
-			for _ln in $_o; do
-				case $_ln in
-				"find: "*": Permission denied") _seen_err=1 ;;
-				"find: "*) _ok=0; _p_esc "${_ln#find: }"; _p_add _obs "error:$_P_R" ;;
-				*) _ok=0; _p_esc "$_ln"; _p_add _obs "$_P_R" ;;
-				esac
-			done
-			# a non-zero exit must be explained by permission errors only
-			if [ "$_rc" != 0 ] && [ "$_seen_err" = 0 ] && [ "$_ok" = 1 ]; then _ok=0; _obs="find failed"; fi
-		fi
-		IFS=$_P_IFS; set +f
-	fi
-	_p_line sockets.mounts "$_ok" "no socket" "$_obs"
-
-	# sockets.runtime: no runtime socket path exists (any type)
-	_ok=1; _obs=
-	for _p in /var/run/docker.sock /run/docker.sock /run/containerd/containerd.sock \
-		/var/run/containerd/containerd.sock /run/docker/containerd/containerd.sock \
-		/run/podman/podman.sock /var/run/podman/podman.sock /run/buildkit/buildkitd.sock \
-		/var/run/buildkit/buildkitd.sock /run/crio/crio.sock /var/run/crio/crio.sock \
-		/run/k3s/containerd/containerd.sock /run/dockershim.sock \
-		/run/user/*/docker.sock /run/user/*/podman/podman.sock /run/user/*/buildkit/buildkitd.sock \
-		/run/user/*/containerd/containerd.sock /var/run/user/*/docker.sock; do
-		if [ -e "$_p" ] || [ -L "$_p" ]; then _ok=0; _p_esc "$_p"; _p_add _obs "$_P_R"; fi
-	done
-	_p_line sockets.runtime "$_ok" "none" "$_obs"
-
-	# env.secrets / env.runtime: own environment first, then every readable /proc/*/environ
-	_sec= _rt= _own=0
-	for _f in /proc/$$/environ /proc/[0-9]*/environ; do
-		[ "$_f" = "/proc/$$/environ" ] && { _own=$((_own + 1)); [ "$_own" = 1 ] || continue; }
-		{ while IFS= read -r -d '' _e; do
-			_n=${_e%%=*}
-			case $_e in *=*) _v=${_e#*=} ;; *) _v= ;; esac
-			case $_n in
-			*[Tt][Oo][Kk][Ee][Nn]* | *[Ss][Ee][Cc][Rr][Ee][Tt]* | *[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]* | \
-				*[Pp][Aa][Ss][Ss][Ww][Dd]* | *[Aa][Pp][Ii]_[Kk][Ee][Yy]* | *[Aa][Cc][Cc][Ee][Ss][Ss]_[Kk][Ee][Yy]* | \
-				*[Pp][Rr][Ii][Vv][Aa][Tt][Ee]_[Kk][Ee][Yy]* | *[Cc][Rr][Ee][Dd][Ee][Nn][Tt][Ii][Aa][Ll]* | \
-				[Aa][Ww][Ss]_* | [Aa][Zz][Uu][Rr][Ee]_* | [Gg][Ii][Tt][Hh][Uu][Bb]_[Tt][Oo][Kk][Ee][Nn] | \
-				[Gg][Hh]_[Tt][Oo][Kk][Ee][Nn] | [Ss][Ss][Hh]_[Aa][Uu][Tt][Hh]_[Ss][Oo][Cc][Kk] | \
-				[Gg][Pp][Gg]_[Aa][Gg][Ee][Nn][Tt]_[Ii][Nn][Ff][Oo] | \
-				[Gg][Oo][Oo][Gg][Ll][Ee]_[Aa][Pp][Pp][Ll][Ii][Cc][Aa][Tt][Ii][Oo][Nn]_[Cc][Rr][Ee][Dd][Ee][Nn][Tt][Ii][Aa][Ll][Ss])
-				_p_esc "$_n"; _p_add _sec "$_P_R" ;;
-			*)
-				case $_v in
-				gh[opsur]_* | github_pat_* | glpat-* | sk-* | AKIA* | ASIA* | xox?-* | AIza* | -----BEGIN*)
-					_p_esc "$_n"; _p_add _sec "$_P_R" ;;
-				esac ;;
-			esac
-			case $_n in
-			DOCKER_HOST | DOCKER_CONTEXT | DOCKER_CONFIG | DOCKER_CERT_PATH | DOCKER_TLS_VERIFY | \
-				CONTAINER_HOST | BUILDKIT_HOST | KUBECONFIG) _p_add _rt "$_n" ;;
-			esac
-		done <"$_f"; } 2>/dev/null
-	done
-	_ok=0; [ -z "$_sec" ] && _ok=1
-	_p_line env.secrets "$_ok" "no secret-shaped variable" "$_sec"
-	if [ -n "$HOME" ]; then
-		_p_slash "$HOME"
-		if [ -e "$_P_R.docker/config.json" ] || [ -L "$_P_R.docker/config.json" ]; then
-			_p_esc "$_P_R.docker/config.json"; _p_add _rt "$_P_R"
-		fi
-	fi
-	_ok=0; [ -z "$_rt" ] && _ok=1
-	_p_line env.runtime "$_ok" "no runtime endpoint" "$_rt"
-
-	# creds.files
-	_ok=1; _obs=
-	set --
-	if [ -n "$HOME" ]; then
-		_p_slash "$HOME"; _h=$_P_R
-		set -- "$_h.ssh" "$_h.aws" "$_h.config/gcloud" "$_h.azure" "$_h.kube" "$_h.netrc" \
-			"$_h.git-credentials" "$_h.config/gh/hosts.yml" "$_h.pypirc" "$_h.gnupg"
-		if [ -f "$_h.npmrc" ]; then
-			{ while IFS= read -r _ln; do
-				case $_ln in *_[Aa][Uu][Tt][Hh]*) _ok=0; _p_esc "$_h.npmrc"; _p_add _obs "$_P_R" ;; esac
-			done <"$_h.npmrc"; } 2>/dev/null
-		fi
-	fi
-	set -- "$@" /run/secrets
-	for _p in "$@"; do
-		if [ -e "$_p" ] || [ -L "$_p" ]; then _ok=0; _p_esc "$_p"; _p_add _obs "$_P_R"; fi
-	done
-	if [ "$A_workspace" != - ]; then
-		_p_dec "$A_workspace"; _p_slash "$_P_R"; _f="$_P_R.git/config"
-		if [ -f "$_f" ]; then
-			{ while IFS= read -r _ln; do
-				case $_ln in
-				*[Uu][Rr][Ll]*=*://*)
-					_u=${_ln#*://}; _u=${_u%%/*}
-					case $_u in
-					*:*@*) _ok=0; _p_add _obs "$A_workspace/.git/config:url-credentials" ;;
-					*@*) case $_ln in *[Hh][Tt][Tt][Pp]://* | *[Hh][Tt][Tt][Pp][Ss]://*)
-						_ok=0; _p_add _obs "$A_workspace/.git/config:url-credentials" ;; esac ;;
-					esac ;;
-				esac
-			done <"$_f"; } 2>/dev/null
-		fi
-	fi
-	_p_line creds.files "$_ok" "none" "$_obs"
-
-	# net.interfaces: none -> only lo; proxy -> lo and exactly one interface (the internal network)
-	_ok=1; _obs=; _nif=0
-	for _p in /sys/class/net/* /sys/class/net/.[!.]*; do
-		[ -e "$_p" ] || [ -L "$_p" ] || continue   # an unmatched pattern stays literal
-		_n=${_p##*/}
-		_p_esc "$_n"; _p_add _obs "$_P_R"
-		[ "$_n" = lo ] || _nif=$((_nif + 1))
-	done
-	_p_in lo "$_obs" || _ok=0
-	if [ "$A_net" = proxy ]; then
-		[ "$_nif" = 1 ] || _ok=0
-		_p_line net.interfaces "$_ok" "lo and one interface" "$_obs"
-	else
-		[ "$_nif" = 0 ] || _ok=0
-		_p_line net.interfaces "$_ok" lo "$_obs"
-	fi
-
-	# net.routes: none -> no IPv4 route at all; proxy -> IPv4 routes only through that one
-	# interface. Both: no IPv6 address or route beyond lo (IPv6 has no way out).
-	_ok=1; _obs=; _nr=-1; _rdev=; _gw=
-	if { while IFS= read -r _ln; do
-		_nr=$((_nr + 1))
-		[ "$_nr" -gt 0 ] || continue
-		set -f; set -- $_ln; set +f
-		_p_in "$1" "$_rdev" || _p_add _rdev "$1"
-		[ "$2" != 00000000 ] || _gw=$3
-	done </proc/net/route; } 2>/dev/null; then
-		[ "$_nr" -ge 0 ] || { _ok=0; _obs="route: empty"; }
-		if [ "$A_net" = proxy ]; then
-			case $_rdev in *,*) _ok=0; _p_add _obs "ipv4 routes via $_rdev" ;; esac
-		else
-			[ "$_nr" -le 0 ] || { _ok=0; _p_add _obs "ipv4 routes: $_nr"; }
-		fi
-	else _ok=0; _obs="route: unreadable"; fi
-	for _f in /proc/net/if_inet6 /proc/net/ipv6_route; do
-		[ -e "$_f" ] || continue
-		{ while IFS=' ' read -r _ln; do
-			set -f; set -- $_ln; set +f
-			[ "$#" -gt 0 ] || continue
-			eval "_n=\${$#}"
-			[ "$_n" = lo ] || { _ok=0; _p_add _obs "${_f##*/}:$_n"; }
-		done <"$_f"; } 2>/dev/null || { _ok=0; _p_add _obs "${_f##*/}: unreadable"; }
-	done
-	if [ "$A_net" = proxy ]; then
-		_p_line net.routes "$_ok" "ipv4 via one interface, no ipv6" "$_obs"
-	else
-		_p_line net.routes "$_ok" "none beyond lo" "$_obs"
-	fi
-
-	[ "$A_net" != proxy ] || _p_egress
-
-	# limits.pids / limits.memory (cgroup v2 or v1)
-	if [ -e /sys/fs/cgroup/cgroup.controllers ]; then
-		_cgp=/sys/fs/cgroup/pids.max; _cgm=/sys/fs/cgroup/memory.max
-	else
-		_cgp=/sys/fs/cgroup/pids/pids.max; _cgm=/sys/fs/cgroup/memory/memory.limit_in_bytes
-	fi
-	_v=
-	{ read -r _v <"$_cgp"; } 2>/dev/null
-	_ok=0; [ -n "$_v" ] && [ "$_v" = "$A_pids" ] && _ok=1
-	_p_line limits.pids "$_ok" "$A_pids" "${_v:-unreadable:$_cgp}"
-	_v=
-	{ read -r _v <"$_cgm"; } 2>/dev/null
-	case $_v in
-	'' | max) ;;
-	*[!0-9]*) ;;
-	*) if [ "${#_v}" -gt 19 ] || [ "$_v" -ge 4611686018427387904 ]; then _v=max; fi ;;
-	esac
-	_ok=0; [ -n "$_v" ] && [ "$_v" = "$A_mem" ] && _ok=1
-	_p_line limits.memory "$_ok" "$A_mem" "${_v:-unreadable:$_cgm}"
-
-	# proc.pid1: PID 1 is this probe (own PID namespace), and only a handful of processes
-	_x=$("$BB" readlink /proc/1/exe 2>/dev/null </dev/null)
-	_np=0
-	for _p in /proc/[0-9]*; do _np=$((_np + 1)); done
-	_ok=0; [ "$_x" = "$BB" ] && [ "$_np" -lt 50 ] && _ok=1
-	_p_line proc.pid1 "$_ok" "exe=$BB procs<50" "exe=${_x:-unreadable} procs=$_np"
-
-	# dev.nodes: only the engine's standard entries; no block device; char devices only the
-	# standard ones and pty slaves
-	_ok=1; _obs=
-	for _p in /dev/* /dev/.[!.]* /dev/..?*; do
-		[ -e "$_p" ] || [ -L "$_p" ] || continue
-		_n=${_p#/dev/}
-		case $_n in
-		null | zero | full | random | urandom | tty | console | ptmx | pts | shm | mqueue | fd | \
-			stdin | stdout | stderr | core) ;;
-		*) _ok=0; _p_esc "$_p"; _p_add _obs "$_P_R" ;;
-		esac
-	done
-	_o=$("$BB" find /dev \( -type b -o -type c \) -print 2>&1 </dev/null)
-	_rc=$?
-	set -f; IFS=$_P_NL
-	for _ln in $_o; do
-		case $_ln in
-		/dev/null | /dev/zero | /dev/full | /dev/random | /dev/urandom | /dev/tty | /dev/console | \
-			/dev/pts/ptmx) [ -b "$_ln" ] && { _ok=0; _p_add _obs "block:$_ln"; } ;;
-		/dev/pts/[0-9]*) case ${_ln#/dev/pts/} in *[!0-9]*) _ok=0; _p_esc "$_ln"; _p_add _obs "$_P_R" ;; esac ;;
-		"find: "*) _ok=0; _p_esc "$_ln"; _p_add _obs "error:$_P_R" ;;
-		*) _ok=0; _p_esc "$_ln"; _p_add _obs "$_P_R" ;;
-		esac
-	done
-	IFS=$_P_IFS; set +f
-	[ "$_rc" = 0 ] || _ok=0
-	_p_line dev.nodes "$_ok" "standard nodes only" "$_obs"
-
-	# ---- end ----------------------------------------------------------------------------------
 	if [ -n "$_P_LEFT" ]; then
 		_p_line cleanup 0 "nothing left behind" "$_P_LEFT"
 	fi
@@ -813,8 +1066,8 @@ _p_main() {
 	exit 97
 }
 
-# ---------------------------------------------------------------------------------------------
-# exec step: runs in the probe's own process, so it must not disturb the environment. Only
+# =============================================================================================
+# 6. exec step: runs in the probe's own process, so it must not disturb the environment. Only
 # names no environment is expected to carry are assigned, and only after the checks passed.
 
 # resolve a command name like execvp would, without busybox's applet-first lookup
