@@ -1,19 +1,18 @@
-"""Policy layers that only narrow: one named combine rule per field, and which layer decided what.
-
-The base policy comes first; every later layer (org, user, repository, command line) may only narrow it.
-"""
+"""Policy layers as ceilings: one named combine rule per field, which layer decided what, and
+what each layer took away. The base comes first; every later layer (org, user, repository,
+command line) narrows it by construction and is never refused for being wider."""
 
 from __future__ import annotations
 
 import enum
 import hashlib
-import shlex
 from dataclasses import dataclass, replace
 from typing import Sequence
 
 from launcher.egress.rules import AllowRule
 from launcher.errors import PolicyError, Problem
 from launcher.model import Access, NetworkMode, Policy
+from launcher.values import show, show_entry  # noqa: F401 - show_entry is part of this module's interface
 
 
 class LayerKind(enum.Enum):
@@ -66,11 +65,11 @@ FIELDS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 RULES = {
-    "pin": "the image may only be pinned to a digest",
-    "fixed": "a later layer may only repeat this value",
+    "pin": "a later layer may pin the image to a digest; another image is ignored",
+    "fixed": "decided by the base; a later layer's value is ignored",
     "read-only-wins": "read-only beats read-write",
     "union": "protected paths add up; none can be removed",
-    "intersect": "allow-lists intersect: list only entries allowed so far",
+    "intersect": "allow-lists intersect: what every layer allows",
     "none-wins": "network none beats proxy",
     "false-wins": "off beats on",
     "minimum": "limits take the minimum",
@@ -98,64 +97,10 @@ def full_layer(kind: LayerKind, policy: Policy, defaulted=frozenset()) -> Layer:
                  values=tuple((f, get(policy, f)) for f in FIELDS))
 
 
-# ---- display -------------------------------------------------------------------------------
-
-def _size(n: int) -> str:
-    for unit, factor in (("g", 1024 ** 3), ("m", 1024 ** 2), ("k", 1024)):
-        if n and n % factor == 0:
-            return f"{n // factor}{unit}"
-    return str(n)
-
-
-def _duration(n: int) -> str:
-    for unit, factor in (("h", 3600), ("m", 60)):
-        if n and n % factor == 0:
-            return f"{n // factor}{unit}"
-    return f"{n}s"
-
-
-def show(field: str, value) -> str:
-    """A value as a person writes it in a policy file."""
-    if field == "limits.memory":
-        return _size(value)
-    if field == "limits.timeout":
-        return _duration(value)
-    if field == "limits.cpus":
-        return f"{value:g}"
-    if field == "user":
-        return "auto" if value is None else f"{value[0]}:{value[1]}"
-    if field == "command":
-        return shlex.join(value)
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, tuple):
-        return ", ".join(show_entry(field, v) for v in value) or "(none)"
-    return str(value)
-
-
-def show_entry(field: str, entry) -> str:
-    if field == "mounts":
-        return f"{entry.source}:{entry.target}:{'rw' if entry.access is Access.READ_WRITE else 'ro'}"
-    if field == "tmpfs":
-        return f"{entry.target} ({_size(entry.size_bytes)})"
-    if field == "env.set":
-        return f"{entry[0]}={entry[1]}"
-    if field == "secrets":   # where the value comes from is shown, never the value
-        ca = f", CA {entry.ca_file}" if entry.ca_file else ""
-        return f"{entry.name} ({'$' + entry.env if entry.env else entry.file} -> {entry.upstream}{ca})"
-    return str(entry)
-
-
 # ---- combine rules -------------------------------------------------------------------------
 
-class _Widening(Exception):
-    """One or more parts of a layer's value would widen: (suffix of the key path, expected, found)."""
-
-    def __init__(self, items: list[tuple[str, str, str]]):
-        self.items = items
-        super().__init__(items)
+class _Conflict(Exception):
+    """Two layers that cannot both hold (two different pinned image digests)."""
 
 
 def _image_parts(ref: str) -> tuple[str, str | None, str | None]:
@@ -166,13 +111,16 @@ def _image_parts(ref: str) -> tuple[str, str | None, str | None]:
 
 
 def _pin(a: str, b: str) -> str:
+    """A later layer may pin the image it is given to a digest; another image is ignored (the
+    image is no boundary either way); two different digests are a conflict."""
     if a == b:
         return a
     ra, ta, da = _image_parts(a)
     rb, tb, db = _image_parts(b)
-    # Another tag is another image, also when the base is pinned (it would be silently ignored).
-    if rb != ra or (da and db and db != da) or (tb is not None and ta is not None and tb != ta):
-        raise _Widening([("", f"{a} or the same image pinned to a digest", b)])
+    if rb != ra or (tb is not None and ta is not None and tb != ta):
+        return a
+    if da and db and db != da:
+        raise _Conflict(f"{a} and {b} are pinned to different digests")
     return b if db and not da else a   # an unpinned mention of a pinned image keeps the pin
 
 
@@ -185,74 +133,52 @@ def covers(wide: AllowRule, narrow: AllowRule) -> bool:
     return narrow.host.endswith("." + wide.host) or (narrow.wildcard and narrow.host == wide.host)
 
 
-def _entry_ok(field: str, so_far: tuple, entry) -> str | None:
-    """None when `entry` is allowed by the list so far, else what was expected."""
-    listed = show(field, so_far)
-    if not so_far:
-        return "no entry (nothing is allowed so far)"
-    if field == "network.allow":
-        return None if any(covers(r, entry) for r in so_far) else f"a rule covered by one of {listed}"
-    if field == "mounts":
-        same = [m for m in so_far if (m.source, m.target) == (entry.source, entry.target)]
-        if not same:
-            return f"one of the mounts {listed}"
-        if same[0].access is Access.READ_ONLY and entry.access is Access.READ_WRITE:
-            return f"{show_entry(field, same[0])} (read-only)"
+def _meet(a: AllowRule, b: AllowRule) -> AllowRule | None:
+    """The rule allowing exactly what both allow, or None: the narrower name, the common ports."""
+    ports = tuple(p for p in a.ports if p in b.ports)
+    if not ports or a.ip != b.ip:
         return None
-    if field == "tmpfs":
-        same = [t for t in so_far if t.target == entry.target]
-        if not same:
-            return f"one of the tmpfs mounts {listed}"
-        return None if entry.size_bytes <= same[0].size_bytes else f"at most {show_entry(field, same[0])}"
-    if field == "env.set":
-        values = dict(so_far)
-        if entry[0] not in values:
-            return f"one of the variables {listed}"
-        return None if values[entry[0]] == entry[1] else f"the value set so far ({entry[0]}={values[entry[0]]})"
-    return None if entry in so_far else f"one of {listed}"
+    name = lambda r: replace(r, ports=ports)   # noqa: E731 - the narrower rule with the common ports
+    if covers(replace(a, ports=ports), name(b)):
+        return name(b)
+    if covers(replace(b, ports=ports), name(a)):
+        return name(a)
+    return None
 
 
 def _intersect(field: str, a: tuple, b: tuple) -> tuple:
-    bad = []
-    for index, entry in enumerate(b):
-        expected = _entry_ok(field, a, entry)
-        if expected:
-            at = f".{entry[0]}" if field == "env.set" else f"[{index}]"
-            bad.append((at, expected, show_entry(field, entry)))
-    if bad:
-        raise _Widening(bad)
-    return b
-
-
-def _stricter(strict, a, b):
-    if a == strict and b != strict:
-        raise _Widening([("", show_any(a), show_any(b))])
-    return b
-
-
-def show_any(value) -> str:
-    return value.value if isinstance(value, enum.Enum) else ("true" if value is True else "false" if value is False else str(value))
+    """What both lists allow, in the order of `a`: for allow rules their meet; for mounts the
+    same source and target, read-only if either says so; for tmpfs the smaller size; for env.set
+    the same value; for every other list the same entry."""
+    if field == "network.allow":
+        met = [m for x in a for y in b if (m := _meet(x, y)) is not None]
+        return tuple(dict.fromkeys(m for m in met if not any(o != m and covers(o, m) for o in met)))
+    if field == "mounts":
+        other = {(m.source, m.target): m for m in b}
+        return tuple(m if m.access is Access.READ_ONLY else other[(m.source, m.target)]
+                     for m in a if (m.source, m.target) in other)
+    if field == "tmpfs":
+        other = {t.target: t for t in b}
+        return tuple(t if t.size_bytes <= other[t.target].size_bytes else other[t.target] for t in a if t.target in other)
+    return tuple(entry for entry in a if entry in b)
 
 
 def apply_rule(field: str, a, b):
-    """The value of `field` after a layer sets it to `b` on top of `a`; raises _Widening."""
+    """The value of `field` after a layer sets it to `b` on top of `a`: never wider than `a`
+    (nor than `b`, for the ceiling rules). Raises _Conflict only for two different image digests."""
     rule = FIELDS[field][1]
     if rule == "pin":
         return _pin(a, b)
     if rule == "fixed":
-        if a != b:
-            raise _Widening([("", show(field, a), show(field, b))])
         return a
     if rule == "read-only-wins":
-        return _stricter(Access.READ_ONLY, a, b)
+        return Access.READ_ONLY if Access.READ_ONLY in (a, b) else a
     if rule == "none-wins":
-        return _stricter(NetworkMode.NONE, a, b)
+        return NetworkMode.NONE if NetworkMode.NONE in (a, b) else a
     if rule == "false-wins":
-        return _stricter(False, a, b)
+        return a and b
     if rule == "minimum":
-        if b > a:
-            raise _Widening([("", f"at most {show(field, a)}", show(field, b))])
-        return b
+        return min(a, b)
     if rule == "union":
         return a + tuple(p for p in b if p not in a)
     if rule == "intersect":
@@ -285,28 +211,59 @@ class Decision:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Note:
+    """A layer took something away from what was asked (or its own value was ignored)."""
+
+    layer: str                      # label of that layer
+    field: str
+    asked: str                      # the value before it, and who asked for it
+    left: str                       # what is left
+    explicit: bool = False          # what it took away was asked for on the command line
+    kind: str = "narrowed"          # narrowed, ignored (a field that is not a ceiling), widened (override)
+
+    def __str__(self) -> str:
+        return f"{self.layer}: {self.field}: asked {self.asked}, left {self.left}"
+
+
+@dataclass(frozen=True, kw_only=True)
 class Effective:
     policy: Policy
     layers: tuple[Layer, ...]
     decisions: tuple[Decision, ...]
     steps: tuple[Policy, ...]       # the policy after each layer, in order (steps[-1] is policy)
+    notes: tuple[Note, ...] = ()
+
+
+CEILINGS = ("read-only-wins", "none-wins", "false-wins", "minimum", "intersect")
+
+
+def _same(field: str, a, b) -> bool:
+    return set(a) == set(b) if isinstance(a, tuple) and FIELDS[field][1] == "intersect" else a == b
+
+
+def widened(field: str, before, after) -> bool:
+    """Whether `after` allows something `before` did not (only the ceiling rules can say)."""
+    return FIELDS[field][1] in CEILINGS and not _same(field, apply_rule(field, before, after), after)
 
 
 def _decider(layer: Layer, field: str) -> str:
     return "default (schema)" if field in layer.defaulted else layer.label
 
 
-def combine(base: Policy, layers: Sequence[Layer], *, prior: Effective | None = None
+def combine(base: Policy, layers: Sequence[Layer], *, prior: Effective | None = None, override: bool = False
             ) -> tuple[Effective, list[Problem]]:
     """Apply `layers` on top of `base`. Without `prior`, layers[0] describes `base` itself; with it,
-    `base` is prior.policy as the command line amended it (--allow) and every layer narrows it.
-    A widening part of a layer is reported and left out; the rest of that layer still applies,
-    so every problem shows at once."""
+    `base` is prior.policy as the command line amended it (--allow). Every layer is a ceiling: the
+    result is never wider than `base` or any layer, and each thing a layer takes away is a Note.
+    With `override` (a policy file's own fields over the presets it extends) a layer's value
+    replaces, and each widening is a Note. Problems: only real conflicts (two image digests)."""
     problems: list[Problem] = []
+    notes: list[Note] = []
     if prior is None:
         deciders = {f: _decider(layers[0], f) for f in FIELDS}
         setters = {f: [layers[0].label] if f not in layers[0].defaulted else [] for f in FIELDS}
         all_layers, layers, steps = tuple(layers), layers[1:], [base]
+        requested: tuple = ()
     else:
         deciders = {d.field: d.decided_by for d in prior.decisions}
         setters = {d.field: list(d.set_by) for d in prior.decisions}
@@ -315,24 +272,49 @@ def combine(base: Policy, layers: Sequence[Layer], *, prior: Effective | None = 
                 deciders[f] = LayerKind.FLAGS.value
                 setters[f].append(LayerKind.FLAGS.value)
         all_layers, steps = prior.layers + tuple(layers), [*prior.steps[:-1], base]
+        # --allow entries: an explicit request each, which must survive every ceiling under CI
+        requested = tuple(r for r in base.network.allow if r not in prior.policy.network.allow)
     policy = base
     for layer in layers:
         for field, value in layer.values:
             before = get(policy, field)
-            try:
-                after = apply_rule(field, before, value)
-            except _Widening as exc:
-                for at, expected, found in exc.items:
-                    problems.append(Problem(
-                        file=layer.file, path=field + at, expected=f"{expected} (so far from {deciders[field]})",
-                        found=found, hint=f"every layer after the base can only narrow: {RULES[FIELDS[field][1]]}"))
-                continue
+            rule = FIELDS[field][1]
+            if override:
+                after = before + tuple(p for p in value if p not in before) if rule == "union" else value
+                if widened(field, before, after):
+                    notes.append(Note(layer=layer.label, field=field, asked=f"{show(field, before)} ({deciders[field]})",
+                                      left=show(field, after), kind="widened"))
+            else:
+                try:
+                    after = apply_rule(field, before, value)
+                except _Conflict as exc:
+                    if layer.kind is LayerKind.REPO:   # never a way for a repository to fail a job
+                        notes.append(Note(layer=layer.label, field=field, asked=show(field, value),
+                                          left=f"{show(field, before)} ({exc})", kind="ignored"))
+                        continue
+                    problems.append(Problem(file=layer.file, path=field, expected="the image pinned so far "
+                                            f"(by {deciders[field]})", found=str(exc),
+                                            hint="pin the same digest in both layers, or leave one unpinned"))
+                    continue
+                flag = layer.kind is LayerKind.FLAGS
+                if rule in CEILINGS and not _same(field, after, before):
+                    notes.append(Note(layer=layer.label, field=field, asked=f"{show(field, before)} ({deciders[field]})",
+                                      left=show(field, after), explicit=deciders[field] == LayerKind.FLAGS.value))
+                elif (rule in ("fixed", "pin") and value != before and after == before) or (flag and after != value):
+                    notes.append(Note(layer=layer.label, field=field, asked=f"{show(field, value)} ({layer.label})",
+                                      left=f"{show(field, after)} ({RULES[rule]})", explicit=flag,
+                                      kind="narrowed" if flag else "ignored"))
             setters[field].append(layer.label)
             if after != before:
                 policy, deciders[field] = put(policy, field, after), layer.label
         narrowed = _consistent(policy)
         if narrowed != policy:
             policy, deciders["network.allow"] = narrowed, layer.label
+        lost = [r for r in requested if not any(covers(x, r) for x in policy.network.allow)]
+        if lost:
+            notes.append(Note(layer=layer.label, field="network.allow", asked=f"{', '.join(map(str, lost))} (--allow)",
+                              left=show("network.allow", policy.network.allow), explicit=True))
+            requested = tuple(r for r in requested if r not in lost)
         steps.append(policy)
     file_layers = [layer for layer in all_layers if layer.digest]
     if len(file_layers) > 1:
@@ -341,12 +323,15 @@ def combine(base: Policy, layers: Sequence[Layer], *, prior: Effective | None = 
     steps[-1] = policy
     decisions = tuple(Decision(field=f, rule=FIELDS[f][1], value=show(f, get(policy, f)), decided_by=deciders[f],
                                set_by=tuple(setters[f])) for f in FIELDS)
-    return Effective(policy=policy, layers=all_layers, decisions=decisions, steps=tuple(steps)), problems
+    earlier = prior.notes if prior is not None else ()
+    return Effective(policy=policy, layers=all_layers, decisions=decisions, steps=tuple(steps),
+                     notes=earlier + tuple(notes)), problems
 
 
-def effective(base: Policy, layers: Sequence[Layer], *, prior: Effective | None = None) -> Effective:
-    """The effective policy, or a PolicyError listing every widening attempt."""
-    result, problems = combine(base, layers, prior=prior)
+def effective(base: Policy, layers: Sequence[Layer], *, prior: Effective | None = None,
+              override: bool = False) -> Effective:
+    """The effective policy, or a PolicyError listing every conflict."""
+    result, problems = combine(base, layers, prior=prior, override=override)
     if problems:
         raise PolicyError(problems)
     return result
@@ -354,7 +339,7 @@ def effective(base: Policy, layers: Sequence[Layer], *, prior: Effective | None 
 
 def layers_table(eff: Effective) -> str:
     """`sandbox compile --show-layers`: the layers in order, then which one decided each field."""
-    lines = ["layers (each may only narrow the ones above it):"]
+    lines = ["layers (each after the base is a ceiling: it can only narrow):"]
     lines += [f"  {i}. {layer.label}" + (f"  sha256:{layer.digest[:12]}" if layer.digest else "")
               for i, layer in enumerate(eff.layers, 1)]
     width = max(len(f) for f in FIELDS)
@@ -362,4 +347,6 @@ def layers_table(eff: Effective) -> str:
     lines.append(f"{'field':{width}}  {'rule':14}  {'decided by':40}  value")
     for d in eff.decisions:
         lines.append(f"{d.field:{width}}  {d.rule:14}  {d.decided_by:40}  {d.value}")
+    if eff.notes:
+        lines += ["", "what the layers took away:"] + [f"  {note}" for note in eff.notes]
     return "\n".join(lines)

@@ -14,7 +14,7 @@ from launcher.compiler import refuse_source
 from launcher.egress.rules import AllowRule
 from launcher.errors import PolicyError, Problem
 from launcher.host import GitPath, HostFacts
-from launcher.layers import FIELDS, Effective, Layer, LayerKind, combine, covers, get, show_entry
+from launcher.layers import FIELDS, Effective, Layer, LayerKind, combine, covers, get, show, show_entry, widened
 from launcher.model import Access, Policy
 from launcher.style import BAD, WARN, Mark, plain
 
@@ -214,6 +214,21 @@ def _unreachable(report: _Report, eff: Effective, docs: dict[str, Doc]) -> None:
                                f"{show_entry(field, entry)} never applies: {eff.layers[gone].label} removes it")
 
 
+def _capped(report: _Report, eff: Effective, base: Effective, layers: list[Layer], by_file: dict) -> None:
+    """A layer asking for more than the layers before it allow is capped (a ceiling), never
+    refused: said as a note, and so is everything a ceiling took away."""
+    offset = len(base.steps) - 1
+    for j, layer in enumerate(layers):
+        before, doc = eff.steps[offset + j], by_file.get(layer.file)
+        for field, value in layer.values:
+            if doc and widened(field, get(before, field), value):
+                report.add(Severity.INFO, "capped", doc, field, f"{show(field, value)} is more than the layers before "
+                           f"allow ({show(field, get(before, field))}): capped, never widened")
+    for note in eff.notes[len(base.notes):]:
+        report.add(Severity.INFO, note.kind, by_file.get(note.layer.split(" ", 1)[-1]) or note.layer, note.field,
+                   f"{note.asked} -> {note.left}")
+
+
 def lint(docs: list[Doc], *, base: Effective | None, base_problem: PolicyError | None, layers: list[Layer],
          layer_problems: list[tuple[Doc, PolicyError]], facts: HostFacts | None, workspace: str,
          git_paths: tuple[GitPath, ...] = (), repo_state: str = "", target: str = "run",
@@ -242,11 +257,12 @@ def lint(docs: list[Doc], *, base: Effective | None, base_problem: PolicyError |
             doc = by_file.get(layer.file)
             if doc:
                 _per_file(report, doc, layer, base.policy)
-        eff, widenings = combine(base.policy, layers, prior=base)
-        for problem in widenings:
-            doc = by_file.get(problem.file)
-            prefix = "the repository layer would widen: " if doc and doc.kind is LayerKind.REPO else "widens: "
-            report.problems(Severity.ERROR, "widening", (problem,), by_file, prefix)
+        eff, conflicts = combine(base.policy, layers, prior=base)
+        report.problems(Severity.ERROR, "conflict", tuple(conflicts), by_file)
+        for note in base.notes:   # what the base policy widened compared with the presets it extends
+            report.add(Severity.INFO, "widened", by_file.get(base.policy.source) or base.policy.source, note.field,
+                       f"widened from the preset: {note.asked} -> {note.left}")
+        _capped(report, eff, base, layers, by_file)
         _unreachable(report, eff, by_file)
     for git in git_paths:
         inside = git.path.startswith(workspace.rstrip("/") + "/")

@@ -23,6 +23,7 @@ class LayerOptions:
     ignore_repo: bool = False            # --ignore-repo-policy
     ask: Callable[[str], bool] | None = None   # asked about an unapproved repository policy (a terminal)
     approved_only: bool = False          # never ask; apply a repository policy only if approved
+    strict: bool = False                 # like CI=true: an explicit request a ceiling removed is an error
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +42,8 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions()) ->
     base = stack.load_base(ref)
     policy = with_allowed(base.policy, options.allow) if options.allow else base.policy
     return stack.build(policy, base, workspace, timeout=options.timeout, pin=options.pin,
-                       ignore_repo=options.ignore_repo, ask=options.ask, approved_only=options.approved_only)
+                       ignore_repo=options.ignore_repo, ask=options.ask, approved_only=options.approved_only,
+                       strict=options.strict)
 
 
 def facts_for(policy, workspace: str) -> HostFacts:

@@ -62,10 +62,10 @@ def _partial(raw, data: bytes, file: str, kind: LayerKind, *, named: bool) -> tu
         doc = {"name": "layer", "description": "layer", **doc}
     net = doc.get("network")
     if isinstance(net, dict) and "allow" in net and "mode" not in net:
-        # The mode is inherited; if it is none there, the entries are reported as a widening.
+        # The mode is inherited; a layer's allow entries never turn proxy mode on (none wins).
         doc["network"] = {**net, "mode": "proxy"}
     if doc.get("secrets") and not (isinstance(net, dict) and "mode" in net):
-        # Likewise for secrets: only a proxy injects them; under mode none they are a widening.
+        # Likewise for secrets: only a proxy injects them; under mode none they are dropped.
         doc["network"] = {**(net if isinstance(net, dict) else {}), "mode": "proxy"}
     try:
         policy = policy_from_raw(doc, file, trust.sha256(data))
@@ -109,7 +109,8 @@ def load_base(ref: str, *, _seen: tuple[str, ...] = ()) -> Effective:
             result = preset
         else:  # a further preset narrows the first, field by field
             result = effective(result.policy, preset.layers, prior=result)
-    result = effective(result.policy, [layer], prior=result)
+    # The file's own fields override what it extends: the base is the user's own choice.
+    result = effective(result.policy, [layer], prior=result, override=True)
     policy = replace(result.policy, name=own.name, description=own.description, source=file)
     return replace(result, policy=policy, steps=result.steps[:-1] + (policy,))
 
@@ -135,8 +136,7 @@ def _repo_layer(workspace: str, base: Policy, prior: Effective, so_far: list[Lay
                                        expected=f"the repository policy pinned by --trust-repo-policy {pin}")])
         return None
     layer = parse_layer(source.data, source.path, LayerKind.REPO)
-    # A widening repository layer is refused before anyone is asked to approve it.
-    after = effective(base, so_far + [layer], prior=prior)
+    after = effective(base, so_far + [layer], prior=prior)   # what it would change, for the review
     if pin is not None:
         if trust.sha256(source.data) == pin:
             return layer
@@ -189,7 +189,7 @@ def _git_layers(workspace: str, notes: list[str]) -> tuple[list[Layer], list[str
 
 
 def build(base: Policy, prior: Effective, workspace: str, *, timeout: str | None = None, pin: str | None = None,
-          ignore_repo: bool = False, ask: Ask | None = None, approved_only: bool = False) -> Stack:
+          ignore_repo: bool = False, ask: Ask | None = None, approved_only: bool = False, strict: bool = False) -> Stack:
     """Every layer after the base, applied to `base` (prior.policy, possibly amended by --allow)."""
     notes: list[str] = []
     layers: list[Layer] = []
@@ -207,6 +207,14 @@ def build(base: Policy, prior: Effective, workspace: str, *, timeout: str | None
         layers.append(Layer(kind=LayerKind.FLAGS, file="--timeout", digest="",
                             values=(("limits.timeout", parse_duration(timeout)),)))
     eff = effective(base, layers, prior=prior)
+    taken = [n for n in eff.notes[len(prior.notes):] if n.kind != "widened"]
+    explicit = [n for n in taken if n.explicit]
+    if explicit and (strict or host.in_ci()):
+        # A pipeline never runs with less than it asked for without failing.
+        raise PolicyError([Problem(file=n.layer, path=n.field, expected=f"what the command line asked: {n.asked}",
+                                   found=f"a ceiling left {n.left}",
+                                   hint="ask for what the org/user policy allows, or change that policy") for n in explicit])
+    notes += [f"ceiling: {n}" for n in taken]
     if at_root and eff.policy.workspace.access is Access.READ_WRITE:
         raise PolicyError([Problem(file=at_root[0].rsplit(" in ", 1)[1], path="core.hooksPath",
                                    expected="a hooks directory below the workspace root", found=at_root[0],

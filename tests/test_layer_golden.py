@@ -1,4 +1,5 @@
-"""Golden files, one per combine rule: a base, a layer that narrows, and one that tries to widen.
+"""Golden files, one per combine rule: a base, a layer that narrows, and one that asks for more
+(capped by the ceiling, with the notes a user sees).
 Regenerate with UPDATE_GOLDEN=1 after reviewing the change."""
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ command: [bash]
 # rule -> [(title, layer documents applied in order as org, user, repository)]
 CASES = {
     "pin": [("pinned to a digest", ["image: sandbox/agent:bookworm@sha256:" + "a" * 64]),
-            ("another image", ["image: sandbox/agent:trixie"])],
+            ("another image", ["image: sandbox/agent:trixie"]),
+            ("two digests", ["image: sandbox/agent:bookworm@sha256:" + "a" * 64,
+                             "image: sandbox/agent:bookworm@sha256:" + "b" * 64])],
     "fixed": [("repeated", ["user: '1000:1000'\nworkspace: {target: /workspace}"]),
               ("changed", ["user: '1001:1001'\nworkspace: {target: /src}"])],
     "read-only-wins": [("read-only", ["workspace: {access: read-only}"]),
@@ -75,6 +78,7 @@ def render(rule: str) -> str:
         touched = [f for f in FIELDS if any(f in dict(layer.values) for layer in parsed)]
         out.append("=> applied:")
         out += [f"{f} = {decided[f].value}   [{decided[f].rule}; decided by {decided[f].decided_by}]" for f in touched]
+        out += [f"note ({n.kind}): {n}" for n in eff.notes]
         out.append("")
     return "\n".join(out)
 

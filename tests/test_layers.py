@@ -77,41 +77,45 @@ def test_narrowing_layers_apply(doc, field, value):
 
 
 def test_none_network_drops_the_allow_list_and_later_layers_cannot_bring_it_back():
-    eff = narrow(b"network: {mode: none}\n")
-    assert eff.policy.network.allow == ()
+    eff = narrow(b"network: {mode: none}\n", b"network: {allow: [api.example.com]}\n")
+    assert eff.policy.network.mode is NetworkMode.NONE and eff.policy.network.allow == ()
     assert {d.field: d.decided_by for d in eff.decisions}["network.allow"] == "org org.yaml"
-    text = widening(b"network: {mode: none}\n", b"network: {allow: [api.example.com]}\n")
-    assert "user.yaml: network.allow[0]: expected no entry (nothing is allowed so far)" in text
 
 
-def test_allow_rules_narrow_to_covered_hosts_and_ports():
-    eff = narrow(b"network: {allow: ['files.pypi.org', 'api.example.com:443']}\n")
-    assert [str(r) for r in eff.policy.network.allow] == ["files.pypi.org", "api.example.com:443"]
-    text = widening(b"network: {allow: [pypi.org, 'api.example.com:8443', '*.example.com']}\n")
-    for at in ("network.allow[0]", "network.allow[1]", "network.allow[2]"):
-        assert f"org.yaml: {at}: expected a rule covered by one of api.example.com, *.pypi.org" in text
+def test_allow_rules_intersect_with_wildcards_and_ports_and_the_loss_is_a_note():
+    eff = narrow(b"network: {allow: [pypi.org, 'api.example.com:8443', '*.example.com', 'files.pypi.org']}\n")
+    # pypi.org is not below *.pypi.org; api.example.com has no port 8443; *.example.com (80, 443)
+    # meets api.example.com but not git.example.com:8443
+    assert [str(r) for r in eff.policy.network.allow] == ["api.example.com", "files.pypi.org"]
+    assert [str(n) for n in eff.notes] == [
+        "org org.yaml: network.allow: asked api.example.com, *.pypi.org, git.example.com:8443 (policy base.yaml), "
+        "left api.example.com, files.pypi.org"]
 
 
-def test_a_widening_error_names_layer_file_field_allowed_value_and_attempt():
-    text = widening(b"limits: {memory: 1g}\n", b"limits: {memory: 4g}\n")
-    assert "user.yaml: limits.memory: expected at most 1g (so far from org org.yaml), found 4g" in text
-    assert "every layer after the base can only narrow: limits take the minimum" in text
+def test_a_ceiling_note_names_layer_field_what_was_asked_and_what_is_left():
+    eff = narrow(b"limits: {memory: 1g}\n", b"limits: {memory: 4g}\n")
+    assert eff.policy.limits.memory_bytes == 1024 ** 3
+    assert [str(n) for n in eff.notes] == ["org org.yaml: limits.memory: asked 2g (policy base.yaml), left 1g"]
 
 
-def test_every_widening_of_a_layer_is_reported_at_once():
-    text = widening(b"limits: {pids: 999}\nworkspace: {access: read-write}\ncapabilities: [SETUID]\nuser: '1001:1001'\n"
-                    b"mounts: [{source: /srv/ref, target: /ref, access: read-write}]\n"
-                    b"tmpfs: [{target: /tmp, size: 1g}]\nenv: {set: {A: '9'}}\nimage: other:1\n")
-    for fragment in ("limits.pids: expected at most 256", "capabilities[0]: expected one of CHOWN, KILL",
-                     "user: expected 1000:1000 (so far from policy base.yaml)", "mounts[0]: expected /srv/ref:/ref:ro",
-                     "tmpfs[0]: expected at most /tmp (256m)", "env.set.A: expected the value set so far (A=1)",
-                     "image: expected sandbox/agent:bookworm"):
-        assert fragment in text
-    assert "workspace.access" not in text   # read-write after read-write is no widening
+def test_a_layer_wider_than_the_base_changes_nothing_and_is_never_refused():
+    doc = (b"limits: {pids: 999}\nworkspace: {access: read-write}\ncapabilities: [CHOWN, SETUID]\nuser: '1001:1001'\n"
+           b"mounts: [{source: /srv/ref, target: /ref, access: read-write}, {source: /srv/data, target: /data, access: read-write}]\n"
+           b"tmpfs: [{target: /tmp, size: 1g}, {target: /cache, size: 64m}]\nenv: {set: {A: '9', B: '2'}}\nimage: other:1\n")
+    policy, _ = base()
+    eff = narrow(doc)
+    for field in ("limits.pids", "workspace.access", "user", "tmpfs", "image"):
+        assert layers.get(eff.policy, field) == layers.get(policy, field), field
+    assert eff.policy.capabilities == ("CHOWN",)                     # what both allow
+    assert [m.target for m in eff.policy.mounts] == ["/data", "/ref"] and eff.policy.mounts[1].access is Access.READ_ONLY
+    assert eff.policy.env.set_values == (("B", "2"),)                # A differs: neither value is "allowed by both"
+    ignored = {n.field for n in eff.notes if n.kind == "ignored"}
+    assert ignored == {"user", "image"}
 
 
 def test_read_only_beats_read_write_for_the_workspace():
-    assert "expected read-only" in widening(b"workspace: {access: read-only}\n", b"workspace: {access: read-write}\n")
+    assert narrow(b"workspace: {access: read-only}\n", b"workspace: {access: read-write}\n").policy.workspace.access \
+        is Access.READ_ONLY
 
 
 @pytest.mark.parametrize("image, result", [
@@ -119,23 +123,26 @@ def test_read_only_beats_read_write_for_the_workspace():
     ("sandbox/agent@sha256:" + "b" * 64, "sandbox/agent@sha256:" + "b" * 64),
     ("sandbox/agent:bookworm", "sandbox/agent:bookworm"),
 ])
-def test_image_may_only_be_pinned(image, result):
+def test_image_may_be_pinned(image, result):
     assert narrow(f"image: '{image}'\n".encode()).policy.image == result
 
 
 @pytest.mark.parametrize("image", ["sandbox/agent:trixie", "evil/agent:bookworm", "evil/agent@sha256:" + "a" * 64])
-def test_another_image_is_a_widening(image):
-    assert "image: expected sandbox/agent:bookworm or the same image pinned to a digest" in widening(
-        f"image: '{image}'\n".encode())
+def test_another_image_is_ignored_with_a_note(image):
+    eff = narrow(f"image: '{image}'\n".encode())
+    assert eff.policy.image == "sandbox/agent:bookworm"
+    assert [(n.field, n.kind) for n in eff.notes] == [("image", "ignored")]
 
 
-def test_a_pinned_image_keeps_its_pin():
+def test_a_pinned_image_keeps_its_pin_and_two_digests_conflict_unless_the_repository_says_it():
     pinned = "sandbox/agent:bookworm@sha256:" + "a" * 64
     assert narrow(f"image: '{pinned}'\n".encode(), b"image: sandbox/agent:bookworm\n").policy.image == pinned
-    assert "found sandbox/agent:bookworm@sha256:" in widening(f"image: '{pinned}'\n".encode(),
-                                                               f"image: '{pinned[:-1]}b'\n".encode())
-    # another tag after a pin is another image, not something to ignore (found by the property test)
-    assert "found sandbox/agent:trixie" in widening(f"image: '{pinned}'\n".encode(), b"image: sandbox/agent:trixie\n")
+    with pytest.raises(PolicyError, match="pinned to different digests"):
+        narrow(f"image: '{pinned}'\n".encode(), f"image: '{pinned[:-1]}b'\n".encode())
+    # a repository layer never fails a job: its other digest is ignored, with a note
+    eff = narrow(f"image: '{pinned}'\n".encode(), b"", f"image: '{pinned[:-1]}b'\n".encode())
+    assert eff.policy.image == pinned and eff.notes[-1].kind == "ignored"
+    assert narrow(f"image: '{pinned}'\n".encode(), b"image: sandbox/agent:trixie\n").policy.image == pinned
 
 
 def test_protected_paths_only_add_up():
@@ -166,7 +173,7 @@ def test_layers_are_validated_like_the_base(doc, fragment):
     assert fragment in str(info.value) and "user.yaml" in str(info.value)
 
 
-def test_extends_starts_from_presets_and_the_file_only_narrows(tmp_path):
+def test_extends_starts_from_presets_and_the_file_overrides_them(tmp_path):
     path = tmp_path / "team.yaml"
     path.write_text("version: 1\nname: team\ndescription: d\nextends: [untrusted, read-only]\nlimits: {pids: 64}\n")
     eff = stack.load_base(str(path))
@@ -175,9 +182,14 @@ def test_extends_starts_from_presets_and_the_file_only_narrows(tmp_path):
     assert [layer.kind for layer in eff.layers] == [LayerKind.PRESET, LayerKind.PRESET, LayerKind.BASE]
     decided = {d.field: d.decided_by for d in eff.decisions}
     assert decided["limits.pids"] == f"policy {path}" and decided["workspace.access"].startswith("preset ")
+    # The base is the user's own choice: "the ci preset plus my model API host" is a small file.
+    path.write_text("version: 1\nname: team\ndescription: d\nextends: [ci]\nnetwork: {allow: [api.example.com]}\n"
+                    "workspace: {access: read-only}\n")
+    eff = stack.load_base(str(path))
+    assert [str(r) for r in eff.policy.network.allow] == ["api.example.com"]
+    assert [(n.field, n.kind) for n in eff.notes] == [("network.allow", "widened")]   # read-only narrows: no note
     path.write_text("version: 1\nname: team\ndescription: d\nextends: [read-only]\nworkspace: {access: read-write}\n")
-    with pytest.raises(PolicyError, match="workspace.access: expected read-only"):
-        stack.load_base(str(path))
+    assert stack.load_base(str(path)).policy.workspace.access is Access.READ_WRITE
     path.write_text("version: 1\nname: team\ndescription: d\nextends: [/etc/passwd]\n")
     with pytest.raises(PolicyError, match="extends\\[0\\]"):
         stack.load_base(str(path))
@@ -215,7 +227,19 @@ def test_stack_applies_org_then_user_then_flags(host_env):
     eff = build(host_env / "ws", timeout="5m").effective
     assert [layer.kind for layer in eff.layers] == [LayerKind.BASE, LayerKind.ORG, LayerKind.USER, LayerKind.FLAGS]
     assert (eff.policy.limits.memory_bytes, eff.policy.limits.pids, eff.policy.limits.timeout_seconds) == (1 << 30, 100, 300)
-    with pytest.raises(PolicyError, match="--timeout: limits.timeout: expected at most 20m"):
+
+
+def test_an_explicit_request_a_ceiling_removes_is_a_note_and_under_ci_an_error(host_env, monkeypatch):
+    (host_env / "org.yaml").write_text("version: 1\nlimits: {timeout: 20m}\n")
+    monkeypatch.delenv("CI", raising=False)
+    result = build(host_env / "ws", timeout="1h")
+    assert result.effective.policy.limits.timeout_seconds == 20 * 60
+    assert any(n.startswith("ceiling: command line --timeout: limits.timeout: asked 1h") and "left 20m" in n
+               for n in result.notes), result.notes
+    with pytest.raises(PolicyError, match="limits.timeout: expected what the command line asked: 1h"):
+        build(host_env / "ws", timeout="1h", strict=True)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(PolicyError, match="a ceiling left 20m"):
         build(host_env / "ws", timeout="1h")
 
 
@@ -257,3 +281,43 @@ def test_show_layers_table_names_the_deciding_layer():
     assert "1. policy base.yaml" in text and "2. org org.yaml" in text
     row = next(line for line in text.splitlines() if line.startswith("limits.pids"))
     assert "minimum" in row and "org org.yaml" in row and row.endswith("64")
+
+
+@pytest.mark.parametrize("preset", ["untrusted", "read-only", "ci", "devcontainer"])
+def test_the_example_org_ceiling_composes_with_every_preset(preset, tmp_path, monkeypatch):
+    from launcher.egress.rules import parse_rule
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    monkeypatch.setenv("SANDBOX_ORG_POLICY", os.path.join(root, "examples", "team", "org-policy.yaml"))
+    monkeypatch.delenv("CI", raising=False)
+    org = [parse_rule(r, False) for r in ["pypi.org", "files.pythonhosted.org", "github.com", "codeload.github.com",
+                                          "*.example.com"]]
+    base_ = stack.load_base(preset)
+    if base_.policy.network.mode is NetworkMode.PROXY:   # as a pipeline would: its model API host
+        from launcher.policy import with_allowed
+        policy = with_allowed(base_.policy, ("api.example.com",))
+    else:
+        policy = base_.policy
+    eff = stack.build(policy, base_, str(tmp_path)).effective.policy
+    assert all(any(layers.covers(o, r) for o in org) for r in eff.network.allow)
+    assert eff.limits.memory_bytes == min(base_.policy.limits.memory_bytes, 8 * 1024 ** 3)
+    assert eff.limits.timeout_seconds == min(base_.policy.limits.timeout_seconds, 4 * 3600)
+    assert {"deploy", ".pre-commit-config.yaml"} <= set(eff.workspace.protect)
+    if base_.policy.network.mode is NetworkMode.PROXY:
+        assert "api.example.com" in [str(r) for r in eff.network.allow]
+
+
+def test_an_allow_beyond_the_org_ceiling_is_a_note_and_an_error_in_ci(tmp_path):
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "SANDBOX_ORG_POLICY": os.path.join(root, "examples", "team", "org-policy.yaml")}
+    env.pop("CI", None)
+    args = [sys.executable, "-m", "launcher", "compile", "-p", "ci", "-w", str(tmp_path),
+            "--allow", "api.example.com", "--allow", "evil.example.net"]
+    relaxed = subprocess.run(args, capture_output=True, text=True, env=env)
+    assert relaxed.returncode == 0, relaxed.stderr
+    assert "ceiling: org" in relaxed.stderr and "evil.example.net (--allow)" in relaxed.stderr
+    strict = subprocess.run(args, capture_output=True, text=True, env={**env, "CI": "true"})
+    assert strict.returncode == 120 and "expected what the command line asked: evil.example.net" in strict.stderr

@@ -81,13 +81,14 @@ def test_sensitive_and_writable_mounts(place):
     assert writable.path == "mounts[1].access" and writable.severity is lint.Severity.WARNING
 
 
-def test_a_repository_layer_that_would_widen_and_an_unpinned_image(place):
+def test_a_repository_layer_asking_for_more_is_capped_not_refused_and_an_unpinned_image(place):
     (place / "ws" / ".sandbox.yaml").write_text("version: 1\nimage: sandbox/agent:bookworm\nlimits:\n  pids: 4096\n"
                                                 "env: {pass: [HOME]}\n")
     found = findings(place, "untrusted")
-    widen = [f for f in found if f.code == "widening"]
-    assert {(f.path, f.line) for f in widen} == {("limits.pids", 4), ("env.pass[0]", 5)}
-    assert all("the repository layer would widen" in f.message for f in widen)
+    assert not [f for f in found if f.severity is lint.Severity.ERROR]    # no way for a repository to fail a job
+    capped = [f for f in found if f.code == "capped"]
+    assert {(f.path, f.line) for f in capped} == {("limits.pids", 4), ("env.pass", 5)}
+    assert all("capped, never widened" in f.message for f in capped)
     assert one(found, "image-digest").line == 2
     trust_note = one(found, "repo-trust")
     assert "not approved on this machine" in trust_note.message and "--trust-repo-policy" in trust_note.message

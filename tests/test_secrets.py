@@ -118,9 +118,8 @@ def test_layers_may_keep_or_drop_secrets_but_never_add_or_change_one():
     assert [s.name for s in narrow(keep).policy.secrets] == ["model"]
     assert narrow(b"secrets: []\n").policy.secrets == ()
     assert narrow(b"network: {mode: none}\n").policy.secrets == ()
-    with pytest.raises(PolicyError) as info:
-        narrow(keep.replace(b"api.example.com", b"evil.example.com"))
-    assert "org.yaml: secrets[0]" in str(info.value)
+    changed = narrow(keep.replace(b"api.example.com", b"evil.example.com"))   # another upstream: not in both
+    assert changed.policy.secrets == () and [n.field for n in changed.notes] == ["secrets"]
 
 
 def test_explain_says_the_proxy_enforces_secrets():
@@ -237,9 +236,8 @@ def test_a_layer_may_not_change_a_secrets_ca_file():
     prior = layers.effective(base, [full_layer(LayerKind.BASE, base)])
     entry = b'{name: model, env: MODEL_API_KEY, upstream: "https://api.example.com", header: "Authorization: Bearer {value}"'
     layer = stack.parse_layer(b"version: 1\nsecrets:\n  - " + entry + b", ca_file: /tmp/evil.pem}\n", "org.yaml", LayerKind.ORG)
-    with pytest.raises(PolicyError) as info:
-        layers.effective(base, [layer], prior=prior)
-    assert "org.yaml: secrets[0]" in str(info.value)
+    changed = layers.effective(base, [layer], prior=prior)   # another CA is another secret: dropped, with a note
+    assert changed.policy.secrets == () and [n.field for n in changed.notes] == ["secrets"]
     kept = stack.parse_layer(b"version: 1\nsecrets:\n  - " + entry + b", ca_file: /etc/company-ca.pem}\n", "org.yaml",
                              LayerKind.ORG)
     assert layers.effective(base, [kept], prior=prior).policy.secrets[0].ca_file == "/etc/company-ca.pem"

@@ -47,12 +47,13 @@ def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_
     from launcher.errors import ProbeFailed
 
     started, launch_plan, facts, probe, outcome, error, changes = time.monotonic(), None, None, None, None, None, ()
-    internal = None
+    internal, notes = None, ()
     console = output.Console(agent_stdout=sys.stderr.buffer if as_json else None)
     code, status = ExitCode.INTERNAL, "error"
     try:
-        planned = plan(policy, workspace, command, timeout=timeout, allow=allow, egress_network=egress_network)
-        launch_plan, facts = planned.plan, planned.facts
+        planned = plan(policy, workspace, command, timeout=timeout, allow=allow, egress_network=egress_network,
+                       strict=strict)
+        launch_plan, facts, notes = planned.plan, planned.facts, planned.layered.effective.notes
         eng = _engine_and_images(launch_plan, console)
         outcome = launch.run(eng, launch_plan, console)
         probe = outcome.probe
@@ -79,7 +80,7 @@ def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_
         if as_json or report_path or summary_path:
             text = "\n".join([str(error or "")] + [f"also: {m}" for m in secondary_failures(error)]).strip()
             data = report.build(status=status, exit_code=code, started=started, plan=launch_plan, probe=probe,
-                                changes=changes, egress=outcome.egress if outcome else (),
+                                changes=changes, layer_notes=notes, egress=outcome.egress if outcome else (),
                                 agent_exit=outcome.exit_code if outcome else None,
                                 timed_out=bool(outcome and outcome.timed_out), error=text)
             if report_path:

@@ -51,7 +51,8 @@ def strict_option(command):
     return click.option("--strict", is_flag=True,
                         help=f"Exit {ExitCode.SURFACES_CHANGED} when the agent left new or changed files that host tools "
                              "run or trust (git, direnv, editors, hooks, agents' config; symlinks out of the "
-                             "workspace). On by default under CI=true.")(command)
+                             "workspace), and refuse (exit 120) when a ceiling removes an explicit --allow or "
+                             "--timeout. On by default under CI=true.")(command)
 
 
 def duration(ctx, param, value):
@@ -68,7 +69,8 @@ def _ask(text: str) -> bool:
         return False
 
 
-def layer_settings(*, allow: tuple[str, ...] = (), timeout: str | None = None, approved_only: bool = False):
+def layer_settings(*, allow: tuple[str, ...] = (), timeout: str | None = None, approved_only: bool = False,
+                   strict: bool = False):
     """The pipeline's LayerOptions from this command's flags. An unapproved repository policy is
     asked about only in a terminal, never in CI."""
     from launcher import host
@@ -79,7 +81,7 @@ def layer_settings(*, allow: tuple[str, ...] = (), timeout: str | None = None, a
         raise click.UsageError("--trust-repo-policy and --ignore-repo-policy exclude each other")
     ask = _ask if host.is_interactive() and not approved_only else None
     return LayerOptions(allow=allow, timeout=timeout, pin=opts.get("pin"), ignore_repo=bool(opts.get("ignore_repo")),
-                        ask=ask, approved_only=approved_only)
+                        ask=ask, approved_only=approved_only, strict=strict)
 
 
 def tell(layered) -> None:
@@ -93,11 +95,12 @@ def tell(layered) -> None:
 
 
 def plan(policy_ref: str, workspace: str, command: tuple[str, ...], *, kind: str = "run", name: str | None = None,
-         timeout: str | None = None, allow: tuple[str, ...] = (), egress_network: str | None = None):
+         timeout: str | None = None, allow: tuple[str, ...] = (), egress_network: str | None = None,
+         strict: bool = False):
     """The pipeline for a command that launches or writes a sandbox; says its notes and warnings."""
     from launcher import pipeline
 
-    result = pipeline.layered(policy_ref, workspace, layer_settings(allow=allow, timeout=timeout))
+    result = pipeline.layered(policy_ref, workspace, layer_settings(allow=allow, timeout=timeout, strict=strict))
     tell(result)
     planned = pipeline.compiled(result, workspace, command, kind=kind, name=name, egress_network=egress_network)
     for warning in planned.plan.warnings:

@@ -18,7 +18,7 @@ from launcher.verify import ProbeReport
 
 def build(*, status: str, exit_code: int, started: float, plan: LaunchPlan | None = None,
           probe: ProbeReport | None = None, agent_exit: int | None = None, timed_out: bool = False,
-          error: str = "", egress: tuple = (), changes: tuple = ()) -> dict:
+          error: str = "", egress: tuple = (), changes: tuple = (), layer_notes: tuple = ()) -> dict:
     return {
         "sandbox_version": __version__,
         "status": status,
@@ -26,6 +26,9 @@ def build(*, status: str, exit_code: int, started: float, plan: LaunchPlan | Non
         "error": error,
         "duration_seconds": round(time.monotonic() - started, 3),
         "policy": {"name": plan.policy_name, "sha256": plan.policy_digest} if plan else None,
+        # What a ceiling (org, user, repository layer, a flag) took away from what was asked.
+        "layer_notes": [{"layer": n.layer, "field": n.field, "asked": n.asked, "left": n.left, "kind": n.kind,
+                         "explicit": n.explicit} for n in layer_notes],
         "plan": plan_to_dict(plan) if plan else None,
         "probe": None if probe is None else {
             "ok": probe.ok, "finished": probe.finished,
