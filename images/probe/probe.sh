@@ -17,8 +17,8 @@
 #
 # Design notes (why, not what):
 # - The image is untrusted: every tool is "$BB" <applet>; a bare name is only ever a shell
-#   builtin or a function of this file. PATH is emptied for phases 2-5 so a slip cannot reach
-#   the image.
+#   builtin or a function of this file. PATH is /dev/null for phases 2-5 so a slip cannot reach
+#   the image (an empty PATH would not do: ash then runs a bare name from the working directory).
 # - Phases 2-5 run in a subshell: nothing they assign can leak into the agent's environment.
 #   At top level the script assigns no variable; the exec step restores what ash itself changes
 #   at startup (SHLVL, PWD) and verifies the exported environment is byte-identical to the one
@@ -1031,7 +1031,7 @@ run_checks() {
 
 _p_main() {
 	BB=/.sandbox/probe/busybox
-	PATH=
+	PATH=/dev/null   # not a directory: no lookup finds anything (see the header)
 	_P_TAB='	'
 	_P_NL='
 '
