@@ -22,7 +22,9 @@ from launcher.plan import (PROBE_BUSYBOX, PROBE_DIR, PROBE_SCRIPT, ContainerSpec
 from launcher.policy import CAPABILITY_BITS
 from launcher.egress.squid import (INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_ALIAS, PROXY_PORT, NetworkSpec,
                             ProxySpec, SecretEndpoint, render_squid)
-from launcher.secrets import secret_value
+from launcher import checks
+from launcher.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS
+from launcher.secrets import RUNTIME_NAMES, SECRET_NAMES, SECRET_VALUES, caseless, secret_value
 from launcher.surfaces import GIT_BY_EXISTENCE, GIT_READS
 
 _ROOT_DIRS = ("/", "/etc", "/usr", "/var", "/home")
@@ -240,6 +242,9 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         workspace=target, wsroot=ws.real,
         net=policy.network.mode.value,
         pids=str(policy.limits.pids), mem=str(policy.limits.memory_bytes),
+        checks=checks.for_mode(policy.network.mode.value),
+        secretnames=tuple(map(caseless, SECRET_NAMES)), secretvalues=SECRET_VALUES,
+        runtimenames=tuple(map(caseless, RUNTIME_NAMES)), runtimesockets=RUNTIME_SOCKETS, credpaths=CREDENTIAL_PATHS,
         **({"proxy": f"{PROXY_ALIAS}:{PROXY_PORT}", "denyhost": PROBE_DENIED_HOST,
             "dnsname": next((r.host for r in policy.network.allow if not r.wildcard and not r.ip), "-")}
            if proxy else {}),

@@ -12,6 +12,7 @@ from typing import Callable
 
 from launcher.egress.inject import CA_MAX_BYTES
 from launcher.model import Access, Policy
+from launcher.paths import CREDENTIAL_PATHS, RUNTIME_HOST_PATHS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,17 +44,6 @@ class HostFacts:
     git_protect: tuple[str, ...] = ()
     git_outside: tuple[str, ...] = ()
     surfaces: tuple[tuple[str, str], ...] | None = None   # None: not scanned (read-only workspace)
-
-
-_RUNTIME_PATHS = (
-    "/var/run/docker.sock", "/run/docker.sock", "/run/containerd", "/var/run/containerd",
-    "/run/podman", "/var/run/podman", "/run/buildkit", "/run/crio", "/var/run/crio",
-    "/var/lib/docker", "/var/lib/containerd", "/var/lib/containers",
-)
-_CREDENTIAL_PATHS = (
-    ".ssh", ".aws", ".config/gcloud", ".azure", ".kube", ".docker", ".gnupg", ".netrc",
-    ".git-credentials", ".npmrc", ".pypirc", ".config/gh", ".password-store", ".vault-token",
-)
 
 
 def _kind(mode: int) -> str:
@@ -124,7 +114,7 @@ def protected_anchor(workspace: str, rel: str) -> PathFact:
 
 
 def runtime_socket_paths() -> tuple[str, ...]:
-    paths = set(_RUNTIME_PATHS)
+    paths = set(RUNTIME_HOST_PATHS)
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
     if runtime_dir:
         paths.update({f"{runtime_dir}/docker.sock", f"{runtime_dir}/podman", f"{runtime_dir}/containerd"})
@@ -153,7 +143,7 @@ def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str =
         protected=tuple(protected_anchor(ws.real, rel) for rel in policy.workspace.protected + inside),
         mounts=tuple(path_fact(m.source, os.getcwd(), scan=True) for m in policy.mounts),
         runtime_sockets=runtime_socket_paths(),
-        credential_paths=tuple(os.path.realpath(os.path.join(home, p)) for p in _CREDENTIAL_PATHS),
+        credential_paths=tuple(os.path.realpath(os.path.join(home, p)) for p in CREDENTIAL_PATHS),
         probe_volume=probe_volume,
         proxy_image=proxy_image,
         nonce=os.urandom(3).hex(),

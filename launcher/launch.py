@@ -7,7 +7,7 @@ import json
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from launcher import labels as label
@@ -168,6 +168,13 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener) -> tu
         output = _Output(engine, ref)  # attach first: output written before attaching can be lost
         engine.start(ref)
         report, rest, errors = output.read_probe(PROBE_TIMEOUT)
+        ids = [c.id for c in report.checks]
+        if report.ok and plan.probe.checks and ids != list(plan.probe.checks):
+            # fail closed: a probe that skipped, repeated or reordered a check proves less than planned
+            raise ProbeFailed("the sandbox did not take effect; the agent was not started:\n  the probe reported "
+                              f"{len(ids)} checks, not the {len(plan.probe.checks)} planned: "
+                              f"{', '.join(sorted(set(plan.probe.checks) ^ set(ids))) or 'another order'}",
+                              replace(report, verdict_ok=False))
         if not report.ok:
             raise _probe_failed(report, errors)
         listener.status(f"probe passed: {len(report.checks)} checks")

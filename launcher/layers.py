@@ -316,7 +316,7 @@ def combine(base: Policy, layers: Sequence[Layer], *, prior: Effective | None = 
                               left=show("network.allow", policy.network.allow), explicit=True))
             requested = tuple(r for r in requested if r not in lost)
         steps.append(policy)
-    file_layers = [layer for layer in all_layers if layer.digest]
+    file_layers = [layer for layer in all_layers if layer.digest and layer.values]   # an empty layer changes nothing
     if len(file_layers) > 1:
         text = "\n".join(f"{layer.kind.value}:{layer.digest}" for layer in file_layers)
         policy = replace(policy, digest=hashlib.sha256(text.encode()).hexdigest())

@@ -14,6 +14,7 @@ from launcher.compiler import refuse_source
 from launcher.egress.rules import AllowRule
 from launcher.errors import PolicyError, Problem
 from launcher.host import GitPath, HostFacts
+from launcher.secrets import TEXT_PATTERN
 from launcher.layers import FIELDS, Effective, Layer, LayerKind, combine, covers, get, show, show_entry, widened
 from launcher.model import Access, Policy
 from launcher.style import BAD, WARN, Mark, plain
@@ -58,10 +59,6 @@ class Doc:
     data: bytes
 
 
-# Anywhere in the file, comments included: token prefixes, private keys, passwords in URLs.
-_SECRET = re.compile(
-    r"(?<![A-Za-z0-9])(ghp_|gho_|ghs_|ghu_|ghr_|github_pat_|glpat-|sk-|AKIA|ASIA|xox[abprs]-|AIza)[A-Za-z0-9_\-]{8,}"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|://[^/\s:@'\"]+:[^/\s@'\"]+@")
 # Hosts where anyone can publish content: an allowed one is a way to exfiltrate or fetch payloads.
 _SHARED_HOSTS = ("github.com", "raw.githubusercontent.com", "gist.github.com", "gist.githubusercontent.com",
                  "pastebin.com", "transfer.sh", "webhook.site", "storage.googleapis.com", "s3.amazonaws.com",
@@ -116,7 +113,7 @@ class _Report:
 
 def _secrets(report: _Report, doc: Doc) -> None:
     for number, line in enumerate(doc.data.decode("utf-8", errors="replace").splitlines(), 1):
-        match = _SECRET.search(line)
+        match = TEXT_PATTERN.search(line)
         if match:
             shape = match.group(1) or ("a URL with a password" if "://" in match.group(0) else "a private key")
             report.findings.append(Finding(severity=Severity.ERROR, code="secret", file=doc.file, path="", line=number,

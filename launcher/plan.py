@@ -73,6 +73,13 @@ class ProbeExpectations:
     proxy: str = "-"        # host:port of the egress proxy, proxy mode only
     denyhost: str = "-"     # a name the proxy must refuse with 403
     dnsname: str = "-"      # an allowed name that must NOT resolve inside the sandbox
+    # The launcher's one lists, so that the probe never keeps a copy of its own:
+    checks: tuple[str, ...] = ()          # launcher/checks.py, for this mode, in report order
+    secretnames: tuple[str, ...] = ()     # launcher/secrets.py, as caseless globs
+    secretvalues: tuple[str, ...] = ()
+    runtimenames: tuple[str, ...] = ()
+    runtimesockets: tuple[str, ...] = ()  # launcher/paths.py
+    credpaths: tuple[str, ...] = ()
 
     def to_args(self) -> tuple[str, ...]:
         args = []

@@ -1,22 +1,31 @@
-"""What a secret looks like: environment names and values that never enter a sandbox."""
+"""What a secret looks like, the one list: environment names and values that never enter a
+sandbox. The launcher refuses them, lint flags them in files, and the probe gets the same lists
+(rendered into its arguments by the compiler), so the three can never disagree."""
 
 from __future__ import annotations
 
 import fnmatch
 import re
 
-SECRET_NAME_PATTERNS = (
+# Names of variables that hold credentials (matched case-insensitively, as shell globs).
+SECRET_NAMES = (
     "*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*_KEY", "*API_KEY*", "*ACCESS_KEY*",
     "*PRIVATE_KEY*", "*CREDENTIAL*", "AWS_*", "AZURE_*", "GITHUB_TOKEN", "GH_TOKEN",
     "SSH_AUTH_SOCK", "GPG_AGENT_INFO", "GOOGLE_APPLICATION_CREDENTIALS",
-    # A container runtime endpoint is root on the host.
-    "DOCKER_*", "CONTAINER_HOST", "BUILDKIT_HOST", "KUBECONFIG",
 )
+# A container runtime endpoint is root on the host (the probe's env.runtime check).
+RUNTIME_NAMES = ("DOCKER_*", "CONTAINER_HOST", "BUILDKIT_HOST", "KUBECONFIG")
+SECRET_NAME_PATTERNS = SECRET_NAMES + RUNTIME_NAMES
+# Values that are credentials whatever their name (shell globs over the whole value).
+SECRET_VALUE_PREFIXES = ("ghp_", "gho_", "ghs_", "ghu_", "ghr_", "github_pat_", "glpat-", "sk-", "AKIA", "ASIA",
+                         "xoxa-", "xoxb-", "xoxp-", "xoxr-", "xoxs-", "AIza")
+PRIVATE_KEY = "-----BEGIN *PRIVATE KEY-----"
+SECRET_VALUES = tuple(p + "*" for p in SECRET_VALUE_PREFIXES) + (f"*{PRIVATE_KEY}*",)
 
-_SECRET_VALUE = re.compile(
-    r"^(ghp_|gho_|ghs_|ghu_|ghr_|github_pat_|glpat-|sk-|AKIA|ASIA|xox[abprs]-|AIza)"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
-)
+# The same, found anywhere in a file (comments included), for `sandbox check`.
+TEXT_PATTERN = re.compile(
+    r"(?<![A-Za-z0-9])(" + "|".join(map(re.escape, SECRET_VALUE_PREFIXES)) + r")[A-Za-z0-9_\-]{8,}"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|://[^/\s:@'\"]+:[^/\s@'\"]+@")
 
 
 def secret_name(name: str) -> bool:
@@ -25,4 +34,10 @@ def secret_name(name: str) -> bool:
 
 
 def secret_value(value: str) -> bool:
-    return bool(_SECRET_VALUE.search(value.strip()))
+    value = value.strip()
+    return any(fnmatch.fnmatchcase(value, pattern) for pattern in SECRET_VALUES)
+
+
+def caseless(pattern: str) -> str:
+    """A shell glob matching `pattern` in any letter case (busybox ash has no nocasematch)."""
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in pattern)

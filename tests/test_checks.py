@@ -29,11 +29,26 @@ def test_the_tamper_matrix_has_a_tamper_for_every_none_mode_check():
     assert list(test_tamper.TAMPERS) == list(checks.for_mode("none"))
 
 
-def test_the_probe_script_runs_exactly_these_checks_in_this_order():
+def test_the_probe_script_has_one_function_per_check_and_no_list_of_its_own():
     probe = (ROOT / "images" / "probe" / "probe.sh").read_text()
-    assert probe_order(probe) == list(checks.ALL)
+    functions = re.findall(r"^check_([a-z_0-9]+)\(\)", probe, re.M)
+    assert functions == [c.replace(".", "_") for c in checks.ALL]   # in report order, one each
+    # the probe runs what the launcher passes (checks=...), and the lists come from the launcher too
+    assert "for id in $A_checks" in probe
+    for hand_kept in ("identity.uid identity.gid", "*[Tt][Oo][Kk][Ee][Nn]*", "DOCKER_HOST |", '"$h.ssh"',
+                      "/run/docker.sock /run/containerd"):
+        assert hand_kept not in probe, hand_kept
 
 
-def probe_order(probe: str) -> list[str]:
-    """The check ids in the order the probe script reports them (its `_p_line ID` calls)."""
-    return [m.group(1) for m in re.finditer(r"_p_line\s+([a-z]+(?:\.[a-z_0-9]+)?)\b", probe)]
+def test_the_compiler_passes_the_launchers_lists_to_the_probe():
+    from conftest import fake_facts
+    from launcher.compiler import compile_policy
+    from launcher.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS
+    from launcher.policy import load_policy
+    from launcher.secrets import SECRET_VALUES
+
+    for preset, mode in (("untrusted", "none"), ("ci", "proxy")):
+        probe = compile_policy(load_policy(preset), fake_facts()).probe
+        assert probe.checks == checks.for_mode(mode)
+        assert probe.secretvalues == SECRET_VALUES and probe.runtimesockets == RUNTIME_SOCKETS
+        assert probe.credpaths == CREDENTIAL_PATHS and "*_[Kk][Ee][Yy]" in probe.secretnames

@@ -95,6 +95,15 @@ def test_failed_probe_never_shows_agent_output_and_removes_the_container(plan):
     assert listener.out == b"" and engine.calls[-1] == "remove"
 
 
+def test_a_probe_that_skips_a_planned_check_is_a_failure_even_when_it_says_ok(plan):
+    skipped = "".join(l + "\n" for l in every_check_passing(plan).splitlines() if "\tfs.protected\t" not in l)
+    engine = FakeEngine(output=[(skipped.encode(), None), (b"AGENT RAN\n", None)])
+    listener = Recorder()
+    with pytest.raises(ProbeFailed, match="not the 26 planned: fs.protected"):
+        launch.run(engine, plan, listener)
+    assert listener.out == b"" and engine.calls[-1] == "remove"
+
+
 def test_probe_that_crashes_is_a_failure(plan):
     engine = FakeEngine(output=[(PASS.encode(), b"sh: segfault\n")])
     with pytest.raises(ProbeFailed, match="did not complete"):
@@ -102,8 +111,13 @@ def test_probe_that_crashes_is_a_failure(plan):
     assert engine.calls[-1] == "remove"
 
 
+def every_check_passing(plan) -> str:
+    return "".join(f"PROBE\t{check}\tpass\tx\tx\n" for check in plan.probe.checks) + \
+        f"PROBE-END\tok\t{len(plan.probe.checks)}\n"
+
+
 def test_passing_probe_streams_the_agent_and_returns_its_exit_code(plan):
-    engine = FakeEngine(output=[((PASS + "PROBE-END\tok\t1\nhello ").encode(), None), (b"world\n", None)], exit_code=3)
+    engine = FakeEngine(output=[((every_check_passing(plan) + "hello ").encode(), None), (b"world\n", None)], exit_code=3)
     listener = Recorder()
     outcome = launch.run(engine, plan, listener)
     assert outcome.exit_code == 3 and listener.out == b"hello world\n"

@@ -184,6 +184,7 @@ _p_hexip() {
 parse_args() {
 	local keys bad= seen= dash=0 nafter=0 arg k v ok
 	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,net,pids,mem,proxy,denyhost,dnsname,"
+	keys="${keys}checks,secretnames,secretvalues,runtimenames,runtimesockets,credpaths,"
 	for arg in "$@"; do
 		if [ "$dash" = 1 ]; then nafter=$((nafter + 1)); continue; fi
 		case $arg in
@@ -206,6 +207,10 @@ parse_args() {
 		proxy) case $v in -) ;; *:*[!0-9]* | :* | *: | *[!a-z0-9.:-]*) ok=0 ;; *:*) ;; *) ok=0 ;; esac ;;
 		denyhost | dnsname) case $v in -) ;; '' | *[!a-z0-9.-]*) ok=0 ;; esac ;;
 		workspace | wsroot) [ "$v" = - ] || _p_validpath "$v" || ok=0 ;;
+		checks) case $v in '' | ,* | *, | *,,* | *[!a-z0-9._,]*) ok=0 ;; esac ;;
+		secretnames | runtimenames) case $v in '' | *[!]A-Za-z0-9_*?,[]*) ok=0 ;; esac ;;
+		secretvalues) [ -n "$v" ] || ok=0 ;;
+		credpaths) case $v in '' | /* | *,/* | *..*) ok=0 ;; esac ;;
 		*) _p_validlist "$v" || ok=0 ;;
 		esac
 		[ "$ok" = 1 ] || { _p_esc "$v"; _p_add bad "invalid:$k=$_P_R"; }
@@ -748,17 +753,32 @@ check_sockets_mounts() {
 
 # no runtime socket path exists (any type)
 check_sockets_runtime() {
-	local ok=1 obs= p
-	for p in /var/run/docker.sock /run/docker.sock /run/containerd/containerd.sock \
-		/var/run/containerd/containerd.sock /run/docker/containerd/containerd.sock \
-		/run/podman/podman.sock /var/run/podman/podman.sock /run/buildkit/buildkitd.sock \
-		/var/run/buildkit/buildkitd.sock /run/crio/crio.sock /var/run/crio/crio.sock \
-		/run/k3s/containerd/containerd.sock /run/dockershim.sock \
-		/run/user/*/docker.sock /run/user/*/podman/podman.sock /run/user/*/buildkit/buildkitd.sock \
-		/run/user/*/containerd/containerd.sock /var/run/user/*/docker.sock; do
-		if [ -e "$p" ] || [ -L "$p" ]; then ok=0; _p_esc "$p"; _p_add obs "$_P_R"; fi
+	local ok=1 obs= pat p
+	set -f; IFS=,
+	for pat in $A_runtimesockets; do
+		IFS=$_P_IFS; set +f
+		_p_dec "$pat"
+		for p in $_P_R; do   # a glob (/run/user/*/docker.sock): expanded here, on purpose
+			if [ -e "$p" ] || [ -L "$p" ]; then ok=0; _p_esc "$p"; _p_add obs "$_P_R"; fi
+		done
+		set -f; IFS=,
 	done
+	IFS=$_P_IFS; set +f
 	_p_line sockets.runtime "$ok" "none" "$obs"
+}
+
+# _p_matches STRING LIST -- true when STRING matches one of the comma list's (escaped) globs
+_p_matches() {
+	local pat
+	set -f; IFS=,
+	for pat in $2; do
+		IFS=$_P_IFS
+		_p_dec "$pat"
+		case $1 in $_P_R) set +f; return 0 ;; esac
+		IFS=,
+	done
+	IFS=$_P_IFS; set +f
+	return 1
 }
 
 # no secret-shaped name or value in any readable environment (names reported, never values)
@@ -769,21 +789,10 @@ check_env_secrets() {
 		eval "e=\$ENV_$i"
 		n=${e%%=*}
 		case $e in *=*) v=${e#*=} ;; *) v= ;; esac
-		case $n in
-		*[Tt][Oo][Kk][Ee][Nn]* | *[Ss][Ee][Cc][Rr][Ee][Tt]* | *[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]* | \
-			*[Pp][Aa][Ss][Ss][Ww][Dd]* | *[Aa][Pp][Ii]_[Kk][Ee][Yy]* | *[Aa][Cc][Cc][Ee][Ss][Ss]_[Kk][Ee][Yy]* | \
-			*[Pp][Rr][Ii][Vv][Aa][Tt][Ee]_[Kk][Ee][Yy]* | *[Cc][Rr][Ee][Dd][Ee][Nn][Tt][Ii][Aa][Ll]* | \
-			[Aa][Ww][Ss]_* | [Aa][Zz][Uu][Rr][Ee]_* | [Gg][Ii][Tt][Hh][Uu][Bb]_[Tt][Oo][Kk][Ee][Nn] | \
-			[Gg][Hh]_[Tt][Oo][Kk][Ee][Nn] | [Ss][Ss][Hh]_[Aa][Uu][Tt][Hh]_[Ss][Oo][Cc][Kk] | \
-			[Gg][Pp][Gg]_[Aa][Gg][Ee][Nn][Tt]_[Ii][Nn][Ff][Oo] | \
-			[Gg][Oo][Oo][Gg][Ll][Ee]_[Aa][Pp][Pp][Ll][Ii][Cc][Aa][Tt][Ii][Oo][Nn]_[Cc][Rr][Ee][Dd][Ee][Nn][Tt][Ii][Aa][Ll][Ss])
-			_p_esc "$n"; _p_add sec "$_P_R" ;;
-		*)
-			case $v in
-			gh[opsur]_* | github_pat_* | glpat-* | sk-* | AKIA* | ASIA* | xox?-* | AIza* | -----BEGIN*)
-				_p_esc "$n"; _p_add sec "$_P_R" ;;
-			esac ;;
-		esac
+		# the launcher's own lists (launcher/secrets.py), names in any letter case
+		if _p_matches "$n" "$A_secretnames" || _p_matches "$v" "$A_secretvalues"; then
+			_p_esc "$n"; _p_add sec "$_P_R"
+		fi
 	done
 	[ -z "$sec" ] && ok=1
 	_p_line env.secrets "$ok" "no secret-shaped variable" "$sec"
@@ -795,10 +804,7 @@ check_env_runtime() {
 	while [ "$i" -lt "$ENV_N" ]; do
 		i=$((i + 1))
 		eval "e=\$ENV_$i"
-		case ${e%%=*} in
-		DOCKER_HOST | DOCKER_CONTEXT | DOCKER_CONFIG | DOCKER_CERT_PATH | DOCKER_TLS_VERIFY | \
-			CONTAINER_HOST | BUILDKIT_HOST | KUBECONFIG) _p_add rt "${e%%=*}" ;;
-		esac
+		_p_matches "${e%%=*}" "$A_runtimenames" && _p_add rt "${e%%=*}"
 	done
 	if [ -n "$HOME" ]; then
 		_p_slash "$HOME"
@@ -816,9 +822,14 @@ check_creds_files() {
 	set --
 	if [ -n "$HOME" ]; then
 		_p_slash "$HOME"; h=$_P_R
-		set -- "$h.ssh" "$h.aws" "$h.config/gcloud" "$h.azure" "$h.kube" "$h.netrc" \
-			"$h.git-credentials" "$h.config/gh/hosts.yml" "$h.pypirc" "$h.gnupg"
-		if [ -f "$h.npmrc" ]; then
+		set -f; IFS=,
+		for p in $A_credpaths; do   # launcher/paths.py; .npmrc counts only with an auth entry
+			IFS=$_P_IFS; _p_dec "$p"
+			[ "$_P_R" = .npmrc ] || set -- "$@" "$h$_P_R"
+			IFS=,
+		done
+		IFS=$_P_IFS; set +f
+		if _p_in .npmrc "$A_credpaths" && [ -f "$h.npmrc" ]; then
 			{ while IFS= read -r ln; do
 				case $ln in *_[Aa][Uu][Tt][Hh]*) ok=0; _p_esc "$h.npmrc"; _p_add obs "$_P_R" ;; esac
 			done <"$h.npmrc"; } 2>/dev/null
@@ -1008,25 +1019,18 @@ check_dev_nodes() {
 
 run_checks() {
 	local id n
-	# The checks, in report order: the launcher, the README table and the tamper tests use
-	# these ids.
-	set -- \
-		identity.uid identity.gid identity.groups \
-		caps.process caps.bnd nnp seccomp.mode seccomp.unshare \
-		fs.root_ro fs.rofs fs.sysfs_ro \
-		mounts.inventory mounts.writable mounts.workspace fs.protected \
-		sockets.mounts sockets.runtime \
-		env.secrets env.runtime creds.files \
-		net.interfaces net.routes \
-		egress.proxy egress.denied egress.direct egress.dns \
-		limits.pids limits.memory proc.pid1 dev.nodes
-	for id in "$@"; do
-		case $id in egress.*) [ "$A_net" = proxy ] || continue ;; esac   # active: proxy mode only
+	# The checks, in report order, as the launcher lists them (launcher/checks.py): it passes the
+	# ones for this sandbox's mode and requires a line for each.
+	set -f; IFS=,
+	for id in $A_checks; do
+		IFS=$_P_IFS; set +f
 		n=$_P_N
 		"check_${id//./_}"
 		# every check reports exactly once; one that did not (or a missing function) fails
 		[ "$_P_N" != "$n" ] || _p_line "$id" 0 "a result" "the check did not report"
+		set -f; IFS=,
 	done
+	IFS=$_P_IFS; set +f
 }
 
 _p_main() {

@@ -3,8 +3,11 @@ the agent user, helpers in lib.sh) that ends with one verdict line."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
+from launcher.paths import CREDENTIAL_PATHS
+from launcher.secrets import SECRET_NAME_PATTERNS, SECRET_VALUE_PREFIXES
 from launcher.surfaces import BY_NAME, INVENTORY, PROTECTED
 
 BOTH = ("none", "proxy")
@@ -110,16 +113,21 @@ REPORT = [_c(case_id, "planted; the after-run report must list it",
              _PLANT_BODY.get(case_id, f'plant "$WS/{path}" "# planted by sandbox selftest"'))
           for case_id, path in PLANTED.items()]
 
+# The launcher's own lists (launcher/secrets.py, launcher/paths.py), as the shell sees them.
+_NAMES_ERE = "^(" + "|".join(p.replace("*", "[^=]*").replace("?", "[^=]") for p in SECRET_NAME_PATTERNS) + ")="
+_VALUES_ERE = "=(" + "|".join(SECRET_VALUE_PREFIXES) + ")|-----BEGIN [A-Z ]*PRIVATE KEY-----"   # plain names: no ERE escapes needed
+
 CREDENTIALS = [
     _c("creds.env", "no secret-shaped names", r'''
-n=""; for v in $(compgen -e); do case "${v^^}" in *TOKEN*|*SECRET*|*PASSWORD*|*PASSWD*|*API_KEY*|*ACCESS_KEY*|*PRIVATE_KEY*|*CREDENTIAL*|AWS_*|AZURE_*|SSH_AUTH_SOCK|GPG_AGENT_INFO|GOOGLE_APPLICATION_CREDENTIALS|DOCKER_HOST|KUBECONFIG) n="$n $v";; esac; done
+n=""; for v in $(compgen -e); do case "${v^^}" in ''' + "|".join(SECRET_NAME_PATTERNS) + r''') n="$n $v";; esac; done
 [ -z "$n" ] && ok "$(compgen -e | wc -l) variables, none secret-shaped" || escaped "names:$n"'''),
     _c("creds.proc_environ", "no secret in any readable /proc/*/environ", r'''
 hits=""; n=0; for f in /proc/[0-9]*/environ; do [ -r "$f" ] || continue; n=$((n+1))
-  if tr '\0' '\n' <"$f" 2>/dev/null | grep -Eq '^[^=]*(TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY|CREDENTIAL)[^=]*=|=(ghp_|gho_|ghs_|github_pat_|glpat-|sk-|AKIA|ASIA|xox.-|AIza|-----BEGIN)'; then hits="$hits $f"; fi; done
+  if tr '\0' '\n' <"$f" 2>/dev/null | grep -Eiq ''' + shlex.quote(_NAMES_ERE) + r''' \
+     || tr '\0' '\n' <"$f" 2>/dev/null | grep -Eq ''' + shlex.quote(_VALUES_ERE) + r'''; then hits="$hits $f"; fi; done
 [ -z "$hits" ] && ok "$n environ files read, nothing secret-shaped" || escaped "found in$hits"'''),
     _c("creds.files", "no credential files", r'''
-found=""; for p in "$HOME/.ssh" /root/.ssh "$HOME/.aws" "$HOME/.config/gcloud" "$HOME/.azure" "$HOME/.kube" "$HOME/.docker/config.json" "$HOME/.netrc" "$HOME/.git-credentials" "$HOME/.config/gh/hosts.yml" "$HOME/.pypirc" "$HOME/.gnupg" /run/secrets; do
+found=""; for p in /root/.ssh /run/secrets ''' + " ".join(f'"$HOME/{p}"' for p in CREDENTIAL_PATHS) + r'''; do
   [ -e "$p" ] && [ -r "$p" ] && found="$found $p"; done
 [ -z "$found" ] && ok "none present" || escaped "readable:$found"'''),
     _c("creds.shadow", "unreadable", "try_read /etc/shadow"),
