@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -82,6 +83,9 @@ def test_devcontainer_up_with_the_real_cli_yields_a_probed_sandbox_that_cannot_r
         assert made.returncode == 0, made.stderr
         up = subprocess.run([cli, "up", "--workspace-folder", str(workspace)], capture_output=True, text=True, timeout=600)
         assert json.loads(up.stdout.strip().splitlines()[-1])["outcome"] == "success", up.stderr[-3000:]
+        deadline = time.monotonic() + 60   # `devcontainer up` may return before the probe has finished
+        while "PROBE-END" not in engine.logs(name) and time.monotonic() < deadline:
+            time.sleep(0.2)
         report = parse_probe(engine.logs(name).splitlines())
         assert report.ok and {"egress.denied", "egress.direct", "fs.protected", "env.secrets"} <= {c.id for c in report.checks}
         script = ('echo "denied=$(curl -s -o /dev/null -w %{http_code} -m 10 http://denied.test/)"; '

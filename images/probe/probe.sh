@@ -6,13 +6,15 @@
 #   1. library    _p_* helpers: the result line, escaping, comma lists, write tests
 #   2. arguments  parse_args: the expectations into read-only A_<key>; a bad one ends the probe
 #   3. gather     gather_*: what several checks read (process status, mountinfo, routes, cgroup
-#                 files, environments, proxy-mode network answers), read once into read-only
-#                 S_*, MI_*, RT_*, CG_*, ENV_*, EG_* variables. Gathering parses and validates;
+#                 files, the launcher's pattern lists, environments, proxy-mode network answers),
+#                 read once into read-only S_*, MI_*, RT_*, CG_*, L_*, ENV_*, EG_* variables.
+#                 Gathering parses and validates;
 #                 it never compares with an expectation.
 #   4. checks     check_<id> ("." in the id as "_"), one per check: reads A_*, the gathered
 #                 variables and files of its own, keeps everything else local, and reports one
 #                 line through _p_line. No check reads what another check computed.
-#   5. run        run_checks: the one ordered list of checks, then PROBE-END
+#   5. run        run_checks: the checks the launcher listed (checks=, launcher/checks.py), in
+#                 that order, then PROBE-END
 #   6. exec       __sbx_probe_exec: only after phases 2-5 passed, in the probe's own process
 #
 # Design notes (why, not what):
@@ -361,6 +363,21 @@ gather_cgroup() {
 # are skipped. Entries stay raw (a value may hold any byte but NUL), one variable each:
 #   ENV_N            number of entries
 #   ENV_1 ... ENV_<ENV_N>  NAME=value, as in the file
+# the launcher's pattern lists, decoded from their arguments once, one glob a line
+_p_lines() {
+	local p
+	set -f; IFS=,
+	for p in $1; do IFS=$_P_IFS; _p_dec "$p"; printf '%s\n' "$_P_R"; IFS=,; done
+	IFS=$_P_IFS; set +f
+}
+
+gather_lists() {
+	L_SECRETNAMES=$(_p_lines "$A_secretnames")
+	L_SECRETVALUES=$(_p_lines "$A_secretvalues")
+	L_RUNTIMENAMES=$(_p_lines "$A_runtimenames")
+	readonly L_SECRETNAMES L_SECRETVALUES L_RUNTIMENAMES
+}
+
 gather_environ() {
 	local f e own=0
 	ENV_N=0
@@ -767,15 +784,15 @@ check_sockets_runtime() {
 	_p_line sockets.runtime "$ok" "none" "$obs"
 }
 
-# _p_matches STRING LIST -- true when STRING matches one of the comma list's (escaped) globs
+# _p_matches STRING LIST -- true when STRING matches one of the newline-separated globs in LIST
+# (the launcher's lists, decoded once by gather_lists)
 _p_matches() {
 	local pat
-	set -f; IFS=,
+	set -f; IFS=$_P_NL
 	for pat in $2; do
 		IFS=$_P_IFS
-		_p_dec "$pat"
-		case $1 in $_P_R) set +f; return 0 ;; esac
-		IFS=,
+		case $1 in $pat) set +f; return 0 ;; esac
+		IFS=$_P_NL
 	done
 	IFS=$_P_IFS; set +f
 	return 1
@@ -790,7 +807,7 @@ check_env_secrets() {
 		n=${e%%=*}
 		case $e in *=*) v=${e#*=} ;; *) v= ;; esac
 		# the launcher's own lists (launcher/secrets.py), names in any letter case
-		if _p_matches "$n" "$A_secretnames" || _p_matches "$v" "$A_secretvalues"; then
+		if _p_matches "$n" "$L_SECRETNAMES" || _p_matches "$v" "$L_SECRETVALUES"; then
 			_p_esc "$n"; _p_add sec "$_P_R"
 		fi
 	done
@@ -804,7 +821,7 @@ check_env_runtime() {
 	while [ "$i" -lt "$ENV_N" ]; do
 		i=$((i + 1))
 		eval "e=\$ENV_$i"
-		_p_matches "${e%%=*}" "$A_runtimenames" && _p_add rt "${e%%=*}"
+		_p_matches "${e%%=*}" "$L_RUNTIMENAMES" && _p_add rt "${e%%=*}"
 	done
 	if [ -n "$HOME" ]; then
 		_p_slash "$HOME"
@@ -1054,6 +1071,7 @@ _p_main() {
 	gather_mountinfo
 	gather_routes
 	gather_cgroup
+	gather_lists
 	gather_environ
 	[ "$A_net" != proxy ] || gather_egress
 

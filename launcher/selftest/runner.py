@@ -137,8 +137,8 @@ def _plan(ref: str, workspace: str, command: tuple[str, ...], network: str | Non
 
 
 def leftovers(engine: Engine, workspace: str) -> list[str]:
-    label = label.selector(label.WORKSPACE, host.workspace_real(workspace))
-    return [c["Names"][0] for c in engine.list(label)] + [n["Name"] for n in engine.list_networks(label)]
+    ours = label.selector(label.WORKSPACE, host.workspace_real(workspace))
+    return [c["Names"][0] for c in engine.list(ours)] + [n["Name"] for n in engine.list_networks(ours)]
 
 
 def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, progress: Progress,
