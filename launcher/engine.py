@@ -93,15 +93,15 @@ class Engine:
             self.client.api.import_image_from_file(path, repository=repository, tag=tag)
 
     # volumes
-    def volume_exists(self, name: str) -> bool:
+    def volume_labels(self, name: str) -> dict | None:
+        """The volume's labels, or None when there is no such volume."""
         import docker.errors
 
         with _mapped(f"inspecting volume {name}"):
             try:
-                self.client.api.inspect_volume(name)
-                return True
+                return self.client.api.inspect_volume(name).get("Labels") or {}
             except docker.errors.NotFound:
-                return False
+                return None
 
     def fill_volume(self, name: str, image: str, path: str, labels: dict) -> None:
         """Create a volume holding the content of `path` in `image` (Docker copies it on first use)."""
@@ -113,7 +113,7 @@ class Engine:
                 self.client.containers.run(image, command=[f"{path}/busybox", "true"], remove=True,
                                            network_mode="none", labels=labels,
                                            mounts=[docker.types.Mount(path, name, type="volume")])
-            except Exception:
+            except BaseException:   # Ctrl-C too: an empty volume of ours would be taken as filled
                 self.client.api.remove_volume(name, force=True)
                 raise
 

@@ -189,7 +189,12 @@ def ensure_for(engine: Engine, policy_image: str, progress: Progress, proxy: boo
     if proxy:
         build(engine, proxy_image(), progress)
     volume = probe_volume_name()
-    if not engine.volume_exists(volume):
+    found = engine.volume_labels(volume)
+    if found is not None and label.MANAGED not in found:
+        # Not ours, so not filled by us: Docker creates an empty volume of that name when a
+        # container names it before it exists. Replace it rather than mount an empty probe.
+        engine.remove_volume(volume)
+    if found is None or label.MANAGED not in found:
         engine.fill_volume(volume, probe.tag, "/probe", LABELS)  # image path, see images/probe
     if policy_image == AGENT_IMAGE:
         build(engine, agent_image(), progress)

@@ -285,3 +285,16 @@ def test_the_argv_output_launches_a_sandbox_whose_probe_passes_even_for_an_odd_w
     report = parse_probe(result.stderr.splitlines() + result.stdout.splitlines())
     assert report.ok and any(c.id == "mounts.workspace" for c in report.checks)
     assert sorted(os.listdir(ws)) == ["README.md"]
+
+
+def test_an_empty_probe_volume_that_is_not_ours_is_replaced_not_mounted(engine):
+    """Docker makes an empty volume when a container names one that does not exist yet; taking
+    it for the filled probe volume would fail every start (exec: busybox: no such file)."""
+    volume = images.probe_volume_name()
+    engine.remove_volume(volume)
+    engine.client.volumes.create(name=volume)   # empty, no labels: as Docker would make it
+    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None)
+    assert "dev.sandbox.managed" in engine.volume_labels(volume)
+    result = sandbox("run", "-p", "read-only", "-w", str(Path(__file__).parent.parent / "examples" / "untrusted-repo"),
+                     "--", "true")
+    assert result.returncode == 0, result.stderr
