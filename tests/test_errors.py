@@ -106,3 +106,13 @@ def test_also_failed_keeps_every_message():
     from launcher.errors import secondary_failures
 
     assert secondary_failures(error) == ["one", "two"] and secondary_failures(None) == []
+
+
+def test_version_names_the_commit_of_a_checkout():
+    import re
+    from pathlib import Path
+
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.stdout.startswith("sandbox 0.")
+    if (Path(__file__).resolve().parent.parent / ".git").is_dir():
+        assert re.search(r"\(commit [0-9a-f]{12}(-dirty)?\)$", result.stdout.strip()), result.stdout

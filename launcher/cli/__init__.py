@@ -17,6 +17,17 @@ from launcher.errors import ExitCode, SandboxError, Terminated, secondary_failur
 _DEBUG = "sandbox.debug"
 
 
+def _version(ctx, param, value):
+    """Only when asked: finding the commit may run git."""
+    if not value or ctx.resilient_parsing:
+        return
+    from launcher import build_commit
+
+    commit = build_commit()
+    click.echo(f"sandbox {__version__}" + (f" (commit {commit})" if commit else ""))
+    ctx.exit()
+
+
 def _on_sigterm(signum, frame):
     raise Terminated()
 
@@ -56,7 +67,8 @@ def _debug(ctx, param, value):
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="sandbox")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
+              help="Show the version (and the commit it was built from) and exit.")
 @click.option("--debug", is_flag=True, expose_value=False, callback=_debug, is_eager=True,
               help="Show the traceback of an internal error.")
 def main() -> None:
