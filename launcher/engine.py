@@ -45,6 +45,12 @@ def connect() -> "Engine":
     return Engine(client)
 
 
+def _log_config(options: tuple[tuple[str, str], ...]):
+    import docker.types
+
+    return docker.types.LogConfig(type="json-file", config=dict(options))
+
+
 class Engine:
     """Thin wrapper over the Docker SDK: typed inputs, mapped errors, nothing else."""
 
@@ -144,7 +150,8 @@ class Engine:
                 read_only=spec.read_only_root, cap_drop=list(spec.cap_drop), cap_add=list(spec.cap_add) or None,
                 security_opt=list(spec.security_opt), pids_limit=spec.pids_limit, mem_limit=spec.memory_bytes,
                 memswap_limit=spec.memory_bytes, nano_cpus=spec.nano_cpus, devices=list(spec.devices) or None,
-                pid_mode=spec.pid_mode or None, dns=list(spec.dns) or None, group_add=list(spec.group_add) or None, stdin_open=False, tty=False)
+                pid_mode=spec.pid_mode or None, dns=list(spec.dns) or None, group_add=list(spec.group_add) or None,
+                log_config=_log_config(spec.log_options), stdin_open=False, tty=False)
             return container.id
 
     def create_proxy(self, spec: ProxySpec, secrets: dict[str, str] | None = None) -> str:
@@ -155,7 +162,8 @@ class Engine:
             host_config = api.create_host_config(
                 read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"], network_mode=spec.internal_network,
                 tmpfs={path: spec.scratch_options for path in spec.scratch_dirs},
-                pids_limit=spec.pids_limit, mem_limit=spec.memory_bytes, memswap_limit=spec.memory_bytes)
+                pids_limit=spec.pids_limit, mem_limit=spec.memory_bytes, memswap_limit=spec.memory_bytes,
+                log_config=_log_config(spec.log_options))
             networking = api.create_networking_config(
                 {spec.internal_network: api.create_endpoint_config(aliases=[spec.alias])})
             ref = api.create_container(

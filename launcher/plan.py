@@ -46,6 +46,9 @@ class ContainerSpec:
     labels: tuple[tuple[str, str], ...]
     hostname: str
     dns: tuple[str, ...] = ()       # upstream servers of Docker's embedded resolver
+    # The engine's copy of the output (json-file, rotated): the launcher streams it anyway, so a
+    # small one bounds what an agent printing forever can leave on the host's disk.
+    log_options: tuple[tuple[str, str], ...] = (("max-size", "10m"), ("max-file", "2"))
     # Always empty from the compiler; the tamper tests set them to prove the probe notices.
     devices: tuple[str, ...] = ()
     pid_mode: str = ""

@@ -43,14 +43,54 @@ def parse_probe(lines: list[str]) -> ProbeReport:
     return ProbeReport(checks=tuple(checks), finished=finished, verdict_ok=verdict)
 
 
+def _words(value) -> str:
+    if isinstance(value, (list, tuple, set)):
+        return ", ".join(map(str, value)) or "none"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items()) or "none"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _mount_words(planned: list[tuple], found: list[tuple]) -> list[str]:
+    """What differs between the planned and the created mounts, a sentence each."""
+    out = []
+    by_target = {m[1]: m for m in planned}
+    extra = [m for m in found if m not in planned]
+    volumes = sorted(m[1] for m in extra if m[0] == "volume" and m[1] not in by_target)
+    if volumes:   # an anonymous volume: the image's own VOLUME line
+        out.append(f"Mounts: the image declares VOLUME {', '.join(volumes)}: writable volumes the policy does not declare")
+    for kind, target, rw, source in extra:
+        if kind == "volume" and target in volumes:
+            continue
+        was = by_target.get(target)
+        access = "writable" if rw else "read-only"
+        if was is None:
+            out.append(f"Mounts: {target} is mounted ({kind} {source or '-'}, {access}) but not planned")
+        else:
+            out.append(f"Mounts: {target} is {kind} {source or '-'}, {access}; the plan says {was[0]} {was[3] or '-'}, "
+                       f"{'writable' if was[2] else 'read-only'}")
+    targets = {m[1] for m in found}
+    out += [f"Mounts: {m[1]} ({m[0]} {m[3] or '-'}) is planned but missing" for m in planned if m[1] not in targets]
+    return out
+
+
 def compare_inspect(spec: ContainerSpec, attrs: dict, image_env: list[str]) -> list[str]:
-    """Differences between the plan and what the engine actually created (empty: they agree)."""
+    """Differences between the plan and what the engine actually created, one sentence each that
+    names the field and both values (empty: they agree)."""
     host, config = attrs.get("HostConfig") or {}, attrs.get("Config") or {}
     diffs: list[str] = []
 
     def want(field: str, expected, found) -> None:
-        if expected != found:
-            diffs.append(f"{field}: expected {expected!r}, found {found!r}")
+        if expected == found:
+            return
+        if isinstance(expected, list) and isinstance(found, list):
+            more = [x for x in found if x not in expected]
+            less = [x for x in expected if x not in found]
+            parts = ([f"{_words(more)} added"] if more else []) + ([f"{_words(less)} missing"] if less else [])
+            diffs.append(f"{field}: {'; '.join(parts) or 'another order'} (the plan says {_words(expected)}, "
+                         f"the container has {_words(found)})")
+        else:
+            diffs.append(f"{field}: the plan says {_words(expected)}, the container has {_words(found)}")
 
     want("Privileged", False, host.get("Privileged"))
     want("CapDrop", sorted(spec.cap_drop), sorted(host.get("CapDrop") or []))
@@ -60,12 +100,12 @@ def compare_inspect(spec: ContainerSpec, attrs: dict, image_env: list[str]) -> l
     want("SecurityOpt", sorted(spec.security_opt), sorted(options))
     for weak in ("seccomp=unconfined", "seccomp:unconfined", "apparmor=unconfined", "apparmor:unconfined"):
         if weak in options:
-            diffs.append(f"SecurityOpt: {weak} must not be set")
+            diffs.append(f"SecurityOpt: {weak} is set, which switches off a protection the plan requires")
     want("NetworkMode", spec.network_mode, host.get("NetworkMode"))
     for field in ("PidMode", "UTSMode", "UsernsMode"):
         want(field, spec.pid_mode if field == "PidMode" else "", host.get(field) or "")
     if host.get("IpcMode") == "host":
-        diffs.append("IpcMode: expected a private namespace, found 'host'")
+        diffs.append("IpcMode: the plan says a private namespace, the container has 'host'")
     want("Devices", list(spec.devices), [f"{d['PathOnHost']}:{d['PathInContainer']}" for d in host.get("Devices") or []])
     want("GroupAdd", list(spec.group_add), host.get("GroupAdd") or [])
     want("Dns", list(spec.dns), host.get("Dns") or [])
@@ -75,6 +115,8 @@ def compare_inspect(spec: ContainerSpec, attrs: dict, image_env: list[str]) -> l
     want("PidsLimit", spec.pids_limit, host.get("PidsLimit"))
     want("Memory", spec.memory_bytes, host.get("Memory"))
     want("NanoCpus", spec.nano_cpus, host.get("NanoCpus"))
+    log = host.get("LogConfig") or {}
+    want("LogConfig", ("json-file", dict(spec.log_options)), (log.get("Type"), log.get("Config") or {}))
     want("User", spec.user, config.get("User"))
     want("Image", spec.image, config.get("Image"))
     want("Entrypoint", list(spec.entrypoint), config.get("Entrypoint") or [])
@@ -86,5 +128,6 @@ def compare_inspect(spec: ContainerSpec, attrs: dict, image_env: list[str]) -> l
     found = sorted((m.get("Type"), m.get("Destination"), bool(m.get("RW")),
                     m.get("Name") if m.get("Type") == "volume" else (m.get("Source") or ""))
                    for m in attrs.get("Mounts") or [])
-    want("Mounts", planned, found)
+    if planned != found:
+        diffs += _mount_words(planned, found) or [f"Mounts: the plan says {_words(planned)}, the container has {_words(found)}"]
     return diffs

@@ -15,6 +15,7 @@ def inspect_of(spec: ContainerSpec, image_env=("PATH=/usr/bin",)) -> dict:
             "NetworkMode": spec.network_mode, "PidMode": spec.pid_mode, "IpcMode": "private", "UTSMode": "",
             "UsernsMode": "", "Devices": None, "GroupAdd": list(spec.group_add) or None, "Dns": list(spec.dns) or None, "PortBindings": None, "Binds": None,
             "PidsLimit": spec.pids_limit, "Memory": spec.memory_bytes, "NanoCpus": spec.nano_cpus,
+            "LogConfig": {"Type": "json-file", "Config": dict(spec.log_options)},
         },
         "Config": {"User": spec.user, "Image": spec.image, "Entrypoint": list(spec.entrypoint),
                    "Cmd": list(spec.command), "Env": [f"{k}={v}" for k, v in spec.env] + list(image_env)},

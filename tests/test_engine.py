@@ -298,3 +298,43 @@ def test_an_empty_probe_volume_that_is_not_ours_is_replaced_not_mounted(engine):
     result = sandbox("run", "-p", "read-only", "-w", str(Path(__file__).parent.parent / "examples" / "untrusted-repo"),
                      "--", "true")
     assert result.returncode == 0, result.stderr
+
+
+def test_an_agent_printing_without_end_leaves_a_bounded_log_on_the_host_and_its_output_complete(engine, workspace):
+    total = 30 * 1024 * 1024   # more than the engine's copy may hold (2 files of 10m)
+    proc = subprocess.Popen(SANDBOX + ["run", "-w", str(workspace), "--", "sh", "-c",
+                                       f"head -c {total} /dev/zero | tr '\\0' a; sleep 6"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    received, sizes = 0, []
+    deadline = time.monotonic() + 120
+    os.set_blocking(proc.stdout.fileno(), False)
+    while proc.poll() is None and time.monotonic() < deadline:
+        chunk = proc.stdout.read(1 << 20)
+        received += len(chunk or b"")
+        if received >= total and not sizes:   # everything printed: measure the engine's copy now
+            (item,) = engine.list(f"dev.sandbox.workspace={workspace}")
+            path = engine.inspect(item["Id"])["LogPath"]
+            sizes = [os.path.getsize(p) for p in (path, path + ".1", path + ".2") if os.path.exists(p)]
+        time.sleep(0.05 if chunk else 0.2)
+    received += len(proc.stdout.read() or b"")
+    assert proc.wait(timeout=60) == 0, proc.stderr.read().decode()[-2000:]
+    assert received == total                               # the launcher streamed all of it
+    assert sizes and sum(sizes) <= 2 * 10 * 1024 * 1024 + 65536 and len(sizes) <= 2, sizes
+
+
+def test_an_image_declaring_volumes_is_refused_in_words(engine, workspace):
+    import io
+
+    tag = "sandbox-test/volumes:1"
+    dockerfile = f"FROM {images.AGENT_IMAGE}\nVOLUME /home/agent /etc/cron.d\n".encode()
+    engine.client.images.build(fileobj=io.BytesIO(dockerfile), tag=tag, rm=True, labels={"dev.sandbox.managed": "1"})
+    try:
+        policy = tmp_policy = workspace.parent / "volumes.yaml"
+        tmp_policy.write_text(f"version: 1\nname: volumes\ndescription: d\nextends: [untrusted]\nimage: {tag}\n")
+        result = sandbox("run", "-p", str(policy), "-w", str(workspace), "--", "touch", "/workspace/AGENT-RAN")
+    finally:
+        engine.client.api.remove_image(tag, force=True)
+    assert result.returncode == ExitCode.PROBE_FAILED, result.stderr
+    assert ("the image declares VOLUME /etc/cron.d, /home/agent: writable volumes the policy does not declare"
+            in result.stderr), result.stderr
+    assert not (workspace / "AGENT-RAN").exists() and ours(engine, workspace) == []

@@ -125,3 +125,14 @@ def test_a_workspace_with_no_surface_at_all_still_reports_a_planted_one(tmp_path
     os.chown(ws, OWNER, OWNER)
     result = run_agent(ws, "mkdir -p /workspace/a/.git && echo '[core]' > /workspace/a/.git/config", "--strict")
     assert result.returncode == ExitCode.SURFACES_CHANGED and "new a/.git" in result.stderr, result.stderr
+
+
+def test_a_symlink_the_agent_leaves_pointing_out_of_the_workspace_is_reported(repo, tmp_path):
+    ws, _, _ = repo
+    report = tmp_path / "report.json"
+    result = run_agent(ws, "mkdir -p /workspace/docs && ln -s /home/user/.ssh/id_rsa /workspace/docs/key "
+                           "&& ln -s ../a /workspace/docs/inside", "--strict", "--report", str(report))
+    assert result.returncode == ExitCode.SURFACES_CHANGED, result.stderr
+    assert "link-out docs/key: a symlink to /home/user/.ssh/id_rsa, outside the workspace" in result.stderr
+    changes = json.loads(report.read_text())["workspace_changes"]
+    assert [(c["path"], c["change"]) for c in changes] == [("docs/key", "link-out")]   # docs/inside stays inside

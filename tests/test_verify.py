@@ -45,30 +45,39 @@ def test_inspect_of_a_faithful_container_matches():
     assert compare_inspect(PLAN.container, inspect_of(PLAN.container), ["PATH=/usr/bin"]) == []
 
 
-@pytest.mark.parametrize("field, change", [
-    ("Privileged", lambda a: a["HostConfig"].update(Privileged=True)),
-    ("CapAdd", lambda a: a["HostConfig"].update(CapAdd=["SYS_ADMIN"])),
-    ("CapDrop", lambda a: a["HostConfig"].update(CapDrop=[])),
-    ("ReadonlyRootfs", lambda a: a["HostConfig"].update(ReadonlyRootfs=False)),
-    ("SecurityOpt", lambda a: a["HostConfig"].update(SecurityOpt=["no-new-privileges", "seccomp=unconfined"])),
-    ("NetworkMode", lambda a: a["HostConfig"].update(NetworkMode="host")),
-    ("PidMode", lambda a: a["HostConfig"].update(PidMode="host")),
-    ("IpcMode", lambda a: a["HostConfig"].update(IpcMode="host")),
-    ("Devices", lambda a: a["HostConfig"].update(Devices=[{"PathOnHost": "/dev/sda", "PathInContainer": "/dev/sda"}])),
-    ("GroupAdd", lambda a: a["HostConfig"].update(GroupAdd=["0"])),
-    ("PortBindings", lambda a: a["HostConfig"].update(PortBindings={"22/tcp": [{}]})),
-    ("User", lambda a: a["Config"].update(User="0:0")),
-    ("Env names", lambda a: a["Config"]["Env"].append("DOCKER_HOST=tcp://x")),
+@pytest.mark.parametrize("field, change, says", [
+    ("Privileged", lambda a: a["HostConfig"].update(Privileged=True), "the plan says False, the container has True"),
+    ("CapAdd", lambda a: a["HostConfig"].update(CapAdd=["SYS_ADMIN"]), "SYS_ADMIN added (the plan says none"),
+    ("CapDrop", lambda a: a["HostConfig"].update(CapDrop=[]), "ALL missing (the plan says ALL, the container has none)"),
+    ("ReadonlyRootfs", lambda a: a["HostConfig"].update(ReadonlyRootfs=False), "the plan says True, the container has False"),
+    ("SecurityOpt", lambda a: a["HostConfig"].update(SecurityOpt=["no-new-privileges", "seccomp=unconfined"]),
+     "seccomp=unconfined added"),
+    ("NetworkMode", lambda a: a["HostConfig"].update(NetworkMode="host"), "the plan says 'none', the container has 'host'"),
+    ("PidMode", lambda a: a["HostConfig"].update(PidMode="host"), "the plan says '', the container has 'host'"),
+    ("IpcMode", lambda a: a["HostConfig"].update(IpcMode="host"), "the container has 'host'"),
+    ("Devices", lambda a: a["HostConfig"].update(Devices=[{"PathOnHost": "/dev/sda", "PathInContainer": "/dev/sda"}]),
+     "/dev/sda:/dev/sda added"),
+    ("GroupAdd", lambda a: a["HostConfig"].update(GroupAdd=["0"]), "0 added"),
+    ("PortBindings", lambda a: a["HostConfig"].update(PortBindings={"22/tcp": [{}]}), "the container has 22/tcp=[{}]"),
+    ("User", lambda a: a["Config"].update(User="0:0"), "the plan says '1000:1000', the container has '0:0'"),
+    ("Env names", lambda a: a["Config"]["Env"].append("DOCKER_HOST=tcp://x"), "DOCKER_HOST added"),
     ("Mounts", lambda a: a["Mounts"].append({"Type": "bind", "Destination": "/var/run/docker.sock", "RW": False,
-                                             "Source": "/run/docker.sock"})),
-    ("Mounts", lambda a: a["Mounts"][0].update(RW=False)),
-    ("Memory", lambda a: a["HostConfig"].update(Memory=0)),
+                                             "Source": "/run/docker.sock"}),
+     "/var/run/docker.sock is mounted (bind /run/docker.sock, read-only) but not planned"),
+    ("Mounts", lambda a: a["Mounts"][0].update(RW=False), "/workspace is bind /home/dev/repo, read-only; the plan says "
+                                                         "bind /home/dev/repo, writable"),
+    ("Mounts", lambda a: a["Mounts"].extend([{"Type": "volume", "Destination": d, "RW": True, "Name": "f00"}
+                                             for d in ("/home/agent", "/etc/cron.d")]),
+     "Mounts: the image declares VOLUME /etc/cron.d, /home/agent: writable volumes the policy does not declare"),
+    ("Memory", lambda a: a["HostConfig"].update(Memory=0), "the plan says 2147483648, the container has 0"),
+    ("LogConfig", lambda a: a["HostConfig"].update(LogConfig={"Type": "json-file", "Config": {}}),   # unbounded
+     "the plan says json-file, {'max-size': '10m', 'max-file': '2'}, the container has json-file, {}"),
 ])
-def test_every_difference_is_named(field, change):
+def test_every_difference_is_said_in_words_naming_the_field_and_both_values(field, change, says):
     attrs = inspect_of(PLAN.container)
     change(attrs)
     diffs = compare_inspect(PLAN.container, attrs, ["PATH=/usr/bin"])
-    assert any(d.startswith(field) for d in diffs), diffs
+    assert any(d.startswith(field) and says in d for d in diffs), diffs
 
 
 def test_a_vanished_bind_source_refuses_the_start():

@@ -58,6 +58,8 @@ class ProxySpec:
     scratch_dirs: tuple[str, ...] = ("/run/squid", "/var/spool/squid", "/var/log/squid")
     scratch_options: str = "uid=13,gid=13,mode=0700,size=16m"
     secrets: tuple[SecretEndpoint, ...] = ()
+    # Its output is the egress audit: bounded (about a million requests), never unbounded.
+    log_options: tuple[tuple[str, str], ...] = (("max-size", "50m"), ("max-file", "4"))
 
 
 # The sandbox's only network. inhibit_ipv4 keeps the gateway address off the host's bridge, so

@@ -47,6 +47,10 @@ def mount_flag(mount: Mount) -> str:
     return ",".join(fields)
 
 
+def log_flags(options: tuple[tuple[str, str], ...]) -> list[str]:
+    return ["--log-driver=json-file", *[f"--log-opt={k}={v}" for k, v in options]]
+
+
 def to_argv(plan: LaunchPlan) -> list[str]:
     """The `docker run` command that creates the same container (without the launcher's checks)."""
     c = plan.container
@@ -64,6 +68,7 @@ def to_argv(plan: LaunchPlan) -> list[str]:
         argv += ["--cpus", f"{c.nano_cpus / 1e9:g}"]
     for server in c.dns:
         argv += ["--dns", server]
+    argv += log_flags(c.log_options)
     for mount in c.mounts:
         argv += ["--mount", mount_flag(mount)]
     for name, value in c.env:
@@ -85,6 +90,7 @@ def proxy_argvs(plan: LaunchPlan) -> list[list[str]]:
     out.append(["docker", "create", "--name", p.name, "--user", p.user, "--read-only", "--cap-drop=ALL",
                 "--security-opt=no-new-privileges", "--pids-limit", str(p.pids_limit), "--memory", str(p.memory_bytes),
                 "--memory-swap", str(p.memory_bytes), "--network", p.internal_network, "--network-alias", p.alias,
+                *log_flags(p.log_options),
                 *[f"--tmpfs={d}:{p.scratch_options}" for d in p.scratch_dirs],
                 *[f"--label={k}={v}" for k, v in p.labels], *[a for k, v in proxy_env(p).items() for a in ("--env", f"{k}={v}")],
                 # name only: docker takes the value from the caller's environment (export it first)

@@ -40,7 +40,7 @@ def _proxy_service(proxy: ProxySpec) -> dict:
     return {
         "image": proxy.image, "container_name": proxy.name, "user": proxy.user, "read_only": True,
         "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"], "pids_limit": proxy.pids_limit,
-        "mem_limit": proxy.memory_bytes, "memswap_limit": proxy.memory_bytes,
+        "mem_limit": proxy.memory_bytes, "memswap_limit": proxy.memory_bytes, "logging": _logging(proxy.log_options),
         "tmpfs": [f"{d}:{proxy.scratch_options}" for d in proxy.scratch_dirs],
         "labels": {k: _text(v) for k, v in proxy.labels},
         "environment": env, **({"volumes": volumes} if volumes else {}),
@@ -50,6 +50,10 @@ def _proxy_service(proxy: ProxySpec) -> dict:
                                  f"IO::Socket::INET->new(q({proxy.alias}:{proxy.port})) or exit 1"],
                         "interval": "1s", "timeout": "2s", "retries": 30},
     }
+
+
+def _logging(options: tuple[tuple[str, str], ...]) -> dict:
+    return {"driver": "json-file", "options": dict(options)}
 
 
 def to_compose(plan: LaunchPlan) -> dict:
@@ -64,6 +68,7 @@ def to_compose(plan: LaunchPlan) -> dict:
         "security_opt": list(c.security_opt), "pids_limit": c.pids_limit,
         "mem_limit": c.memory_bytes, "memswap_limit": c.memory_bytes, "cpus": c.nano_cpus / 1e9,
         "volumes": [_mount(m) for m in c.mounts], "stdin_open": False, "tty": False,
+        "logging": _logging(c.log_options),
     }
     doc: dict = {"version": "2.4", "services": {}, "volumes": {
         PROBE_VOLUME_KEY: {"external": True, "name": next(m.source for m in c.mounts if m.kind is MountKind.VOLUME)}}}

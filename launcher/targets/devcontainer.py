@@ -11,7 +11,7 @@ import yaml
 
 from launcher.targets.compose import to_compose
 from launcher.plan import LaunchPlan, MountKind
-from launcher.targets.argv import mount_flag
+from launcher.targets.argv import log_flags, mount_flag
 
 # Remote settings the editor honours inside the container. The host-side ones (credential helper,
 # ssh/gpg agent forwarding, copying .gitconfig) are user settings of the editor: see the README.
@@ -41,7 +41,7 @@ def _run_args(plan: LaunchPlan) -> list[str]:
             *[f"--security-opt={x}" for x in c.security_opt], f"--pids-limit={c.pids_limit}",
             f"--memory={c.memory_bytes}", f"--memory-swap={c.memory_bytes}", f"--cpus={c.nano_cpus / 1e9:g}",
             f"--network={c.network_mode}", f"--hostname={c.hostname}", f"--user={c.user}"]
-    args += [f"--dns={d}" for d in c.dns]
+    args += [f"--dns={d}" for d in c.dns] + log_flags(c.log_options)
     return args + [f"--label={k}={v}" for k, v in c.labels]
 
 
