@@ -51,6 +51,7 @@ def test_a_valid_secrets_entry_is_typed():
     ('{name: m, env: K, upstream: "ftp://a.test", header: "x-api-key: {value}"}', "secrets[0].upstream"),
     ('{name: m, env: K, upstream: "https://a.test", header: "x-api-key: {value} {value}"}', "{value} exactly once"),
     ('{name: m, env: K, upstream: "https://a.test", header: "x-api-key: \\"{value}\\""}', "no quote"),
+    ('{name: m, env: K, upstream: "https://a.test", header: "x-api-key: %{Host}>h {value}"}', "no quote, backslash or other brace"),
     ('{name: m, env: K, upstream: "https://a.test", header: "Host: {value}"}', "a header name"),
     ('{name: m, env: K, upstream: "https://a.test", header: "x-api-key {value}"}', "secrets[0].header"),
     ('{name: api_token, env: K, upstream: "https://a.test", header: "x-api-key: {value}"}', "SANDBOX_ENDPOINT_API_TOKEN"),

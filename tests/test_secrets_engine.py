@@ -151,6 +151,27 @@ def test_a_secret_from_a_file_works_the_same(engine, model_api, workspace, tmp_p
     _run_and_search(engine, model_api, workspace, f"file: {key}", value, tmp_path)
 
 
+def test_squid_format_codes_in_a_value_reach_the_upstream_as_they_are(engine, model_api, workspace, tmp_path):
+    # %>h would make Squid insert a request header: the proxy config must not see it as a format code
+    value = "fmt-" + os.urandom(8).hex() + "%>h%>ha%%x%"
+    _run_and_search(engine, model_api, workspace, "env: SANDBOX_TEST_MODEL_KEY", value, tmp_path)
+
+
+@pytest.mark.parametrize("special", ['"', "\n", "\\", "\x07", "%{Host}>h"])
+def test_a_value_that_could_change_the_proxy_config_is_refused_and_never_shown(engine, model_api, workspace, tmp_path,
+                                                                               special):
+    secret = os.urandom(8).hex()
+    value = f"tok{special}{secret}"
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY % "env: SANDBOX_TEST_MODEL_KEY")
+    result = subprocess.run(SANDBOX + ["run", "-p", str(policy), "-w", str(workspace), "--egress-network", model_api[0],
+                                       "--", "true"], capture_output=True, text=True,
+                            env={**os.environ, "SANDBOX_TEST_MODEL_KEY": value})
+    assert result.returncode == 120 and "expected a single-line printable value" in result.stderr, result.stderr
+    assert secret not in result.stderr + result.stdout
+    assert engine.list(f"dev.sandbox.workspace={workspace}") == []
+
+
 def test_a_missing_secret_refuses_the_run_before_anything_starts(engine, model_api, workspace, tmp_path):
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY % "env: SANDBOX_TEST_UNSET_KEY")
