@@ -124,7 +124,20 @@ def runtime_socket_paths() -> tuple[str, ...]:
     return tuple(sorted({os.path.realpath(p) for p in paths}))
 
 
-def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str = "") -> HostFacts:
+def _shared(anchor: PathFact, placeholders: tuple[str, ...]) -> PathFact:
+    """An empty placeholder another sandbox of this workspace made is still a missing path: this
+    sandbox mounts its own read-only tmpfs there rather than binding a directory that goes away."""
+    if anchor.kind == "dir" and anchor.real in placeholders:
+        try:
+            if not os.listdir(anchor.real):
+                return PathFact(given=anchor.given, real=anchor.real, kind="missing")
+        except OSError:
+            pass
+    return anchor
+
+
+def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str = "",
+           placeholders: tuple[str, ...] = ()) -> HostFacts:
     home = os.path.realpath(os.path.expanduser("~"))
     ws = path_fact(workspace, os.getcwd(), scan=True)
     surfaces, inside, outside = None, (), ()
@@ -140,7 +153,8 @@ def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str =
         home=home,
         env=tuple((name, os.environ[name]) for name in policy.env.pass_names if name in os.environ),
         workspace=ws,
-        protected=tuple(protected_anchor(ws.real, rel) for rel in policy.workspace.protected + inside),
+        protected=tuple(_shared(protected_anchor(ws.real, rel), placeholders)
+                        for rel in policy.workspace.protected + inside),
         mounts=tuple(path_fact(m.source, os.getcwd(), scan=True) for m in policy.mounts),
         runtime_sockets=runtime_socket_paths(),
         credential_paths=tuple(os.path.realpath(os.path.join(home, p)) for p in CREDENTIAL_PATHS),

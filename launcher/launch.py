@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from launcher import labels as label
-from launcher import host
+from launcher import host, workspaces
 from launcher.engine import Engine
 from launcher.egress.audit import EgressEvent, parse_log
 from launcher.errors import EngineError, NotFound, ProbeFailed, also_failed
@@ -164,9 +164,12 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener) -> tu
         if plan.proxy:
             _start_proxy(engine, plan, listener)
         listener.status(f"creating {plan.container.name} (policy {plan.policy_name})")
-        ref = create_verified(engine, plan)
-        output = _Output(engine, ref)  # attach first: output written before attaching can be lost
-        engine.start(ref)
+        workspace = dict(plan.container.labels)[label.WORKSPACE]
+        with workspaces.locked(workspace):   # no placeholder of this workspace goes while we mount it
+            workspaces.register(workspace, plan.placeholders)
+            ref = create_verified(engine, plan)
+            output = _Output(engine, ref)  # attach first: output written before attaching can be lost
+            engine.start(ref)
         report, rest, errors = output.read_probe(PROBE_TIMEOUT)
         ids = [c.id for c in report.checks]
         if report.ok and plan.probe.checks and ids != list(plan.probe.checks):
@@ -197,22 +200,31 @@ def egress_events(engine: Engine, plan: LaunchPlan) -> tuple[EgressEvent, ...]:
 
 def remove_sandbox(engine: Engine, name: str) -> None:
     """Stop gracefully and remove a sandbox with its proxy and networks, and the placeholder
-    directories it left in the workspace. Safe to call on a half-created sandbox."""
+    directories in the workspace once no other sandbox of it needs them. Safe to call on a
+    half-created sandbox."""
     containers = engine.list(label.selector(label.SANDBOX, name))
     # The agent's container first, so its work is flushed before anything else goes.
     containers.sort(key=lambda item: item["Labels"].get(label.KIND) == "proxy")
+    made: dict[str, tuple[str, ...]] = {}
     try:
         for item in containers:
+            labels = item["Labels"]
+            made.setdefault(labels.get(label.WORKSPACE, ""), ())
+            made[labels.get(label.WORKSPACE, "")] += tuple(json.loads(labels.get(label.PLACEHOLDERS, "[]")))
             try:
                 # Only the agent's container holds work worth a graceful stop; the proxy does not.
-                if item.get("State") == "running" and item["Labels"].get(label.KIND) != "proxy":
+                if item.get("State") == "running" and labels.get(label.KIND) != "proxy":
                     engine.stop(item["Id"], GRACE)
             finally:
                 engine.remove(item["Id"])
-                host.remove_empty_dirs(tuple(json.loads(item["Labels"].get(label.PLACEHOLDERS, "[]"))))
     finally:
         for network in engine.list_networks(label.selector(label.SANDBOX, name)):
             engine.remove_network(network["Name"])
+        for workspace, paths in made.items():
+            if workspace:
+                with workspaces.locked(workspace):
+                    others = engine.list(label.selector(label.WORKSPACE, workspace))
+                    workspaces.release(workspace, paths, others_exist=bool(others))
 
 
 def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:

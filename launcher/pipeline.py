@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from launcher import compiler, host, images, stack
+from launcher import compiler, host, images, stack, workspaces
 from launcher.host import HostFacts
 from launcher.plan import LaunchPlan
 from launcher.policy import with_allowed
@@ -47,7 +47,8 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions()) ->
 
 
 def facts_for(policy, workspace: str) -> HostFacts:
-    return host.gather(policy, workspace, images.probe_volume_name(), images.proxy_image().tag)
+    shared = workspaces.placeholders(host.workspace_real(workspace))   # other sandboxes' mount points
+    return host.gather(policy, workspace, images.probe_volume_name(), images.proxy_image().tag, placeholders=shared)
 
 
 def compiled(result: stack.Stack, workspace: str, command: tuple[str, ...] = (), *, kind: str = "run",

@@ -7,7 +7,7 @@ import hashlib
 import os
 import stat
 
-from launcher.surfaces import BY_NAME, PROTECTED
+from launcher.surfaces import BY_NAME
 
 _HASH_MAX = 4 * 1024 * 1024     # bytes of a file hashed; a larger one is fingerprinted by size and mtime
 _DIR_MAX = 5000                 # entries of a surface directory fingerprinted
@@ -53,6 +53,8 @@ def _tree(path: str, names: tuple[str, ...] | None = None) -> str:
             if names is not None and rel == "" and entry.name not in names:
                 continue
             st = entry.stat(follow_symlinks=False)
+            if names is not None and stat.S_ISDIR(st.st_mode) and not os.listdir(entry.path):
+                continue   # an empty hooks/ or info/: runs nothing, and may be another sandbox's mount point
             count += 1
             digest.update(f"{sub}\0{_entry(entry.path, st)}\0".encode(errors="surrogateescape"))
             if stat.S_ISDIR(st.st_mode):
@@ -86,7 +88,7 @@ def snapshot(workspace: str) -> dict[str, str]:
             except OSError:
                 continue
             if entry.name in BY_NAME:
-                if not rel and entry.name in PROTECTED and stat.S_ISDIR(st.st_mode) and not os.listdir(entry.path):
+                if not rel and BY_NAME[entry.name].protect and stat.S_ISDIR(st.st_mode) and not os.listdir(entry.path):
                     continue
                 found[sub] = _fingerprint(entry.path, st, entry.name)
             elif stat.S_ISLNK(st.st_mode):

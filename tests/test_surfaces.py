@@ -73,3 +73,15 @@ def test_git_dirs_follow_a_worktree_gitfile_out_and_a_submodule_gitfile_in(tmp_p
 
 def test_every_protected_name_is_in_the_inventory():
     assert set(PROTECTED) <= set(BY_NAME) and ".git" not in PROTECTED   # .git follows workspace.git
+
+
+def test_empty_mount_points_of_other_sandboxes_are_not_changes(tmp_path):
+    before = scan.snapshot(str(tmp_path))
+    (tmp_path / ".git").mkdir()           # another sandbox's placeholder for a missing .git
+    (tmp_path / ".github").mkdir()
+    assert scan.snapshot(str(tmp_path)) == before
+    (tmp_path / ".git" / "config").write_text("[core]\n")
+    (tmp_path / ".git" / "info").mkdir()   # empty: nothing in it runs
+    first = scan.snapshot(str(tmp_path))
+    (tmp_path / ".git" / "info").rmdir()
+    assert scan.snapshot(str(tmp_path)) == first

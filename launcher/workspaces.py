@@ -1,0 +1,71 @@
+"""Many sandboxes on one workspace: the mount points Docker creates there for missing protected
+paths (placeholders) are shared, and a placeholder is removed only when no sandbox of that
+workspace exists any more. Removing one earlier would detach the read-only mounts of every other
+sandbox using it (since Linux 3.18 an unlinked mount point is detached in every namespace).
+
+One lock and one registry per workspace, in the launcher's state directory (never in the tree)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+
+from launcher import host
+
+
+def _base(workspace: str) -> str:
+    key = hashlib.sha256(workspace.encode(errors="surrogateescape")).hexdigest()[:24]
+    return os.path.join(host.state_dir(), "workspaces", key)
+
+
+@contextlib.contextmanager
+def locked(workspace: str):
+    """Hold the workspace's lock (the kernel drops it if the launcher dies)."""
+    path = _base(workspace) + ".lock"
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def placeholders(workspace: str) -> tuple[str, ...]:
+    """The placeholder directories sandboxes of this workspace made (read without the lock: a
+    stale answer only makes a start fail closed)."""
+    try:
+        with open(_base(workspace) + ".json") as data:
+            return tuple(json.load(data).get("placeholders", ()))
+    except (OSError, ValueError):
+        return ()
+
+
+def _write(workspace: str, paths: tuple[str, ...]) -> None:
+    path = _base(workspace) + ".json"
+    if not paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return
+    temp = f"{path}.{os.getpid()}.tmp"
+    with open(temp, "w") as out:
+        json.dump({"workspace": workspace, "placeholders": list(paths)}, out)
+    os.replace(temp, path)
+
+
+def register(workspace: str, paths: tuple[str, ...]) -> None:
+    """Under the lock: these placeholders are about to be created (or used) by a sandbox."""
+    if paths:
+        _write(workspace, tuple(dict.fromkeys(placeholders(workspace) + paths)))
+
+
+def release(workspace: str, paths: tuple[str, ...], others_exist: bool) -> None:
+    """Under the lock, after a sandbox of this workspace was removed: the last one out removes
+    every registered placeholder that is still an empty directory."""
+    if others_exist:
+        return
+    host.remove_empty_dirs(tuple(dict.fromkeys(placeholders(workspace) + paths)))
+    _write(workspace, ())
