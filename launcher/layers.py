@@ -125,8 +125,8 @@ def _pin(a: str, b: str) -> str:
 
 
 def covers(wide: AllowRule, narrow: AllowRule) -> bool:
-    """True when every (host, port) `narrow` allows is allowed by `wide`."""
-    if not set(narrow.ports) <= set(wide.ports) or narrow.ip != wide.ip:
+    """True when every (host, port, address kind) `narrow` allows is allowed by `wide`."""
+    if not set(narrow.ports) <= set(wide.ports) or narrow.ip != wide.ip or (narrow.private and not wide.private):
         return False
     if not wide.wildcard:
         return not narrow.wildcard and narrow.host == wide.host
@@ -135,13 +135,13 @@ def covers(wide: AllowRule, narrow: AllowRule) -> bool:
 
 def _meet(a: AllowRule, b: AllowRule) -> AllowRule | None:
     """The rule allowing exactly what both allow, or None: the narrower name, the common ports."""
-    ports = tuple(p for p in a.ports if p in b.ports)
+    ports, private = tuple(p for p in a.ports if p in b.ports), a.private and b.private
     if not ports or a.ip != b.ip:
         return None
-    name = lambda r: replace(r, ports=ports)   # noqa: E731 - the narrower rule with the common ports
-    if covers(replace(a, ports=ports), name(b)):
+    name = lambda r: replace(r, ports=ports, private=private)   # noqa: E731 - the narrower rule, what both allow
+    if covers(replace(a, ports=ports, private=private), name(b)):
         return name(b)
-    if covers(replace(b, ports=ports), name(a)):
+    if covers(replace(b, ports=ports, private=private), name(a)):
         return name(a)
     return None
 

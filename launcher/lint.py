@@ -130,6 +130,10 @@ def _egress(report: _Report, doc: Doc, rules: tuple[AllowRule, ...], ip_literals
         if rule.wildcard:
             report.add(Severity.WARNING, "egress-broad", doc, at, f"{rule} allows every name below {rule.host}",
                        "list the exact hosts the agent needs")
+        if rule.private:
+            report.add(Severity.WARNING, "egress-private", doc, at, f"{rule} may resolve to a private or internal "
+                       "address, and the proxy will connect there", "only for an internal host you trust; whoever "
+                       "controls its DNS can point it at any internal service")
         if rule.host in _SHARED_HOSTS or any(rule.host.endswith("." + h) for h in _SHARED_HOSTS) or (
                 rule.wildcard and any(h.endswith("." + rule.host) for h in _SHARED_HOSTS)):
             report.add(Severity.WARNING, "egress-broad", doc, at, f"{rule} serves content anyone can publish",

@@ -67,8 +67,9 @@ def read_policy(ref: str) -> tuple[str, bytes]:
     return str(path), data
 
 
-def with_allowed(policy: Policy, entries: tuple[str, ...]) -> Policy:
-    """The base policy with the command line's --allow entries added (proxy mode only)."""
+def with_allowed(policy: Policy, entries: tuple) -> Policy:
+    """The base policy with the command line's --allow entries added (proxy mode only): host
+    strings, or {host, private} mappings (--allow-private)."""
     from dataclasses import replace
 
     if policy.network.mode is not NetworkMode.PROXY:
@@ -80,7 +81,8 @@ def with_allowed(policy: Policy, entries: tuple[str, ...]) -> Policy:
         try:
             rules.append(parse_rule(entry, policy.network.allow_ip_literals))
         except ValueError as exc:
-            problems.append(Problem(file="command line", path=f"--allow[{i}]", expected=str(exc), found=repr(entry),
+            problems.append(Problem(file="command line", path=f"--allow[{i}]", expected=str(exc),
+                                    found=repr(entry.get("host") if isinstance(entry, dict) else entry),
                                     hint="for example api.example.com, *.pypi.org or host:8443"))
     if problems:
         raise PolicyError(problems)

@@ -74,7 +74,7 @@ def test_docker_compose_brings_up_a_probed_sandbox_equal_to_the_plan(engine, com
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
     api, egress = engine.client.api, f"sandbox-test-compose-egress-{os.getpid()}"
     api.create_network(egress, driver="bridge", internal=True)   # stands in for the internet: leads nowhere
-    policy = with_allowed(load_policy("ci"), ("allowed.test",))
+    policy = with_allowed(load_policy("ci"), ({"host": "allowed.test", "private": True},))
     facts = host.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag)
     plan = compile_policy(policy, facts, egress_network=egress, kind="external",   # as `compile --format compose`
                           command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))

@@ -75,10 +75,10 @@ def test_devcontainer_up_with_the_real_cli_yields_a_probed_sandbox_that_cannot_r
 
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
     internet = Internet(engine, f"sandbox-test-devcontainer-{os.getpid()}")
-    policy = with_allowed(load_policy("devcontainer"), ("allowed.test",))
+    policy = with_allowed(load_policy("devcontainer"), ({"host": "allowed.test", "private": True},))
     name = f"sandbox-{workspace.name}"
     try:
-        made = subprocess.run(SANDBOX + ["devcontainer", "-p", "devcontainer", "--allow", "allowed.test",
+        made = subprocess.run(SANDBOX + ["devcontainer", "-p", "devcontainer", "--allow-private", "allowed.test",
                                          "--egress-network", internet.network, str(workspace)], capture_output=True, text=True)
         assert made.returncode == 0, made.stderr
         up = subprocess.run([cli, "up", "--workspace-folder", str(workspace)], capture_output=True, text=True, timeout=600)

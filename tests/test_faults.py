@@ -96,7 +96,7 @@ PHASES = {
 @pytest.mark.parametrize("phase", list(PHASES))
 def test_ctrl_c_at_every_phase_leaves_nothing(engine, internet, workspace, phase):
     before, listing = volumes(engine), sorted(os.listdir(workspace))
-    policy = with_allowed(load_policy("ci"), ("allowed.test",))
+    policy = with_allowed(load_policy("ci"), ({"host": "allowed.test", "private": True},))
     facts = host.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag)
     plan = compile_policy(policy, facts, egress_network=internet.network, command=("sleep", "1"))
     method, nth = PHASES[phase]

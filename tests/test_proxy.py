@@ -34,7 +34,7 @@ def run_ci(internet, workspace, allow, script, *extra, timeout=120):
     args = ["run", "-p", "ci", "-w", str(workspace), "--egress-network", internet.network, "--report",
             str(workspace.parent / "report.json"), *extra]
     for host_ in allow:
-        args += ["--allow", host_]
+        args += ["--allow-private", host_]   # our upstreams live on a private test network
     result = subprocess.run(SANDBOX + args + ["--", "bash", "-c", script], capture_output=True, text=True, timeout=timeout)
     return result, json.loads((workspace.parent / "report.json").read_text())
 
@@ -100,7 +100,7 @@ def test_killing_the_proxy_mid_run_cuts_egress(engine, internet, workspace):
               f'sleep 0.1; done; sleep 3; echo "second=$({CURL} http://allowed.test/)"; '
               f'echo "direct=$({CURL} --noproxy "*" http://{internet.canary_ip}/)"')
     proc = subprocess.Popen(SANDBOX + ["run", "-p", "ci", "-w", str(workspace), "--egress-network", internet.network,
-                                       "--allow", "allowed.test", "--", "bash", "-c", script],
+                                       "--allow-private", "allowed.test", "--", "bash", "-c", script],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "first=200"
     proxies = [c for c in engine.list(f"dev.sandbox.workspace={workspace}") if c["Labels"]["dev.sandbox.kind"] == "proxy"]
@@ -113,7 +113,7 @@ def test_killing_the_proxy_mid_run_cuts_egress(engine, internet, workspace):
 
 def test_up_keeps_an_egress_log_and_down_removes_proxy_and_networks(engine, internet, workspace):
     name = "sandbox-test-proxy-up"
-    result = subprocess.run(SANDBOX + ["up", str(workspace), "-p", "ci", "--name", name, "--no-shell", "--allow",
+    result = subprocess.run(SANDBOX + ["up", str(workspace), "-p", "ci", "--name", name, "--no-shell", "--allow-private",
                                        "allowed.test", "--egress-network", internet.network], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     try:
@@ -142,7 +142,7 @@ def test_gc_removes_proxy_and_networks_of_a_killed_launcher(engine, internet, wo
 # --- tamper tests for the proxy-mode probe checks -------------------------------------------
 
 def _plan(workspace, internet):
-    policy = with_allowed(load_policy("ci"), ("allowed.test",))
+    policy = with_allowed(load_policy("ci"), ({"host": "allowed.test", "private": True},))
     facts = host.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag)
     return compile_policy(policy, facts, egress_network=internet.network,
                           command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
@@ -239,3 +239,23 @@ def test_up_never_reuses_a_sandbox_of_another_policy(internet, workspace):
         assert same.returncode == 0 and "already running" in same.stderr, same.stderr
     finally:
         subprocess.run(SANDBOX + ["down", name], capture_output=True, timeout=120)
+
+
+def test_an_allowed_name_that_resolves_to_a_private_address_is_refused_unless_its_rule_opts_in(engine, internet,
+                                                                                             workspace):
+    """The canary answers for canary.test on our private test network: allowing the name is not
+    enough for the proxy to connect there (plain and CONNECT alike); the canary sees nothing."""
+    args = ["run", "-p", "ci", "-w", str(workspace), "--egress-network", internet.network, "--allow", "canary.test",
+            "--", "bash", "-c", f'echo "plain=$({CURL} http://canary.test/)"; curl -s --max-time 10 https://canary.test/ '
+            '|| echo "tunnel failed"']
+    result = subprocess.run(SANDBOX + args, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    # a refused CONNECT on the peeking port is accepted, then cut before a byte goes anywhere
+    assert "plain=403" in result.stdout and "tunnel failed" in result.stdout, result.stdout
+    assert "GET canary.test:80" in result.stderr and "CONNECT canary.test:443" in result.stderr   # both blocked
+    assert internet.seen_by_canary() == []
+    opted = subprocess.run(SANDBOX + ["run", "-p", "ci", "-w", str(workspace), "--egress-network", internet.network,
+                                      "--allow-private", "allowed.test", "--", "bash", "-c",
+                                      f'echo "plain=$({CURL} http://allowed.test/)"'], capture_output=True, text=True,
+                           timeout=120)
+    assert opted.returncode == 0 and "plain=200" in opted.stdout, opted.stdout + opted.stderr

@@ -42,9 +42,19 @@ def egress_options(command):
     command = click.option("--egress-network", metavar="NETWORK",
                            help="Proxy mode: attach the proxy to this existing Docker network instead of a new bridge "
                                 "(air-gapped hosts, tests).")(command)
+    command = click.option("--allow-private", multiple=True, metavar="HOST", expose_value=False, callback=_private,
+                           help="Like --allow, for an internal host whose address is private (10/8, 172.16/12, "
+                                "192.168/16, CGNAT, loopback): such addresses are refused for every other rule.")(command)
     return click.option("--allow", multiple=True, metavar="HOST",
                         help="Proxy mode: add HOST (or *.suffix, host:port) to the base policy's network.allow; "
                              "repeatable. Later layers can still narrow it.")(command)
+
+
+_PRIVATE = "sandbox.allow-private"
+
+
+def _private(ctx, param, value):
+    ctx.meta[_PRIVATE] = tuple({"host": host, "private": True} for host in value)
 
 
 def strict_option(command):
@@ -100,6 +110,7 @@ def plan(policy_ref: str, workspace: str, command: tuple[str, ...], *, kind: str
     """The pipeline for a command that launches or writes a sandbox; says its notes and warnings."""
     from launcher import pipeline
 
+    allow = tuple(allow) + click.get_current_context().meta.get(_PRIVATE, ())
     result = pipeline.layered(policy_ref, workspace, layer_settings(allow=allow, timeout=timeout, strict=strict))
     tell(result)
     planned = pipeline.compiled(result, workspace, command, kind=kind, name=name, egress_network=egress_network)

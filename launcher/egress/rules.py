@@ -29,10 +29,14 @@ class AllowRule:
     wildcard: bool             # *.example.com: any name below example.com, not example.com itself
     ports: tuple[int, ...]
     ip: bool = False
+    # Its name may resolve to a private, loopback, CGNAT or multicast address (an internal host);
+    # off by default: an allowed name pointing there would let the proxy connect inside for the agent.
+    private: bool = False
 
     def __str__(self) -> str:
         name = f"*.{self.host}" if self.wildcard else self.host
-        return name if self.ports == DEFAULT_PORTS else f"{name}:{self.ports[0]}"
+        name = name if self.ports == DEFAULT_PORTS else f"{name}:{self.ports[0]}"
+        return f"{name} (private)" if self.private else name
 
     def matches(self, host: str, port: int) -> bool:
         host = host.lower().rstrip(".")
@@ -41,8 +45,16 @@ class AllowRule:
         return host.endswith("." + self.host) if self.wildcard else host == self.host
 
 
-def parse_rule(entry: str, allow_ip_literals: bool = False) -> AllowRule:
-    """Parse `host`, `*.suffix`, either with `:port`. Raises ValueError with a hint-ready message."""
+def parse_rule(entry, allow_ip_literals: bool = False) -> AllowRule:
+    """Parse `host`, `*.suffix`, either with `:port`, or `{host: ..., private: true}`. Raises
+    ValueError with a hint-ready message."""
+    if isinstance(entry, dict):
+        if set(entry) - {"host", "private"} or not isinstance(entry.get("host"), str) \
+                or not isinstance(entry.get("private", False), bool):
+            raise ValueError("{host: NAME, private: true|false}")
+        from dataclasses import replace
+
+        return replace(parse_rule(entry["host"], allow_ip_literals), private=entry.get("private", False))
     text = entry.strip().lower()
     if "://" in text:
         raise ValueError("a host name, not a URL (drop the scheme)")

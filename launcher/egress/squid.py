@@ -109,7 +109,8 @@ def render_squid(sandbox: str, rules: tuple[AllowRule, ...], port: int = PROXY_P
 
     env = Environment(loader=PackageLoader("launcher", "egress"), undefined=StrictUndefined,
                       keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
-    context = [{"acl": _acl(r), "sni_acl": _sni_acl(r), "ports": " ".join(map(str, r.ports))} for r in rules]
+    context = [{"acl": _acl(r), "sni_acl": _sni_acl(r), "ports": " ".join(map(str, r.ports)), "private": r.private}
+               for r in rules]
     endpoints = [_endpoint(i, s) for i, s in enumerate(secrets)]
     return env.get_template("squid.conf.j2").render(sandbox=sandbox, rules=context, port=port, bind=PROXY_ALIAS,
                                                     endpoints=endpoints)
