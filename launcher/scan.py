@@ -16,16 +16,30 @@ _GIT_FILES = ("config", "config.worktree", "commondir", "gitdir")
 _GIT_DIRS = ("hooks", "info")
 
 
+def _open_regular(path: str) -> int | None:
+    """A descriptor for `path` if it is a regular file here and now, else None. Never follows a
+    symlink, never blocks on a FIFO: what the agent (or another sandbox's) left can be swapped
+    between a stat and this open."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
 def _file(path: str, st: os.stat_result) -> str:
     if st.st_size > _HASH_MAX:
         return f"file:{st.st_size}:{st.st_mtime_ns}"
+    fd = _open_regular(path)
+    if fd is None:
+        return "unreadable"
     digest = hashlib.sha256()
-    try:
-        with open(path, "rb", buffering=0) as data:
-            while chunk := data.read(1 << 20):
-                digest.update(chunk)
-    except OSError as exc:
-        return f"unreadable:{exc.errno}"
+    with os.fdopen(fd, "rb", buffering=0) as data:
+        while chunk := data.read(1 << 20):
+            digest.update(chunk)
     return "file:" + digest.hexdigest()
 
 
@@ -102,11 +116,11 @@ def snapshot(workspace: str) -> dict[str, str]:
 
 
 def _first_line(path: str) -> str:
-    try:
-        with open(path, "rb") as data:
-            return (data.read(4096).decode(errors="replace").splitlines() or [""])[0].strip()
-    except OSError:
+    fd = _open_regular(path)
+    if fd is None:
         return ""
+    with os.fdopen(fd, "rb") as data:
+        return (data.read(4096).decode(errors="replace").splitlines() or [""])[0].strip()
 
 
 def git_dirs(workspace: str, surfaces: dict[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -117,7 +131,7 @@ def git_dirs(workspace: str, surfaces: dict[str, str]) -> tuple[tuple[str, ...],
     inside = [p for p in surfaces if p.endswith("/.git")]
     outside: list[str] = []
     gitfile = os.path.join(root, ".git")
-    line = _first_line(gitfile) if os.path.isfile(gitfile) and not os.path.islink(gitfile) else ""
+    line = _first_line(gitfile)
     if line.startswith("gitdir:") and line[7:].strip():
         gitdir = os.path.realpath(os.path.join(root, line[7:].strip()))
         common = _first_line(os.path.join(gitdir, "commondir"))

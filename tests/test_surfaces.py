@@ -85,3 +85,19 @@ def test_empty_mount_points_of_other_sandboxes_are_not_changes(tmp_path):
     first = scan.snapshot(str(tmp_path))
     (tmp_path / ".git" / "info").rmdir()
     assert scan.snapshot(str(tmp_path)) == first
+
+
+def test_the_scan_never_blocks_on_a_fifo_nor_follows_a_swapped_symlink(tmp_path):
+    """A downloaded repository may hold a gitfile whose target's commondir is a FIFO; another
+    sandbox's agent may swap a surface for one. Opening either by path would hang the launcher."""
+    (tmp_path / "meta").mkdir()
+    os.mkfifo(tmp_path / "meta" / "commondir")
+    (tmp_path / ".git").write_text("gitdir: meta\n")
+    os.mkfifo(tmp_path / ".envrc")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / ".npmrc").symlink_to("/etc/shadow")
+    assert scan.git_dirs(str(tmp_path), {}) == (("meta",), ())
+    snap = scan.snapshot(str(tmp_path))
+    assert snap[".envrc"].startswith("other:") and snap["sub/.npmrc"] == "link:/etc/shadow"
+    assert scan._open_regular(str(tmp_path / ".envrc")) is None
+    assert scan._open_regular(str(tmp_path / "sub" / ".npmrc")) is None
