@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from launcher.layers import FIELDS, Effective
 from launcher.model import NetworkMode
+from launcher.targets import TARGETS
 
 
 class Component(enum.Enum):
@@ -112,9 +113,6 @@ ALWAYS: tuple[tuple[str, Enforcement], ...] = (
 )
 
 
-# How a sandbox comes to exist: launched by us (`run`, `up`; `exec` enters an `up` one), or by
-# another tool from the files we write (`compile --format argv|compose`, `sandbox devcontainer`).
-TARGETS = ("run", "up", "argv", "compose", "devcontainer")
 _LAUNCHER_ONLY = ("run", "up")
 
 

@@ -10,8 +10,7 @@ import click
 from launcher.cli import output
 from launcher.cli.options import POLICY_HELP, egress_options, layer_options, plan, show_layers_option
 from launcher.errors import ExitCode
-from launcher.explain import TARGETS
-from launcher.targets import FORMATS
+from launcher.targets import FORMATS, TARGETS
 
 
 @click.command()

@@ -4,31 +4,36 @@ files, the run report and its step summary. FORMATS is what `sandbox compile --f
 from __future__ import annotations
 
 import json
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from launcher.plan import LaunchPlan
+if TYPE_CHECKING:   # imported by the CLI at start: only names here, the renderers load on use
+    from launcher.plan import LaunchPlan
+
+# How a sandbox comes to exist: launched by us (`run`, `up`; `exec` enters an `up` one), or by
+# another tool from the files we write (`compile --format argv|compose`, `sandbox devcontainer`).
+TARGETS = ("run", "up", "argv", "compose", "devcontainer")
 
 
-def _json(plan: LaunchPlan) -> str:
+def _json(plan: "LaunchPlan") -> str:
     from launcher.targets.argv import plan_to_dict
 
     return json.dumps(plan_to_dict(plan), indent=2) + "\n"
 
 
-def _argv(plan: LaunchPlan) -> str:
+def _argv(plan: "LaunchPlan") -> str:
     from launcher.targets.argv import argv_text
 
     return argv_text(plan) + "\n"
 
 
-def _compose(plan: LaunchPlan) -> str:
+def _compose(plan: "LaunchPlan") -> str:
     from launcher.targets.compose import compose_text
 
     return compose_text(plan)
 
 
 # format -> (renderer, whether another tool launches it: labelled kind=external, which `gc` leaves alone)
-FORMATS: dict[str, tuple[Callable[[LaunchPlan], str], bool]] = {
+FORMATS: dict[str, tuple[Callable[["LaunchPlan"], str], bool]] = {
     "json": (_json, False),
     "argv": (_argv, True),
     "compose": (_compose, True),
