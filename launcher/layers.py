@@ -12,7 +12,7 @@ from typing import Sequence
 from launcher.egress.rules import AllowRule
 from launcher.errors import PolicyError, Problem
 from launcher.model import Access, NetworkMode, Policy
-from launcher.values import show, show_entry  # noqa: F401 - show_entry is part of this module's interface
+from launcher.values import show
 
 
 class LayerKind(enum.Enum):

@@ -15,7 +15,8 @@ from launcher.egress.rules import AllowRule
 from launcher.errors import PolicyError, Problem
 from launcher.host import GitPath, HostFacts
 from launcher.secrets import TEXT_PATTERN
-from launcher.layers import FIELDS, Effective, Layer, LayerKind, combine, covers, get, show, show_entry, widened
+from launcher.layers import FIELDS, Effective, Layer, LayerKind, combine, covers, get, widened
+from launcher.values import show, show_entry
 from launcher.model import Access, Policy
 from launcher.style import BAD, WARN, Mark, plain
 

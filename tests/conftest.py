@@ -117,3 +117,21 @@ def workspace(tmp_path):
         os.lchown(path, 1000, 1000)
     os.chmod(tmp_path, 0o755)
     return ws
+
+
+def read_until(fd: int, needle: bytes, timeout: float) -> bytes:
+    """What a pty (or pipe) says until `needle` shows, it closes, or `timeout` seconds pass."""
+    import select
+
+    seen, deadline = b"", time.monotonic() + timeout
+    while needle not in seen and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen

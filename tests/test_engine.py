@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import read_until
 from fakes import Recorder
 
 from launcher import host, images, launch
@@ -206,23 +207,6 @@ def test_socket_planted_in_the_workspace_is_refused_before_launch(engine, worksp
     assert not (workspace / "AGENT-RAN").exists() and ours(engine, workspace) == []
 
 
-def _read_until(fd: int, needle: bytes, timeout: float) -> bytes:
-    import select
-
-    seen, deadline = b"", time.monotonic() + timeout
-    while needle not in seen and time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.5)
-        if ready:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
-    return seen
-
-
 def test_up_opens_an_interactive_shell_in_a_terminal(engine, workspace):
     name = "sandbox-test-tty"
     primary, secondary = os.openpty()
@@ -230,9 +214,9 @@ def test_up_opens_an_interactive_shell_in_a_terminal(engine, workspace):
                             stderr=secondary, start_new_session=True)
     os.close(secondary)
     try:
-        assert b"is up" in _read_until(primary, b"is up", 120)
+        assert b"is up" in read_until(primary, b"is up", 120)
         os.write(primary, b"echo UID=$(id -u) TTY=$(tty) W=$(pwd)\n")
-        seen = _read_until(primary, b"W=/workspace", 30)
+        seen = read_until(primary, b"W=/workspace", 30)
         assert b"UID=1000 TTY=/dev/pts/" in seen, seen
         os.write(primary, b"exit\n")
         assert proc.wait(timeout=30) == 0
@@ -253,7 +237,7 @@ def test_up_stops_at_its_time_limit_whoever_is_attached_and_warns_the_shell_firs
                              stdout=secondary, stderr=secondary, start_new_session=True)
     os.close(secondary)
     try:
-        seen = _read_until(primary, b"stops in 4 s", 30)
+        seen = read_until(primary, b"stops in 4 s", 30)
         assert b"sandbox: this sandbox stops in 4 s (limits.timeout)" in seen, seen
         assert shell.wait(timeout=30) != 0          # the attached shell ended with the sandbox
         assert time.monotonic() - started < 25

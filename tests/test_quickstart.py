@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import os
 import re
-import select
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+
+from conftest import read_until
 
 pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,20 +56,6 @@ def _copy_of_the_repository(to: Path) -> Path:
     return to
 
 
-def _read_until(fd: int, needle: bytes, timeout: float) -> bytes:
-    seen, deadline = b"", time.monotonic() + timeout
-    while needle not in seen and time.monotonic() < deadline:
-        if select.select([fd], [], [], 0.5)[0]:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
-    return seen
-
-
 def test_the_main_job_works_with_debians_own_python_and_leaves_nothing(engine, tmp_path):
     wheels = os.environ.get("SANDBOX_TEST_WHEELHOUSE", "")
     _needs(os.access(DEBIAN_PYTHON, os.X_OK), f"no {DEBIAN_PYTHON}")
@@ -79,7 +65,7 @@ def test_the_main_job_works_with_debians_own_python_and_leaves_nothing(engine, t
     clone = _copy_of_the_repository(tmp_path / "clone")
     command = quickstart()[0]
     # Debian's python3 first on PATH; pip gets the wheels fetched by .ci/run instead of a registry.
-    env = {"PATH": f"/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(tmp_path), "LANG": "C.UTF-8", "TERM": "xterm",
+    env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(tmp_path), "LANG": "C.UTF-8", "TERM": "xterm",
            "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": wheels, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
            **{k: os.environ[k] for k in ("SANDBOX_ORG_POLICY", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "DOCKER_HOST")
               if k in os.environ}}
@@ -88,10 +74,10 @@ def test_the_main_job_works_with_debians_own_python_and_leaves_nothing(engine, t
                             stderr=secondary, start_new_session=True)
     os.close(secondary)
     try:
-        seen = _read_until(primary, b"is up until", 600)
+        seen = read_until(primary, b"is up until", 600)
         assert b"probe passed" in seen and b"is up until" in seen, seen[-3000:].decode(errors="replace")
         os.write(primary, b"echo QUICKSTART=$(id -u)\n")
-        assert b"QUICKSTART=1000" in _read_until(primary, b"QUICKSTART=1000", 60)
+        assert b"QUICKSTART=1000" in read_until(primary, b"QUICKSTART=1000", 60)
         os.write(primary, b"exit\n")
         assert proc.wait(timeout=60) == 0
     finally:

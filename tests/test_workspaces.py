@@ -69,7 +69,7 @@ def test_a_launcher_killed_mid_run_leaves_nothing_gc_does_not_remove(engine, bar
     proc = subprocess.Popen(SANDBOX + ["run", "-w", str(bare), "--", "sleep", "60"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and "probe passed" not in (line := proc.stderr.readline()):
+    while time.monotonic() < deadline and "probe passed" not in proc.stderr.readline():
         pass
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
