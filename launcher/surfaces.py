@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from launcher.values import visible
+
 
 @dataclass(frozen=True, kw_only=True)
 class Surface:
@@ -92,8 +94,8 @@ class Change:
     surface: str     # the inventory name, or "symlink"
     detail: str
 
-    def __str__(self) -> str:
-        return f"{self.what} {self.path}: {self.detail}"
+    def __str__(self) -> str:   # the path is the agent's choice: never raw on the user's terminal
+        return f"{self.what} {visible(self.path, keep_lines=False)}: {visible(self.detail, keep_lines=False)}"
 
 
 def compare(before: dict[str, str], after: dict[str, str]) -> tuple[Change, ...]:
@@ -125,4 +127,4 @@ def render(changes: tuple[Change, ...]) -> list[str]:
 
 
 def to_json(changes: tuple[Change, ...]) -> list[dict]:
-    return [{"path": c.path, "change": c.what, "surface": c.surface, "detail": c.detail} for c in changes]
+    return [{"path": c.path, "change": c.what, "surface": c.surface, "detail": c.detail} for c in changes]   # JSON escapes

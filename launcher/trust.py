@@ -8,10 +8,10 @@ import enum
 import hashlib
 import json
 import re
-import unicodedata
 from dataclasses import asdict, dataclass
 
 from launcher.errors import PolicyError, Problem
+from launcher.values import visible
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,20 +75,6 @@ def location_problem(store_path: str, workspace: str) -> Problem | None:
         return Problem(file=store_path, path="", expected="a trust store outside the workspace",
                        found=f"it is inside {workspace}", hint="set XDG_STATE_HOME to a directory outside the repository")
     return None
-
-
-def visible(text: str) -> str:
-    """Control and bidirectional-override characters made visible, so a file cannot hide lines
-    from the person approving it (terminal escapes, carriage returns, Trojan Source)."""
-    out = []
-    for char in text:
-        if char in "\n\t":
-            out.append(char)
-        elif unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp"):
-            out.append(f"\\u{ord(char):04x}")
-        else:
-            out.append(char)
-    return "".join(out)
 
 
 def review_text(path: str, data: bytes, previous: Approval | None, effect: str) -> str:

@@ -1,12 +1,11 @@
 """How policy values are written for people (in notes, tables and errors): sizes, durations,
-users, commands, list entries."""
+users, commands, list entries, and text from a file or an agent made safe for a terminal."""
 
 from __future__ import annotations
 
 import enum
 import shlex
-
-from launcher.model import Access
+import unicodedata
 
 
 def _size(n: int) -> str:
@@ -46,7 +45,7 @@ def show(field: str, value) -> str:
 
 def show_entry(field: str, entry) -> str:
     if field == "mounts":
-        return f"{entry.source}:{entry.target}:{'rw' if entry.access is Access.READ_WRITE else 'ro'}"
+        return f"{entry.source}:{entry.target}:{'rw' if entry.access.value == 'read-write' else 'ro'}"
     if field == "tmpfs":
         return f"{entry.target} ({_size(entry.size_bytes)})"
     if field == "env.set":
@@ -55,3 +54,18 @@ def show_entry(field: str, entry) -> str:
         ca = f", CA {entry.ca_file}" if entry.ca_file else ""
         return f"{entry.name} ({'$' + entry.env if entry.env else entry.file} -> {entry.upstream}{ca})"
     return str(entry)
+
+
+def visible(text: str, keep_lines: bool = True) -> str:
+    """Control and bidirectional-override characters made visible, so a file cannot hide lines
+    from the person reading it (terminal escapes, carriage returns, Trojan Source); without
+    `keep_lines` line breaks and tabs too (a file name that would forge a line of a report)."""
+    out = []
+    for char in text:
+        if keep_lines and char in "\n\t":
+            out.append(char)
+        elif unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp"):
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(char)
+    return "".join(out)

@@ -101,3 +101,13 @@ def test_the_scan_never_blocks_on_a_fifo_nor_follows_a_swapped_symlink(tmp_path)
     assert snap[".envrc"].startswith("other:") and snap["sub/.npmrc"] == "link:/etc/shadow"
     assert scan._open_regular(str(tmp_path / ".envrc")) is None
     assert scan._open_regular(str(tmp_path / "sub" / ".npmrc")) is None
+
+
+def test_a_path_the_agent_chose_never_reaches_the_terminal_raw():
+    """A directory named with a terminal escape or a line break could rewrite the user's screen
+    or forge a line of the report."""
+    from launcher.surfaces import render
+
+    lines = render(compare({}, {"a\x1b]0;owned\x07\nnew b/.git": "dir:1"}))
+    assert len(lines) == 2 and "\x1b" not in lines[1] and "\n" not in lines[1]
+    assert lines[1].startswith("  new a\\u001b]0;owned\\u0007\\u000anew b/.git: git")
