@@ -98,8 +98,10 @@ def tell(layered) -> None:
     """The layers' notes, and the layer table when --show-layers asked for it."""
     from launcher import layers
 
-    for note in layered.notes:
-        click.echo(f"sandbox: {note}", err=True)
+    from launcher.values import visible
+
+    for note in layered.notes:   # values from a repository's file: never raw on the terminal
+        click.echo(f"sandbox: {visible(note, keep_lines=False)}", err=True)
     if click.get_current_context().meta.get(_LAYER_OPTIONS, {}).get("show_layers"):
         click.echo(layers.layers_table(layered.effective), err=True)
 
