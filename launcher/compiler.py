@@ -16,8 +16,8 @@ from launcher import labels as label
 from launcher.errors import PolicyError, Problem
 from launcher.host import HostFacts, PathFact
 from launcher.egress import inject
-from launcher.model import Access, NetworkMode, Policy, SecretPolicy
-from launcher.plan import (PROBE_BUSYBOX, PROBE_DIR, PROBE_SCRIPT, ContainerSpec, LaunchPlan, Mount,
+from launcher.model import Access, NetworkMode, Policy, SecretPolicy, WorkspaceMode
+from launcher.plan import (PROBE_BUSYBOX, PROBE_DIR, PROBE_SCRIPT, ContainerSpec, CopySpec, LaunchPlan, Mount,
                            MountKind, ProbeExpectations)
 from launcher.policy import CAPABILITY_BITS
 from launcher.egress.squid import (INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_ALIAS, PROXY_PORT, NetworkSpec,
@@ -170,6 +170,11 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
                                     found="a secret-shaped or multi-line value (not shown)",
                                     hint=f"unset {name_} or remove it from env.pass"))
     writable_ws = policy.workspace.access is Access.READ_WRITE
+    copy_mode = policy.workspace.mode is WorkspaceMode.COPY
+    if copy_mode and kind == "external":
+        problems.append(Problem(file=file, path="workspace.mode", expected="bind for a sandbox another tool launches",
+                                found="copy", hint="copy mode needs `sandbox run` or `sandbox up` (they make the copy "
+                                "and keep it for `sandbox diff`); use a policy with workspace: {mode: bind}"))
     for real in host.git_outside if writable_ws else ():
         for index, (mount, fact) in enumerate(zip(policy.mounts, host.mounts)):
             if mount.access is Access.READ_WRITE and _under(real, fact.real):
@@ -189,9 +194,16 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         raise PolicyError(problems)
 
     target = policy.workspace.target
-    mounts = [Mount(kind=MountKind.BIND, source=ws.real, target=target, read_only=not writable_ws)]
+    container_name = _container_name(policy, host, kind, name)
+    copy = None
+    if copy_mode:
+        copy = CopySpec(name=container_name, source=ws.real, uid=_user(policy, host)[0], gid=_user(policy, host)[1],
+                        exclude=policy.workspace.exclude, protected=policy.workspace.protected, labels=())
+        mounts = [Mount(kind=MountKind.VOLUME, source=copy.tree_volume, target=target, read_only=not writable_ws)]
+    else:
+        mounts = [Mount(kind=MountKind.BIND, source=ws.real, target=target, read_only=not writable_ws)]
     placeholders: list[str] = []
-    if writable_ws:
+    if writable_ws and not copy_mode:
         anchors = dict((a.given, a) for a in host.protected if a.given not in _unmountable(host))
         # A path below another protected one is covered by that one's read-only mount.
         anchors = {g: a for g, a in anchors.items() if not any(_under(g, o) for o in anchors if o != g)}
@@ -219,7 +231,6 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
 
     writable = tuple(m.target for m in mounts if not m.read_only)
     uid, gid = _user(policy, host)
-    container_name = _container_name(policy, host, kind, name)
     labels = {
         label.MANAGED: "1", label.KIND: kind, label.POLICY: policy.name,
         label.POLICY_DIGEST: policy.digest, label.WORKSPACE: ws.real,
@@ -238,8 +249,10 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         rofs=tuple(d for d in _ROOT_DIRS if not any(_under(d, w) for w in writable)),
         writable=writable,
         mounts=tuple(m.target for m in mounts),
-        protected=tuple(posixpath.join(target, p) for p in _protected(policy, host)),
-        workspace=target, wsroot=ws.real,
+        protected=() if copy else tuple(posixpath.join(target, p) for p in _protected(policy, host)),
+        workspace=target,
+        **({"wsroot": f"/{copy.base_volume}/_data", "wsupper": f"/{copy.upper_volume}/_data/upper"} if copy
+           else {"wsroot": ws.real}),
         net=policy.network.mode.value,
         pids=str(policy.limits.pids), mem=str(policy.limits.memory_bytes),
         checks=checks.for_mode(policy.network.mode.value),
@@ -252,6 +265,11 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     agent = tuple(command) or policy.command
     main = up_main(policy.limits.timeout_seconds) if kind == "up" else agent
     labels[label.PLACEHOLDERS] = json.dumps(placeholders)
+    if copy:
+        labels[label.COPY] = copy.name
+        copy = replace(copy, labels=tuple(sorted({label.MANAGED: "1", label.KIND: "copy", label.COPY: copy.name,
+                                                  label.WORKSPACE: ws.real, label.POLICY: policy.name,
+                                                  label.PROTECTED: json.dumps(copy.protected)}.items())))
     container = ContainerSpec(
         name=container_name, image=policy.image, user=f"{uid}:{gid}",
         entrypoint=(PROBE_BUSYBOX, "sh", PROBE_SCRIPT), command=probe.to_args() + ("--",) + main,
@@ -269,12 +287,13 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     if writable_ws and policy.workspace.git is Access.READ_WRITE:
         warnings.append("workspace.git is read-write: the agent can rewrite the index, refs and objects of "
                         f"{ws.real}/.git (skip-worktree hides a changed file from `git status`); review with care")
-    if writable_ws and ws.owner[0] != uid:
+    if writable_ws and not copy and ws.owner[0] != uid:
         warnings.append(f"the workspace {ws.real} belongs to uid {ws.owner[0]}; the agent runs as {uid}:{gid} "
                         "and may not be able to write it (set `user:` in the policy or chown the directory)")
     return LaunchPlan(policy_name=policy.name, policy_digest=policy.digest, container=container, probe=probe,
                       agent_command=agent, timeout_seconds=policy.limits.timeout_seconds,
-                      placeholders=tuple(placeholders), warnings=tuple(warnings), networks=networks, proxy=proxy)
+                      placeholders=tuple(placeholders), warnings=tuple(warnings), networks=networks, proxy=proxy,
+                      copy=copy)
 
 
 # The main process of a long-lived sandbox (`up`, a dev container): it ends the container when

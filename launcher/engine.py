@@ -76,6 +76,10 @@ class Engine:
             except docker.errors.ImageNotFound:
                 return False
 
+    def image_labels(self, ref: str) -> dict:
+        with _mapped(f"inspecting image {ref}"):
+            return self.client.api.inspect_image(ref)["Config"].get("Labels") or {}
+
     def image_env(self, ref: str) -> list[str]:
         with _mapped(f"inspecting image {ref}"):
             return self.client.api.inspect_image(ref)["Config"].get("Env") or []
@@ -123,9 +127,24 @@ class Engine:
                 self.client.api.remove_volume(name, force=True)
                 raise
 
-    def list_volumes(self) -> list[dict]:
+    def create_volume(self, name: str, labels: dict, options: dict | None = None) -> None:
+        """A local volume; `options`: the local driver's mount options (type, device, o)."""
+        with _mapped(f"creating volume {name}"):
+            self.client.api.create_volume(name, driver="local", driver_opts=options or None, labels=labels)
+
+    def volume_info(self, name: str) -> dict | None:
+        """`docker volume inspect` (Labels, Mountpoint, Options), or None when there is none."""
+        import docker.errors
+
+        with _mapped(f"inspecting volume {name}"):
+            try:
+                return self.client.api.inspect_volume(name)
+            except docker.errors.NotFound:
+                return None
+
+    def list_volumes(self, *filters: str) -> list[dict]:
         with _mapped("listing volumes"):
-            return self.client.api.volumes(filters={"label": MANAGED}).get("Volumes") or []
+            return self.client.api.volumes(filters={"label": [MANAGED, *filters]}).get("Volumes") or []
 
     def remove_volume(self, name: str) -> None:
         with _mapped(f"removing volume {name}"):
@@ -213,6 +232,30 @@ class Engine:
     def wait(self, ref: str) -> int:
         with _mapped(f"waiting for {ref}"):
             return int(self.client.api.wait(ref)["StatusCode"])
+
+    def run_collect(self, spec: ContainerSpec) -> tuple[int, bytes, bytes]:
+        """Create, start and wait for a short-lived container; its exit code, stdout and stderr
+        (attached, so binary output arrives intact and unbounded by the log driver). Always removed."""
+        ref = self.create(spec)
+        try:
+            stream = self.output(ref)
+            self.start(ref)
+            out, err = [], []
+            with _mapped(f"reading the output of {spec.name}"):
+                for chunk_out, chunk_err in stream:
+                    out.append(chunk_out or b"")
+                    err.append(chunk_err or b"")
+            return self.wait(ref), b"".join(out), b"".join(err)
+        finally:
+            self.remove(ref)
+
+    def pause(self, ref: str) -> None:
+        with _mapped(f"pausing {ref}"):
+            self.client.api.pause(ref)
+
+    def unpause(self, ref: str) -> None:
+        with _mapped(f"unpausing {ref}"):
+            self.client.api.unpause(ref)
 
     def stop(self, ref: str, grace: int) -> None:
         with _mapped(f"stopping {ref}"):

@@ -10,6 +10,7 @@ class ExitCode:
 
     OK = 0
     USAGE = 2
+    COPY_CONFLICT = 119      # `sandbox apply`: the host tree changed where the agent's changes go; nothing written
     POLICY_INVALID = 120
     ENGINE = 121
     PROBE_FAILED = 122
@@ -67,6 +68,16 @@ class ProbeFailed(SandboxError):
 
     def __init__(self, message: str, report=None):
         self.report = report
+        super().__init__(message)
+
+
+class CopyConflict(SandboxError):
+    """The host tree no longer matches the copy where the agent changed it; nothing was written."""
+
+    exit_code = ExitCode.COPY_CONFLICT
+
+    def __init__(self, message: str, conflicts: tuple[str, ...] = ()):
+        self.conflicts = conflicts
         super().__init__(message)
 
 

@@ -33,7 +33,7 @@ class Enforcement:
 
 E = Enforcement
 # (field, variant) -> how it is enforced. The variant is the network mode for network.* fields,
-# the value for workspace.access and workspace.git, and "" otherwise (see _variant).
+# the value for workspace.access, .git and .mode, and "" otherwise (see _variant).
 ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
     ("image", ""): E(mechanism="the container's image", component=Component.NOTHING, checks=(),
                      note="not a boundary: the image is untrusted and the probe never runs its programs"),
@@ -54,6 +54,15 @@ ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
                                        checks=("fs.protected",),
                                        note="widened: the agent can rewrite the index, refs and objects, e.g. "
                                             "skip-worktree hides a changed file from `git status` on the host"),
+    ("workspace.mode", "bind"): E(mechanism="--mount type=bind of the host directory", component=Component.MOUNT,
+                                  checks=("mounts.workspace",)),
+    ("workspace.mode", "copy"): E(mechanism="an overlay volume: a copy of the tree below, the agent's changes in a "
+                                            "volume above; the host directory is not mounted", component=Component.MOUNT,
+                                  checks=("mounts.workspace", "mounts.inventory"),
+                                  note="changes reach the host only through `sandbox apply`, which refuses protected paths"),
+    ("workspace.exclude", ""): E(mechanism="left out when the launcher copies the tree (copy mode)",
+                                 component=Component.LAUNCHER, checks=(),
+                                 note="the copy is made before the sandbox starts; the agent never sees what it left out"),
     ("mounts", ""): E(mechanism="--mount type=bind[,readonly] per entry", component=Component.MOUNT,
                       checks=("mounts.inventory", "mounts.writable", "sockets.mounts"),
                       note="sockets, runtime dirs, credential dirs, / and $HOME are refused by the launcher"),
@@ -166,7 +175,7 @@ def not_enforced(target: str) -> list[tuple[str, str]]:
 def _variant(field: str, eff: Effective) -> str:
     if field.startswith("network.") or field == "secrets":
         return eff.policy.network.mode.value
-    if field in ("workspace.access", "workspace.git"):
+    if field in ("workspace.access", "workspace.git", "workspace.mode"):
         return getattr(eff.policy.workspace, field.split(".")[1]).value
     return ""
 

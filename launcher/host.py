@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from launcher.egress.inject import CA_MAX_BYTES
-from launcher.model import Access, Policy
+from launcher.model import Access, Policy, WorkspaceMode
 from launcher.paths import CREDENTIAL_PATHS, RUNTIME_HOST_PATHS
 
 
@@ -143,7 +143,8 @@ def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str =
     surfaces, inside, outside = None, (), ()
     # Not a workspace the compiler refuses anyway (/, a parent of $HOME, a kernel filesystem).
     refused = ws.real == "/" or (home + "/").startswith(ws.real + "/") or ws.real.split("/")[1] in ("proc", "sys", "dev")
-    if ws.kind == "dir" and policy.workspace.access is Access.READ_WRITE and not refused:
+    bound = policy.workspace.mode is WorkspaceMode.BIND   # a copy: the agent never reaches the tree itself
+    if ws.kind == "dir" and policy.workspace.access is Access.READ_WRITE and bound and not refused:
         from launcher import scan
 
         surfaces = scan.snapshot(ws.real)
@@ -154,7 +155,7 @@ def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str =
         env=tuple((name, os.environ[name]) for name in policy.env.pass_names if name in os.environ),
         workspace=ws,
         protected=tuple(_shared(protected_anchor(ws.real, rel), placeholders)
-                        for rel in policy.workspace.protected + inside),
+                        for rel in policy.workspace.protected + inside) if bound else (),
         mounts=tuple(path_fact(m.source, os.getcwd(), scan=True) for m in policy.mounts),
         runtime_sockets=runtime_socket_paths(),
         credential_paths=tuple(os.path.realpath(os.path.join(home, p)) for p in CREDENTIAL_PATHS),
@@ -394,3 +395,8 @@ def git_control_paths(workspace: str) -> tuple[GitPath, ...]:
     return tuple(found)
 
 
+
+
+def environment_with(**extra: str) -> dict[str, str]:
+    """This process's environment plus `extra`, for a host program the launcher runs (git)."""
+    return {**os.environ, **extra}

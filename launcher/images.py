@@ -52,6 +52,9 @@ class BundledImage:
     key: str
     tag: str
     context: Path
+    # For a fixed tag that policies name (sandbox/agent:bookworm): the context's hash, kept as a
+    # label, so a changed Dockerfile rebuilds the image instead of serving the old one.
+    context_hash: str = ""
 
 
 def _context_hash(context: Path) -> str:
@@ -79,7 +82,8 @@ def upstream_image() -> BundledImage:
 
 
 def agent_image() -> BundledImage:
-    return BundledImage(key="agent", tag=AGENT_IMAGE, context=resources.images_dir() / "agent")
+    context = resources.images_dir() / "agent"
+    return BundledImage(key="agent", tag=AGENT_IMAGE, context=context, context_hash=_context_hash(context))
 
 
 def probe_volume_name() -> str:
@@ -144,7 +148,8 @@ def _run(argv: list[str], on_line: Callable[[str], None] = lambda line: None) ->
 
 def build(engine: Engine, image: BundledImage, progress: Progress, force: bool = False) -> bool:
     """Build one bundled image when it is missing (or when forced). Returns True if it built."""
-    if not force and engine.image_exists(image.tag):
+    if not force and engine.image_exists(image.tag) and (
+            not image.context_hash or engine.image_labels(image.tag).get(label.CONTEXT) == image.context_hash):
         return False
     ensure_base(engine, progress)
     progress(f"building {image.tag} from {image.context}")
@@ -170,7 +175,8 @@ def build(engine: Engine, image: BundledImage, progress: Progress, force: bool =
     beat = threading.Thread(target=heartbeat, daemon=True)
     beat.start()
     try:
-        engine.build(str(image.context), image.tag, LABELS, on_line)
+        engine.build(str(image.context), image.tag,
+                     {**LABELS, **({label.CONTEXT: image.context_hash} if image.context_hash else {})}, on_line)
     finally:
         done.set()
         beat.join()

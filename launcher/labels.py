@@ -12,6 +12,9 @@ POLICY_DIGEST = f"{PREFIX}.policy-digest"        # sha256 of its layer files
 EFFECTIVE_DIGEST = f"{PREFIX}.effective-digest"  # sha256 of every effective value (see compiler.effective_digest)
 WORKSPACE = f"{PREFIX}.workspace"                # the workspace's real host path
 OWNER_PID = f"{PREFIX}.owner-pid"                # the launcher process, for `gc`
+COPY = f"{PREFIX}.copy"                          # copy mode: the copy a sandbox works on (its volumes carry it too)
+PROTECTED = f"{PREFIX}.protected"                # a copy's volumes: JSON list of paths `apply` never carries back
+CONTEXT = f"{PREFIX}.context"                    # images with a fixed tag: the hash of the build context
 PLACEHOLDERS = f"{PREFIX}.placeholders"          # JSON list of mount points created in the workspace
 
 MANAGED_SELECTOR = f"{MANAGED}=1"

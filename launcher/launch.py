@@ -12,6 +12,7 @@ from typing import Protocol
 
 from launcher import labels as label
 from launcher import host, workspaces
+from launcher.copies import store
 from launcher.engine import Engine
 from launcher.egress.audit import EgressEvent, parse_log
 from launcher.errors import EngineError, NotFound, ProbeFailed, also_failed
@@ -34,6 +35,7 @@ class Outcome:
     exit_code: int | None
     timed_out: bool
     egress: tuple[EgressEvent, ...] = ()
+    copy: str | None = None         # copy mode: where the agent's changes are
 
 
 class _Output:
@@ -228,11 +230,14 @@ def remove_sandbox(engine: Engine, name: str) -> None:
 
 
 def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
-    """Run the agent to completion (or timeout) in a probed sandbox; always remove it."""
-    timed_out, code = False, None
+    """Run the agent to completion (or timeout) in a probed sandbox; always remove it. In copy
+    mode the copy stays (with a checkpoint of the run's end) for `sandbox diff` and `apply`."""
+    timed_out, code, started = False, None, False
+    made = _prepare_copy(engine, plan, listener)
     try:
         # Inside the try: a signal right after the probe passed must not leave the sandbox behind.
         ref, output, report, rest = _start_and_probe(engine, plan, listener)
+        started = True
         if rest:
             listener.output("stdout", rest)
         deadline = time.monotonic() + plan.timeout_seconds
@@ -246,12 +251,27 @@ def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
         egress = egress_events(engine, plan)
     except BaseException as primary:
         _cleaning_up(primary, lambda: remove_sandbox(engine, plan.container.name), f"removing {plan.container.name}")
+        if made and not started:   # the agent never ran: nothing of its work is lost
+            _cleaning_up(primary, lambda: store.discard(engine, plan.copy.name), f"removing copy {plan.copy.name}")
         raise
     remove_sandbox(engine, plan.container.name)
-    return Outcome(container=plan.container.name, probe=report, exit_code=code, timed_out=timed_out, egress=egress)
+    if plan.copy:
+        store.checkpoint(engine, plan.copy.name, "run timed out" if timed_out else f"run ended (exit {code})")
+    return Outcome(container=plan.container.name, probe=report, exit_code=code, timed_out=timed_out, egress=egress,
+                   copy=plan.copy.name if plan.copy else None)
+
+
+def _prepare_copy(engine: Engine, plan: LaunchPlan, listener: Listener) -> bool:
+    return bool(plan.copy) and store.prepare(engine, plan.copy, listener.status)
 
 
 def up(engine: Engine, plan: LaunchPlan, listener: Listener) -> ProbeReport:
-    """Start a long-lived sandbox; it stays until `sandbox down`."""
-    _, _, report, _ = _start_and_probe(engine, plan, listener)
+    """Start a long-lived sandbox; it stays until `sandbox down` (a copy stays after that too)."""
+    made = _prepare_copy(engine, plan, listener)
+    try:
+        _, _, report, _ = _start_and_probe(engine, plan, listener)
+    except BaseException as primary:
+        if made:
+            _cleaning_up(primary, lambda: store.discard(engine, plan.copy.name), f"removing copy {plan.copy.name}")
+        raise
     return report

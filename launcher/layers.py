@@ -11,7 +11,7 @@ from typing import Sequence
 
 from launcher.egress.rules import AllowRule
 from launcher.errors import PolicyError, Problem
-from launcher.model import Access, NetworkMode, Policy
+from launcher.model import Access, NetworkMode, Policy, WorkspaceMode
 from launcher.values import show
 
 
@@ -47,6 +47,8 @@ FIELDS: dict[str, tuple[tuple[str, ...], str]] = {
     "workspace.access": (("workspace", "access"), "read-only-wins"),
     "workspace.protect": (("workspace", "protect"), "union"),
     "workspace.git": (("workspace", "git"), "read-only-wins"),
+    "workspace.mode": (("workspace", "mode"), "copy-wins"),
+    "workspace.exclude": (("workspace", "exclude"), "union"),
     "mounts": (("mounts",), "intersect"),
     "tmpfs": (("tmpfs",), "intersect"),
     "network.mode": (("network", "mode"), "none-wins"),
@@ -68,7 +70,8 @@ RULES = {
     "pin": "a later layer may pin the image to a digest; another image is ignored",
     "fixed": "decided by the base; a later layer's value is ignored",
     "read-only-wins": "read-only beats read-write",
-    "union": "protected paths add up; none can be removed",
+    "copy-wins": "copy beats bind (nothing reaches the host tree before review)",
+    "union": "entries add up (protected paths, exclusions); none can be removed",
     "intersect": "allow-lists intersect: what every layer allows",
     "none-wins": "network none beats proxy",
     "false-wins": "off beats on",
@@ -173,6 +176,8 @@ def apply_rule(field: str, a, b):
         return a
     if rule == "read-only-wins":
         return Access.READ_ONLY if Access.READ_ONLY in (a, b) else a
+    if rule == "copy-wins":
+        return WorkspaceMode.COPY if WorkspaceMode.COPY in (a, b) else a
     if rule == "none-wins":
         return NetworkMode.NONE if NetworkMode.NONE in (a, b) else a
     if rule == "false-wins":
@@ -234,7 +239,7 @@ class Effective:
     notes: tuple[Note, ...] = ()
 
 
-CEILINGS = ("read-only-wins", "none-wins", "false-wins", "minimum", "intersect")
+CEILINGS = ("read-only-wins", "copy-wins", "none-wins", "false-wins", "minimum", "intersect")
 
 
 def _same(field: str, a, b) -> bool:

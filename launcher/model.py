@@ -14,6 +14,11 @@ class Access(enum.Enum):
     READ_WRITE = "read-write"
 
 
+class WorkspaceMode(enum.Enum):
+    BIND = "bind"     # the host directory itself
+    COPY = "copy"     # a copy in volumes; the host tree changes only on `sandbox apply`
+
+
 class NetworkMode(enum.Enum):
     NONE = "none"
     PROXY = "proxy"
@@ -31,6 +36,8 @@ class WorkspacePolicy:
     access: Access
     protect: tuple[str, ...]  # built-in paths first, then the policy's own additions
     git: Access = Access.READ_ONLY   # read-write: only the git files that run code stay read-only
+    mode: WorkspaceMode = WorkspaceMode.BIND
+    exclude: tuple[str, ...] = ()    # copy mode: patterns left out of the copy
 
     @property
     def protected(self) -> tuple[str, ...]:

@@ -4,11 +4,12 @@ The CLI, the selftest and `sandbox check` all go through here."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from launcher import compiler, host, images, stack, workspaces
 from launcher.host import HostFacts
+from launcher.model import WorkspaceMode
 from launcher.plan import LaunchPlan
 from launcher.policy import with_allowed
 
@@ -24,6 +25,7 @@ class LayerOptions:
     ask: Callable[[str], bool] | None = None   # asked about an unapproved repository policy (a terminal)
     approved_only: bool = False          # never ask; apply a repository policy only if approved
     strict: bool = False                 # like CI=true: an explicit request a ceiling removed is an error
+    workspace_mode: str | None = None    # --workspace-mode: the base's workspace.mode (layers may still say copy)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +43,8 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions()) ->
     """The effective policy for `ref` on `workspace`: the base, then every layer after it."""
     base = stack.load_base(ref)
     policy = with_allowed(base.policy, options.allow) if options.allow else base.policy
+    if options.workspace_mode:
+        policy = replace(policy, workspace=replace(policy.workspace, mode=WorkspaceMode(options.workspace_mode)))
     return stack.build(policy, base, workspace, timeout=options.timeout, pin=options.pin,
                        ignore_repo=options.ignore_repo, ask=options.ask, approved_only=options.approved_only,
                        strict=options.strict)

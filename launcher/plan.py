@@ -73,6 +73,7 @@ class ProbeExpectations:
     net: str
     pids: str
     mem: str
+    wsupper: str = "-"      # copy mode: the end of the overlay's upper path (wsroot: of its lower path)
     proxy: str = "-"        # host:port of the egress proxy, proxy mode only
     denyhost: str = "-"     # a name the proxy must refuse with 403
     dnsname: str = "-"      # an allowed name that must NOT resolve inside the sandbox
@@ -89,10 +90,37 @@ class ProbeExpectations:
         for key, value in asdict(self).items():
             if isinstance(value, tuple):
                 value = ",".join(escape_path(v) for v in value)
-            elif key in ("workspace", "wsroot"):
+            elif key in ("workspace", "wsroot", "wsupper"):
                 value = escape_path(value)
             args.append(f"{key}={value}")
         return tuple(args)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopySpec:
+    """Copy mode: the workspace the agent sees is an overlay of two volumes, the copy of the host
+    tree (lower, never written after the copy) and the agent's changes (upper, with checkpoints
+    beside it). The host tree is read once, to make the copy, and written only by `sandbox apply`."""
+
+    name: str                       # the copy's name (the sandbox's): volumes NAME-base, -upper, -tree
+    source: str                     # host real path of the workspace
+    uid: int                        # owner of every file in the copy (the agent)
+    gid: int
+    exclude: tuple[str, ...]        # GNU tar --exclude patterns
+    protected: tuple[str, ...]      # workspace-relative paths `sandbox apply` never carries back
+    labels: tuple[tuple[str, str], ...]
+
+    @property
+    def base_volume(self) -> str:
+        return f"{self.name}-base"
+
+    @property
+    def upper_volume(self) -> str:
+        return f"{self.name}-upper"
+
+    @property
+    def tree_volume(self) -> str:
+        return f"{self.name}-tree"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,6 +139,7 @@ class LaunchPlan:
     warnings: tuple[str, ...] = field(default=())
     networks: tuple[NetworkSpec, ...] = field(default=())   # created by the launcher, proxy mode only
     proxy: ProxySpec | None = None
+    copy: CopySpec | None = None        # copy mode: made (or reused) before the container
 
 
 PROBE_DIR = "/.sandbox/probe"

@@ -12,7 +12,7 @@ from launcher.errors import PolicyError, Problem
 from launcher.egress.rules import parse_rule
 from launcher.egress import inject
 from launcher.model import (BUILTIN_PROTECTED, Access, EnvPolicy, Limits, MountPolicy, NetworkMode,
-                            NetworkPolicy, Policy, SecretPolicy, TmpfsPolicy, WorkspacePolicy)
+                            NetworkPolicy, Policy, SecretPolicy, TmpfsPolicy, WorkspaceMode, WorkspacePolicy)
 from launcher.schema import check, policy_schema
 from launcher.secrets import secret_name, secret_value
 from launcher.yamlsafe import load_yaml
@@ -131,6 +131,9 @@ def _semantic_problems(doc: dict, file: str) -> list[Problem]:
         if rel.startswith("/") or norm.startswith("..") or norm == "." or "\n" in rel or "\0" in rel:
             bad(f"workspace.protect[{i}]", "a path inside the workspace, relative to it", repr(rel),
                 "for example .git/hooks")
+    for i, pattern in enumerate(doc["workspace"]["exclude"]):
+        if pattern.startswith("/") or ".." in pattern.split("/") or "\n" in pattern or "\0" in pattern:
+            bad(f"workspace.exclude[{i}]", "a workspace-relative pattern", repr(pattern), "for example node_modules or build/*.o")
     for i, mount in enumerate(doc["mounts"]):
         target(f"mounts[{i}].target", mount["target"])
     for i, tmpfs in enumerate(doc["tmpfs"]):
@@ -181,7 +184,8 @@ def _build(doc: dict, file: str, digest: str) -> Policy:
     return Policy(
         name=doc["name"], description=doc["description"], source=file, digest=digest, image=doc["image"],
         workspace=WorkspacePolicy(target=posixpath.normpath(ws["target"]), access=Access(ws["access"]),
-                                  protect=BUILTIN_PROTECTED + tuple(dict.fromkeys(extra)), git=Access(ws["git"])),
+                                  protect=BUILTIN_PROTECTED + tuple(dict.fromkeys(extra)), git=Access(ws["git"]),
+                                  mode=WorkspaceMode(ws["mode"]), exclude=tuple(dict.fromkeys(ws["exclude"]))),
         mounts=tuple(MountPolicy(source=m["source"], target=posixpath.normpath(m["target"]),
                                  access=Access(m["access"])) for m in doc["mounts"]),
         tmpfs=tuple(TmpfsPolicy(target=posixpath.normpath(t["target"]), size_bytes=parse_size(t["size"]))

@@ -64,7 +64,7 @@ def visible(text: str, keep_lines: bool = True) -> str:
     for char in text:
         if keep_lines and char in "\n\t":
             out.append(char)
-        elif unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp"):
+        elif unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp", "Cs"):   # Cs: an undecodable byte of a name
             out.append(f"\\u{ord(char):04x}")
         else:
             out.append(char)

@@ -40,7 +40,10 @@ CASES = {
               ("changed", ["user: '1001:1001'\nworkspace: {target: /src}"])],
     "read-only-wins": [("read-only", ["workspace: {access: read-only}"]),
                        ("read-write after read-only", ["workspace: {access: read-only}", "workspace: {access: read-write}"])],
-    "union": [("paths add up", ["workspace: {protect: [secrets]}", "workspace: {protect: [.env, docs]}"])],
+    "copy-wins": [("copy", ["workspace: {mode: copy}"]),
+                  ("bind after copy", ["workspace: {mode: copy}", "workspace: {mode: bind}"])],
+    "union": [("paths add up", ["workspace: {protect: [secrets]}", "workspace: {protect: [.env, docs]}"]),
+              ("exclusions add up", ["workspace: {exclude: [node_modules]}", "workspace: {exclude: [build]}"])],
     "intersect": [("fewer entries", ["network: {allow: [files.pypi.org]}\nenv: {pass: [LANG], set: {B: '2'}}\n"
                                      "capabilities: [KILL]\nmounts: [{source: /srv/data, target: /data}]\n"
                                      "tmpfs: [{target: /tmp, size: 64m}]"]),

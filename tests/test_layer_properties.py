@@ -14,7 +14,7 @@ from launcher.compiler import compile_policy
 from launcher.errors import PolicyError
 from launcher.host import PathFact
 from launcher.layers import FIELDS, LayerKind, full_layer
-from launcher.model import Access, NetworkMode
+from launcher.model import Access, NetworkMode, WorkspaceMode
 from launcher.policy import parse_policy
 
 DIGEST_A, DIGEST_B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
@@ -49,7 +49,9 @@ def documents(draw, base: bool):
         "workspace": {"target": draw(st.sampled_from(["/workspace", "/workspace", "/src"])),
                       "access": draw(st.sampled_from(["read-only", "read-write"])),
                       "git": draw(st.sampled_from(["read-only", "read-write"])),
-                      "protect": draw(subset(["docs", "secrets", ".git/hooks", "build/out"]))},
+                      "protect": draw(subset(["docs", "secrets", ".git/hooks", "build/out"])),
+                      "mode": draw(st.sampled_from(["bind", "copy"])),
+                      "exclude": draw(subset(["node_modules", "build", "*.o"]))},
         "mounts": [{"source": s, "target": t, "access": draw(st.sampled_from(["read-only", "read-write"]))}
                    for s, t in draw(subset(MOUNTS))],
         "tmpfs": [{"target": t, "size": draw(st.sampled_from(["16m", "64m", "256m"]))}
@@ -100,8 +102,10 @@ def no_wider(field: str, got, earlier) -> bool:
         return got == earlier
     if field in ("workspace.access", "workspace.git"):
         return got is Access.READ_ONLY or earlier is Access.READ_WRITE
-    if field == "workspace.protect":
+    if field in ("workspace.protect", "workspace.exclude"):
         return set(got) >= set(earlier)
+    if field == "workspace.mode":
+        return got is WorkspaceMode.COPY or earlier is WorkspaceMode.BIND
     if field == "mounts":
         return all(any((m.source, m.target) == (e.source, e.target) and
                        (m.access is Access.READ_ONLY or e.access is Access.READ_WRITE) for e in earlier) for m in got)

@@ -185,7 +185,7 @@ _p_hexip() {
 
 parse_args() {
 	local keys bad= seen= dash=0 nafter=0 arg k v ok
-	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,net,pids,mem,proxy,denyhost,dnsname,"
+	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,wsupper,net,pids,mem,proxy,denyhost,dnsname,"
 	keys="${keys}checks,secretnames,secretvalues,runtimenames,runtimesockets,credpaths,"
 	for arg in "$@"; do
 		if [ "$dash" = 1 ]; then nafter=$((nafter + 1)); continue; fi
@@ -208,7 +208,7 @@ parse_args() {
 		net) case $v in none | proxy) ;; *) ok=0 ;; esac ;;
 		proxy) case $v in -) ;; *:*[!0-9]* | :* | *: | *[!a-z0-9.:-]*) ok=0 ;; *:*) ;; *) ok=0 ;; esac ;;
 		denyhost | dnsname) case $v in -) ;; '' | *[!a-z0-9.-]*) ok=0 ;; esac ;;
-		workspace | wsroot) [ "$v" = - ] || _p_validpath "$v" || ok=0 ;;
+		workspace | wsroot | wsupper) [ "$v" = - ] || _p_validpath "$v" || ok=0 ;;
 		checks) case $v in '' | ,* | *, | *,,* | *[!a-z0-9._,]*) ok=0 ;; esac ;;
 		secretnames | runtimenames) case $v in '' | *[!]A-Za-z0-9_*?,[]*) ok=0 ;; esac ;;
 		secretvalues) [ -n "$v" ] || ok=0 ;;
@@ -234,6 +234,7 @@ parse_args() {
 	fi
 	case $A_capbnd in *[A-F]*) A_capbnd=$(printf '%s' "$A_capbnd" | "$BB" tr A-F a-f) ;; esac
 	_p_dec "$A_wsroot"; _p_esc "$_P_R"; A_wsroot=$_P_R   # raw commas -> \054, like mountinfo fields
+	_p_dec "$A_wsupper"; _p_esc "$_P_R"; A_wsupper=$_P_R
 	set -f; IFS=,
 	for k in ${keys#,}; do [ -z "$k" ] || readonly "A_$k"; done
 	IFS=$_P_IFS; set +f
@@ -278,12 +279,12 @@ gather_status() {
 #                    the last one listed at a point is the visible one)
 #   MI_DEV_MM        major:minor of /dev ("none" without one): masked /proc paths are binds of
 #                    /dev/null, so root /null on this device
-#   MI_TABLE         one line per mount, "id parent major:minor root mountpoint options fstype",
+#   MI_TABLE         one line per mount, "id parent major:minor root mountpoint options fstype superopts",
 #                    commas in root and mountpoint as \054 so they compare with the A_* lists
 #                    (mountinfo escapes blanks, so the fields split on spaces)
 #   MI_POINTS        comma list of every mount point
 gather_mountinfo() {
-	local mi ln id par mm root mp opts fst
+	local mi ln id par mm root mp opts fst sopts
 	MI_OK=1
 	MI_ERR="mountinfo unreadable or unparsable"
 	mi=$("$BB" cat "/proc/$$/mountinfo" 2>/dev/null) || MI_OK=0
@@ -316,7 +317,7 @@ gather_mountinfo() {
 		id=$1 par=$2 mm=$3 root=$4 mp=$5 opts=$6
 		shift 6
 		while [ "$#" -gt 0 ] && [ "$1" != - ]; do shift; done
-		fst=$2
+		fst=$2 sopts=${4:--}
 		case $mp in /*) ;; *) MI_OK=0; continue ;; esac
 		case $mm in *:*) ;; *) MI_OK=0; continue ;; esac
 		[ -n "$fst" ] && [ -n "$opts" ] || { MI_OK=0; continue; }
@@ -324,7 +325,7 @@ gather_mountinfo() {
 		mp=${mp//,/\\054}
 		root=${root//,/\\054}
 		_p_add MI_POINTS "$mp"
-		MI_TABLE="$MI_TABLE$id $par $mm $root $mp $opts $fst$_P_NL"
+		MI_TABLE="$MI_TABLE$id $par $mm $root $mp $opts $fst $sopts$_P_NL"
 	done
 	IFS=$_P_IFS; set +f
 	readonly MI_OK MI_ERR MI_ROOT_OPTS MI_SYS_OPTS MI_PROCSYS_OPTS MI_DEV_MM MI_TABLE MI_POINTS
@@ -655,19 +656,34 @@ check_mounts_writable() {
 	_p_line mounts.writable "$ok" "$A_writable" "$wset"
 }
 
-# exactly one bind mount at the workspace, its root a suffix of the host real path
+# exactly one bind mount at the workspace, its root a suffix of the host real path; in copy mode
+# (wsupper set) exactly one overlay there instead, its one lower layer the copy (a path ending in
+# wsroot) and its upper layer the changes (ending in wsupper): the host tree is not mounted at all
 check_mounts_workspace() {
-	local ok=1 n=0 fst= root= ln
+	local ok=1 n=0 fst= root= sopts= lower= upper= o ln
 	if [ "$A_workspace" = - ]; then _p_line mounts.workspace 1 - -; return; fi
 	if [ "$MI_OK" != 1 ]; then _p_line mounts.workspace 0 "$A_workspace <- $A_wsroot" "$MI_ERR"; return; fi
 	set -f; IFS=$_P_NL
 	for ln in $MI_TABLE; do
 		IFS=' '; set -- $ln
 		[ "$5" = "$A_workspace" ] || continue
-		n=$((n + 1)); root=$4 fst=$7
+		n=$((n + 1)); root=$4 fst=$7 sopts=$8
 	done
 	IFS=$_P_IFS; set +f
 	[ "$n" = 1 ] || ok=0
+	if [ "$A_wsupper" != - ]; then
+		set -f; IFS=,
+		for o in $sopts; do
+			case $o in lowerdir=*) lower=${o#lowerdir=} ;; upperdir=*) upper=${o#upperdir=} ;; esac
+		done
+		IFS=$_P_IFS; set +f
+		[ "$fst" = overlay ] && [ "$root" = / ] || ok=0
+		case $lower in '' | *:*) ok=0 ;; *"$A_wsroot") ;; *) ok=0 ;; esac
+		case $upper in '' | *:*) ok=0 ;; *"$A_wsupper") ;; *) ok=0 ;; esac
+		_p_line mounts.workspace "$ok" "1 overlay at $A_workspace <- $A_wsroot + $A_wsupper" \
+			"$n at $A_workspace, $fst <- ${lower:--} + ${upper:--}"
+		return
+	fi
 	case $fst in
 	overlay | aufs | proc | sysfs | devpts | mqueue | cgroup | cgroup2 | '') ok=0 ;;
 	tmpfs | ramfs) [ "$root" != / ] || ok=0 ;;   # a bind of a host tmpfs dir is fine

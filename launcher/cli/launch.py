@@ -20,7 +20,19 @@ def _engine_and_images(launch_plan, console: output.Console):
 
     eng = engine.connect()
     images.ensure_for(eng, launch_plan.container.image, console.status, proxy=launch_plan.proxy is not None)
+    if launch_plan.copy:   # the copy's tools run in our agent image, whatever the policy's image
+        images.build(eng, images.agent_image(), console.status)
     return eng
+
+
+def _tell_copy(eng, name: str) -> None:
+    """Where the agent's work is, and the commands that take it further."""
+    from launcher.copies import store
+
+    count = len(store.changes(eng, name)["changes"])
+    output.status(f"the agent's changes are in the copy {name} ({count} changed); the host tree is as it was."
+                  + (f"\n  review: sandbox diff {name}   apply: sandbox apply {name}   drop: sandbox discard {name}"
+                     if count else f"\n  `sandbox discard {name}` drops it"))
 
 
 @click.command()
@@ -28,14 +40,16 @@ def _engine_and_images(launch_plan, console: output.Console):
 @click.option("--workspace", "-w", default=".", show_default=True, type=click.Path(file_okay=False),
               help="Host directory the agent works on.")
 @click.option("--timeout", callback=duration, help="Stop the agent after this long (can only shorten the policy's).")
+@click.option("--name", help="Sandbox name (default: a new one per run). In copy mode, a run with the name of an "
+              "existing copy continues its work.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report on stdout (agent output goes to stderr).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the JSON report to this file.")
 @strict_option
 @egress_options
 @layer_options
 @click.argument("command", nargs=-1, required=True)
-def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_path: str | None, strict: bool,
-        allow: tuple[str, ...], egress_network: str | None, command: tuple[str, ...]) -> None:
+def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_json: bool, report_path: str | None,
+        strict: bool, allow: tuple[str, ...], egress_network: str | None, command: tuple[str, ...]) -> None:
     """Run COMMAND as the agent in a fresh sandbox, then remove it.
 
     The probe runs first; if any check fails the command never starts. Output is streamed; the
@@ -52,7 +66,7 @@ def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_
     code, status = ExitCode.INTERNAL, "error"
     try:
         planned = plan(policy, workspace, command, timeout=timeout, allow=allow, egress_network=egress_network,
-                       strict=strict)
+                       strict=strict, name=name)
         launch_plan, facts, notes = planned.plan, planned.facts, planned.layered.effective.notes
         eng = _engine_and_images(launch_plan, console)
         outcome = launch.run(eng, launch_plan, console)
@@ -91,6 +105,8 @@ def run(policy: str, workspace: str, timeout: str | None, as_json: bool, report_
                 summary.append(summary_path, data)
     if outcome and launch_plan.proxy:
         output.print_blocked(outcome.egress)
+    if outcome and outcome.copy:
+        _tell_copy(eng, outcome.copy)
     output.print_changes(changes, failing=status == "surfaces-changed")
     if internal is not None:
         raise internal

@@ -24,8 +24,12 @@ def _layer_option(ctx, param, value):
 
 
 def layer_options(command):
-    """--trust-repo-policy and --ignore-repo-policy (compile, run, up, explain), kept in the click
+    """--workspace-mode, --trust-repo-policy and --ignore-repo-policy (compile, run, up, explain), kept in the click
     context where layer_settings reads them, so that commands need not pass them along."""
+    command = click.option("--workspace-mode", "workspace_mode", type=click.Choice(["bind", "copy"]), expose_value=False,
+                           callback=_layer_option,
+                           help="The base policy's workspace.mode: bind (the host directory itself) or copy (a copy; "
+                                "changes come back by `sandbox apply`). Later layers can still choose copy.")(command)
     command = click.option("--ignore-repo-policy", "ignore_repo", is_flag=True, expose_value=False, callback=_layer_option,
                            help="Do not apply the workspace's .sandbox.yaml (it stays read-only inside).")(command)
     return click.option("--trust-repo-policy", "pin", metavar="SHA256", expose_value=False, callback=_layer_option,
@@ -91,7 +95,7 @@ def layer_settings(*, allow: tuple[str, ...] = (), timeout: str | None = None, a
         raise click.UsageError("--trust-repo-policy and --ignore-repo-policy exclude each other")
     ask = _ask if host.is_interactive() and not approved_only else None
     return LayerOptions(allow=allow, timeout=timeout, pin=opts.get("pin"), ignore_repo=bool(opts.get("ignore_repo")),
-                        ask=ask, approved_only=approved_only, strict=strict)
+                        ask=ask, approved_only=approved_only, strict=strict, workspace_mode=opts.get("workspace_mode"))
 
 
 def tell(layered) -> None:

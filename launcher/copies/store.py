@@ -1,0 +1,190 @@
+"""Copies as Docker volumes: NAME-base (the copy of the host tree, the overlay's lower layer),
+NAME-upper (the agent's changes, the overlay's work dir and the checkpoints) and NAME-tree (the
+overlay the sandbox mounts). Every operation on their content runs in a tools container: our
+agent image running images/tools/copytool.py, no network, read-only root, only the volumes it needs; the host never opens the
+agent's files in place (a FIFO, a symlink or a huge file there is the container's problem)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from launcher import labels as label
+from launcher import resources
+from launcher.engine import Engine
+from launcher.errors import EngineError, NotFound, PolicyError, Problem
+from launcher.plan import ContainerSpec, CopySpec, Mount, MountKind
+
+TOOL = (resources.images_dir() / "tools" / "copytool.py").read_text()
+TOOL_IMAGE = "sandbox/agent:bookworm"      # has python3, tar and cp (images/agent)
+# root in the tools container: it copies files of any owner into the agent's, and whiteouts (the
+# overlay's deletions, character devices) between checkpoints; never any of the agent's programs.
+TOOL_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "MKNOD")
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Copy:
+    name: str
+    workspace: str
+    policy: str
+    protected: tuple[str, ...]
+    created: str
+    users: tuple[str, ...]          # sandbox containers using it now
+
+
+def _tool(engine: Engine, copy: str, argv: list[str], mounts: list[Mount], what: str) -> bytes:
+    name = f"{copy}-tool-{os.urandom(3).hex()}"
+    spec = ContainerSpec(
+        name=name, image=TOOL_IMAGE, user="0:0", entrypoint=("python3", "-c", TOOL),
+        command=tuple(argv), env=(("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),), working_dir="/",
+        mounts=tuple(mounts) + (Mount(kind=MountKind.TMPFS, target="/tmp", read_only=False, size_bytes=64 << 20),),
+        network_mode="none", read_only_root=True, cap_drop=("ALL",), cap_add=TOOL_CAPS,
+        security_opt=("no-new-privileges",), pids_limit=256, memory_bytes=1 << 30, nano_cpus=None,
+        labels=tuple(sorted({label.MANAGED: "1", label.KIND: "tool", label.SANDBOX: name, label.COPY: copy,
+                             label.OWNER_PID: str(os.getpid())}.items())), hostname="sandbox-tools")
+    code, out, err = engine.run_collect(spec)
+    if code != 0:
+        tail = "\n    ".join(err.decode(errors="replace").strip().splitlines()[-5:])
+        raise EngineError(f"{what} failed (exit {code}):\n    {tail}")
+    return out
+
+
+def _volume(name: str, target: str, read_only: bool) -> Mount:
+    return Mount(kind=MountKind.VOLUME, source=name, target=target, read_only=read_only)
+
+
+def _mounts(spec_name: str, *, tree: bool, write: bool) -> list[Mount]:
+    mounts = [_volume(f"{spec_name}-base", "/base", True), _volume(f"{spec_name}-upper", "/v", not write)]
+    return mounts + ([_volume(f"{spec_name}-tree", "/tree", True)] if tree else [])
+
+
+def prepare(engine: Engine, spec: CopySpec, progress: Progress) -> bool:
+    """Make the copy, or reuse the one of that name (a second `up`, `run --name`). True if made."""
+    found = engine.volume_info(spec.upper_volume)
+    if found is not None:
+        have = (found.get("Labels") or {}).get(label.WORKSPACE)
+        if have != spec.source:
+            raise PolicyError([Problem(file="command line", path="--name", expected=f"a copy of {spec.source}",
+                                       found=f"copy {spec.name} is of {have}",
+                                       hint=f"choose another name, or `sandbox discard {spec.name}`")])
+        if engine.volume_info(spec.tree_volume) is None or engine.volume_info(spec.base_volume) is None:
+            raise EngineError(f"copy {spec.name} is incomplete (a volume is missing); `sandbox discard {spec.name}`")
+        progress(f"working on the existing copy {spec.name} (`sandbox checkpoints {spec.name}` lists its history)")
+        return False
+    labels = dict(spec.labels)
+    made: list[str] = []
+    started = time.monotonic()
+    try:
+        for volume in (spec.base_volume, spec.upper_volume):
+            engine.create_volume(volume, labels)
+            made.append(volume)
+        progress(f"copying {spec.source} into volume {spec.base_volume} (the host tree is only read)")
+        out = _tool(engine, spec.name, ["copy", str(spec.uid), str(spec.gid), json.dumps(list(spec.exclude))],
+                    [Mount(kind=MountKind.BIND, source=spec.source, target="/src", read_only=True),
+                     _volume(spec.base_volume, "/base", False), _volume(spec.upper_volume, "/v", False)],
+                    "copying the workspace")
+        base, upper = (engine.volume_info(v)["Mountpoint"] for v in (spec.base_volume, spec.upper_volume))
+        engine.create_volume(spec.tree_volume, labels, {
+            "type": "overlay", "device": "overlay",
+            # userxattr: the overlay's own markers are user.* attributes, so copying a checkpoint keeps them
+            "o": f"lowerdir={base},upperdir={upper}/upper,workdir={upper}/work,userxattr"})
+        made.append(spec.tree_volume)
+    except BaseException:
+        for volume in reversed(made):   # nothing of the user's is in a copy that was never used
+            try:
+                engine.remove_volume(volume)
+            except EngineError:
+                pass
+        raise
+    head = json.loads(out or b"{}").get("head") or "no git commit"
+    progress(f"copied in {time.monotonic() - started:.1f} s ({head[:12]}); checkpoint 0 taken")
+    return True
+
+
+def _copy_of(volume: dict) -> Copy:
+    labels = volume.get("Labels") or {}
+    return Copy(name=labels.get(label.COPY, "?"), workspace=labels.get(label.WORKSPACE, "?"),
+                policy=labels.get(label.POLICY, "?"), protected=tuple(json.loads(labels.get(label.PROTECTED, "[]"))),
+                created=volume.get("CreatedAt", ""), users=())
+
+
+def all_copies(engine: Engine) -> list[Copy]:
+    copies = {}
+    for volume in engine.list_volumes(label.selector(label.KIND, "copy")):
+        if volume["Name"].endswith("-upper"):
+            copies[volume["Name"][:-len("-upper")]] = volume
+    return [_with_users(engine, _copy_of(v)) for _, v in sorted(copies.items())]
+
+
+def _with_users(engine: Engine, copy: Copy) -> Copy:
+    users = tuple((i.get("Names") or ["?"])[0].lstrip("/") for i in engine.list(label.selector(label.COPY, copy.name))
+                  if i["Labels"].get(label.KIND) in ("run", "up"))
+    return Copy(**{**copy.__dict__, "users": users})
+
+
+def find(engine: Engine, name: str) -> Copy:
+    volume = engine.volume_info(f"{name}-upper")
+    if volume is None or (volume.get("Labels") or {}).get(label.KIND) != "copy":
+        raise NotFound(f"no copy named {name!r}; `sandbox ls` lists them")
+    return _with_users(engine, _copy_of(volume))
+
+
+def changes(engine: Engine, name: str, patch: bool = False) -> dict:
+    """{"changes": [...], "meta": {...}}: what the agent changed in the copy (see copytool.changes)."""
+    return json.loads(_tool(engine, name, ["changes"] + (["--patch"] if patch else []),
+                            _mounts(name, tree=True, write=False), f"reading the changes of {name}"))
+
+
+def export(engine: Engine, name: str) -> bytes:
+    """A tar: changes.json, then every new or changed file (what `apply` writes)."""
+    return _tool(engine, name, ["export"], _mounts(name, tree=True, write=False), f"reading the changes of {name}")
+
+
+def checkpoint(engine: Engine, name: str, message: str) -> dict:
+    """Snapshot the agent's changes; a running sandbox is paused meanwhile (a quiet tree)."""
+    users = find(engine, name).users
+    for user in users:
+        engine.pause(user)
+    try:
+        return json.loads(_tool(engine, name, ["checkpoint", message], _mounts(name, tree=False, write=True),
+                                f"checkpointing {name}"))
+    finally:
+        for user in users:
+            engine.unpause(user)
+
+
+def checkpoints(engine: Engine, name: str) -> list[dict]:
+    find(engine, name)
+    return json.loads(_tool(engine, name, ["checkpoints"], _mounts(name, tree=False, write=False),
+                            f"listing the checkpoints of {name}"))
+
+
+def _unused(copy: Copy, action: str) -> None:
+    if copy.users:
+        raise PolicyError([Problem(file="command line", path="NAME", expected=f"a copy no sandbox uses ({action})",
+                                   found=f"{copy.name} is in use by {', '.join(copy.users)}",
+                                   hint=f"`sandbox down {copy.users[0]}` first; the copy stays")])
+
+
+def rewind(engine: Engine, name: str, number: int) -> dict:
+    """Put the copy back to checkpoint `number`; returns the checkpoint taken of what it replaced."""
+    _unused(find(engine, name), "rewind")
+    ids = [c["id"] for c in checkpoints(engine, name)]
+    if number not in ids:
+        raise NotFound(f"{name} has no checkpoint {number}; it has {', '.join(map(str, ids))}")
+    return json.loads(_tool(engine, name, ["rewind", str(number)], _mounts(name, tree=False, write=True),
+                            f"rewinding {name}"))
+
+
+def discard(engine: Engine, name: str) -> None:
+    _unused(find(engine, name), "discard")
+    for suffix in ("tree", "upper", "base"):   # the overlay first: it refers to the other two
+        try:
+            engine.remove_volume(f"{name}-{suffix}")
+        except NotFound:
+            pass
