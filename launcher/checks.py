@@ -1,5 +1,6 @@
 """The probe's checks, in the order the probe reports them: one list that the probe script, the
-explain table, the README and the tamper matrix are each tested against."""
+explain table, the README and the tamper matrix are each tested against; and what to do when one
+fails, where the probe's line alone does not say it."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from __future__ import annotations
 ALWAYS = (
     "identity.uid", "identity.gid", "identity.groups", "caps.process", "caps.bnd", "nnp", "seccomp.mode",
     "seccomp.unshare", "fs.root_ro", "fs.rofs", "fs.sysfs_ro", "mounts.inventory", "mounts.writable",
-    "mounts.workspace", "fs.protected", "sockets.mounts", "sockets.runtime", "env.secrets", "env.runtime",
-    "creds.files", "net.interfaces", "net.routes",
+    "mounts.workspace", "ws.access", "fs.protected", "sockets.mounts", "sockets.runtime", "env.secrets",
+    "env.runtime", "creds.files", "net.interfaces", "net.routes",
 )
 PROXY_ONLY = ("egress.proxy", "egress.denied", "egress.direct", "egress.dns")
 LAST = ("limits.pids", "limits.memory", "proc.pid1", "dev.nodes")
@@ -20,3 +21,27 @@ def for_mode(mode: str) -> tuple[str, ...]:
 
 
 ALL = ALWAYS + PROXY_ONLY + LAST
+
+
+def _ws_access_hint(seen: dict[str, str], uid: int, workspace: str) -> str:
+    cannot = "/".join(word for word, keys in (("read", ("r", "x", "list")), ("write", ("w",)))
+                      if any(seen.get(k) in ("no", "refused") for k in keys)) or "use"
+    owner = f"uid {seen['owner']} mode {seen['mode'].rjust(4, '0')}" if "owner" in seen and "mode" in seen \
+        else "someone else"
+    return (f"the agent (uid {uid}) cannot {cannot} {workspace}, which belongs to {owner}: set `user:` in the "
+            "policy to a uid that can, or use copy mode (`workspace: {mode: copy}`, coming); the agent never "
+            "runs as root")
+
+
+# check id -> what the user can do when it fails, from its observed "key=value,..." fields (only
+# where expected/observed alone do not say it)
+_HINTS = {"ws.access": _ws_access_hint}
+
+
+def hint(check_id: str, observed: str, *, uid: int, workspace: str) -> str:
+    """The hint for a failed check, or ""."""
+    make = _HINTS.get(check_id)
+    if make is None:
+        return ""
+    seen = dict(item.partition("=")[::2] for item in observed.split(","))
+    return make(seen, uid, workspace)

@@ -287,9 +287,8 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     if writable_ws and policy.workspace.git is Access.READ_WRITE:
         warnings.append("workspace.git is read-write: the agent can rewrite the index, refs and objects of "
                         f"{ws.real}/.git (skip-worktree hides a changed file from `git status`); review with care")
-    if writable_ws and not copy and ws.owner[0] != uid:
-        warnings.append(f"the workspace {ws.real} belongs to uid {ws.owner[0]}; the agent runs as {uid}:{gid} "
-                        "and may not be able to write it (set `user:` in the policy or chown the directory)")
+    # A workspace the agent cannot read or write is not warned about here: the probe's ws.access
+    # check proves access as the agent's uid, inside the container, and fails the start with a hint.
     return LaunchPlan(policy_name=policy.name, policy_digest=policy.digest, container=container, probe=probe,
                       agent_command=agent, timeout_seconds=policy.limits.timeout_seconds,
                       placeholders=tuple(placeholders), warnings=tuple(warnings), networks=networks, proxy=proxy,

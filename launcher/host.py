@@ -47,13 +47,8 @@ class HostFacts:
 
 
 def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "dir"
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    return "other"
+    return ("dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else
+            "socket" if stat.S_ISSOCK(mode) else "other")
 
 
 SCAN_LIMIT = 20_000  # entries; beyond that the probe's sockets.mounts check still walks every mount

@@ -3,6 +3,7 @@ the Debian base image where no registry can be reached."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -102,13 +103,10 @@ def ensure_base(engine: Engine, progress: Progress) -> None:
     bootstrap(engine, progress)
 
 
-def bootstrap(engine: Engine, progress: Progress) -> None:
-    """Make debian:bookworm-slim locally: debootstrap --variant=minbase, then docker import."""
-    if shutil.which("debootstrap") is None:
-        raise EngineError("cannot make the base image: debootstrap is not installed.\n"
-                          "    hint: apt-get install debootstrap (or make debian:bookworm-slim available)")
-    if os.geteuid() != 0:
-        raise EngineError("debootstrap needs root.\n    hint: run `sudo sandbox images bootstrap` once")
+def bootstrap(engine: Engine, progress: Progress, tag: str = BASE_IMAGE) -> None:
+    """Make debian:bookworm-slim (or `tag`: tests keep the shared one) locally: debootstrap
+    --variant=minbase, then docker import. Installs debootstrap first when it is missing."""
+    _ensure_debootstrap(progress)
     with tempfile.TemporaryDirectory(prefix="sandbox-rootfs-") as tmp:
         rootfs, tarball = Path(tmp) / "rootfs", Path(tmp) / "rootfs.tar"
         ticker = _Ticker(progress, "debootstrap")
@@ -116,10 +114,78 @@ def bootstrap(engine: Engine, progress: Progress) -> None:
         _run(["debootstrap", "--variant=minbase", "bookworm", str(rootfs)], _stages(ticker))
         progress(f"packing the root filesystem ({ticker.elapsed()} s)")
         _run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."])
-        progress(f"importing it as {BASE_IMAGE} ({ticker.elapsed()} s)")
-        repository, tag = BASE_IMAGE.split(":")
-        engine.import_tar(str(tarball), repository, tag)
-    progress(f"created {BASE_IMAGE} locally from Debian packages in {ticker.elapsed()} s (no registry was used)")
+        progress(f"importing it as {tag} ({ticker.elapsed()} s)")
+        repository, _, name = tag.rpartition(":")
+        engine.import_tar(str(tarball), repository, name)
+    progress(f"created {tag} locally from Debian packages in {ticker.elapsed()} s (no registry was used)")
+
+
+# apt-get waits this long for another apt-get or dpkg to finish instead of failing at once.
+_APT = ["apt-get", "-o", "DPkg::Lock::Timeout=120"]
+# What apt-get says when it has no package lists yet (a fresh image or a cleaned host).
+_NO_LISTS = ("Unable to locate package", "has no installation candidate")
+
+
+def _ensure_debootstrap(progress: Progress) -> None:
+    """debootstrap on PATH and root to run it. On a fresh Debian or Ubuntu host (run as root)
+    apt-get installs it; anywhere else the error names the one command to run."""
+    root = os.geteuid() == 0
+    if shutil.which("debootstrap") is not None:
+        if not root:
+            raise EngineError("debootstrap needs root.\n    hint: run `sudo sandbox images bootstrap` once")
+        return
+    if not root:
+        raise EngineError("cannot make the base image: debootstrap is not installed, and installing and running it "
+                          "needs root.\n    hint: run `sudo sandbox images bootstrap` once (it installs debootstrap "
+                          "and makes the image)")
+    if shutil.which("apt-get") is None:
+        raise EngineError("cannot make the base image: debootstrap is not installed and there is no apt-get to "
+                          "install it.\n    hint: install debootstrap with this system's package manager, or make "
+                          f"{BASE_IMAGE} available to the engine (`docker load`, or a registry `docker pull` reaches)")
+    progress("debootstrap is missing; installing it with apt-get (the base image is made from Debian packages)")
+    ticker = _Ticker(progress, "apt-get")
+    install = _APT + ["install", "-y", "--no-install-recommends", "debootstrap"]
+    try:
+        with _heartbeat(ticker, lambda: "still running"):
+            try:
+                _run(install, _thinned(ticker))
+            except EngineError as exc:
+                if not any(text in str(exc) for text in _NO_LISTS):
+                    raise
+                progress(f"apt-get has no package lists yet; running apt-get update first ({ticker.elapsed()} s)")
+                _run(_APT + ["update"], _thinned(ticker))
+                _run(install, _thinned(ticker))
+    except EngineError as exc:
+        raise EngineError(f"cannot install debootstrap: {exc}\n    hint: `sudo apt-get install debootstrap` "
+                          "(after `sudo apt-get update`), then `sandbox images bootstrap`") from None
+    if shutil.which("debootstrap") is None:
+        raise EngineError("apt-get installed debootstrap, but it is not on PATH.\n"
+                          "    hint: add /usr/sbin to PATH, then run `sandbox images bootstrap` again")
+    progress(f"installed debootstrap in {ticker.elapsed()} s")
+
+
+def _thinned(ticker: _Ticker) -> Callable[[str], None]:
+    """Each line of a chatty tool as a heartbeat: at most one every HEARTBEAT seconds."""
+    return lambda line: ticker.say(_short(line.strip())) if line.strip() else None
+
+
+@contextlib.contextmanager
+def _heartbeat(ticker: _Ticker, text: Callable[[], str]):
+    """A line every HEARTBEAT seconds while the block runs, also when its step prints nothing
+    (a long compile, `sleep`, dpkg unpacking)."""
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(HEARTBEAT):
+            ticker.say(text())
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def _stages(ticker: _Ticker) -> Callable[[str], None]:
@@ -138,7 +204,9 @@ def _stages(ticker: _Ticker) -> Callable[[str], None]:
 def _run(argv: list[str], on_line: Callable[[str], None] = lambda line: None) -> None:
     """Run argv, passing each line of its output (stdout and stderr together) to on_line."""
     tail: deque[str] = deque(maxlen=5)
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace") as proc:
+    # No stdin: nothing run here may wait for an answer (apt-get's prompts take their defaults).
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace") as proc:
         for line in proc.stdout:
             tail.append(line.rstrip())
             on_line(line.rstrip())
@@ -165,21 +233,9 @@ def build(engine: Engine, image: BundledImage, progress: Progress, force: bool =
         elif not line.startswith("Successfully"):
             ticker.say(f"step {step[0]} still running")
 
-    # A step that prints nothing (a long compile, `sleep`) still gets its heartbeat.
-    done = threading.Event()
-
-    def heartbeat() -> None:
-        while not done.wait(HEARTBEAT):
-            ticker.say(f"step {step[0]} still running")
-
-    beat = threading.Thread(target=heartbeat, daemon=True)
-    beat.start()
-    try:
+    with _heartbeat(ticker, lambda: f"step {step[0]} still running"):
         engine.build(str(image.context), image.tag,
                      {**LABELS, **({label.CONTEXT: image.context_hash} if image.context_hash else {})}, on_line)
-    finally:
-        done.set()
-        beat.join()
     progress(f"built {image.tag} in {ticker.elapsed()} s")
     return True
 

@@ -11,12 +11,13 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from launcher import labels as label
-from launcher import host, workspaces
+from launcher import checks, host, workspaces
 from launcher.copies import store
 from launcher.engine import Engine
 from launcher.egress.audit import EgressEvent, parse_log
 from launcher.errors import EngineError, NotFound, ProbeFailed, also_failed
 from launcher.plan import PROBE_END, LaunchPlan, MountKind
+from launcher.values import visible
 from launcher.verify import ProbeReport, compare_inspect, parse_probe
 
 PROBE_TIMEOUT = 60     # seconds for the probe to report; it normally needs well under one
@@ -114,8 +115,13 @@ def _cleaning_up(primary: BaseException, clean, what: str) -> None:
         also_failed(primary, f"{what} failed: {exc}")
 
 
-def _probe_failed(report: ProbeReport, errors: list[str]) -> ProbeFailed:
-    lines = [f"{c.id}: expected {c.expected}, observed {c.observed}" for c in report.failed]
+def _probe_failed(report: ProbeReport, errors: list[str], plan: LaunchPlan) -> ProbeFailed:
+    lines = []
+    for c in report.failed:
+        lines.append(f"{c.id}: expected {c.expected}, observed {c.observed}")
+        hint = checks.hint(c.id, c.observed, uid=plan.probe.uid, workspace=visible(plan.probe.wsroot, keep_lines=False))
+        if hint:
+            lines.append(f"  hint: {hint}")
     if not report.finished:
         lines.append("the probe did not complete" + (": " + " ".join(e.strip() for e in errors) if errors else ""))
     return ProbeFailed("the sandbox did not take effect; the agent was not started:\n  " + "\n  ".join(lines), report)
@@ -181,7 +187,7 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener) -> tu
                               f"{', '.join(sorted(set(plan.probe.checks) ^ set(ids))) or 'another order'}",
                               replace(report, verdict_ok=False))
         if not report.ok:
-            raise _probe_failed(report, errors)
+            raise _probe_failed(report, errors, plan)
         listener.status(f"probe passed: {len(report.checks)} checks")
         return ref, output, report, rest
     except BaseException as primary:

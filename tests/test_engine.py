@@ -258,6 +258,7 @@ def test_the_argv_output_launches_a_sandbox_whose_probe_passes_even_for_an_odd_w
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None)
     ws = tmp_path / "odd name\nwith a line break"
     ws.mkdir()
+    os.chown(ws, 1000, 1000)   # the agent's uid: a root-owned workspace fails ws.access
     (ws / "README.md").write_text("x\n")
     plan = compile_policy(load_policy("untrusted"), host.gather(load_policy("untrusted"), str(ws), images.probe_volume_name()),
                           kind="external", command=("true",))

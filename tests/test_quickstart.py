@@ -63,6 +63,10 @@ def test_the_main_job_works_with_debians_own_python_and_leaves_nothing(engine, t
     assert not [c for c in engine.list() if c["Names"][0] == "/sandbox-untrusted-repo"], \
         "a sandbox named sandbox-untrusted-repo is running already: `sandbox down sandbox-untrusted-repo`"
     clone = _copy_of_the_repository(tmp_path / "clone")
+    # A developer's clone is theirs; this test runs as root, and the agent (never root) could not
+    # write a root-owned workspace: ws.access would refuse it (README, `user`).
+    for path in [clone / "examples" / "untrusted-repo", *(clone / "examples" / "untrusted-repo").rglob("*")]:
+        os.lchown(path, 1000, 1000)
     command = quickstart()[0]
     # Debian's python3 first on PATH; pip gets the wheels fetched by .ci/run instead of a registry.
     env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(tmp_path), "LANG": "C.UTF-8", "TERM": "xterm",

@@ -4,7 +4,10 @@ the probe keeps the plan's expectations. The check must fail and the agent must 
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -39,6 +42,13 @@ def add_env(c, name, value):
     return replace(c, env=c.env + ((name, value),))
 
 
+def root_owned(c, ws, mode):
+    """The workspace handed to root after compile: the plan still runs the agent as 1000:1000."""
+    os.chown(ws, 0, 0)
+    os.chmod(ws, mode)
+    return c
+
+
 # check id -> how to take its protection away: f(container spec, workspace, scratch dir)
 TAMPERS = {
     "identity.uid": lambda c, ws, tmp: replace(c, user="1001:1000"),
@@ -59,6 +69,7 @@ TAMPERS = {
                                                              read_only=False, size_bytes=1 << 20)),
     "mounts.workspace": lambda c, ws, tmp: replace(c, mounts=tuple(
         replace(m, source=str(tmp)) if m.target == "/workspace" else m for m in c.mounts)),
+    "ws.access": lambda c, ws, tmp: root_owned(c, ws, 0o700),
     "fs.protected": lambda c, ws, tmp: replace(c, mounts=tuple(
         m for m in c.mounts if not m.target.startswith("/workspace/"))),
     "sockets.mounts": lambda c, ws, tmp: c,   # the socket is planted in the workspace, see below
@@ -151,3 +162,48 @@ def test_inspect_comparison_refuses_a_container_that_differs_from_the_plan(engin
         engine.remove(ref)
     for field in ("CapAdd", "SecurityOpt", "Devices", "PidMode", "ReadonlyRootfs"):
         assert any(d.startswith(field) for d in diffs), (field, diffs)
+
+
+# ws.access on real workspaces, compiled as they are (`user: auto` never picks root's uid).
+AGENT_SAYS = ("/.sandbox/probe/busybox", "sh", "-c", f"echo {MARKER}; touch /workspace/{MARKER}")
+
+
+@pytest.mark.parametrize("mode, cannot", [(0o700, "read/write"), (0o755, "write")], ids=["0700", "0755"])
+def test_a_root_owned_workspace_fails_ws_access_with_a_hint_and_the_agent_never_runs(engine, workspace, mode, cannot):
+    os.chown(workspace, 0, 0)
+    os.chmod(workspace, mode)
+    result = subprocess.run([sys.executable, "-m", "launcher", "run", "-w", str(workspace), "--", *AGENT_SAYS],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 122, result.stderr
+    assert MARKER not in result.stdout and not (workspace / MARKER).exists()
+    assert "ws.access: expected uid 1000 can read,search,write /workspace" in result.stderr, result.stderr
+    assert (f"hint: the agent (uid 1000) cannot {cannot} {workspace}, which belongs to uid 0 mode 0{mode:o}: "
+            "set `user:`") in result.stderr
+    assert "copy mode" in result.stderr and "never runs as root" in result.stderr
+
+
+def test_ws_access_fails_alone_and_says_what_was_refused(engine, workspace):
+    os.chown(workspace, 0, 0)
+    os.chmod(workspace, 0o755)
+    listener = Recorder()
+    with pytest.raises(ProbeFailed) as info:
+        launch.run(engine, plan_for(workspace), listener)
+    assert info.value.exit_code == 122 and listener.out == b""
+    failed = {c.id: c.observed for c in info.value.report.failed}
+    assert set(failed) == {"ws.access"}, failed
+    assert failed["ws.access"] == "r=yes,x=yes,w=no,list=ok,owner=0,group=0,mode=755"
+
+
+@pytest.mark.parametrize("preset, owner, mode", [("untrusted", 1000, 0o700), ("read-only", 0, 0o755)])
+def test_a_workspace_the_agent_can_use_passes_ws_access(engine, workspace, preset, owner, mode):
+    """Owned by the agent's uid (even 0700), or read-only and readable by all: the agent runs."""
+    os.chown(workspace, owner, owner)
+    os.chmod(workspace, mode)
+    policy = load_policy(preset)
+    plan = compile_policy(policy, host.gather(policy, str(workspace), images.probe_volume_name()),
+                          command=AGENT_SAYS)
+    listener = Recorder()
+    outcome = launch.run(engine, plan, listener)
+    assert outcome.probe.ok and MARKER.encode() in listener.out
+    access = next(c for c in outcome.probe.checks if c.id == "ws.access")
+    assert access.ok and access.observed.startswith("r=yes,x=yes" + (",w=yes" if preset == "untrusted" else ",list"))

@@ -104,11 +104,33 @@ def test_failed_probe_never_shows_agent_output_and_removes_the_container(plan):
     assert listener.out == b"" and engine.calls[-1] == "remove"
 
 
+@pytest.mark.parametrize("observed, cannot", [
+    ("r=no,x=no,w=no,list=refused,owner=0,group=0,mode=700", "read/write"),
+    ("r=yes,x=yes,w=no,list=ok,owner=0,group=0,mode=755", "write"),
+])
+def test_a_failed_ws_access_says_whose_workspace_it_is_and_what_to_do(plan, observed, cannot):
+    line = f"PROBE\tws.access\tfail\tuid 1000 can read,search,write /workspace\t{observed}\n"
+    engine = FakeEngine(output=[((line + "PROBE-END\tfail\t1\n").encode(), None)])
+    with pytest.raises(ProbeFailed) as info:
+        launch.run(engine, plan, Recorder())
+    assert info.value.exit_code == 122
+    assert (f"\n    hint: the agent (uid 1000) cannot {cannot} {plan.probe.wsroot}, which belongs to uid 0 "
+            f"mode 0{observed[-3:]}: set `user:` in the policy to a uid that can, or use copy mode") in str(info.value)
+
+
+def test_a_failed_check_without_a_hint_gets_none(plan):
+    engine = FakeEngine(output=[((FAIL + "PROBE-END\tfail\t1\n").encode(), None)])
+    with pytest.raises(ProbeFailed) as info:
+        launch.run(engine, plan, Recorder())
+    assert "hint" not in str(info.value)
+
+
 def test_a_probe_that_skips_a_planned_check_is_a_failure_even_when_it_says_ok(plan):
     skipped = "".join(l + "\n" for l in every_check_passing(plan).splitlines() if "\tfs.protected\t" not in l)
     engine = FakeEngine(output=[(skipped.encode(), None), (b"AGENT RAN\n", None)])
     listener = Recorder()
-    with pytest.raises(ProbeFailed, match="not the 26 planned: fs.protected"):
+    with pytest.raises(ProbeFailed, match=f"reported {len(plan.probe.checks) - 1} checks, not the "
+                                          f"{len(plan.probe.checks)} planned: fs.protected"):
         launch.run(engine, plan, listener)
     assert listener.out == b"" and engine.calls[-1] == "remove"
 

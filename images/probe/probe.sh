@@ -694,6 +694,27 @@ check_mounts_workspace() {
 		"$n at $A_workspace, $fst <- $root"
 }
 
+# the agent's uid can read and search the workspace root, and write it when it is writable: a
+# workspace owned by someone else otherwise passes every other check and the agent then cannot
+# do its work. busybox test judges the mode bits for this uid and its groups (ACLs unseen); the
+# listing is a real read, so a refusal the mode bits miss still fails. Nothing is created in
+# the workspace. Owner and mode are reported for the launcher's hint.
+check_ws_access() {
+	local ok=1 obs= need=read,search d st
+	if [ "$A_workspace" = - ]; then _p_line ws.access 1 - -; return; fi
+	_p_dec "$A_workspace"; d=$_P_R
+	[ -d "$d" ] || { ok=0; obs="notdir"; }
+	if [ -r "$d" ]; then _p_add obs r=yes; else ok=0; _p_add obs r=no; fi
+	if [ -x "$d" ]; then _p_add obs x=yes; else ok=0; _p_add obs x=no; fi
+	if _p_in "$A_workspace" "$A_writable"; then
+		need=$need,write
+		if [ -w "$d" ]; then _p_add obs w=yes; else ok=0; _p_add obs w=no; fi
+	fi
+	if "$BB" ls -a -- "$d" >/dev/null 2>&1 </dev/null; then _p_add obs list=ok; else ok=0; _p_add obs list=refused; fi
+	st=$("$BB" stat -c 'owner=%u,group=%g,mode=%a' -- "$d" 2>/dev/null </dev/null) || { ok=0; st=stat=failed; }
+	_p_line ws.access "$ok" "uid $A_uid can $need $A_workspace" "$obs,$st"
+}
+
 # protected paths cannot be written, replaced (renamed away) or created
 check_fs_protected() {
 	local ok=1 obs= p d pd
