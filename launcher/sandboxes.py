@@ -55,15 +55,26 @@ def reuse_problem(item: dict, plan) -> Problem | None:
 
 
 def ls(engine: Engine) -> list[SandboxInfo]:
-    return [SandboxInfo(name=_name(i), kind=i["Labels"][label.KIND], state=i.get("State", "?"),
-                        policy=i["Labels"].get(label.POLICY, "?"),
-                        workspace=i["Labels"].get(label.WORKSPACE, "?"), created=i.get("Created", 0))
-            for i in _sandboxes(engine)]
+    """Sandboxes, then copies (copy mode's kept work: kind "copy", state "in use" or "kept")."""
+    from launcher.copies import store
+
+    found = [SandboxInfo(name=_name(i), kind=i["Labels"][label.KIND], state=i.get("State", "?"),
+                         policy=i["Labels"].get(label.POLICY, "?"),
+                         workspace=i["Labels"].get(label.WORKSPACE, "?"), created=i.get("Created", 0))
+             for i in _sandboxes(engine)]
+    return found + [SandboxInfo(name=c.name, kind="copy", state="in use" if c.users else "kept", policy=c.policy,
+                                workspace=c.workspace, created=0) for c in store.all_copies(engine)]
 
 
-def down(engine: Engine, name: str) -> None:
-    find(engine, name)
+def down(engine: Engine, name: str) -> str | None:
+    """Remove the sandbox; in copy mode checkpoint its copy, which stays. Returns the copy's name."""
+    from launcher.copies import store
+
+    copy = find(engine, name)["Labels"].get(label.COPY)
     remove_sandbox(engine, name)
+    if copy:
+        store.checkpoint(engine, copy, "sandbox down")
+    return copy
 
 
 def gc(engine: Engine, everything: bool) -> list[str]:
@@ -74,10 +85,14 @@ def gc(engine: Engine, everything: bool) -> list[str]:
     tool launched (compose, `docker run` from `compile --format argv`) go only with everything.
     """
     groups: dict[str, list[dict]] = {}
+    # Only what the launcher made carries a kind: a container someone ran from one of our images
+    # inherits the image's managed label, and is theirs.
     for item in engine.list():
-        groups.setdefault(item["Labels"].get(label.SANDBOX, _name(item)), []).append(item)
+        if label.KIND in item["Labels"]:
+            groups.setdefault(item["Labels"].get(label.SANDBOX, _name(item)), []).append(item)
     for network in engine.list_networks():
-        groups.setdefault(network["Labels"].get(label.SANDBOX, network["Name"]), [])
+        if label.KIND in network["Labels"]:
+            groups.setdefault(network["Labels"].get(label.SANDBOX, network["Name"]), [])
     removed = []
     for name, items in groups.items():
         main = next((i for i in items if i["Labels"].get(label.KIND) in SANDBOX_KINDS), None)
@@ -97,6 +112,29 @@ def gc(engine: Engine, everything: bool) -> list[str]:
         remove_sandbox(engine, name)
         removed.append(name)
     return removed
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopyVerdict:
+    name: str
+    pending: int        # changes not on the host tree yet
+    removed: bool
+
+
+def gc_copies(engine: Engine, force: bool) -> list[CopyVerdict]:
+    """Copies no sandbox uses: removed when all their work is on the host tree already (or with
+    `force`); otherwise kept, with how much would be lost."""
+    from launcher.copies import apply, store
+
+    verdicts = []
+    for copy in store.all_copies(engine):
+        if copy.users:
+            continue
+        left = apply.pending(copy.workspace, apply.read_export(store.export(engine, copy.name), copy.protected))
+        if force or not left:
+            store.discard(engine, copy.name)
+        verdicts.append(CopyVerdict(name=copy.name, pending=left, removed=force or not left))
+    return verdicts
 
 
 def stale_probe_volumes(engine: Engine, current: str) -> list[str]:

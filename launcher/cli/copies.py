@@ -80,6 +80,7 @@ def discard(name: str) -> None:
     from launcher.copies import store
 
     eng = _engine()
+    store.find(eng, name)
     count = len(store.changes(eng, name)["changes"])
     store.discard(eng, name)
     click.echo(f"sandbox: discarded {name}" + (f" and its {count} unapplied changes" if count else ""), err=True)

@@ -64,22 +64,35 @@ def down(name: str, strict: bool) -> None:
     changed among the files host tools run or trust (exit 123 for that under CI=true or --strict)."""
     from launcher import engine, host, sandboxes
 
-    sandboxes.down(engine.connect(), name)
+    copy = sandboxes.down(engine.connect(), name)
     click.echo(f"sandbox: removed {name}", err=True)
+    if copy:
+        click.echo(f"sandbox: its work stays in the copy {copy}: `sandbox diff {copy}`, `sandbox apply {copy}`, "
+                   f"`sandbox discard {copy}`", err=True)
     _report_changes((name,), strict or host.in_ci())
 
 
 @click.command()
 @click.option("--all", "everything", is_flag=True,
               help="Also remove running `up` sandboxes and those compose or `docker run` launched.")
-def gc(everything: bool) -> None:
+@click.option("--force", is_flag=True, help="Also drop copies whose changes were never applied (says how many).")
+def gc(everything: bool, force: bool) -> None:
     """Remove sandboxes of ours left behind (stopped, or whose launcher died) with their proxies
-    and networks, and probe volumes of earlier probe versions."""
+    and networks, probe volumes of earlier probe versions, and copies whose work is on the host
+    tree already. A copy with unapplied changes stays unless --force."""
     from launcher import baseline, engine, images, sandboxes
 
     eng = engine.connect()
     removed = sandboxes.gc(eng, everything)
     removed += sandboxes.stale_probe_volumes(eng, images.probe_volume_name())
+    if any(i.kind == "copy" for i in sandboxes.ls(eng)):
+        images.build(eng, images.agent_image(), Console().status)   # the copies' tools run in it
+    for verdict in sandboxes.gc_copies(eng, force):
+        if verdict.removed:
+            removed.append(verdict.name + (f" (with {verdict.pending} unapplied changes)" if verdict.pending else ""))
+        else:
+            click.echo(f"sandbox: kept the copy {verdict.name}: {verdict.pending} changes not applied "
+                       f"(`sandbox diff {verdict.name}`; `sandbox gc --force` drops them)", err=True)
     alive = {item.name for item in sandboxes.ls(eng)}
     click.echo(f"sandbox: removed {len(removed)}: {', '.join(removed)}" if removed else "sandbox: nothing to remove", err=True)
     _report_changes(tuple(n for n in baseline.names() if n not in alive), failing=False)

@@ -188,6 +188,18 @@ def _what(state: dict | None) -> str:
     return f"a {state['type']}"
 
 
+def pending(workspace: str, exported: Exported) -> int:
+    """How many applicable changes are not on the host tree yet (conflicting ones included)."""
+    if not os.path.isdir(workspace):
+        return len(exported.applicable)
+    tree = _Tree(workspace)
+    try:
+        todo, _, conflicts = plan_apply(tree, exported)
+        return len(todo) + len(conflicts)
+    finally:
+        tree.close()
+
+
 def apply_to_tree(workspace: str, exported: Exported) -> tuple[int, int]:
     """Write every applicable change, or raise CopyConflict and write nothing. (written, already)."""
     tree = _Tree(workspace)

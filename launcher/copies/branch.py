@@ -13,14 +13,20 @@ from launcher import host
 from launcher.copies.apply import Exported
 from launcher.errors import PolicyError, Problem
 
-# Whatever the repository's own config says: no fsmonitor, hooks or auto gc run for us.
+# Whatever the repository's own config says: no fsmonitor, hooks or auto gc run for us. With
+# those off, plumbing is safe in a repository of another owner (root applying a user's copy), so
+# git's safe.directory refusal is lifted for this one path.
 _SAFE = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0",
          "-c", "maintenance.auto=false", "-c", "core.pager=cat")
 
 
+def _argv(workspace: str, args: list[str]) -> list[str]:
+    return ["git", "-C", workspace, "-c", f"safe.directory={workspace}", *_SAFE, *args]
+
+
 def _git(workspace: str, args: list[str], index: str | None = None, data: bytes | None = None) -> str:
     env = host.environment_with(GIT_INDEX_FILE=index) if index else None
-    done = subprocess.run(["git", "-C", workspace, *_SAFE, *args], input=data, capture_output=True, env=env)
+    done = subprocess.run(_argv(workspace, args), input=data, capture_output=True, env=env)
     if done.returncode != 0:
         raise PolicyError([Problem(file=workspace, path=f"git {args[0]}", expected="success",
                                    found=done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}")])
@@ -39,7 +45,7 @@ def commit_to_branch(workspace: str, exported: Exported, branch: str, message: s
         raise _refuse(workspace, "the copy was not taken from a git commit", "apply it to the tree instead")
     if subprocess.run(["git", "check-ref-format", "--branch", branch], capture_output=True).returncode != 0:
         raise _refuse(workspace, f"{branch!r} is not a valid branch name", "for example agent/fix-tests")
-    if subprocess.run(["git", "-C", workspace, *_SAFE, "rev-parse", "--verify", "-q", f"refs/heads/{branch}"],
+    if subprocess.run(_argv(workspace, ["rev-parse", "--verify", "-q", f"refs/heads/{branch}"]),
                       capture_output=True).returncode == 0:
         raise _refuse(workspace, f"branch {branch} exists", "choose a new name; nothing is overwritten")
     with tempfile.TemporaryDirectory(prefix="sandbox-apply-") as tmp:
@@ -64,5 +70,5 @@ def commit_to_branch(workspace: str, exported: Exported, branch: str, message: s
 
 
 def _has_identity(workspace: str) -> bool:
-    return all(subprocess.run(["git", "-C", workspace, *_SAFE, "config", key], capture_output=True).returncode == 0
+    return all(subprocess.run(_argv(workspace, ["config", key]), capture_output=True).returncode == 0
                for key in ("user.name", "user.email"))

@@ -38,6 +38,9 @@ class Copy:
 
 
 def _tool(engine: Engine, copy: str, argv: list[str], mounts: list[Mount], what: str) -> bytes:
+    for mount in mounts:   # Docker would create a missing one, empty, and we would read "no changes"
+        if mount.kind is MountKind.VOLUME and engine.volume_info(mount.source) is None:
+            raise NotFound(f"no copy named {copy!r} (volume {mount.source} is missing); `sandbox ls` lists them")
     name = f"{copy}-tool-{os.urandom(3).hex()}"
     spec = ContainerSpec(
         name=name, image=TOOL_IMAGE, user="0:0", entrypoint=("python3", "-c", TOOL),
