@@ -18,6 +18,7 @@ from fakes import Recorder
 from launcher import checks, host, images, launch
 from launcher.compiler import compile_policy
 from launcher.errors import ProbeFailed
+from launcher.model import WorkspaceMode
 from launcher.plan import Mount, MountKind
 from launcher.policy import load_policy
 from launcher.surfaces import GIT_READS
@@ -96,8 +97,9 @@ def probe_only(monkeypatch):
     monkeypatch.setattr(launch.host, "bind_source_intact", lambda path: True)
 
 
-def plan_for(workspace):
+def plan_for(workspace, mode=WorkspaceMode.BIND):
     policy = load_policy("untrusted")
+    policy = replace(policy, workspace=replace(policy.workspace, mode=mode))
     return compile_policy(policy, host.gather(policy, str(workspace), images.probe_volume_name()),
                           command=("/.sandbox/probe/busybox", "touch", f"/workspace/{MARKER}"))
 
@@ -146,6 +148,23 @@ def test_a_writable_git_directory_fails_fs_protected(engine, workspace, probe_on
     for path in (".git",) + GIT_READS:
         assert f"/workspace/{path}" in failed["fs.protected"].observed, (path, failed["fs.protected"].observed)
     assert not (workspace / MARKER).exists()
+
+
+@pytest.mark.parametrize("swap", ["host tree", "copy without overlay"])
+def test_copy_mode_mounts_workspace_fails_unless_the_agent_sees_the_overlay(engine, workspace, probe_only, swap):
+    """Copy mode's protection is that the host tree is not mounted and the copy's base is never
+    written: the workspace bound from the host, or the base volume bound directly, fails."""
+    plan = plan_for(workspace, WorkspaceMode.COPY)
+    source = {"host tree": Mount(kind=MountKind.BIND, source=str(workspace), target="/workspace", read_only=False),
+              "copy without overlay": Mount(kind=MountKind.VOLUME, source=plan.copy.base_volume, target="/workspace",
+                                            read_only=False)}[swap]
+    mounts = tuple(source if m.target == "/workspace" else m for m in plan.container.mounts)
+    listener = Recorder()
+    with pytest.raises(ProbeFailed) as info:
+        launch.run(engine, replace(plan, container=replace(plan.container, mounts=mounts)), listener)
+    assert "mounts.workspace" in {c.id for c in info.value.report.failed}
+    assert not (workspace / MARKER).exists() and listener.out == b""
+    assert engine.volume_info(plan.copy.upper_volume) is None   # the agent never ran: the new copy went too
 
 
 def test_inspect_comparison_refuses_a_container_that_differs_from_the_plan(engine, workspace):
