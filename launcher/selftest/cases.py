@@ -296,6 +296,9 @@ OUTSIDE = {
     "outside.host_git": ("host git status/diff run nothing planted, show every change", BOTH),
     "outside.time_limit": ("a sandbox over its time limit is stopped", BOTH),
     "outside.nothing_left": ("no container, network or placeholder of the selftest is left", BOTH),
+    # Copy-mode presets only: the same cases once more, on a copy (see runner.copy_judgments).
+    "outside.copy_host_untouched": ("in copy mode the cases leave the host tree byte for byte as it was", BOTH),
+    "outside.copy_apply_refuses": ("`sandbox apply` would carry back none of the git or protected files planted", BOTH),
 }
 
 

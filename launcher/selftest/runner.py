@@ -18,6 +18,7 @@ from launcher.selftest import scratch
 from launcher.engine import Engine
 from launcher.errors import ProbeFailed, SandboxError
 from launcher.plan import PROBE_BUSYBOX, LaunchPlan, MountKind
+from launcher.model import WorkspaceMode
 from launcher.selftest.cases import OUTSIDE, PLANTED, Case, for_mode
 from launcher.style import BAD, GOOD, Mark, plain
 
@@ -129,11 +130,13 @@ def parse(output: str, cases: tuple[Case, ...]) -> list[CaseResult]:
     return results
 
 
-def _plan(ref: str, workspace: str, command: tuple[str, ...], network: str | None) -> LaunchPlan:
+def _plan(ref: str, workspace: str, command: tuple[str, ...], network: str | None, copy: bool = False) -> LaunchPlan:
     """The envelope `sandbox run` would give on this host: every layer after the base applies
-    (org, user, repository once approved), never a prompt."""
+    (org, user, repository once approved), never a prompt. The case matrix runs on the bind
+    workspace (its protections are what `--workspace-mode bind` gives); `copy`: copy mode's pass."""
     mode = stack.load_base(ref).policy.network.mode.value
-    options = pipeline.LayerOptions(allow=ALLOW if mode == "proxy" else (), approved_only=True)
+    options = pipeline.LayerOptions(allow=ALLOW if mode == "proxy" else (), approved_only=True,
+                                    workspace_mode="copy" if copy else "bind")
     return pipeline.plan(ref, workspace, command, options, egress_network=network).plan
 
 
@@ -178,6 +181,8 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
             results = [CaseResult(id=c.id, expected=c.expected, observed=f"probe failed: {str(exc).splitlines()[-1]}",
                                   verdict=ERROR) for c in cases]
         results += git_judgments(workspace, surfaces_before, git_canary)
+        if stack.load_base(ref).policy.workspace.mode is WorkspaceMode.COPY:
+            results += copy_judgments(engine, ref, workspace, network, ("bash", "-c", script(cases, params)))
         results += _outside(engine, ref, mode, workspace, canary_dir, before, canary_before, listener, seen_before,
                             internet, network)
         return PresetResult(policy=ref, mode=mode, cases=tuple(results), probe_checks=checks,
@@ -234,6 +239,32 @@ def git_judgments(workspace: str, before: dict[str, str], git_canary: str) -> li
     out.append(judge_host_git(os.path.lexists(git_canary), modified, status, diff))
     scratch.remove_planted(workspace, tuple(PLANTED.values()))
     return out
+
+
+def copy_judgments(engine: Engine, ref: str, workspace: str, network: str | None,
+                   command: tuple[str, ...]) -> list[CaseResult]:
+    """The cases once more in copy mode: the host tree stays as it was, and of what they planted
+    in the copy, `apply` would refuse every git and protected path."""
+    from launcher.copies import review, store
+
+    listing, surfaces = scratch.tree_listing(workspace), scan.snapshot(workspace)
+    plan = _plan(ref, workspace, command, network, copy=True)
+    try:
+        launch.run(engine, plan, _Collector(lambda m: None))
+        same = scratch.tree_listing(workspace) == listing and scan.snapshot(workspace) == surfaces
+        changes = review.annotated(store.changes(engine, plan.copy.name)["changes"], plan.copy.protected)
+    except SandboxError as exc:
+        return [_judged(i, False, str(exc).splitlines()[0], error=True)
+                for i in ("outside.copy_host_untouched", "outside.copy_apply_refuses")]
+    finally:
+        if engine.volume_info(plan.copy.upper_volume) is not None:
+            store.discard(engine, plan.copy.name)
+    control = [c for c in changes if c["path"].split("/")[0] in plan.copy.protected or ".git" in c["path"].split("/")]
+    carried = [c["path"] for c in control if not c["refused"]]
+    return [_judged("outside.copy_host_untouched", same, "unchanged" if same else "the host tree changed"),
+            _judged("outside.copy_apply_refuses", bool(control) and not carried,
+                    f"would carry back: {', '.join(carried)}" if carried else
+                    f"all {len(control)} planted control files refused ({len(changes)} changes in the copy)")]
 
 
 def judge_time_limit(timed_out: bool, exit_code: int | None) -> CaseResult:
