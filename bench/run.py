@@ -36,7 +36,7 @@ def main() -> None:
         ws = os.path.join(tmp, "ws")
         os.mkdir(ws)
         os.chown(ws, 1000, 1000) if os.geteuid() == 0 else None
-        common = ["--policy", "untrusted", "--workspace", ws]
+        common = ["--policy", "untrusted", "--workspace-mode", "bind", "--workspace", ws]
         subprocess.run(sandbox + ["run", *common, "--", "true"], check=True)  # builds images once
         plan = json.loads(subprocess.run(sandbox + ["compile", *common, "--", "true"], check=True,
                                          capture_output=True, text=True).stdout)

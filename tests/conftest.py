@@ -135,3 +135,19 @@ def read_until(fd: int, needle: bytes, timeout: float) -> bytes:
                 break
             seen += chunk
     return seen
+
+
+# The bind envelope's tests (protected paths, placeholders, the surface report) run `untrusted` on
+# the host directory itself; the preset's own default, copy mode, has tests/test_copy.py.
+BIND = ("--workspace-mode", "bind")
+
+
+def untrusted_bind():
+    from dataclasses import replace
+
+    from launcher.model import WorkspaceMode
+    from launcher.policy import load_policy
+
+    policy = load_policy("untrusted")
+    return replace(policy, workspace=replace(policy.workspace, mode=WorkspaceMode.BIND))
+

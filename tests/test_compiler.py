@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fake_facts
+from conftest import fake_facts, untrusted_bind
 from launcher import resources
 from launcher.targets import argv as render
 from launcher.compiler import compile_policy
@@ -37,7 +37,7 @@ def test_every_preset_compiles_to_its_golden_plan(name):
 
 
 def untrusted(**facts):
-    return compile_policy(load_policy("untrusted"), fake_facts(**facts))
+    return compile_policy(untrusted_bind(), fake_facts(**facts))
 
 
 def test_plan_is_locked_down():
@@ -71,7 +71,7 @@ def test_a_gitfile_is_protected_with_the_git_directories_it_leads_to():
     extra = ("wt-meta", "vendor/lib/.git")
     facts = fake_facts(protected_kind="dir", protect=(".git",) + BUILTIN_PROTECTED + extra, git_protect=extra)
     facts = replace(facts, protected=tuple(replace(a, kind="file") if a.given == ".git" else a for a in facts.protected))
-    plan = compile_policy(load_policy("untrusted"), facts)
+    plan = compile_policy(untrusted_bind(), facts)
     binds = {m.target: m for m in plan.container.mounts if m.kind is MountKind.BIND}
     assert all(binds[f"/workspace/{p}"].read_only for p in (".git",) + extra)
     assert not binds["/workspace/vendor"].read_only and not binds["/workspace/vendor/lib"].read_only   # cannot be renamed

@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import external_tool, fake_facts
+from conftest import external_tool, fake_facts, untrusted_bind
 from launcher import sandboxes, host, images
 from launcher.compiler import compile_policy
 from launcher.targets.compose import compose_text, to_compose
@@ -23,7 +23,7 @@ SANDBOX = [sys.executable, "-m", "launcher"]
 
 
 def test_compose_for_none_mode_uses_no_network_and_the_probe_volume():
-    plan = compile_policy(load_policy("untrusted"), fake_facts())
+    plan = compile_policy(untrusted_bind(), fake_facts())
     doc = yaml.safe_load(compose_text(plan))
     sandbox = doc["services"]["sandbox"]
     assert doc["version"] == "2.4" and list(doc["services"]) == ["sandbox"]

@@ -12,7 +12,7 @@ import time
 import pytest
 import yaml
 
-from conftest import external_tool, fake_facts
+from conftest import BIND, external_tool, fake_facts, untrusted_bind
 from launcher import images, launch
 from launcher.targets import devcontainer
 from launcher.compiler import compile_policy
@@ -25,7 +25,7 @@ HOOKS = ("initializeCommand", "onCreateCommand", "updateContentCommand", "postCr
 
 
 def test_none_mode_puts_every_protection_into_run_arguments_and_mounts():
-    plan = compile_policy(load_policy("untrusted"), fake_facts(), kind="up")
+    plan = compile_policy(untrusted_bind(), fake_facts(), kind="up")
     files = devcontainer.files(plan)
     config = json.loads(files["devcontainer.json"])
     assert set(files) == {"devcontainer.json", "Dockerfile"} and not set(HOOKS) & set(config)
@@ -55,12 +55,12 @@ def test_proxy_mode_uses_compose_with_the_proxy_and_builds_the_probe_image():
 def test_the_command_writes_the_files_and_never_overwrites_without_force(tmp_path):
     ws = tmp_path / "repo"
     ws.mkdir()
-    first = subprocess.run(SANDBOX + ["devcontainer", "-p", "untrusted", str(ws)], capture_output=True, text=True)
+    first = subprocess.run(SANDBOX + ["devcontainer", "-p", "untrusted", *BIND, str(ws)], capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
     assert json.loads((ws / ".devcontainer" / "devcontainer.json").read_text())["name"] == "sandbox: untrusted"
-    again = subprocess.run(SANDBOX + ["devcontainer", "-p", "untrusted", str(ws)], capture_output=True, text=True)
+    again = subprocess.run(SANDBOX + ["devcontainer", "-p", "untrusted", *BIND, str(ws)], capture_output=True, text=True)
     assert again.returncode == 120 and "--force" in again.stderr
-    forced = subprocess.run(SANDBOX + ["devcontainer", "-p", "untrusted", "--force", str(ws)], capture_output=True, text=True)
+    forced = subprocess.run(SANDBOX + ["devcontainer", "-p", "untrusted", *BIND, "--force", str(ws)], capture_output=True, text=True)
     assert forced.returncode == 0
 
 

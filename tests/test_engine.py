@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import read_until
+from conftest import BIND, read_until, untrusted_bind
 from fakes import Recorder
 
 from launcher import host, images, launch
@@ -57,7 +57,7 @@ def test_agent_exit_code_passes_through_and_report_is_written(engine, workspace,
 
 def test_workspace_changes_stay_and_protected_files_do_not_change(engine, workspace):
     config = (workspace / ".git" / "config").read_text()
-    result = sandbox("run", "-w", str(workspace), "--", "sh", "-c",
+    result = sandbox("run", *BIND, "-w", str(workspace), "--", "sh", "-c",
                      "echo new > notes.txt; echo x >> .git/config; echo y > .git/hooks/pre-commit; true")
     assert result.returncode == 0, result.stderr
     assert (workspace / "notes.txt").read_text() == "new\n"
@@ -69,7 +69,7 @@ def test_missing_protected_paths_cannot_be_created_and_placeholders_are_removed(
     ws = tmp_path / "bare"
     ws.mkdir()
     os.chown(ws, 1000, 1000)
-    result = sandbox("run", "-w", str(ws), "--", "sh", "-c",
+    result = sandbox("run", *BIND, "-w", str(ws), "--", "sh", "-c",
                      "mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit; touch .envrc; "
                      "mkdir -p .github/workflows; ls -A")
     assert result.returncode == 0
@@ -186,7 +186,7 @@ def test_probe_passes_in_any_image(engine, workspace, odd_images, kind):
         pytest.fail("busybox-static is needed on the host to make the busybox test image")
     from dataclasses import replace
 
-    policy = replace(load_policy("untrusted"), image=odd_images[kind])
+    policy = replace(untrusted_bind(), image=odd_images[kind])
     plan = compile_policy(policy, host.gather(policy, str(workspace), images.probe_volume_name()),
                           command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
     outcome = launch.run(engine, plan, Recorder())
@@ -260,7 +260,7 @@ def test_the_argv_output_launches_a_sandbox_whose_probe_passes_even_for_an_odd_w
     ws.mkdir()
     os.chown(ws, 1000, 1000)   # the agent's uid: a root-owned workspace fails ws.access
     (ws / "README.md").write_text("x\n")
-    plan = compile_policy(load_policy("untrusted"), host.gather(load_policy("untrusted"), str(ws), images.probe_volume_name()),
+    plan = compile_policy(untrusted_bind(), host.gather(untrusted_bind(), str(ws), images.probe_volume_name()),
                           kind="external", command=("true",))
     try:
         result = subprocess.run(render.to_argv(plan), capture_output=True, text=True, timeout=120)

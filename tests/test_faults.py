@@ -14,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from conftest import BIND
+
 from fakes import Recorder
 from launcher import host, images, launch
 from launcher.compiler import compile_policy
@@ -35,7 +37,7 @@ def volumes(engine) -> set[str]:
 
 
 def start(workspace, *args) -> subprocess.Popen:
-    return subprocess.Popen(SANDBOX + ["run", "-w", str(workspace), *args], stdout=subprocess.PIPE,
+    return subprocess.Popen(SANDBOX + ["run", *BIND, "-w", str(workspace), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -144,7 +146,7 @@ def test_twenty_sandboxes_at_once_all_pass_the_probe_with_unique_names(engine, t
 
     def one(ws):
         report = ws.parent / f"{ws.name}.json"
-        result = subprocess.run(SANDBOX + ["run", "-w", str(ws), "--report", str(report), "--", "sh", "-c", "echo ok > out"],
+        result = subprocess.run(SANDBOX + ["run", *BIND, "-w", str(ws), "--report", str(report), "--", "sh", "-c", "echo ok > out"],
                                 capture_output=True, text=True, timeout=300)
         return result, json.loads(report.read_text())
 

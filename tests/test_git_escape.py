@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import BIND
+
 from launcher.errors import ExitCode
 
 pytestmark = pytest.mark.engine
@@ -47,7 +49,7 @@ def repo(engine):
 
 def run_agent(ws: Path, script: str, *extra: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
-    return subprocess.run(SANDBOX + ["run", "--policy", "untrusted", "-w", str(ws), *extra, "--", "bash", "-c", script],
+    return subprocess.run(SANDBOX + ["run", "--policy", "untrusted", *BIND, "-w", str(ws), *extra, "--", "bash", "-c", script],
                           capture_output=True, text=True, timeout=300, env=env)
 
 
@@ -106,7 +108,7 @@ def test_down_reports_what_the_agent_of_an_up_sandbox_planted(repo, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "CI"} | {"XDG_STATE_HOME": str(tmp_path / "state")}
     run = lambda *args: subprocess.run(SANDBOX + list(args), capture_output=True, text=True, timeout=300, env=env)
     try:
-        assert run("up", str(ws), "--name", name, "--no-shell").returncode == 0
+        assert run("up", *BIND, str(ws), "--name", name, "--no-shell").returncode == 0
         planted = run("exec", name, "--", "bash", "-c", "mkdir -p /workspace/lib/.husky /workspace/x && "
                                                         "echo 'touch /tmp/owned' > /workspace/x/.envrc")
         assert planted.returncode == 0, planted.stderr

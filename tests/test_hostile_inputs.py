@@ -11,7 +11,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conftest import fake_facts
+from conftest import BIND, fake_facts, untrusted_bind
 from launcher import compiler, host, stack
 from launcher.targets import argv as render
 from launcher.errors import ExitCode, PolicyError
@@ -71,7 +71,7 @@ def test_hostile_policy_files_are_clear_errors_within_a_second(name, tmp_path):
 def test_odd_workspace_names_compile_exactly_or_are_refused_clearly(dirname, tmp_path):
     ws = tmp_path / dirname
     ws.mkdir()
-    result = subprocess.run(SANDBOX + ["compile", "-w", str(ws)], capture_output=True, text=True)
+    result = subprocess.run(SANDBOX + ["compile", *BIND, "-w", str(ws)], capture_output=True, text=True)
     assert "Traceback" not in result.stderr
     if result.returncode == 0:
         import json
@@ -79,7 +79,8 @@ def test_odd_workspace_names_compile_exactly_or_are_refused_clearly(dirname, tmp
         plan = json.loads(result.stdout)
         binds = [m for m in plan["container"]["mounts"] if m["target"] == "/workspace"]
         assert [m["source"] for m in binds] == [str(ws)]
-        argv = subprocess.run(SANDBOX + ["compile", "-w", str(ws), "--format", "argv"], capture_output=True, text=True)
+        argv = subprocess.run(SANDBOX + ["compile", *BIND, "-w", str(ws), "--format", "argv"], capture_output=True,
+                              text=True)
         assert argv.returncode == 0 and "Traceback" not in argv.stderr
     else:
         assert result.returncode == ExitCode.POLICY_INVALID and "--workspace" in result.stderr
@@ -94,7 +95,7 @@ def test_a_workspace_path_through_dotdot_is_resolved(tmp_path):
 
 def test_a_workspace_that_is_a_symlink_to_root_is_refused_on_the_command_line(tmp_path):
     (tmp_path / "ws").symlink_to("/")
-    result = subprocess.run(SANDBOX + ["run", "-w", str(tmp_path / "ws"), "--", "true"], capture_output=True, text=True)
+    result = subprocess.run(SANDBOX + ["run", *BIND, "-w", str(tmp_path / "ws"), "--", "true"], capture_output=True, text=True)
     assert result.returncode == ExitCode.POLICY_INVALID and "Traceback" not in result.stderr
 
 
@@ -103,7 +104,7 @@ def test_symlinks_into_the_host_inside_the_workspace_mount_nothing_extra(tmp_pat
     ws.mkdir()
     (ws / "etc-link").symlink_to("/etc")
     (ws / "home-link").symlink_to(os.path.expanduser("~"))
-    policy = stack.load_base("untrusted").policy
+    policy = untrusted_bind()
     plan = compiler.compile_policy(policy, host.gather(policy, str(ws), "probe-vol"))
     sources = {m.source for m in plan.container.mounts if m.kind.value == "bind"}
     assert all(s == str(ws) or s.startswith(str(ws) + "/") for s in sources), sources

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from conftest import BIND, untrusted_bind
+
 from launcher import trust
 
 pytestmark = pytest.mark.engine
@@ -25,7 +27,7 @@ def env(tmp_path):
 
 def run(workspace, env, *args, script: str, report=None) -> subprocess.CompletedProcess:
     extra = ["--report", str(report)] if report else []
-    return subprocess.run(SANDBOX + ["run", "-w", str(workspace), *extra, *args, "--", "sh", "-c", script],
+    return subprocess.run(SANDBOX + ["run", *BIND, "-w", str(workspace), *extra, *args, "--", "sh", "-c", script],
                           capture_output=True, text=True, env=env, timeout=300, stdin=subprocess.DEVNULL)
 
 
@@ -84,7 +86,7 @@ def test_the_probe_notices_when_only_a_layer_added_protection_is_missing(engine,
     with open(workspace / ".git" / "config", "a") as config:
         config.write("\thooksPath = .githooks\n")
     base = stack.load_base("untrusted")
-    policy = stack.build(base.policy, base, str(workspace)).effective.policy
+    policy = stack.build(untrusted_bind(), base, str(workspace)).effective.policy
     plan = compile_policy(policy, host.gather(policy, str(workspace), images.probe_volume_name()),
                           command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
     added = {"/workspace/secrets", "/workspace/.githooks"}

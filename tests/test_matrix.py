@@ -9,7 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from conftest import fake_facts
+from conftest import BIND, fake_facts, untrusted_bind
 from fakes import FakeEngine, Recorder
 from launcher import explain, launch
 from launcher.cli import main
@@ -76,7 +76,7 @@ def test_run_and_up_enforce_everything_the_table_knows():
 
 @pytest.mark.parametrize("fmt", ["argv", "compose"])
 def test_compile_warns_on_stderr_about_what_the_format_does_not_enforce(fmt, tmp_path):
-    result = CliRunner().invoke(main, ["compile", "--format", fmt, "-w", str(tmp_path)])
+    result = CliRunner().invoke(main, ["compile", "--format", fmt, *BIND, "-w", str(tmp_path)])
     assert result.exit_code == 0
     assert f"warning: {fmt} does not enforce limits.timeout" in result.output
 
@@ -90,7 +90,7 @@ def test_a_dev_container_ends_at_its_time_limit():
 
 
 def _up_plan(**facts):
-    return compile_policy(load_policy("untrusted"), fake_facts(**facts), kind="up")
+    return compile_policy(untrusted_bind(), fake_facts(**facts), kind="up")
 
 
 def test_up_refuses_a_container_that_differs_from_the_plan():

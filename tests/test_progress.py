@@ -33,6 +33,9 @@ class BuildEngine:
         self.clock, self.stream, self.present = clock, stream, set(present) | {images.BASE_IMAGE}
         self.imported = []
 
+    def image_labels(self, tag):   # a present image was built from the current context
+        return {"dev.sandbox.context": images.agent_image().context_hash}
+
     def image_exists(self, tag):
         return tag in self.present
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import BIND
+
 from fakes import Recorder
 
 from launcher import checks, host, images, launch
@@ -191,7 +193,7 @@ AGENT_SAYS = ("/.sandbox/probe/busybox", "sh", "-c", f"echo {MARKER}; touch /wor
 def test_a_root_owned_workspace_fails_ws_access_with_a_hint_and_the_agent_never_runs(engine, workspace, mode, cannot):
     os.chown(workspace, 0, 0)
     os.chmod(workspace, mode)
-    result = subprocess.run([sys.executable, "-m", "launcher", "run", "-w", str(workspace), "--", *AGENT_SAYS],
+    result = subprocess.run([sys.executable, "-m", "launcher", "run", *BIND, "-w", str(workspace), "--", *AGENT_SAYS],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 122, result.stderr
     assert MARKER not in result.stdout and not (workspace / MARKER).exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import fake_facts
+from conftest import fake_facts, untrusted_bind
 from fakes import FakeEngine, Recorder, inspect_of
 from launcher import launch
 from launcher.compiler import compile_policy
@@ -13,13 +13,13 @@ from launcher.errors import ProbeFailed
 from launcher.policy import load_policy
 from launcher.verify import compare_inspect, parse_probe
 
-PLAN = compile_policy(load_policy("untrusted"), fake_facts())
+PLAN = compile_policy(untrusted_bind(), fake_facts())
 
 
 @pytest.fixture
 def plan(tmp_path):
     """A plan whose workspace exists: bind sources are re-checked on this host just before start."""
-    return compile_policy(load_policy("untrusted"), fake_facts(workspace=str(tmp_path)))
+    return compile_policy(untrusted_bind(), fake_facts(workspace=str(tmp_path)))
 PASS = "PROBE\tidentity.uid\tpass\t1000\t1000\n"
 FAIL = "PROBE\tfs.root_ro\tfail\tro\trw\n"
 
@@ -81,7 +81,7 @@ def test_every_difference_is_said_in_words_naming_the_field_and_both_values(fiel
 
 
 def test_a_vanished_bind_source_refuses_the_start():
-    plan = compile_policy(load_policy("untrusted"), fake_facts(workspace="/nonexistent/repo"))
+    plan = compile_policy(untrusted_bind(), fake_facts(workspace="/nonexistent/repo"))
     engine = FakeEngine()
     with pytest.raises(ProbeFailed, match="changed or vanished"):
         launch.run(engine, plan, Recorder())

@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from conftest import BIND
+
 pytestmark = pytest.mark.engine
 SANDBOX = [sys.executable, "-m", "launcher"]
 
@@ -40,7 +42,7 @@ def bare(tmp_path):
 def test_ten_runs_at_once_on_one_workspace_all_pass_and_leave_the_tree_as_it_was(engine, bare):
     before = tree(bare)
     with ThreadPoolExecutor(10) as pool:
-        results = list(pool.map(lambda _: sandbox("run", "-w", str(bare), "--", "true"), range(10)))
+        results = list(pool.map(lambda _: sandbox("run", *BIND, "-w", str(bare), "--", "true"), range(10)))
     assert [r.returncode for r in results] == [0] * 10, [r.stderr[-800:] for r in results if r.returncode]
     assert tree(bare) == before
     assert engine.list(f"dev.sandbox.workspace={bare}") == []
@@ -48,10 +50,10 @@ def test_ten_runs_at_once_on_one_workspace_all_pass_and_leave_the_tree_as_it_was
 
 def test_a_sandbox_keeps_its_protections_while_others_on_its_workspace_come_and_go(engine, bare):
     before, name = tree(bare), f"sandbox-test-shared-{os.getpid()}"
-    assert sandbox("up", str(bare), "--name", name, "--no-shell").returncode == 0
+    assert sandbox("up", *BIND, str(bare), "--name", name, "--no-shell").returncode == 0
     try:
         with ThreadPoolExecutor(5) as pool:
-            runs = list(pool.map(lambda _: sandbox("run", "-w", str(bare), "--", "true"), range(5)))
+            runs = list(pool.map(lambda _: sandbox("run", *BIND, "-w", str(bare), "--", "true"), range(5)))
         assert [r.returncode for r in runs] == [0] * 5, [r.stderr[-800:] for r in runs if r.returncode]
         # Had a finished run removed the shared mount points, the up sandbox's read-only mounts
         # there would be detached: .git and .github would be writable inside it now.
@@ -66,7 +68,7 @@ def test_a_sandbox_keeps_its_protections_while_others_on_its_workspace_come_and_
 
 def test_a_launcher_killed_mid_run_leaves_nothing_gc_does_not_remove(engine, bare):
     before = tree(bare)
-    proc = subprocess.Popen(SANDBOX + ["run", "-w", str(bare), "--", "sleep", "60"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen(SANDBOX + ["run", *BIND, "-w", str(bare), "--", "sleep", "60"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and "probe passed" not in proc.stderr.readline():

@@ -149,11 +149,25 @@ else
 fi
 
 # --- 4. privileged control files inside the workspace ----------------------------------------
-# .git may not exist here: creating .git/hooks/pre-commit must still be impossible.
-try_write "create .git/hooks/pre-commit" ".git/hooks/pre-commit"
-try_write "append to .git/config" ".git/config"
-try_write "create .sandbox.yaml" ".sandbox.yaml"
-try_write "create .github/workflows/evil.yml" ".github/workflows/evil.yml"
+if awk -v ws="$PWD" '$5 == ws { split($0, s, " - "); split(s[2], f, " "); print f[1] }' /proc/self/mountinfo 2>/dev/null |
+        grep -qx overlay; then
+    # Copy mode: the workspace is the launcher's copy, so these writes succeed, in the copy only.
+    # They are left there: `sandbox diff` marks them REFUSED and `sandbox apply` never carries them back.
+    for path in .git/hooks/pre-commit .sandbox.yaml .github/workflows/evil.yml; do
+        if mkdir -p -- "$(dirname -- "$path")" 2>/dev/null && printf '# %s\n' "$MARK" >>"$path" 2>/dev/null; then
+            report_blocked "create $path" "copy mode: written to the copy only; sandbox apply refuses it"
+        else
+            report_blocked "create $path" "not writable"
+        fi
+    done
+    report_blocked "append to .git/config" "copy mode: the host's .git is not mounted at all"
+else
+    # .git may not exist here: creating .git/hooks/pre-commit must still be impossible.
+    try_write "create .git/hooks/pre-commit" ".git/hooks/pre-commit"
+    try_write "append to .git/config" ".git/config"
+    try_write "create .sandbox.yaml" ".sandbox.yaml"
+    try_write "create .github/workflows/evil.yml" ".github/workflows/evil.yml"
+fi
 
 # --- 5. network ------------------------------------------------------------------------------
 ifaces=""
