@@ -62,38 +62,48 @@ def test_the_main_job_works_with_debians_own_python_and_leaves_nothing(engine, t
     _needs(bool(wheels) and os.path.isdir(wheels), "SANDBOX_TEST_WHEELHOUSE (wheels for an offline install) is not set")
     assert not [c for c in engine.list() if c["Names"][0] == "/sandbox-untrusted-repo"], \
         "a sandbox named sandbox-untrusted-repo is running already: `sandbox down sandbox-untrusted-repo`"
-    clone = _copy_of_the_repository(tmp_path / "clone")
-    # A developer's clone is theirs; this test runs as root, and the agent (never root) could not
-    # write a root-owned workspace: ws.access would refuse it (README, `user`).
-    for path in [clone / "examples" / "untrusted-repo", *(clone / "examples" / "untrusted-repo").rglob("*")]:
-        os.lchown(path, 1000, 1000)
+    clone = _copy_of_the_repository(tmp_path / "clone")   # owned by root, as this test runs: copy mode copes
     command = quickstart()[0]
     # Debian's python3 first on PATH; pip gets the wheels fetched by .ci/run instead of a registry.
     env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(tmp_path), "LANG": "C.UTF-8", "TERM": "xterm",
            "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": wheels, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
            **{k: os.environ[k] for k in ("SANDBOX_ORG_POLICY", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "DOCKER_HOST")
               if k in os.environ}}
+    workspace = clone / "examples" / "untrusted-repo"
+    readme = (workspace / "README.md").read_text()
     primary, secondary = os.openpty()
     proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=clone, env=env, stdin=secondary, stdout=secondary,
                             stderr=secondary, start_new_session=True)
     os.close(secondary)
+    sandbox = [str(clone / ".venv" / "bin" / "sandbox")]
+
+    def then(*args):
+        return subprocess.run(sandbox + list(args), cwd=clone, env=env, capture_output=True, text=True, timeout=300)
+
     try:
         seen = read_until(primary, b"is up until", 600)
         assert b"probe passed" in seen and b"is up until" in seen, seen[-3000:].decode(errors="replace")
-        os.write(primary, b"echo QUICKSTART=$(id -u)\n")
-        assert b"QUICKSTART=1000" in read_until(primary, b"QUICKSTART=1000", 60)
+        os.write(primary, b"echo fixed >> README.md; ./scripts/try-everything.sh | tail -1; echo QUICKSTART=$(id -u)\n")
+        seen = read_until(primary, b"QUICKSTART=1000", 120)
+        assert b"QUICKSTART=1000" in seen and b"blocked, 0 escaped" in seen, seen[-3000:].decode(errors="replace")
         os.write(primary, b"exit\n")
         assert proc.wait(timeout=60) == 0
     finally:
         proc.kill()
         os.close(primary)
-        down = subprocess.run([str(clone / ".venv" / "bin" / "sandbox"), "down", "sandbox-untrusted-repo"], cwd=clone,
-                              env=env, capture_output=True, text=True, timeout=120)
-    assert down.returncode == 0, down.stderr
+        down = then("down", "sandbox-untrusted-repo")
+    assert down.returncode == 0 and "its work stays in the copy sandbox-untrusted-repo" in down.stderr, down.stderr
+    # The README's story: the host tree is as it was; diff shows the change and what apply refuses.
+    assert (workspace / "README.md").read_text() == readme
+    stat = then("diff", "sandbox-untrusted-repo", "--stat")
+    assert " M README.md" in stat.stdout and "REFUSED" in stat.stdout, stat.stdout + stat.stderr
+    applied = then("apply", "sandbox-untrusted-repo")
+    assert applied.returncode == 0 and (workspace / "README.md").read_text() == readme + "fixed\n", applied.stderr
+    assert not (workspace / ".git").exists() and not (workspace / ".sandbox.yaml").exists()
+    assert then("discard", "sandbox-untrusted-repo").returncode == 0
     version = subprocess.run([str(clone / ".venv" / "bin" / "python"), "-c", "import sys; print(sys.base_prefix)"],
                              capture_output=True, text=True)
     assert version.stdout.strip() == "/usr"   # the venv is Debian's python, not this machine's other one
-    workspace = str(clone / "examples" / "untrusted-repo")
     assert engine.list(f"dev.sandbox.workspace={workspace}") == []
     assert engine.list_networks(f"dev.sandbox.workspace={workspace}") == []
-    assert not (clone / "examples" / "untrusted-repo" / ".git").exists()   # placeholders removed
+    assert engine.list_volumes(f"dev.sandbox.workspace={workspace}") == []

@@ -208,6 +208,11 @@ def apply_to_tree(workspace: str, exported: Exported) -> tuple[int, int]:
         if conflicts:
             raise CopyConflict("the host tree changed where the agent's changes go; nothing was written:\n  "
                                + "\n  ".join(conflicts), tuple(conflicts))
+        for change in todo:
+            new = change["new"] or {}
+            if new.get("type") == "file" and hashlib.sha256(exported.data[change["path"]]).hexdigest() != new["sha256"]:
+                raise CopyConflict(f"{change['path']} changed in the copy while it was read; nothing was written, "
+                                   "run apply again")
         # Deletions first, deepest first, so a directory the agent replaced with a file is empty.
         for change in sorted((c for c in todo if c["new"] is None), key=lambda c: -c["path"].count("/")):
             up, _, name = change["path"].rpartition("/")
@@ -237,9 +242,7 @@ def _write(tree: _Tree, change: dict, exported: Exported) -> None:
     if new["type"] == "symlink":
         os.symlink(new["target"], temp, dir_fd=parent)
     else:
-        blob = exported.data[change["path"]]
-        if hashlib.sha256(blob).hexdigest() != new["sha256"]:
-            raise CopyConflict(f"{change['path']} changed in the copy while it was read; run apply again")
+        blob = exported.data[change["path"]]   # its hash was checked before anything was written
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o755 if new["exec"] else 0o644, dir_fd=parent)
         with os.fdopen(fd, "wb") as out:

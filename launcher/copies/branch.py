@@ -33,7 +33,7 @@ def _git(workspace: str, args: list[str], index: str | None = None, data: bytes 
     return done.stdout.decode().strip()
 
 
-def _refuse(workspace: str, found: str, hint: str) -> PolicyError:
+def _refuse(found: str, hint: str) -> PolicyError:
     return PolicyError([Problem(file="command line", path="--to", expected="a new branch of the host repository",
                                 found=found, hint=hint)])
 
@@ -42,12 +42,12 @@ def commit_to_branch(workspace: str, exported: Exported, branch: str, message: s
     """Create refs/heads/BRANCH with the applicable changes; returns the new commit."""
     base = exported.meta.get("head", "")
     if not base:
-        raise _refuse(workspace, "the copy was not taken from a git commit", "apply it to the tree instead")
+        raise _refuse("the copy was not taken from a git commit", "apply it to the tree instead")
     if subprocess.run(["git", "check-ref-format", "--branch", branch], capture_output=True).returncode != 0:
-        raise _refuse(workspace, f"{branch!r} is not a valid branch name", "for example agent/fix-tests")
+        raise _refuse(f"{branch!r} is not a valid branch name", "for example agent/fix-tests")
     if subprocess.run(_argv(workspace, ["rev-parse", "--verify", "-q", f"refs/heads/{branch}"]),
                       capture_output=True).returncode == 0:
-        raise _refuse(workspace, f"branch {branch} exists", "choose a new name; nothing is overwritten")
+        raise _refuse(f"branch {branch} exists", "choose a new name; nothing is overwritten")
     with tempfile.TemporaryDirectory(prefix="sandbox-apply-") as tmp:
         index = os.path.join(tmp, "index")
         _git(workspace, ["read-tree", base], index)

@@ -37,14 +37,13 @@ _MARK = {"added": "A", "modified": "M", "deleted": "D", "type-changed": "T", "mo
 
 
 def stat_lines(changes: list[dict]) -> list[str]:
-    lines, plus, minus = [], 0, 0
+    lines = []
     for c in changes:
-        size = "binary" if c.get("binary") else (f"+{c.get('added', 0)} -{c.get('removed', 0)}" if "added" in c else "")
-        if c.get("old", {}) and c["old"] and c["old"].get("type") == "dir":
-            size = "directory"
-        plus, minus = plus + c.get("added", 0), minus + c.get("removed", 0)
+        size = ("directory" if (c["old"] or {}).get("type") == "dir" else "binary" if c.get("binary") else
+                f"+{c['added']} -{c['removed']}" if "added" in c else "")
         refused = f"   REFUSED: {c['refused']}" if c["refused"] else ""
         lines.append(f" {_MARK.get(c['status'], '?')} {visible(c['path'], keep_lines=False)}  {size}{refused}")
+    plus, minus = sum(c.get("added", 0) for c in changes), sum(c.get("removed", 0) for c in changes)
     refused = sum(1 for c in changes if c["refused"])
     lines.append(f" {len(changes)} changed ({plus} lines added, {minus} removed)"
                  + (f"; {refused} refused by `apply`" if refused else ""))
