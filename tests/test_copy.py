@@ -193,3 +193,41 @@ def test_gc_leaves_a_container_someone_ran_from_our_image(engine):
         assert subprocess.run(["docker", "inspect", name], capture_output=True).returncode == 0
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+
+
+def test_up_works_on_a_copy_that_down_keeps_and_a_second_up_continues(engine, repo):
+    name = f"copy-up-{os.getpid()}"
+    try:
+        assert sandbox("up", str(repo), "--name", name, "--no-shell").returncode == 0
+        assert sandbox("exec", name, "--", "sh", "-c", "echo from-up > up.txt").returncode == 0
+        live = json.loads(sandbox("diff", name, "--json").stdout)          # while it runs
+        assert [c["path"] for c in live["changes"]] == ["up.txt"]
+        assert sandbox("checkpoint", name, "-m", "mid-way").returncode == 0
+        down = sandbox("down", name)
+        assert down.returncode == 0 and f"its work stays in the copy {name}" in down.stderr, down.stderr
+        assert not (repo / "up.txt").exists()
+        assert sandbox("up", str(repo), "--name", name, "--no-shell").returncode == 0
+        seen = sandbox("exec", name, "--", "cat", "up.txt")
+        assert seen.stdout == "from-up\n", seen.stderr
+        assert sandbox("rewind", name, "0").returncode == 120           # in use: `down` first
+        messages = [c["message"] for c in json.loads(sandbox("checkpoints", name, "--json").stdout)]
+        assert messages == ["the copy was made", "mid-way", "sandbox down"]
+    finally:
+        sandbox("down", name)
+        sandbox("discard", name)
+
+
+def test_excluded_paths_are_not_copied(engine, repo, tmp_path):
+    (repo / "node_modules" / "big").mkdir(parents=True)
+    (repo / "node_modules" / "big" / "index.js").write_text("x\n")
+    (repo / "build.o").write_text("obj\n")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("version: 1\nname: excl\ndescription: d\nextends: [untrusted]\n"
+                      "workspace: {access: read-write, mode: copy, exclude: [node_modules, '*.o']}\n")
+    result = sandbox("run", "-p", str(policy), "--name", "copy-t8", "-w", str(repo), "--",
+                     "sh", "-c", "ls -A; test ! -e node_modules && test ! -e build.o && test -e README.md")
+    try:
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert json.loads(sandbox("diff", "copy-t8", "--json").stdout)["changes"] == []   # left out is no deletion
+    finally:
+        sandbox("discard", "copy-t8")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from launcher import labels as label
@@ -127,7 +127,7 @@ def all_copies(engine: Engine) -> list[Copy]:
 def _with_users(engine: Engine, copy: Copy) -> Copy:
     users = tuple((i.get("Names") or ["?"])[0].lstrip("/") for i in engine.list(label.selector(label.COPY, copy.name))
                   if i["Labels"].get(label.KIND) in ("run", "up"))
-    return Copy(**{**copy.__dict__, "users": users})
+    return replace(copy, users=users)
 
 
 def find(engine: Engine, name: str) -> Copy:
