@@ -119,6 +119,11 @@ def engine_findings(info: dict, version: dict) -> list[Finding]:
                if "name=userns" in options else
                Finding(status=Status.WARN, check="userns-remap", detail="off: uid 1000 inside is uid 1000 on the host",
                        fix="dockerd --userns-remap=default (or rootless mode) maps container ids away from host ids"))
+    kernel = version_tuple(str(info.get("KernelVersion") or "0"))
+    out.append(Finding(status=Status.OK, check="copy mode", detail=f"kernel {info.get('KernelVersion')}: overlay with "
+                       "userxattr works") if kernel >= (5, 11) else
+               Finding(status=Status.WARN, check="copy mode", detail=f"kernel {info.get('KernelVersion', '?')}: its "
+                       "overlay has no userxattr (Linux 5.11)", fix="use --workspace-mode bind, or a newer kernel"))
     lsm = [n for n in ("apparmor", "selinux") if f"name={n}" in options]
     out.append(Finding(status=Status.OK, check="lsm", detail=f"{' and '.join(lsm)} confine containers") if lsm else
                Finding(status=Status.WARN, check="lsm", detail="neither AppArmor nor SELinux confines containers",

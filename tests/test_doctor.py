@@ -14,7 +14,8 @@ from launcher.doctor import Status
 
 SANDBOX = [sys.executable, "-m", "launcher"]
 INFO = {"SecurityOptions": ["name=seccomp,profile=default", "name=apparmor"], "CgroupVersion": "2",
-        "CgroupDriver": "systemd", "MemoryLimit": True, "PidsLimit": True, "RuncCommit": {"ID": "v1.2.8-0"}}
+        "CgroupDriver": "systemd", "MemoryLimit": True, "PidsLimit": True, "RuncCommit": {"ID": "v1.2.8-0"},
+        "KernelVersion": "6.8.0-45-generic"}
 
 
 def version(engine="27.3.1", runc="1.2.8", containerd="1.7.22"):
@@ -87,3 +88,10 @@ def test_sandbox_schema_prints_the_bundled_json_schema():
 
     result = subprocess.run(SANDBOX + ["schema"], capture_output=True, text=True)
     assert result.returncode == 0 and json.loads(result.stdout) == policy_schema()
+
+
+def test_copy_mode_needs_a_kernel_with_overlay_userxattr():
+    old = {f.check: f for f in doctor.engine_findings({**INFO, "KernelVersion": "5.10.0-28-amd64"}, version())}
+    new = {f.check: f for f in doctor.engine_findings(INFO, version())}
+    assert old["copy mode"].status is doctor.Status.WARN and "--workspace-mode bind" in old["copy mode"].fix
+    assert new["copy mode"].status is doctor.Status.OK
