@@ -269,6 +269,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         labels[label.COPY] = copy.name
         copy = replace(copy, labels=tuple(sorted({label.MANAGED: "1", label.KIND: "copy", label.COPY: copy.name,
                                                   label.WORKSPACE: ws.real, label.POLICY: policy.name,
+                                                  label.OWNER_PID: str(host.owner_pid),
                                                   label.PROTECTED: json.dumps(copy.protected)}.items())))
     container = ContainerSpec(
         name=container_name, image=policy.image, user=f"{uid}:{gid}",

@@ -130,6 +130,11 @@ def gc_copies(engine: Engine, force: bool) -> list[CopyVerdict]:
     for copy in store.all_copies(engine):
         if copy.users:
             continue
+        if not store.complete(engine, copy.name):   # never used: its launcher died while copying
+            if not host.pid_alive(copy.maker):
+                store.drop(engine, copy.name)
+                verdicts.append(CopyVerdict(name=copy.name, pending=0, removed=True))
+            continue
         left = apply.pending(copy.workspace, apply.read_export(store.export(engine, copy.name), copy.protected))
         if force or not left:
             store.discard(engine, copy.name)

@@ -231,3 +231,21 @@ def test_excluded_paths_are_not_copied(engine, repo, tmp_path):
         assert json.loads(sandbox("diff", "copy-t8", "--json").stdout)["changes"] == []   # left out is no deletion
     finally:
         sandbox("discard", "copy-t8")
+
+
+def test_a_launcher_killed_while_copying_leaves_what_gc_removes(engine, repo):
+    """kill -9 between the copy's volumes: an incomplete copy, never used, that gc takes."""
+    from launcher import labels as label
+    from launcher.engine import connect
+
+    eng, name = connect(), "copy-t9"
+    labels = {label.MANAGED: "1", label.KIND: "copy", label.COPY: name, label.WORKSPACE: str(repo),
+              label.OWNER_PID: "999999999"}
+    eng.create_volume(f"{name}-base", labels)
+    try:
+        assert "copy-t9" in sandbox("ls").stdout
+        assert sandbox("gc").returncode == 0
+        assert eng.volume_info(f"{name}-base") is None and "copy-t9" not in sandbox("ls").stdout
+    finally:
+        if eng.volume_info(f"{name}-base") is not None:
+            eng.remove_volume(f"{name}-base")

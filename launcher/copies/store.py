@@ -34,7 +34,8 @@ class Copy:
     policy: str
     protected: tuple[str, ...]
     created: str
-    users: tuple[str, ...]          # sandbox containers using it now
+    maker: int                      # pid of the launcher that made it
+    users: tuple[str, ...] = ()     # sandbox containers using it now
 
 
 def _tool(engine: Engine, copy: str, argv: list[str], mounts: list[Mount], what: str) -> bytes:
@@ -113,14 +114,15 @@ def _copy_of(volume: dict) -> Copy:
     labels = volume.get("Labels") or {}
     return Copy(name=labels.get(label.COPY, "?"), workspace=labels.get(label.WORKSPACE, "?"),
                 policy=labels.get(label.POLICY, "?"), protected=tuple(json.loads(labels.get(label.PROTECTED, "[]"))),
-                created=volume.get("CreatedAt", ""), users=())
+                created=volume.get("CreatedAt", ""), maker=int(labels.get(label.OWNER_PID, "0") or 0))
 
 
 def all_copies(engine: Engine) -> list[Copy]:
-    copies = {}
+    copies: dict[str, dict] = {}
     for volume in engine.list_volumes(label.selector(label.KIND, "copy")):
-        if volume["Name"].endswith("-upper"):
-            copies[volume["Name"][:-len("-upper")]] = volume
+        name = (volume.get("Labels") or {}).get(label.COPY, "")
+        if name and (name not in copies or volume["Name"] == f"{name}-upper"):
+            copies[name] = volume
     return [_with_users(engine, _copy_of(v)) for _, v in sorted(copies.items())]
 
 
@@ -130,11 +132,17 @@ def _with_users(engine: Engine, copy: Copy) -> Copy:
     return replace(copy, users=users)
 
 
+def complete(engine: Engine, name: str) -> bool:
+    """All three volumes exist (a launcher killed while copying leaves fewer)."""
+    return all(engine.volume_info(f"{name}-{part}") is not None for part in ("base", "upper", "tree"))
+
+
 def find(engine: Engine, name: str) -> Copy:
-    volume = engine.volume_info(f"{name}-upper")
-    if volume is None or (volume.get("Labels") or {}).get(label.KIND) != "copy":
-        raise NotFound(f"no copy named {name!r}; `sandbox ls` lists them")
-    return _with_users(engine, _copy_of(volume))
+    for part in ("upper", "base", "tree"):
+        volume = engine.volume_info(f"{name}-{part}")
+        if volume is not None and (volume.get("Labels") or {}).get(label.KIND) == "copy":
+            return _with_users(engine, _copy_of(volume))
+    raise NotFound(f"no copy named {name!r}; `sandbox ls` lists them")
 
 
 def changes(engine: Engine, name: str, patch: bool = False) -> dict:
@@ -186,6 +194,11 @@ def rewind(engine: Engine, name: str, number: int) -> dict:
 
 def discard(engine: Engine, name: str) -> None:
     _unused(find(engine, name), "discard")
+    drop(engine, name)
+
+
+def drop(engine: Engine, name: str) -> None:
+    """Remove whichever of the copy's volumes exist."""
     for suffix in ("tree", "upper", "base"):   # the overlay first: it refers to the other two
         try:
             engine.remove_volume(f"{name}-{suffix}")
