@@ -8,8 +8,8 @@ from __future__ import annotations
 ALWAYS = (
     "identity.uid", "identity.gid", "identity.groups", "caps.process", "caps.bnd", "nnp", "seccomp.mode",
     "seccomp.unshare", "fs.root_ro", "fs.rofs", "fs.sysfs_ro", "mounts.inventory", "mounts.writable",
-    "mounts.workspace", "ws.access", "fs.protected", "sockets.mounts", "sockets.runtime", "env.secrets",
-    "env.runtime", "creds.files", "net.interfaces", "net.routes",
+    "mounts.workspace", "ws.access", "home.private", "fs.protected", "sockets.mounts", "sockets.runtime",
+    "env.secrets", "env.runtime", "creds.files", "net.interfaces", "net.routes",
 )
 PROXY_ONLY = ("egress.proxy", "egress.denied", "egress.direct", "egress.dns")
 LAST = ("limits.pids", "limits.memory", "proc.pid1", "dev.nodes")
