@@ -70,6 +70,11 @@ def test_inspect_of_a_faithful_container_matches():
                                              for d in ("/home/agent", "/etc/cron.d")]),
      "Mounts: the image declares VOLUME /etc/cron.d, /home/agent: writable volumes the policy does not declare"),
     ("Memory", lambda a: a["HostConfig"].update(Memory=0), "the plan says 2147483648, the container has 0"),
+    ("Tmpfs", lambda a: a["HostConfig"]["Tmpfs"].update({"/home/agent": "rw,size=536870912,uid=0,gid=0,mode=0700"}),
+     "/home/agent=rw,size=536870912,uid=1000,gid=1000,mode=0700, the container has"),
+    ("Tmpfs", lambda a: a["HostConfig"]["Tmpfs"].pop("/home/agent"), "the plan says /tmp="),
+    ("Mounts", lambda a: a["Mounts"].append({"Type": "tmpfs", "Destination": "/home/agent", "RW": True, "Source": ""}),
+     "/home/agent is mounted (tmpfs -, writable) but not planned"),
     ("LogConfig", lambda a: a["HostConfig"].update(LogConfig={"Type": "json-file", "Config": {}}),   # unbounded
      "the plan says json-file, {'max-size': '10m', 'max-file': '2'}, the container has json-file, {}"),
 ])
