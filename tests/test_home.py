@@ -39,7 +39,7 @@ def test_an_agent_writes_its_home_as_its_uid_and_nothing_else_became_writable(en
                 if line.startswith("rw ") and not line.startswith("rw /proc/")} - ENGINE_RW
     assert writable == {"/workspace", "/tmp", "/home/agent"}, writable
     checks = {c["id"]: c for c in json.loads(report.read_text())["probe"]["checks"]}
-    assert checks["home.private"]["ok"] and "1000:1000 700" in checks["home.private"]["observed"], checks["home.private"]
+    assert checks["home.private"]["ok"] and "owner=1000:1000,mode=700" in checks["home.private"]["observed"], checks["home.private"]
     assert "/home" in checks["fs.rofs"]["expected"] and checks["fs.rofs"]["ok"]
     for line in result.stderr.splitlines():   # copy mode: drop the copy this run made
         if "sandbox discard " in line:

@@ -746,7 +746,7 @@ check_home_private() {
 		case $root in *"$A_homesrc") ;; *) ok=0 ;; esac
 	fi
 	_p_dec "$A_home"; d=$_P_R
-	st=$("$BB" stat -c '%u:%g %a' -- "$d" 2>/dev/null </dev/null) || { ok=0; st="stat failed"; }
+	st=$("$BB" stat -c '%u:%g %a' -- "$d" 2>/dev/null </dev/null) || { ok=0; st="- -"; }
 	case $st in
 	"$A_uid:$A_gid "*) ;;
 	*) ok=0 ;;
@@ -754,7 +754,7 @@ check_home_private() {
 	m=${st##* }
 	case ${m#"${m%??}"} in 00) ;; *) ok=0 ;; esac   # the mode's last two digits: group, other
 	_p_line home.private "$ok" "1 mount at $A_home <- $A_homesrc, owner $A_uid:$A_gid, no group/other bits" \
-		"$n at $A_home, ${fst:--} <- ${root:--} ${u:+uid=$u,gid=$g}, $st"
+		"mounts=$n,type=${fst:--},root=${root:--},uid=${u:--},gid=${g:--},owner=${st%% *},mode=${st##* }"
 }
 
 # protected paths cannot be written, replaced (renamed away) or created
