@@ -82,3 +82,33 @@ def test_a_volume_of_that_name_that_is_not_this_workspaces_home_is_refused(engin
                 home.prepare(engine, spec, lambda line: None)
         finally:
             engine.remove_volume(spec.volume)
+
+
+class _Volumes:
+    """Just enough of an Engine for the home volumes' bookkeeping (no Docker)."""
+
+    def __init__(self, volumes, containers):
+        self.volumes, self.containers, self.removed = volumes, containers, []
+
+    def list_volumes(self, *filters):
+        want = dict(f.split("=", 1) for f in filters)
+        return [v for v in self.volumes if all(v["Labels"].get(k) == x for k, x in want.items())]
+
+    def list(self, *filters):
+        key, value = filters[0].split("=", 1)
+        return [c for c in self.containers if c["Labels"].get(key) == value]
+
+    def remove_volume(self, name):
+        self.removed.append(name)
+
+
+@pytest.mark.parametrize("workspace, removed", [("/w/a", ["h-a1"]), (None, ["h-a1", "h-b"])])
+def test_purge_and_gc_volumes_remove_only_unused_home_volumes(workspace, removed):
+    """`down --purge` (one workspace) and `gc --volumes` (all): a home a sandbox uses stays; a copy stays."""
+    def volume(name, ws, kind="home"):
+        return {"Name": name, "Labels": {"dev.sandbox.kind": kind, "dev.sandbox.workspace": ws, "dev.sandbox.profile": "default"}}
+    engine = _Volumes([volume("h-a1", "/w/a"), volume("h-a2", "/w/a"), volume("h-b", "/w/b"), volume("c-upper", "/w/a", "copy")],
+                      [{"Names": ["/s1"], "Labels": {"dev.sandbox.kind": "up", "dev.sandbox.home": "h-a2"}},
+                       {"Names": ["/t1"], "Labels": {"dev.sandbox.kind": "tool", "dev.sandbox.home": "h-b"}}])
+    gone, kept = home.remove_unused(engine, workspace)
+    assert gone == removed == engine.removed and kept == ["h-a2 (in use by s1)"]
