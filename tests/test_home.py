@@ -15,7 +15,6 @@ from launcher import home
 from launcher.errors import PolicyError
 from launcher.plan import HomeSpec, home_volume_name
 
-pytestmark = pytest.mark.engine
 SANDBOX = [sys.executable, "-m", "launcher"]
 # What Claude Code does first (mkdir ~/.claude, write ~/.claude.json), then what must still fail.
 AGENT = ("sh", "-c", 'mkdir -p ~/.claude && touch ~/.claude.json && echo "made $(stat -c %u:%a ~/.claude) $HOME"; '
@@ -29,6 +28,7 @@ def sandbox(*args, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(SANDBOX + list(args), capture_output=True, text=True, timeout=300, **kwargs)
 
 
+@pytest.mark.engine
 @pytest.mark.parametrize("preset", ["untrusted", "ci", "devcontainer"])
 def test_an_agent_writes_its_home_as_its_uid_and_nothing_else_became_writable(engine, workspace, tmp_path, preset):
     report = tmp_path / "report.json"
@@ -49,6 +49,7 @@ def test_an_agent_writes_its_home_as_its_uid_and_nothing_else_became_writable(en
 VOLUME_POLICY = "version: 1\nname: homevol\ndescription: d\nextends: [untrusted]\nworkspace: {mode: bind}\nhome: {mode: volume}\n"
 
 
+@pytest.mark.engine
 def test_a_home_volume_keeps_the_home_for_the_next_run_and_down_purge_removes_it(engine, workspace, tmp_path):
     policy = tmp_path / "homevol.yaml"
     policy.write_text(VOLUME_POLICY)
@@ -72,6 +73,7 @@ def test_a_home_volume_keeps_the_home_for_the_next_run_and_down_purge_removes_it
             engine.remove_volume(volume)
 
 
+@pytest.mark.engine
 def test_a_volume_of_that_name_that_is_not_this_workspaces_home_is_refused(engine, workspace):
     spec = HomeSpec(volume=f"sandbox-home-test-{os.getpid()}", workspace=str(workspace), profile="default",
                     uid=1000, gid=1000, labels=())
