@@ -8,8 +8,8 @@ from __future__ import annotations
 ALWAYS = (
     "identity.uid", "identity.gid", "identity.groups", "caps.process", "caps.bnd", "nnp", "seccomp.mode",
     "seccomp.unshare", "fs.root_ro", "fs.rofs", "fs.sysfs_ro", "mounts.inventory", "mounts.writable",
-    "mounts.workspace", "ws.access", "fs.protected", "sockets.mounts", "sockets.runtime", "env.secrets",
-    "env.runtime", "creds.files", "net.interfaces", "net.routes",
+    "mounts.workspace", "ws.access", "home.private", "fs.protected", "sockets.mounts", "sockets.runtime",
+    "env.secrets", "env.runtime", "creds.files", "net.interfaces", "net.routes",
 )
 PROXY_ONLY = ("egress.proxy", "egress.denied", "egress.direct", "egress.dns")
 LAST = ("limits.pids", "limits.memory", "proc.pid1", "dev.nodes")
@@ -33,9 +33,25 @@ def _ws_access_hint(seen: dict[str, str], uid: int, workspace: str) -> str:
             "runs as root")
 
 
+def _home_hint(seen: dict[str, str], uid: int, workspace: str) -> str:
+    if seen.get("mounts") != "1":
+        return "the agent's home (home.target) must be exactly one mount, the one the plan declares"
+    owner, mode = seen.get("owner", "-"), seen.get("mode", "-")
+    if not owner.startswith(f"{uid}:"):
+        return f"the agent's home belongs to {owner}, not to the agent (uid {uid})"
+    if mode[-2:] != "00" and seen.get("type") == "tmpfs":
+        return (f"the home tmpfs has mode {mode.rjust(4, '0')}: runc before 1.1.8 gives a tmpfs the mode of the directory "
+                "the image has there (opencontainers/runc#3911); make it 0700 in the image (images/agent does), "
+                "or use home: {target: ...} at a path the image does not have")
+    if seen.get("type") != "tmpfs":
+        return ("another volume than this workspace's home is mounted there: a home volume is never shared; "
+                "`sandbox down --purge` starts it afresh")
+    return ""
+
+
 # check id -> what the user can do when it fails, from its observed "key=value,..." fields (only
 # where expected/observed alone do not say it)
-_HINTS = {"ws.access": _ws_access_hint}
+_HINTS = {"ws.access": _ws_access_hint, "home.private": _home_hint}
 
 
 def hint(check_id: str, observed: str, *, uid: int, workspace: str) -> str:

@@ -16,9 +16,9 @@ from launcher import labels as label
 from launcher.errors import PolicyError, Problem
 from launcher.host import HostFacts, PathFact
 from launcher.egress import inject
-from launcher.model import Access, NetworkMode, Policy, SecretPolicy, WorkspaceMode
-from launcher.plan import (PROBE_BUSYBOX, PROBE_DIR, PROBE_SCRIPT, ContainerSpec, CopySpec, LaunchPlan, Mount,
-                           MountKind, ProbeExpectations)
+from launcher.model import Access, HomeMode, NetworkMode, Policy, SecretPolicy, WorkspaceMode
+from launcher.plan import (HOME_PROFILE, PROBE_BUSYBOX, PROBE_DIR, PROBE_SCRIPT, ContainerSpec, CopySpec, HomeSpec,
+                           LaunchPlan, Mount, MountKind, ProbeExpectations, home_volume_name)
 from launcher.policy import CAPABILITY_BITS
 from launcher.egress.squid import (INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_ALIAS, PROXY_PORT, NetworkSpec,
                             ProxySpec, SecretEndpoint, render_squid)
@@ -146,10 +146,12 @@ def _ca_bundles(policy: Policy, host: HostFacts) -> tuple[dict[str, tuple[str, s
 
 
 def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] = (),
-                   kind: str = "run", name: str | None = None, egress_network: str | None = None) -> LaunchPlan:
+                   kind: str = "run", name: str | None = None, egress_network: str | None = None,
+                   profile: str = HOME_PROFILE) -> LaunchPlan:
     """Compile the effective policy for this host into a LaunchPlan, or raise PolicyError.
     kind: "run" (we launch it and wait), "up" (kept alive for `exec`), or "external" (another tool
-    such as docker-compose or plain `docker run` launches it; `gc` leaves it alone)."""
+    such as docker-compose or plain `docker run` launches it; `gc` leaves it alone). profile: the
+    agent profile whose home volume a `home.mode: volume` policy uses."""
     file = policy.source
     problems: list[Problem] = []
     ws = host.workspace
@@ -175,6 +177,11 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         problems.append(Problem(file=file, path="workspace.mode", expected="bind for a sandbox another tool launches",
                                 found="copy", hint="copy mode needs `sandbox run` or `sandbox up` (they make the copy "
                                 "and keep it for `sandbox diff`); use a policy with workspace: {mode: bind}"))
+    home_volume = policy.home.mode is HomeMode.VOLUME
+    if home_volume and kind == "external":
+        problems.append(Problem(file=file, path="home.mode", expected="tmpfs for a sandbox another tool launches",
+                                found="volume", hint="the launcher makes the home volume and hands it to the agent's "
+                                "uid before the start (`sandbox run`, `sandbox up`); use home: {mode: tmpfs}"))
     for real in host.git_outside if writable_ws else ():
         for index, (mount, fact) in enumerate(zip(policy.mounts, host.mounts)):
             if mount.access is Access.READ_WRITE and _under(real, fact.real):
@@ -225,12 +232,20 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     for mount, fact in zip(policy.mounts, host.mounts):
         mounts.append(Mount(kind=MountKind.BIND, source=fact.real, target=mount.target,
                             read_only=mount.access is Access.READ_ONLY))
+    uid, gid = _user(policy, host)
     for tmpfs in policy.tmpfs:
-        mounts.append(Mount(kind=MountKind.TMPFS, target=tmpfs.target, read_only=False, size_bytes=tmpfs.size_bytes))
+        mounts.append(Mount(kind=MountKind.TMPFS, target=tmpfs.target, read_only=False, size_bytes=tmpfs.size_bytes,
+                            owner=(uid, gid), mode=tmpfs.mode))
+    home = policy.home
+    volume = home_volume_name(ws.real, profile) if home_volume else ""
+    if home_volume:
+        mounts.append(Mount(kind=MountKind.VOLUME, source=volume, target=home.target, read_only=False, no_copy=True))
+    else:
+        mounts.append(Mount(kind=MountKind.TMPFS, target=home.target, read_only=False, size_bytes=home.size_bytes,
+                            owner=(uid, gid), mode=0o700))
     mounts.append(Mount(kind=MountKind.VOLUME, source=host.probe_volume, target=PROBE_DIR, read_only=True))
 
     writable = tuple(m.target for m in mounts if not m.read_only)
-    uid, gid = _user(policy, host)
     labels = {
         label.MANAGED: "1", label.KIND: kind, label.POLICY: policy.name,
         label.POLICY_DIGEST: policy.digest, label.WORKSPACE: ws.real,
@@ -241,6 +256,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     if policy.network.mode is NetworkMode.PROXY:
         networks, proxy, proxy_env = _proxy_parts(policy, host, container_name, labels, egress_network, cas)
     env = dict(host.env)
+    env["HOME"] = home.target   # unless env.set says otherwise
     env.update(policy.env.set_values)
     env.update(proxy_env)
     capbnd = sum(1 << CAPABILITY_BITS[c] for c in policy.capabilities)
@@ -253,6 +269,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         workspace=target,
         **({"wsroot": f"/{copy.base_volume}/_data", "wsupper": f"/{copy.upper_volume}/_data/upper"} if copy
            else {"wsroot": ws.real}),
+        home=home.target, homesrc=f"/{volume}/_data" if home_volume else "tmpfs",
         net=policy.network.mode.value,
         pids=str(policy.limits.pids), mem=str(policy.limits.memory_bytes),
         checks=checks.for_mode(policy.network.mode.value),
@@ -265,6 +282,12 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     agent = tuple(command) or policy.command
     main = up_main(policy.limits.timeout_seconds) if kind == "up" else agent
     labels[label.PLACEHOLDERS] = json.dumps(placeholders)
+    home_spec = None
+    if home_volume:
+        labels[label.HOME] = volume
+        home_spec = HomeSpec(volume=volume, workspace=ws.real, profile=profile, uid=uid, gid=gid,
+                             labels=tuple(sorted({label.MANAGED: "1", label.KIND: "home", label.WORKSPACE: ws.real,
+                                                  label.PROFILE: profile}.items())))
     if copy:
         labels[label.COPY] = copy.name
         copy = replace(copy, labels=tuple(sorted({label.MANAGED: "1", label.KIND: "copy", label.COPY: copy.name,
@@ -293,7 +316,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     return LaunchPlan(policy_name=policy.name, policy_digest=policy.digest, container=container, probe=probe,
                       agent_command=agent, timeout_seconds=policy.limits.timeout_seconds,
                       placeholders=tuple(placeholders), warnings=tuple(warnings), networks=networks, proxy=proxy,
-                      copy=copy)
+                      copy=copy, home=home_spec)
 
 
 # The main process of a long-lived sandbox (`up`, a dev container): it ends the container when

@@ -154,18 +154,22 @@ class Engine:
     def create(self, spec: ContainerSpec) -> str:
         import docker.types
 
-        mounts = []
+        mounts, tmpfs = [], {}
         for m in spec.mounts:
-            if m.kind is MountKind.TMPFS:
+            if m.owned_tmpfs:   # HostConfig.Tmpfs: the Mount API cannot set the owner
+                tmpfs[m.target] = m.tmpfs_options
+            elif m.kind is MountKind.TMPFS:
                 mounts.append(docker.types.Mount(m.target, None, type="tmpfs", read_only=m.read_only,
                                                  tmpfs_size=m.size_bytes))
             else:
-                mounts.append(docker.types.Mount(m.target, m.source, type=m.kind.value, read_only=m.read_only))
+                mounts.append(docker.types.Mount(m.target, m.source, type=m.kind.value, read_only=m.read_only,
+                                                 no_copy=m.no_copy))
         with _mapped(f"creating container {spec.name}"):
             container = self.client.containers.create(
                 spec.image, name=spec.name, command=list(spec.command), entrypoint=list(spec.entrypoint),
                 user=spec.user, environment=[f"{k}={v}" for k, v in spec.env], working_dir=spec.working_dir,
-                labels=dict(spec.labels), hostname=spec.hostname, mounts=mounts, network_mode=spec.network_mode,
+                labels=dict(spec.labels), hostname=spec.hostname, mounts=mounts, tmpfs=tmpfs or None,
+                network_mode=spec.network_mode,
                 read_only=spec.read_only_root, cap_drop=list(spec.cap_drop), cap_add=list(spec.cap_add) or None,
                 security_opt=list(spec.security_opt), pids_limit=spec.pids_limit, mem_limit=spec.memory_bytes,
                 memswap_limit=spec.memory_bytes, nano_cpus=spec.nano_cpus, devices=list(spec.devices) or None,

@@ -66,8 +66,22 @@ ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
     ("mounts", ""): E(mechanism="--mount type=bind[,readonly] per entry", component=Component.MOUNT,
                       checks=("mounts.inventory", "mounts.writable", "sockets.mounts"),
                       note="sockets, runtime dirs, credential dirs, / and $HOME are refused by the launcher"),
-    ("tmpfs", ""): E(mechanism="--mount type=tmpfs,tmpfs-size=SIZE", component=Component.MOUNT,
-                     checks=("mounts.inventory", "mounts.writable"), note="the size is applied, not probed"),
+    ("tmpfs", ""): E(mechanism="--tmpfs PATH:size=SIZE,uid=UID,gid=GID,mode=MODE", component=Component.MOUNT,
+                     checks=("mounts.inventory", "mounts.writable"),
+                     note="size and mode are applied, not probed (runc before 1.1.8 keeps the mode of a directory "
+                          "the image has there)"),
+    ("home.mode", "tmpfs"): E(mechanism="--tmpfs HOME:size=SIZE,uid=UID,gid=GID,mode=0700; HOME=TARGET",
+                              component=Component.MOUNT, checks=("home.private", "mounts.writable", "fs.rofs"),
+                              note="gone with the sandbox"),
+    ("home.mode", "volume"): E(mechanism="--mount type=volume,src=sandbox-home-<workspace hash>-<profile>,"
+                                         "volume-nocopy; chowned to UID:GID, mode 0700 before the start",
+                               component=Component.MOUNT, checks=("home.private", "mounts.writable", "fs.rofs"),
+                               note="kept for the next run of this workspace only: what the agent left there (agent "
+                                    "settings, shell rc files, MCP servers) runs again; `sandbox down --purge`"),
+    ("home.target", ""): E(mechanism="the home's mount point; --env HOME=TARGET unless env.set sets HOME",
+                           component=Component.MOUNT, checks=("home.private",)),
+    ("home.size", ""): E(mechanism="--tmpfs HOME:size=SIZE (tmpfs mode)", component=Component.MOUNT, checks=(),
+                         note="applied, not probed; a volume has no size limit"),
     ("network.mode", "none"): E(mechanism="--network none", component=Component.NAMESPACE,
                                 checks=("net.interfaces", "net.routes")),
     ("network.mode", "proxy"): E(mechanism="internal network, no gateway; proxy sidecar", component=Component.NAMESPACE,
@@ -177,6 +191,8 @@ def _variant(field: str, eff: Effective) -> str:
         return eff.policy.network.mode.value
     if field in ("workspace.access", "workspace.git", "workspace.mode"):
         return getattr(eff.policy.workspace, field.split(".")[1]).value
+    if field == "home.mode":
+        return eff.policy.home.mode.value
     return ""
 
 

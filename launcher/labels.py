@@ -5,7 +5,7 @@ from __future__ import annotations
 
 PREFIX = "dev.sandbox"
 MANAGED = f"{PREFIX}.managed"                    # "1" on everything we create (images, volumes, networks, containers)
-KIND = f"{PREFIX}.kind"                          # run, up, external, proxy, network, testnet
+KIND = f"{PREFIX}.kind"                          # run, up, external, proxy, network, testnet, copy, home, tool
 SANDBOX = f"{PREFIX}.sandbox"                    # the sandbox a resource belongs to (its container name)
 POLICY = f"{PREFIX}.policy"                      # the effective policy's name
 POLICY_DIGEST = f"{PREFIX}.policy-digest"        # sha256 of its layer files
@@ -13,6 +13,8 @@ EFFECTIVE_DIGEST = f"{PREFIX}.effective-digest"  # sha256 of every effective val
 WORKSPACE = f"{PREFIX}.workspace"                # the workspace's real host path
 OWNER_PID = f"{PREFIX}.owner-pid"                # the launcher process, for `gc`
 COPY = f"{PREFIX}.copy"                          # copy mode: the copy a sandbox works on (its volumes carry it too)
+HOME = f"{PREFIX}.home"                          # home.mode volume: the home volume a sandbox uses
+PROFILE = f"{PREFIX}.profile"                    # a home volume's agent profile
 PROTECTED = f"{PREFIX}.protected"                # a copy's volumes: JSON list of paths `apply` never carries back
 CONTEXT = f"{PREFIX}.context"                    # images with a fixed tag: the hash of the build context
 PLACEHOLDERS = f"{PREFIX}.placeholders"          # JSON list of mount points created in the workspace

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from launcher import labels as label
-from launcher import checks, host, workspaces
+from launcher import checks, home, host, workspaces
 from launcher.copies import store
 from launcher.engine import Engine
 from launcher.egress.audit import EgressEvent, parse_log
@@ -239,7 +239,12 @@ def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
     """Run the agent to completion (or timeout) in a probed sandbox; always remove it. In copy
     mode the copy stays (with a checkpoint of the run's end) for `sandbox diff` and `apply`."""
     timed_out, code, started = False, None, False
-    made = _prepare_copy(engine, plan, listener)
+    made_home = _prepare_home(engine, plan, listener)
+    try:
+        made = _prepare_copy(engine, plan, listener)
+    except BaseException as primary:
+        _drop_new_home(engine, plan, made_home, primary)
+        raise
     try:
         # Inside the try: a signal right after the probe passed must not leave the sandbox behind.
         ref, output, report, rest = _start_and_probe(engine, plan, listener)
@@ -259,6 +264,8 @@ def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
         _cleaning_up(primary, lambda: remove_sandbox(engine, plan.container.name), f"removing {plan.container.name}")
         if made and not started:   # the agent never ran: nothing of its work is lost
             _cleaning_up(primary, lambda: store.discard(engine, plan.copy.name), f"removing copy {plan.copy.name}")
+        if not started:
+            _drop_new_home(engine, plan, made_home, primary)
         raise
     remove_sandbox(engine, plan.container.name)
     if plan.copy:
@@ -271,13 +278,26 @@ def _prepare_copy(engine: Engine, plan: LaunchPlan, listener: Listener) -> bool:
     return bool(plan.copy) and store.prepare(engine, plan.copy, listener.status)
 
 
+def _prepare_home(engine: Engine, plan: LaunchPlan, listener: Listener) -> bool:
+    return bool(plan.home) and home.prepare(engine, plan.home, listener.status)
+
+
+def _drop_new_home(engine: Engine, plan: LaunchPlan, made: bool, primary: BaseException) -> None:
+    """A home volume this launch made, when the agent never ran in it."""
+    if made:
+        _cleaning_up(primary, lambda: engine.remove_volume(plan.home.volume), f"removing {plan.home.volume}")
+
+
 def up(engine: Engine, plan: LaunchPlan, listener: Listener) -> ProbeReport:
     """Start a long-lived sandbox; it stays until `sandbox down` (a copy stays after that too)."""
-    made = _prepare_copy(engine, plan, listener)
+    made_home = _prepare_home(engine, plan, listener)
+    made = False
     try:
+        made = _prepare_copy(engine, plan, listener)
         _, _, report, _ = _start_and_probe(engine, plan, listener)
     except BaseException as primary:
         if made:
             _cleaning_up(primary, lambda: store.discard(engine, plan.copy.name), f"removing copy {plan.copy.name}")
+        _drop_new_home(engine, plan, made_home, primary)
         raise
     return report

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from launcher.egress.rules import AllowRule
 from launcher.errors import PolicyError, Problem
-from launcher.model import Access, NetworkMode, Policy, WorkspaceMode
+from launcher.model import Access, HomeMode, NetworkMode, Policy, WorkspaceMode
 from launcher.values import show
 
 
@@ -51,6 +51,9 @@ FIELDS: dict[str, tuple[tuple[str, ...], str]] = {
     "workspace.exclude": (("workspace", "exclude"), "union"),
     "mounts": (("mounts",), "intersect"),
     "tmpfs": (("tmpfs",), "intersect"),
+    "home.mode": (("home", "mode"), "tmpfs-wins"),
+    "home.target": (("home", "target"), "fixed"),
+    "home.size": (("home", "size_bytes"), "minimum"),
     "network.mode": (("network", "mode"), "none-wins"),
     "network.allow": (("network", "allow"), "intersect"),
     "network.allow_ip_literals": (("network", "allow_ip_literals"), "false-wins"),
@@ -73,6 +76,7 @@ RULES = {
     "copy-wins": "copy beats bind (nothing reaches the host tree before review)",
     "union": "entries add up (protected paths, exclusions); none can be removed",
     "intersect": "allow-lists intersect: what every layer allows",
+    "tmpfs-wins": "tmpfs beats volume (nothing persists to the next run)",
     "none-wins": "network none beats proxy",
     "false-wins": "off beats on",
     "minimum": "limits take the minimum",
@@ -162,7 +166,8 @@ def _intersect(field: str, a: tuple, b: tuple) -> tuple:
                      for m in a if (m.source, m.target) in other)
     if field == "tmpfs":
         other = {t.target: t for t in b}
-        return tuple(t if t.size_bytes <= other[t.target].size_bytes else other[t.target] for t in a if t.target in other)
+        return tuple(replace(t, size_bytes=min(t.size_bytes, other[t.target].size_bytes), mode=t.mode & other[t.target].mode)
+                     for t in a if t.target in other)
     return tuple(entry for entry in a if entry in b)
 
 
@@ -178,6 +183,8 @@ def apply_rule(field: str, a, b):
         return Access.READ_ONLY if Access.READ_ONLY in (a, b) else a
     if rule == "copy-wins":
         return WorkspaceMode.COPY if WorkspaceMode.COPY in (a, b) else a
+    if rule == "tmpfs-wins":
+        return HomeMode.TMPFS if HomeMode.TMPFS in (a, b) else a
     if rule == "none-wins":
         return NetworkMode.NONE if NetworkMode.NONE in (a, b) else a
     if rule == "false-wins":
@@ -239,7 +246,7 @@ class Effective:
     notes: tuple[Note, ...] = ()
 
 
-CEILINGS = ("read-only-wins", "copy-wins", "none-wins", "false-wins", "minimum", "intersect")
+CEILINGS = ("read-only-wins", "copy-wins", "tmpfs-wins", "none-wins", "false-wins", "minimum", "intersect")
 
 
 def _same(field: str, a, b) -> bool:

@@ -19,6 +19,11 @@ class WorkspaceMode(enum.Enum):
     COPY = "copy"     # a copy in volumes; the host tree changes only on `sandbox apply`
 
 
+class HomeMode(enum.Enum):
+    TMPFS = "tmpfs"     # gone with the sandbox
+    VOLUME = "volume"   # a named volume per workspace and agent profile: kept for the next run
+
+
 class NetworkMode(enum.Enum):
     NONE = "none"
     PROXY = "proxy"
@@ -57,6 +62,16 @@ class MountPolicy:
 class TmpfsPolicy:
     target: str
     size_bytes: int
+    mode: int = 0o700     # of its root, owned by the agent's uid:gid
+
+
+@dataclass(frozen=True, kw_only=True)
+class HomePolicy:
+    """The agent's writable $HOME: the only writable place outside the workspace and the tmpfs."""
+
+    mode: HomeMode = HomeMode.TMPFS
+    target: str = "/home/agent"
+    size_bytes: int = 512 * 1024 ** 2   # tmpfs mode only
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,3 +124,4 @@ class Policy:
     capabilities: tuple[str, ...]
     command: tuple[str, ...]
     secrets: tuple[SecretPolicy, ...] = ()   # proxy mode only
+    home: HomePolicy = HomePolicy()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 from dataclasses import asdict, dataclass, field
 
 from launcher.egress.squid import NetworkSpec, ProxySpec
@@ -21,6 +22,21 @@ class Mount:
     read_only: bool
     source: str = ""            # host real path (bind) or volume name; empty for tmpfs
     size_bytes: int | None = None
+    # A writable tmpfs owned by the agent: its root's uid:gid and octal mode. Docker's Mount API
+    # cannot set an owner, so these go through HostConfig.Tmpfs (`--tmpfs PATH:OPTIONS`) instead.
+    owner: tuple[int, int] | None = None
+    mode: int = 0o700
+    no_copy: bool = False       # volume: never fill it with the image's files there (a home volume)
+
+    @property
+    def owned_tmpfs(self) -> bool:
+        return self.kind is MountKind.TMPFS and self.owner is not None
+
+    @property
+    def tmpfs_options(self) -> str:
+        """HostConfig.Tmpfs's option string of an owned tmpfs."""
+        size = f",size={self.size_bytes}" if self.size_bytes else ""
+        return f"{'ro' if self.read_only else 'rw'}{size},uid={self.owner[0]},gid={self.owner[1]},mode={self.mode:04o}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +90,8 @@ class ProbeExpectations:
     pids: str
     mem: str
     wsupper: str = "-"      # copy mode: the end of the overlay's upper path (wsroot: of its lower path)
+    home: str = "-"         # the agent's home mount point
+    homesrc: str = "-"      # "tmpfs", or the end of the home volume's path (/NAME/_data)
     proxy: str = "-"        # host:port of the egress proxy, proxy mode only
     denyhost: str = "-"     # a name the proxy must refuse with 403
     dnsname: str = "-"      # an allowed name that must NOT resolve inside the sandbox
@@ -90,7 +108,7 @@ class ProbeExpectations:
         for key, value in asdict(self).items():
             if isinstance(value, tuple):
                 value = ",".join(escape_path(v) for v in value)
-            elif key in ("workspace", "wsroot", "wsupper"):
+            elif key in ("workspace", "wsroot", "wsupper", "home", "homesrc"):
                 value = escape_path(value)
             args.append(f"{key}={value}")
         return tuple(args)
@@ -123,6 +141,27 @@ class CopySpec:
         return f"{self.name}-tree"
 
 
+HOME_PROFILE = "default"     # until agent profiles name their own
+
+
+def home_volume_name(workspace_real: str, profile: str = HOME_PROFILE) -> str:
+    """The home volume of one workspace and agent profile: never shared across workspaces."""
+    return f"sandbox-home-{hashlib.sha256(workspace_real.encode()).hexdigest()[:16]}-{profile}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class HomeSpec:
+    """home.mode volume: the volume the launcher creates (or reuses) and hands to the agent's
+    uid:gid, mode 0700, before the sandbox starts."""
+
+    volume: str
+    workspace: str                  # host real path: the volume's label, checked on reuse
+    profile: str
+    uid: int
+    gid: int
+    labels: tuple[tuple[str, str], ...]
+
+
 @dataclass(frozen=True, kw_only=True)
 class LaunchPlan:
     """Everything to create, in order: networks, the proxy, then the sandbox container."""
@@ -140,6 +179,7 @@ class LaunchPlan:
     networks: tuple[NetworkSpec, ...] = field(default=())   # created by the launcher, proxy mode only
     proxy: ProxySpec | None = None
     copy: CopySpec | None = None        # copy mode: made (or reused) before the container
+    home: HomeSpec | None = None        # home.mode volume: made (or reused) before the container
 
 
 PROBE_DIR = "/.sandbox/probe"

@@ -11,8 +11,9 @@ from launcher import resources
 from launcher.errors import PolicyError, Problem
 from launcher.egress.rules import parse_rule
 from launcher.egress import inject
-from launcher.model import (BUILTIN_PROTECTED, Access, EnvPolicy, Limits, MountPolicy, NetworkMode,
-                            NetworkPolicy, Policy, SecretPolicy, TmpfsPolicy, WorkspaceMode, WorkspacePolicy)
+from launcher.model import (BUILTIN_PROTECTED, Access, EnvPolicy, HomeMode, HomePolicy, Limits, MountPolicy,
+                            NetworkMode, NetworkPolicy, Policy, SecretPolicy, TmpfsPolicy, WorkspaceMode,
+                            WorkspacePolicy)
 from launcher.schema import check, policy_schema
 from launcher.secrets import secret_name, secret_value
 from launcher.yamlsafe import load_yaml
@@ -140,6 +141,23 @@ def _semantic_problems(doc: dict, file: str) -> list[Problem]:
         target(f"tmpfs[{i}].target", tmpfs["target"])
         if parse_size(tmpfs["size"]) == 0:
             bad(f"tmpfs[{i}].size", "a size above zero", repr(tmpfs["size"]))
+        if int(tmpfs["mode"], 8) & 0o700 != 0o700:
+            bad(f"tmpfs[{i}].mode", "a mode that lets the owner (the agent) read, write and search",
+                repr(tmpfs["mode"]), "for example 0700")
+    home = doc["home"]
+    target("home.target", home["target"])
+    ws_target = posixpath.normpath(doc["workspace"]["target"])
+    home_target = posixpath.normpath(home["target"])
+    if home_target.startswith(ws_target + "/") or ws_target.startswith(home_target + "/"):
+        bad("home.target", "a path neither inside the workspace nor holding it", repr(home["target"]),
+            "for example /home/agent")
+    if parse_size(home["size"]) == 0:
+        bad("home.size", "a size above zero", repr(home["size"]))
+    # `--tmpfs PATH:OPTIONS` and compose's "PATH:OPTIONS" cannot carry these characters in PATH
+    for path, value in [("home.target", home["target"])] + [(f"tmpfs[{i}].target", t["target"])
+                                                          for i, t in enumerate(doc["tmpfs"])]:
+        if any(c in value for c in ":, \t"):
+            bad(path, "a path without ':', ',' or blanks", repr(value), "the engine's tmpfs option list cannot carry them")
     if parse_size(doc["limits"]["memory"]) < 16 * 1024 ** 2:
         bad("limits.memory", "at least 16m", repr(doc["limits"]["memory"]))
     if parse_duration(doc["limits"]["timeout"]) == 0:
@@ -188,8 +206,10 @@ def _build(doc: dict, file: str, digest: str) -> Policy:
                                   mode=WorkspaceMode(ws["mode"]), exclude=tuple(dict.fromkeys(ws["exclude"]))),
         mounts=tuple(MountPolicy(source=m["source"], target=posixpath.normpath(m["target"]),
                                  access=Access(m["access"])) for m in doc["mounts"]),
-        tmpfs=tuple(TmpfsPolicy(target=posixpath.normpath(t["target"]), size_bytes=parse_size(t["size"]))
-                    for t in doc["tmpfs"]),
+        tmpfs=tuple(TmpfsPolicy(target=posixpath.normpath(t["target"]), size_bytes=parse_size(t["size"]),
+                                mode=int(t["mode"], 8)) for t in doc["tmpfs"]),
+        home=HomePolicy(mode=HomeMode(doc["home"]["mode"]), target=posixpath.normpath(doc["home"]["target"]),
+                        size_bytes=parse_size(doc["home"]["size"])),
         network=NetworkPolicy(mode=NetworkMode(doc["network"]["mode"]),
                               allow=tuple(dict.fromkeys(parse_rule(e, doc["network"]["allow_ip_literals"])
                                                         for e in doc["network"]["allow"])),

@@ -55,7 +55,9 @@ def reuse_problem(item: dict, plan) -> Problem | None:
 
 
 def ls(engine: Engine) -> list[SandboxInfo]:
-    """Sandboxes, then copies (copy mode's kept work: kind "copy", state "in use" or "kept")."""
+    """Sandboxes, then copies (copy mode's kept work: kind "copy", state "in use" or "kept"), then
+    home volumes (kind "home", named by workspace and agent profile)."""
+    from launcher import home
     from launcher.copies import store
 
     found = [SandboxInfo(name=_name(i), kind=i["Labels"][label.KIND], state=i.get("State", "?"),
@@ -63,18 +65,25 @@ def ls(engine: Engine) -> list[SandboxInfo]:
                          workspace=i["Labels"].get(label.WORKSPACE, "?"), created=i.get("Created", 0))
              for i in _sandboxes(engine)]
     return found + [SandboxInfo(name=c.name, kind="copy", state="in use" if c.users else "kept", policy=c.policy,
-                                workspace=c.workspace, created=0) for c in store.all_copies(engine)]
+                                workspace=c.workspace, created=0) for c in store.all_copies(engine)] + [
+        SandboxInfo(name=h.name, kind="home", state="in use" if h.users else "kept", policy=f"({h.profile})",
+                    workspace=h.workspace, created=0) for h in home.all_homes(engine)]
 
 
-def down(engine: Engine, name: str) -> str | None:
-    """Remove the sandbox; in copy mode checkpoint its copy, which stays. Returns the copy's name."""
+def down(engine: Engine, name: str, purge: bool = False) -> tuple[str | None, list[str], list[str]]:
+    """Remove the sandbox; in copy mode checkpoint its copy, which stays. With `purge`, also the
+    home volumes of its workspace that no other sandbox uses. Returns the copy's name, and the
+    home volumes removed and kept (in use)."""
+    from launcher import home
     from launcher.copies import store
 
-    copy = find(engine, name)["Labels"].get(label.COPY)
+    labels = find(engine, name)["Labels"]
+    copy = labels.get(label.COPY)
     remove_sandbox(engine, name)
     if copy:
         store.checkpoint(engine, copy, "sandbox down")
-    return copy
+    removed, kept = home.remove_unused(engine, labels.get(label.WORKSPACE, "?")) if purge else ([], [])
+    return copy, removed, kept
 
 
 def gc(engine: Engine, everything: bool) -> list[str]:

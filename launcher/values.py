@@ -24,7 +24,7 @@ def _duration(n: int) -> str:
 
 def show(field: str, value) -> str:
     """A value as a person writes it in a policy file."""
-    if field == "limits.memory":
+    if field in ("limits.memory", "home.size"):
         return _size(value)
     if field == "limits.timeout":
         return _duration(value)
@@ -47,7 +47,7 @@ def show_entry(field: str, entry) -> str:
     if field == "mounts":
         return f"{entry.source}:{entry.target}:{'rw' if entry.access.value == 'read-write' else 'ro'}"
     if field == "tmpfs":
-        return f"{entry.target} ({_size(entry.size_bytes)})"
+        return f"{entry.target} ({_size(entry.size_bytes)}, {entry.mode:04o})"
     if field == "env.set":
         return f"{entry[0]}={entry[1]}"
     if field == "secrets":   # where the value comes from is shown, never the value

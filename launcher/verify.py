@@ -123,8 +123,10 @@ def compare_inspect(spec: ContainerSpec, attrs: dict, image_env: list[str]) -> l
     want("Cmd", list(spec.command), config.get("Cmd") or [])
     names = lambda env: sorted({item.split("=", 1)[0] for item in env})  # noqa: E731
     want("Env names", names([f"{k}=" for k, _ in spec.env] + image_env), names(config.get("Env") or []))
+    # Owned tmpfs are HostConfig.Tmpfs entries (not in inspect's Mounts): their options say owner and mode.
+    want("Tmpfs", {m.target: m.tmpfs_options for m in spec.mounts if m.owned_tmpfs}, host.get("Tmpfs") or {})
     planned = sorted((m.kind.value, m.target, not m.read_only, m.source if m.kind is not MountKind.TMPFS else "")
-                     for m in spec.mounts)
+                     for m in spec.mounts if not m.owned_tmpfs)
     found = sorted((m.get("Type"), m.get("Destination"), bool(m.get("RW")),
                     m.get("Name") if m.get("Type") == "volume" else (m.get("Source") or ""))
                    for m in attrs.get("Mounts") or [])

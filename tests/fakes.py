@@ -16,12 +16,14 @@ def inspect_of(spec: ContainerSpec, image_env=("PATH=/usr/bin",)) -> dict:
             "UsernsMode": "", "Devices": None, "GroupAdd": list(spec.group_add) or None, "Dns": list(spec.dns) or None, "PortBindings": None, "Binds": None,
             "PidsLimit": spec.pids_limit, "Memory": spec.memory_bytes, "NanoCpus": spec.nano_cpus,
             "LogConfig": {"Type": "json-file", "Config": dict(spec.log_options)},
+            "Tmpfs": {m.target: m.tmpfs_options for m in spec.mounts if m.owned_tmpfs} or None,
         },
         "Config": {"User": spec.user, "Image": spec.image, "Entrypoint": list(spec.entrypoint),
                    "Cmd": list(spec.command), "Env": [f"{k}={v}" for k, v in spec.env] + list(image_env)},
         "Mounts": [{"Type": m.kind.value, "Destination": m.target, "RW": not m.read_only,
                     "Source": "" if m.kind is MountKind.TMPFS else m.source,
-                    **({"Name": m.source} if m.kind is MountKind.VOLUME else {})} for m in spec.mounts],
+                    **({"Name": m.source} if m.kind is MountKind.VOLUME else {})}
+                   for m in spec.mounts if not m.owned_tmpfs],   # those are HostConfig.Tmpfs
     }
 
 

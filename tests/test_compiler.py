@@ -109,7 +109,7 @@ def test_a_symlink_at_a_protected_path_is_refused():
 def test_read_only_workspace_needs_no_protection_mounts():
     plan = compile_policy(load_policy("read-only"), fake_facts())
     assert [m.target for m in plan.container.mounts if m.target.startswith("/workspace")] == ["/workspace"]
-    assert plan.probe.writable == ("/tmp",)
+    assert plan.probe.writable == ("/tmp", "/home/agent")   # and the home: every preset has one
 
 
 def test_auto_user_is_the_workspace_owner_unless_root():
@@ -120,8 +120,55 @@ def test_auto_user_is_the_workspace_owner_unless_root():
 def test_probe_expectations_follow_the_plan():
     p = untrusted().probe
     assert (p.uid, p.gid, p.capbnd, p.nnp, p.seccomp, p.net) == (1000, 1000, "0" * 16, 1, 2, "none")
-    assert p.writable == ("/workspace", "/tmp") and "/tmp" not in p.rofs and "/" in p.rofs
+    assert p.writable == ("/workspace", "/tmp", "/home/agent") and "/tmp" not in p.rofs and "/" in p.rofs
+    assert "/home" in p.rofs and (p.home, p.homesrc) == ("/home/agent", "tmpfs")
     assert p.pids == "256" and p.mem == str(2 * 1024 ** 3)
+
+
+@pytest.mark.parametrize("name", resources.preset_names())
+def test_every_preset_gives_the_agent_a_private_tmpfs_home(name):
+    plan = compile_policy(load_policy(name), fake_facts(owner=(1234, 555)))
+    home = next(m for m in plan.container.mounts if m.target == "/home/agent")
+    assert home.owned_tmpfs and home.tmpfs_options == "rw,size=536870912,uid=1234,gid=555,mode=0700"
+    assert dict(plan.container.env)["HOME"] == "/home/agent" and plan.home is None
+    assert all(m.owner == (1234, 555) and m.mode == 0o700 for m in plan.container.mounts
+               if m.kind.value == "tmpfs" and not m.read_only)
+    assert "/home" in plan.probe.rofs and plan.probe.homesrc == "tmpfs"
+
+
+def _home_policy(extra: str):
+    return parse_policy(f"version: 1\nname: t\ndescription: d\n{extra}".encode(), "p.yaml")
+
+
+def test_a_home_volume_is_one_per_workspace_and_profile_and_labelled():
+    policy = _home_policy("home: {mode: volume}\nenv: {set: {HOME: /tmp/h}}\n")
+    a, b = (compile_policy(policy, fake_facts(workspace=w)) for w in ("/home/dev/a", "/home/dev/b"))
+    other = compile_policy(policy, fake_facts(workspace="/home/dev/a"), profile="codex")
+    assert a.home.volume.startswith("sandbox-home-") and a.home.volume.endswith("-default")
+    assert len({a.home.volume, b.home.volume, other.home.volume}) == 3
+    mount = next(m for m in a.container.mounts if m.target == "/home/agent")
+    assert (mount.kind.value, mount.source, mount.no_copy, mount.read_only) == ("volume", a.home.volume, True, False)
+    assert a.probe.homesrc == f"/{a.home.volume}/_data"
+    assert dict(a.home.labels) == {"dev.sandbox.managed": "1", "dev.sandbox.kind": "home",
+                                   "dev.sandbox.workspace": "/home/dev/a", "dev.sandbox.profile": "default"}
+    assert dict(a.container.labels)["dev.sandbox.home"] == a.home.volume
+    assert dict(a.container.env)["HOME"] == "/tmp/h"    # env.set wins
+
+
+def test_a_home_volume_is_refused_for_a_sandbox_another_tool_launches():
+    with pytest.raises(PolicyError, match="home.mode"):
+        compile_policy(_home_policy("home: {mode: volume}\n"), fake_facts(), kind="external")
+
+
+@pytest.mark.parametrize("extra, where", [
+    ("home: {target: /workspace/h}\n", "home.target"), ("home: {target: /etc/h}\n", "home.target"),
+    ("home: {target: '/h:x'}\n", "home.target"), ("home: {size: '0'}\n", "home.size"),
+    ("tmpfs: [{target: /tmp, mode: '0500'}]\n", "tmpfs[0].mode"), ("tmpfs: [{target: /home/agent}]\n", "home.target"),
+])
+def test_bad_home_and_tmpfs_values_are_refused(extra, where):
+    with pytest.raises(PolicyError) as info:
+        _home_policy(extra)
+    assert where in {p.path for p in info.value.problems}
 
 
 def test_declared_capability_is_the_only_one_in_the_bounding_set():

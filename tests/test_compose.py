@@ -31,6 +31,10 @@ def test_compose_for_none_mode_uses_no_network_and_the_probe_volume():
     assert sandbox["entrypoint"] == list(plan.container.entrypoint) and sandbox["command"] == list(plan.container.command)
     assert doc["volumes"]["sandbox-probe"] == {"external": True, "name": "sandbox-probe-test"}
     assert {"type": "tmpfs", "target": "/workspace/.git", "read_only": True, "tmpfs": {"size": 4096}} in sandbox["volumes"]
+    # compose's short tmpfs syntax carries the owner and mode the long one cannot
+    assert sandbox["tmpfs"] == ["/tmp:rw,size=268435456,uid=1000,gid=1000,mode=0700",
+                                "/home/agent:rw,size=536870912,uid=1000,gid=1000,mode=0700"]
+    assert not any(v["target"] in ("/tmp", "/home/agent") for v in sandbox["volumes"])
 
 
 def test_compose_for_proxy_mode_has_proxy_networks_and_secret_sources_but_no_values(monkeypatch):

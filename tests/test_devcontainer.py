@@ -36,6 +36,10 @@ def test_none_mode_puts_every_protection_into_run_arguments_and_mounts():
     assert config["workspaceMount"] == "type=bind,src=/home/dev/repo,dst=/workspace" and config["workspaceFolder"] == "/workspace"
     assert "type=tmpfs,dst=/workspace/.git,readonly,tmpfs-size=4096" in config["mounts"]
     assert "type=volume,src=sandbox-probe-test,dst=/.sandbox/probe,readonly" in config["mounts"]
+    # the writable tmpfs are the agent's (the Mount API, so "mounts", cannot set an owner)
+    assert "--tmpfs=/home/agent:rw,size=536870912,uid=1000,gid=1000,mode=0700" in args
+    assert "--tmpfs=/tmp:rw,size=268435456,uid=1000,gid=1000,mode=0700" in args
+    assert not any("dst=/home/agent" in m or "dst=/tmp," in m for m in config["mounts"])
     assert config["overrideCommand"] is False and config["updateRemoteUserUID"] is False
     assert config["containerEnv"] == dict(plan.container.env)
     assert 'ENTRYPOINT ["/.sandbox/probe/busybox", "sh", "/.sandbox/probe/probe.sh"]' in files["Dockerfile"]
@@ -87,14 +91,18 @@ def test_devcontainer_up_with_the_real_cli_yields_a_probed_sandbox_that_cannot_r
         while "PROBE-END" not in engine.logs(name) and time.monotonic() < deadline:
             time.sleep(0.2)
         report = parse_probe(engine.logs(name).splitlines())
-        assert report.ok and {"egress.denied", "egress.direct", "fs.protected", "env.secrets"} <= {c.id for c in report.checks}
+        assert report.ok and {"egress.denied", "egress.direct", "fs.protected", "env.secrets",
+                              "home.private"} <= {c.id for c in report.checks}
         script = ('echo "denied=$(curl -s -o /dev/null -w %{http_code} -m 10 http://denied.test/)"; '
                   'echo "allowed=$(curl -s -m 10 http://allowed.test/)"; '
-                  'curl -s -m 3 --noproxy "*" http://denied.test/ && echo DIRECT-OK; id -u; touch .git/hooks/x || echo RO')
+                  'curl -s -m 3 --noproxy "*" http://denied.test/ && echo DIRECT-OK; id -u; touch .git/hooks/x || echo RO; '
+                  'mkdir -p ~/.claude && touch ~/.claude.json && echo "home=$HOME:$(stat -c %u:%a ~)"; '
+                  'touch /home/x 2>/dev/null && echo HOME-PARENT-WRITABLE')
         inside = subprocess.run([cli, "exec", "--workspace-folder", str(workspace), "bash", "-c", script],
                                 capture_output=True, text=True, timeout=120)
         assert "denied=403" in inside.stdout and "allowed=upstream allowed.test 80" in inside.stdout, inside.stderr
         assert "DIRECT-OK" not in inside.stdout and "RO" in inside.stdout.split() and "1000" in inside.stdout.split()
+        assert "home=/home/agent:1000:700" in inside.stdout.split() and "HOME-PARENT-WRITABLE" not in inside.stdout
         assert internet.seen_by_canary() == []
         assert policy.network.mode.value == "proxy"
     finally:

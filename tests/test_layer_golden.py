@@ -21,7 +21,8 @@ description: golden base
 image: sandbox/agent:bookworm
 workspace: {access: read-write, protect: [docs]}
 mounts: [{source: /srv/data, target: /data, access: read-write}, {source: /srv/ref, target: /ref}]
-tmpfs: [{target: /tmp, size: 256m}]
+tmpfs: [{target: /tmp, size: 256m, mode: '0750'}]
+home: {mode: volume, size: 256m}
 network: {mode: proxy, allow: [api.example.com, '*.pypi.org'], allow_ip_literals: true}
 env: {pass: [TERM, LANG], set: {A: '1', B: '2'}}
 limits: {pids: 256, memory: 2g, cpus: 2, timeout: 30m}
@@ -36,8 +37,8 @@ CASES = {
             ("another image", ["image: sandbox/agent:trixie"]),
             ("two digests", ["image: sandbox/agent:bookworm@sha256:" + "a" * 64,
                              "image: sandbox/agent:bookworm@sha256:" + "b" * 64])],
-    "fixed": [("repeated", ["user: '1000:1000'\nworkspace: {target: /workspace}"]),
-              ("changed", ["user: '1001:1001'\nworkspace: {target: /src}"])],
+    "fixed": [("repeated", ["user: '1000:1000'\nworkspace: {target: /workspace}\nhome: {target: /home/agent}"]),
+              ("changed", ["user: '1001:1001'\nworkspace: {target: /src}\nhome: {target: /home/me}"])],
     "read-only-wins": [("read-only", ["workspace: {access: read-only}"]),
                        ("read-write after read-only", ["workspace: {access: read-only}", "workspace: {access: read-write}"])],
     "copy-wins": [("copy", ["workspace: {mode: copy}"]),
@@ -46,16 +47,18 @@ CASES = {
               ("exclusions add up", ["workspace: {exclude: [node_modules]}", "workspace: {exclude: [build]}"])],
     "intersect": [("fewer entries", ["network: {allow: [files.pypi.org]}\nenv: {pass: [LANG], set: {B: '2'}}\n"
                                      "capabilities: [KILL]\nmounts: [{source: /srv/data, target: /data}]\n"
-                                     "tmpfs: [{target: /tmp, size: 64m}]"]),
+                                     "tmpfs: [{target: /tmp, size: 64m, mode: '0700'}]"]),
                   ("new entries", ["network: {allow: [evil.example.net, '*.example.com']}\nenv: {pass: [HOME], set: {A: '2'}}\n"
                                    "capabilities: [SETUID]\nmounts: [{source: /srv/ref, target: /ref, access: read-write}]\n"
                                    "tmpfs: [{target: /tmp, size: 1g}, {target: /more}]"])],
+    "tmpfs-wins": [("tmpfs", ["home: {mode: tmpfs}"]),
+                   ("volume after tmpfs", ["home: {mode: tmpfs}", "home: {mode: volume}"])],
     "none-wins": [("none", ["network: {mode: none}"]),
                   ("proxy after none", ["network: {mode: none}", "network: {mode: proxy}"])],
     "false-wins": [("off", ["network: {allow_ip_literals: false}"]),
                    ("on after off", ["network: {allow_ip_literals: false}", "network: {allow_ip_literals: true}"])],
-    "minimum": [("lower", ["limits: {pids: 64, memory: 512m, cpus: 0.5, timeout: 10m}"]),
-                ("higher", ["limits: {pids: 64}", "limits: {pids: 128, memory: 4g, cpus: 4, timeout: 2h}"])],
+    "minimum": [("lower", ["limits: {pids: 64, memory: 512m, cpus: 0.5, timeout: 10m}\nhome: {size: 128m}"]),
+                ("higher", ["limits: {pids: 64}", "limits: {pids: 128, memory: 4g, cpus: 4, timeout: 2h}\nhome: {size: 1g}"])],
     "replace": [("another command", ["command: [sh, -c, make test]"])],
 }
 

@@ -14,7 +14,7 @@ from launcher.compiler import compile_policy
 from launcher.errors import PolicyError
 from launcher.host import PathFact
 from launcher.layers import FIELDS, LayerKind, full_layer
-from launcher.model import Access, NetworkMode, WorkspaceMode
+from launcher.model import Access, HomeMode, NetworkMode, WorkspaceMode
 from launcher.policy import parse_policy
 
 DIGEST_A, DIGEST_B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
@@ -54,8 +54,11 @@ def documents(draw, base: bool):
                       "exclude": draw(subset(["node_modules", "build", "*.o"]))},
         "mounts": [{"source": s, "target": t, "access": draw(st.sampled_from(["read-only", "read-write"]))}
                    for s, t in draw(subset(MOUNTS))],
-        "tmpfs": [{"target": t, "size": draw(st.sampled_from(["16m", "64m", "256m"]))}
+        "tmpfs": [{"target": t, "size": draw(st.sampled_from(["16m", "64m", "256m"])),
+                   "mode": draw(st.sampled_from(["0700", "0750", "0755", "1777"]))}
                   for t in draw(subset(["/tmp", "/cache"]))],
+        "home": {"mode": draw(st.sampled_from(["tmpfs", "volume"])), "target": draw(st.sampled_from(["/home/agent", "/home/me"])),
+                 "size": draw(st.sampled_from(["64m", "512m", "1g"]))},
         "network": {"mode": mode, "allow": draw(subset(HOSTS)) if mode == "proxy" else [],
                     "allow_ip_literals": draw(st.booleans())},
         "env": {"pass": draw(subset(["TERM", "LANG", "EDITOR"])),
@@ -98,7 +101,7 @@ def no_wider(field: str, got, earlier) -> bool:
         bare = earlier_name.rsplit(":", 1)[0] if ":" in earlier_name.split("/")[-1] else earlier_name
         return got == earlier or (bool(digest) and name in (earlier_name, bare)
                                   and (not earlier_digest or digest == earlier_digest))
-    if field in ("workspace.target", "user"):
+    if field in ("workspace.target", "home.target", "user"):
         return got == earlier
     if field in ("workspace.access", "workspace.git"):
         return got is Access.READ_ONLY or earlier is Access.READ_WRITE
@@ -109,8 +112,11 @@ def no_wider(field: str, got, earlier) -> bool:
     if field == "mounts":
         return all(any((m.source, m.target) == (e.source, e.target) and
                        (m.access is Access.READ_ONLY or e.access is Access.READ_WRITE) for e in earlier) for m in got)
-    if field == "tmpfs":
-        return all(any(t.target == e.target and t.size_bytes <= e.size_bytes for e in earlier) for t in got)
+    if field == "tmpfs":   # no bigger, and no mode bit the earlier one lacks
+        return all(any(t.target == e.target and t.size_bytes <= e.size_bytes and t.mode & ~e.mode == 0 for e in earlier)
+                   for t in got)
+    if field == "home.mode":
+        return got is HomeMode.TMPFS or earlier is HomeMode.VOLUME
     if field == "network.mode":
         return got is NetworkMode.NONE or earlier is NetworkMode.PROXY
     if field == "network.allow":
@@ -121,7 +127,7 @@ def no_wider(field: str, got, earlier) -> bool:
         return set(got) <= set(earlier)
     if field == "command":
         return True
-    return got <= earlier   # limits
+    return got <= earlier   # limits, home.size
 
 
 def parse(doc: dict, base: bool):

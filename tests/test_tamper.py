@@ -20,7 +20,7 @@ from fakes import Recorder
 from launcher import checks, host, images, launch
 from launcher.compiler import compile_policy
 from launcher.errors import ProbeFailed
-from launcher.model import WorkspaceMode
+from launcher.model import HomeMode, WorkspaceMode
 from launcher.plan import Mount, MountKind
 from launcher.policy import load_policy
 from launcher.surfaces import GIT_READS
@@ -43,6 +43,11 @@ def add_mount(c, mount):
 
 def add_env(c, name, value):
     return replace(c, env=c.env + ((name, value),))
+
+
+def home_as(c, **change):
+    """The home mount changed after compile (the plan still expects the agent's private home)."""
+    return replace(c, mounts=tuple(replace(m, **change) if m.target == "/home/agent" else m for m in c.mounts))
 
 
 def root_owned(c, ws, mode):
@@ -73,6 +78,7 @@ TAMPERS = {
     "mounts.workspace": lambda c, ws, tmp: replace(c, mounts=tuple(
         replace(m, source=str(tmp)) if m.target == "/workspace" else m for m in c.mounts)),
     "ws.access": lambda c, ws, tmp: root_owned(c, ws, 0o700),
+    "home.private": lambda c, ws, tmp: home_as(c, owner=(0, 0)),
     "fs.protected": lambda c, ws, tmp: replace(c, mounts=tuple(
         m for m in c.mounts if not m.target.startswith("/workspace/"))),
     "sockets.mounts": lambda c, ws, tmp: c,   # the socket is planted in the workspace, see below
@@ -99,9 +105,9 @@ def probe_only(monkeypatch):
     monkeypatch.setattr(launch.host, "bind_source_intact", lambda path: True)
 
 
-def plan_for(workspace, mode=WorkspaceMode.BIND):
+def plan_for(workspace, mode=WorkspaceMode.BIND, home=HomeMode.TMPFS):
     policy = load_policy("untrusted")
-    policy = replace(policy, workspace=replace(policy.workspace, mode=mode))
+    policy = replace(policy, workspace=replace(policy.workspace, mode=mode), home=replace(policy.home, mode=home))
     return compile_policy(policy, host.gather(policy, str(workspace), images.probe_volume_name()),
                           command=("/.sandbox/probe/busybox", "touch", f"/workspace/{MARKER}"))
 
@@ -167,6 +173,59 @@ def test_copy_mode_mounts_workspace_fails_unless_the_agent_sees_the_overlay(engi
     assert "mounts.workspace" in {c.id for c in info.value.report.failed}
     assert not (workspace / MARKER).exists() and listener.out == b""
     assert engine.volume_info(plan.copy.upper_volume) is None   # the agent never ran: the new copy went too
+
+
+@pytest.mark.parametrize("how", ["owned by root", "through the Mount API (root's, 0755)", "not mounted"])
+def test_a_home_that_is_not_the_agents_own_tmpfs_fails_home_private(engine, workspace, probe_only, how):
+    plan = plan_for(workspace)
+    container = {"owned by root": lambda c: home_as(c, owner=(0, 0)),
+                 "through the Mount API (root's, 0755)": lambda c: home_as(c, owner=None),
+                 "not mounted": lambda c: replace(c, mounts=tuple(m for m in c.mounts if m.target != "/home/agent")),
+                 }[how](plan.container)
+    listener = Recorder()
+    with pytest.raises(ProbeFailed) as info:
+        launch.run(engine, replace(plan, container=container), listener)
+    assert "home.private" in {c.id for c in info.value.report.failed}
+    assert not (workspace / MARKER).exists() and listener.out == b""
+
+
+def test_a_home_volume_of_another_workspace_fails_home_private(engine, workspace, tmp_path, probe_only):
+    """Two workspaces sharing one home: workspace B's home volume (made and handed to the agent as
+    the launcher does) mounted in A's sandbox fails, and the agent never runs."""
+    from launcher import home
+
+    other = tmp_path / "other"
+    other.mkdir()
+    os.chown(other, 1000, 1000)
+    plan, theirs = plan_for(workspace, home=HomeMode.VOLUME), plan_for(other, home=HomeMode.VOLUME)
+    assert plan.home.volume != theirs.home.volume
+    try:
+        home.prepare(engine, theirs.home, lambda line: None)
+        mounts = tuple(replace(m, source=theirs.home.volume) if m.target == "/home/agent" else m
+                       for m in plan.container.mounts)
+        listener = Recorder()
+        with pytest.raises(ProbeFailed) as info:
+            launch.run(engine, replace(plan, container=replace(plan.container, mounts=mounts)), listener)
+        failed = {c.id: c for c in info.value.report.failed}
+        assert set(failed) == {"home.private"}, failed
+        assert theirs.home.volume in failed["home.private"].observed
+        assert not (workspace / MARKER).exists() and listener.out == b""
+        assert engine.volume_info(plan.home.volume) is None   # made for this run, which never started
+    finally:
+        for volume in (plan.home.volume, theirs.home.volume):
+            if engine.volume_info(volume) is not None:
+                engine.remove_volume(volume)
+
+
+def test_an_extra_writable_mount_beside_the_home_fails_mounts_writable(engine, workspace, probe_only):
+    plan = plan_for(workspace)
+    extra = Mount(kind=MountKind.TMPFS, target="/home/other", read_only=False, size_bytes=1 << 20, owner=(1000, 1000))
+    listener = Recorder()
+    with pytest.raises(ProbeFailed) as info:
+        launch.run(engine, replace(plan, container=add_mount(plan.container, extra)), listener)
+    failed = {c.id for c in info.value.report.failed}
+    assert "mounts.writable" in failed and "home.private" not in failed, failed
+    assert not (workspace / MARKER).exists() and listener.out == b""
 
 
 def test_inspect_comparison_refuses_a_container_that_differs_from_the_plan(engine, workspace):

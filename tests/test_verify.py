@@ -70,6 +70,11 @@ def test_inspect_of_a_faithful_container_matches():
                                              for d in ("/home/agent", "/etc/cron.d")]),
      "Mounts: the image declares VOLUME /etc/cron.d, /home/agent: writable volumes the policy does not declare"),
     ("Memory", lambda a: a["HostConfig"].update(Memory=0), "the plan says 2147483648, the container has 0"),
+    ("Tmpfs", lambda a: a["HostConfig"]["Tmpfs"].update({"/home/agent": "rw,size=536870912,uid=0,gid=0,mode=0700"}),
+     "/home/agent=rw,size=536870912,uid=1000,gid=1000,mode=0700, the container has"),
+    ("Tmpfs", lambda a: a["HostConfig"]["Tmpfs"].pop("/home/agent"), "the plan says /tmp="),
+    ("Mounts", lambda a: a["Mounts"].append({"Type": "tmpfs", "Destination": "/home/agent", "RW": True, "Source": ""}),
+     "/home/agent is mounted (tmpfs -, writable) but not planned"),
     ("LogConfig", lambda a: a["HostConfig"].update(LogConfig={"Type": "json-file", "Config": {}}),   # unbounded
      "the plan says json-file, {'max-size': '10m', 'max-file': '2'}, the container has json-file, {}"),
 ])
@@ -116,6 +121,20 @@ def test_a_failed_ws_access_says_whose_workspace_it_is_and_what_to_do(plan, obse
     assert info.value.exit_code == 122
     assert (f"\n    hint: the agent (uid 1000) cannot {cannot} {plan.probe.wsroot}, which belongs to uid 0 "
             f"mode 0{observed[-3:]}: set `user:` in the policy to a uid that can, or use copy mode") in str(info.value)
+
+
+@pytest.mark.parametrize("observed, says", [
+    ("mounts=0,type=-,root=-,uid=-,gid=-,owner=0:0,mode=755", "must be exactly one mount"),
+    ("mounts=1,type=tmpfs,root=/,uid=0,gid=0,owner=0:0,mode=700", "belongs to 0:0, not to the agent (uid 1000)"),
+    ("mounts=1,type=tmpfs,root=/,uid=1000,gid=1000,owner=1000:1000,mode=755", "mode 0755: runc before 1.1.8"),
+    ("mounts=1,type=ext4,root=/var/lib/docker/volumes/x/_data,uid=-,gid=-,owner=1000:1000,mode=700", "never shared"),
+])
+def test_a_failed_home_private_says_what_is_wrong_with_the_home(plan, observed, says):
+    line = f"PROBE\thome.private\tfail\t1 mount at /home/agent <- tmpfs\t{observed}\n"
+    engine = FakeEngine(output=[((line + "PROBE-END\tfail\t1\n").encode(), None)])
+    with pytest.raises(ProbeFailed) as info:
+        launch.run(engine, plan, Recorder())
+    assert "\n    hint: " in str(info.value) and says in str(info.value), str(info.value)
 
 
 def test_a_failed_check_without_a_hint_gets_none(plan):

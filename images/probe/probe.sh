@@ -185,7 +185,7 @@ _p_hexip() {
 
 parse_args() {
 	local keys bad= seen= dash=0 nafter=0 arg k v ok
-	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,wsupper,net,pids,mem,proxy,denyhost,dnsname,"
+	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,wsupper,home,homesrc,net,pids,mem,proxy,denyhost,dnsname,"
 	keys="${keys}checks,secretnames,secretvalues,runtimenames,runtimesockets,credpaths,"
 	for arg in "$@"; do
 		if [ "$dash" = 1 ]; then nafter=$((nafter + 1)); continue; fi
@@ -208,7 +208,8 @@ parse_args() {
 		net) case $v in none | proxy) ;; *) ok=0 ;; esac ;;
 		proxy) case $v in -) ;; *:*[!0-9]* | :* | *: | *[!a-z0-9.:-]*) ok=0 ;; *:*) ;; *) ok=0 ;; esac ;;
 		denyhost | dnsname) case $v in -) ;; '' | *[!a-z0-9.-]*) ok=0 ;; esac ;;
-		workspace | wsroot | wsupper) [ "$v" = - ] || _p_validpath "$v" || ok=0 ;;
+		workspace | wsroot | wsupper | home) [ "$v" = - ] || _p_validpath "$v" || ok=0 ;;
+		homesrc) [ "$v" = tmpfs ] || _p_validpath "$v" || ok=0 ;;
 		checks) case $v in '' | ,* | *, | *,,* | *[!a-z0-9._,]*) ok=0 ;; esac ;;
 		secretnames | runtimenames) case $v in '' | *[!]A-Za-z0-9_*?,[]*) ok=0 ;; esac ;;
 		secretvalues) [ -n "$v" ] || ok=0 ;;
@@ -226,6 +227,7 @@ parse_args() {
 	[ "$dash" = 1 ] || _p_add bad "missing:--"
 	[ "$dash" = 1 ] && [ "$nafter" = 0 ] && _p_add bad "missing:agent-argv"
 	if [ "$A_workspace" != - ] && [ "$A_wsroot" = - ]; then _p_add bad "invalid:wsroot=-"; fi
+	if [ "$A_home" = - ]; then _p_add bad "invalid:home=-"; fi
 	if [ "$A_net" = proxy ] && { [ "$A_proxy" = - ] || [ "$A_denyhost" = - ]; }; then _p_add bad "invalid:proxy=-"; fi
 	if [ -n "$bad" ]; then
 		_p_line args 0 "key=value... -- argv" "$bad"
@@ -235,6 +237,7 @@ parse_args() {
 	case $A_capbnd in *[A-F]*) A_capbnd=$(printf '%s' "$A_capbnd" | "$BB" tr A-F a-f) ;; esac
 	_p_dec "$A_wsroot"; _p_esc "$_P_R"; A_wsroot=$_P_R   # raw commas -> \054, like mountinfo fields
 	_p_dec "$A_wsupper"; _p_esc "$_P_R"; A_wsupper=$_P_R
+	_p_dec "$A_homesrc"; _p_esc "$_P_R"; A_homesrc=$_P_R
 	set -f; IFS=,
 	for k in ${keys#,}; do [ -z "$k" ] || readonly "A_$k"; done
 	IFS=$_P_IFS; set +f
@@ -713,6 +716,45 @@ check_ws_access() {
 	if "$BB" ls -a -- "$d" >/dev/null 2>&1 </dev/null; then _p_add obs list=ok; else ok=0; _p_add obs list=refused; fi
 	st=$("$BB" stat -c 'owner=%u,group=%g,mode=%a' -- "$d" 2>/dev/null </dev/null) || { ok=0; st=stat=failed; }
 	_p_line ws.access "$ok" "uid $A_uid can $need $A_workspace" "$obs,$st"
+}
+
+# the agent's home is exactly one mount at its point, of the planned source: a fresh tmpfs mounted
+# for the agent's uid:gid (root /, superopts uid= and gid= the agent's), or the workspace's own home
+# volume (mountinfo root ending in homesrc, /NAME/_data); its root directory is owned by the agent's
+# uid:gid and has no group or other permission bits. Writability is mounts.writable's; that /home
+# itself stays read-only is fs.rofs's.
+check_home_private() {
+	local ok=1 n=0 fst= root= sopts= ln d st m o u= g=
+	if [ "$MI_OK" != 1 ]; then _p_line home.private 0 "$A_home <- $A_homesrc" "$MI_ERR"; return; fi
+	set -f; IFS=$_P_NL
+	for ln in $MI_TABLE; do
+		IFS=' '; set -- $ln
+		[ "$5" = "$A_home" ] || continue
+		n=$((n + 1)); root=$4 fst=$7 sopts=$8
+	done
+	IFS=$_P_IFS; set +f
+	[ "$n" = 1 ] || ok=0
+	if [ "$A_homesrc" = tmpfs ]; then
+		set -f; IFS=,
+		for o in $sopts; do
+			case $o in uid=*) u=${o#uid=} ;; gid=*) g=${o#gid=} ;; esac
+		done
+		IFS=$_P_IFS; set +f
+		[ "$fst" = tmpfs ] && [ "$root" = / ] && [ "$u" = "$A_uid" ] && [ "$g" = "$A_gid" ] || ok=0
+	else
+		case $fst in overlay | aufs | tmpfs | ramfs | proc | sysfs | devpts | mqueue | cgroup | cgroup2 | '') ok=0 ;; esac
+		case $root in *"$A_homesrc") ;; *) ok=0 ;; esac
+	fi
+	_p_dec "$A_home"; d=$_P_R
+	st=$("$BB" stat -c '%u:%g %a' -- "$d" 2>/dev/null </dev/null) || { ok=0; st="- -"; }
+	case $st in
+	"$A_uid:$A_gid "*) ;;
+	*) ok=0 ;;
+	esac
+	m=${st##* }
+	case ${m#"${m%??}"} in 00) ;; *) ok=0 ;; esac   # the mode's last two digits: group, other
+	_p_line home.private "$ok" "1 mount at $A_home <- $A_homesrc, owner $A_uid:$A_gid, no group/other bits" \
+		"mounts=$n,type=${fst:--},root=${root:--},uid=${u:--},gid=${g:--},owner=${st%% *},mode=${st##* }"
 }
 
 # protected paths cannot be written, replaced (renamed away) or created

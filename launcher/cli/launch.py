@@ -20,7 +20,7 @@ def _engine_and_images(launch_plan, console: output.Console):
 
     eng = engine.connect()
     images.ensure_for(eng, launch_plan.container.image, console.status, proxy=launch_plan.proxy is not None)
-    if launch_plan.copy:   # the copy's tools run in our agent image, whatever the policy's image
+    if launch_plan.copy or launch_plan.home:   # their tools run in our agent image, whatever the policy's image
         images.build(eng, images.agent_image(), console.status)
     return eng
 

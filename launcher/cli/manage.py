@@ -58,14 +58,18 @@ def _report_changes(names, failing: bool) -> None:
 
 @click.command()
 @click.argument("name")
+@click.option("--purge", is_flag=True, help="Also remove the agent's home volumes of NAME's workspace (home.mode "
+              "volume: logins, settings, history; whatever the agent left there).")
 @strict_option
-def down(name: str, strict: bool) -> None:
+def down(name: str, purge: bool, strict: bool) -> None:
     """Stop (SIGTERM, then a grace period) and remove the sandbox NAME, then say what the agent
     changed among the files host tools run or trust (exit 123 for that under CI=true or --strict)."""
     from launcher import engine, host, sandboxes
 
-    copy = sandboxes.down(engine.connect(), name)
-    click.echo(f"sandbox: removed {name}", err=True)
+    copy, removed, kept = sandboxes.down(engine.connect(), name, purge=purge)
+    click.echo(f"sandbox: removed {name}" + "".join(f", {v}" for v in removed), err=True)
+    for volume in kept:
+        click.echo(f"sandbox: kept the home volume {volume}", err=True)
     if copy:
         click.echo(f"sandbox: its work stays in the copy {copy}: `sandbox diff {copy}`, `sandbox apply {copy}`, "
                    f"`sandbox discard {copy}`", err=True)
@@ -76,15 +80,18 @@ def down(name: str, strict: bool) -> None:
 @click.option("--all", "everything", is_flag=True,
               help="Also remove running `up` sandboxes and those compose or `docker run` launched.")
 @click.option("--force", is_flag=True, help="Also drop copies whose changes were never applied (says how many).")
-def gc(everything: bool, force: bool) -> None:
+@click.option("--volumes", is_flag=True, help="Also remove the agents' home volumes (home.mode volume) no sandbox uses.")
+def gc(everything: bool, force: bool, volumes: bool) -> None:
     """Remove sandboxes of ours left behind (stopped, or whose launcher died) with their proxies
     and networks, probe volumes of earlier probe versions, and copies whose work is on the host
-    tree already. A copy with unapplied changes stays unless --force."""
-    from launcher import baseline, engine, images, sandboxes
+    tree already. A copy with unapplied changes stays unless --force; home volumes stay unless --volumes."""
+    from launcher import baseline, engine, home, images, sandboxes
 
     eng = engine.connect()
     removed = sandboxes.gc(eng, everything)
     removed += sandboxes.stale_probe_volumes(eng, images.probe_volume_name())
+    if volumes:
+        removed += home.remove_unused(eng)[0]
     if any(i.kind == "copy" for i in sandboxes.ls(eng)):
         images.build(eng, images.agent_image(), Console().status)   # the copies' tools run in it
     for verdict in sandboxes.gc_copies(eng, force):

@@ -7,7 +7,6 @@ agent's files in place (a FIFO, a symlink or a huge file there is the container'
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -16,10 +15,10 @@ from launcher import labels as label
 from launcher import resources
 from launcher.engine import Engine
 from launcher.errors import EngineError, NotFound, PolicyError, Problem
-from launcher.plan import ContainerSpec, CopySpec, Mount, MountKind
+from launcher.plan import CopySpec, Mount, MountKind
+from launcher.tools import run_tool
 
 TOOL = (resources.images_dir() / "tools" / "copytool.py").read_text()
-TOOL_IMAGE = "sandbox/agent:bookworm"      # has python3, tar and cp (images/agent)
 # root in the tools container: it copies files of any owner into the agent's, and whiteouts (the
 # overlay's deletions, character devices) between checkpoints; never any of the agent's programs.
 TOOL_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "MKNOD")
@@ -42,20 +41,9 @@ def _tool(engine: Engine, copy: str, argv: list[str], mounts: list[Mount], what:
     for mount in mounts:   # Docker would create a missing one, empty, and we would read "no changes"
         if mount.kind is MountKind.VOLUME and engine.volume_info(mount.source) is None:
             raise NotFound(f"no copy named {copy!r} (volume {mount.source} is missing); `sandbox ls` lists them")
-    name = f"{copy}-tool-{os.urandom(3).hex()}"
-    spec = ContainerSpec(
-        name=name, image=TOOL_IMAGE, user="0:0", entrypoint=("python3", "-c", TOOL),
-        command=tuple(argv), env=(("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),), working_dir="/",
-        mounts=tuple(mounts) + (Mount(kind=MountKind.TMPFS, target="/tmp", read_only=False, size_bytes=64 << 20),),
-        network_mode="none", read_only_root=True, cap_drop=("ALL",), cap_add=TOOL_CAPS,
-        security_opt=("no-new-privileges",), pids_limit=256, memory_bytes=1 << 30, nano_cpus=None,
-        labels=tuple(sorted({label.MANAGED: "1", label.KIND: "tool", label.SANDBOX: name, label.COPY: copy,
-                             label.OWNER_PID: str(os.getpid())}.items())), hostname="sandbox-tools")
-    code, out, err = engine.run_collect(spec)
-    if code != 0:
-        tail = "\n    ".join(err.decode(errors="replace").strip().splitlines()[-5:])
-        raise EngineError(f"{what} failed (exit {code}):\n    {tail}")
-    return out
+    scratch = Mount(kind=MountKind.TMPFS, target="/tmp", read_only=False, size_bytes=64 << 20)
+    return run_tool(engine, name=copy, entrypoint=("python3", "-c", TOOL), argv=argv, mounts=mounts + [scratch],
+                    caps=TOOL_CAPS, labels={label.COPY: copy}, what=what)
 
 
 def _volume(name: str, target: str, read_only: bool) -> Mount:

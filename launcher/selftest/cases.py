@@ -49,7 +49,13 @@ FILESYSTEM = [
     _c("fs.write_etc", "EROFS", 'try_create "/etc/selftest.$$"'),
     _c("fs.write_usr", "EROFS", 'try_create "/usr/bin/selftest.$$"'),
     _c("fs.write_var", "EROFS", 'try_create "/var/selftest.$$"'),
-    _c("fs.write_home", "EROFS", 'try_create "${HOME:-/home/agent}/selftest.$$"'),
+    # $HOME is the agent's own writable home by design (policy `home:`, proven by the probe's
+    # home.private); /home around it and any other user's home stay on the read-only root.
+    _c("fs.write_home", "EROFS (in /home itself; $HOME is writable)", 'try_create "/home/selftest.$$"'),
+    _c("fs.write_other_home", "EROFS", 'try_create "/home/other/selftest.$$"'),
+    _c("fs.home_private", "$HOME owned by the agent, mode 0700, a mount of its own",
+       'st="$(stat -c "%u:%g %a" -- "$HOME")"; [ "$st" = "$(id -u):$(id -g) 700" ] && '
+       'awk -v h="$HOME" \'$5 == h { n++ } END { exit n != 1 }\' /proc/self/mountinfo && ok "$st" || escaped "$HOME is $st"'),
     _c("fs.write_probe", "read-only probe volume", 'try_create "/.sandbox/probe/selftest.$$"'),
     _c("fs.append_passwd", "EROFS", "try_open_w /etc/passwd"),
     _c("fs.remount_root_rw", "EPERM", 'err="$(mount -o remount,rw / 2>&1)" && escaped "remounted / rw" || ok "$(reason "$err")"'),

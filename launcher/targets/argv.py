@@ -44,7 +44,14 @@ def mount_flag(mount: Mount) -> str:
         fields.append("readonly")
     if mount.kind is MountKind.TMPFS and mount.size_bytes:
         fields.append(f"tmpfs-size={mount.size_bytes}")
+    if mount.no_copy:
+        fields.append("volume-nocopy")
     return ",".join(fields)
+
+
+def tmpfs_flag(mount: Mount) -> str:
+    """`--tmpfs` value of an owned tmpfs (the Mount API, hence `--mount`, cannot set its owner)."""
+    return f"{mount.target}:{mount.tmpfs_options}"
 
 
 def log_flags(options: tuple[tuple[str, str], ...]) -> list[str]:
@@ -70,7 +77,7 @@ def to_argv(plan: LaunchPlan) -> list[str]:
         argv += ["--dns", server]
     argv += log_flags(c.log_options)
     for mount in c.mounts:
-        argv += ["--mount", mount_flag(mount)]
+        argv += ["--tmpfs", tmpfs_flag(mount)] if mount.owned_tmpfs else ["--mount", mount_flag(mount)]
     for name, value in c.env:
         argv += ["--env", f"{name}={value}"]
     for key, value in c.labels:

@@ -67,7 +67,9 @@ def to_compose(plan: LaunchPlan) -> dict:
         "cap_drop": list(c.cap_drop), **({"cap_add": list(c.cap_add)} if c.cap_add else {}),
         "security_opt": list(c.security_opt), "pids_limit": c.pids_limit,
         "mem_limit": c.memory_bytes, "memswap_limit": c.memory_bytes, "cpus": c.nano_cpus / 1e9,
-        "volumes": [_mount(m) for m in c.mounts], "stdin_open": False, "tty": False,
+        "volumes": [_mount(m) for m in c.mounts if not m.owned_tmpfs],
+        **({"tmpfs": owned} if (owned := [f"{m.target}:{m.tmpfs_options}" for m in c.mounts if m.owned_tmpfs]) else {}),
+        "stdin_open": False, "tty": False,
         "logging": _logging(c.log_options),
     }
     doc: dict = {"version": "2.4", "services": {}, "volumes": {

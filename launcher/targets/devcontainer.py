@@ -11,7 +11,7 @@ import yaml
 
 from launcher.targets.compose import to_compose
 from launcher.plan import LaunchPlan, MountKind
-from launcher.targets.argv import log_flags, mount_flag
+from launcher.targets.argv import log_flags, mount_flag, tmpfs_flag
 
 # Remote settings the editor honours inside the container. The host-side ones (credential helper,
 # ssh/gpg agent forwarding, copying .gitconfig) are user settings of the editor: see the README.
@@ -42,6 +42,7 @@ def _run_args(plan: LaunchPlan) -> list[str]:
             f"--memory={c.memory_bytes}", f"--memory-swap={c.memory_bytes}", f"--cpus={c.nano_cpus / 1e9:g}",
             f"--network={c.network_mode}", f"--hostname={c.hostname}", f"--user={c.user}"]
     args += [f"--dns={d}" for d in c.dns] + log_flags(c.log_options)
+    args += [f"--tmpfs={tmpfs_flag(m)}" for m in c.mounts if m.owned_tmpfs]
     return args + [f"--label={k}={v}" for k, v in c.labels]
 
 
@@ -63,7 +64,7 @@ def files(plan: LaunchPlan) -> dict[str, str]:
         config.update({
             "build": {"dockerfile": "Dockerfile"},
             "workspaceMount": mount_flag(workspace),
-            "mounts": [mount_flag(m) for m in c.mounts if m is not workspace],
+            "mounts": [mount_flag(m) for m in c.mounts if m is not workspace and not m.owned_tmpfs],
             "runArgs": _run_args(plan),
         })
     else:

@@ -142,11 +142,11 @@ fi
 try_write "write a file into /etc" "/etc/$MARK"
 try_write "write a file into /usr/bin" "/usr/bin/$MARK"
 try_write "write a file into /" "/$MARK"
-if [ -n "${HOME:-}" ]; then
-    try_write "write a file into \$HOME ($HOME)" "$HOME/$MARK"
-else
-    report_blocked "write a file into \$HOME" "HOME is not set"
-fi
+# $HOME itself is the agent's own writable home in the sandbox (policy `home:`, a tmpfs by default,
+# gone with the sandbox): writing there is by design. What must still fail: /home around it, and
+# another user's home.
+try_write "write a file into /home (beside \$HOME)" "/home/$MARK"
+try_write "write a file into another user's home" "/home/other-user/$MARK"
 
 # --- 4. privileged control files inside the workspace ----------------------------------------
 if awk -v ws="$PWD" '$5 == ws { split($0, s, " - "); split(s[2], f, " "); print f[1] }' /proc/self/mountinfo 2>/dev/null |
