@@ -90,10 +90,12 @@ def script_upstream(engine, prefix: str, alias: str, script: str, environment: d
 
 
 @pytest.fixture(scope="session")
-def engine():
-    """A connected Engine with the bundled images built; fails in CI when there is none."""
+def engine(tmp_path_factory):
+    """A connected Engine with the bundled images built; fails in CI when there is none. At the
+    end, the copies that copy-mode runs kept of this session's workspaces go (a user keeps them)."""
     from launcher import engine as engine_mod
     from launcher import images
+    from launcher.copies import store
     from launcher.errors import EngineError
 
     try:
@@ -103,7 +105,11 @@ def engine():
             pytest.fail(f"CI=true and no Docker engine: {exc}")
         pytest.skip(f"no Docker engine: {exc}")
     images.ensure_for(eng, images.AGENT_IMAGE, lambda line: None)
-    return eng
+    yield eng
+    ours = str(tmp_path_factory.getbasetemp())
+    for copy in store.all_copies(eng):
+        if copy.workspace.startswith(ours + "/") and not copy.users:
+            store.drop(eng, copy.name)
 
 
 @pytest.fixture

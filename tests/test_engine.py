@@ -113,14 +113,14 @@ def test_signals_remove_everything(engine, workspace, sig, code):
 
 def test_up_exec_ls_down(engine, workspace):
     name = "sandbox-test-up"
-    result = sandbox("up", str(workspace), "--name", name, "--no-shell")
+    result = sandbox("up", *BIND, str(workspace), "--name", name, "--no-shell")
     assert result.returncode == 0, result.stderr
     try:
         listing = json.loads(sandbox("ls", "--json").stdout)
         assert any(i["name"] == name and i["kind"] == "up" and i["state"] == "running" for i in listing)
         result = sandbox("exec", name, "--", "sh", "-c", "id -u; touch /etc/x 2>&1; exit 3")
         assert result.returncode == 3 and result.stdout.startswith("1000\n") and "Read-only" in result.stdout
-        again = sandbox("up", str(workspace), "--name", name, "--no-shell")
+        again = sandbox("up", *BIND, str(workspace), "--name", name, "--no-shell")
         assert "already running" in again.stderr
     finally:
         assert sandbox("down", name).returncode == 0
@@ -210,7 +210,7 @@ def test_socket_planted_in_the_workspace_is_refused_before_launch(engine, worksp
 def test_up_opens_an_interactive_shell_in_a_terminal(engine, workspace):
     name = "sandbox-test-tty"
     primary, secondary = os.openpty()
-    proc = subprocess.Popen(SANDBOX + ["up", str(workspace), "--name", name], stdin=secondary, stdout=secondary,
+    proc = subprocess.Popen(SANDBOX + ["up", *BIND, str(workspace), "--name", name], stdin=secondary, stdout=secondary,
                             stderr=secondary, start_new_session=True)
     os.close(secondary)
     try:
@@ -230,7 +230,7 @@ def test_up_opens_an_interactive_shell_in_a_terminal(engine, workspace):
 def test_up_stops_at_its_time_limit_whoever_is_attached_and_warns_the_shell_first(engine, workspace):
     name = "sandbox-test-up-timeout"
     started = time.monotonic()
-    result = sandbox("up", str(workspace), "--name", name, "--no-shell", "--timeout", "8s")
+    result = sandbox("up", *BIND, str(workspace), "--name", name, "--no-shell", "--timeout", "8s")
     assert result.returncode == 0 and "is up until" in result.stderr, result.stderr
     primary, secondary = os.openpty()
     shell = subprocess.Popen(["docker", "exec", "-it", name, "bash", "-c", "sleep 30"], stdin=secondary,
