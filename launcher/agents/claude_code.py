@@ -1,0 +1,42 @@
+"""Claude Code (npm @anthropic-ai/claude-code): a native binary, Anthropic Messages API over SSE.
+
+Sources: https://code.claude.com/docs/en/env-vars (ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY sent as
+x-api-key, DISABLE_AUTOUPDATER, CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC, apiKeyHelper);
+https://developers.cloudflare.com/ai-gateway/integrations/coding-agents/claude-code/ (a gateway as
+ANTHROPIC_BASE_URL, without /v1); observed in tests/test_agents_real.py."""
+
+from launcher.agents import AgentProfile, ModelWiring, Package
+
+PROFILE = AgentProfile(
+    name="claude-code",
+    summary="Anthropic's Claude Code CLI, headless with -p; its own permission prompts off (the container is the boundary)",
+    image="claude-code",
+    package=Package(registry="npm", name="@anthropic-ai/claude-code", version="2.1.332"),
+    command="claude",
+    headless=("claude", "-p", "{task}", "--dangerously-skip-permissions"),
+    # ~/.claude.json is replaced by temp file + rename: the home must be a directory mount, never a
+    # bind-mounted single file (EBUSY). It also writes /tmp/claude-<uid>/ (needs a writable /tmp).
+    home_paths=(".claude", ".claude.json"),
+    env={
+        # Without these it CONNECTs to api.anthropic.com three times a run (telemetry, update check).
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+    },
+    model=ModelWiring(
+        api="anthropic-messages",
+        upstream="https://api.anthropic.com",
+        header="x-api-key: {value}",
+        env={"ANTHROPIC_BASE_URL": "{endpoint}"},   # Claude appends /v1/messages itself
+        # Without a key it exits "Not logged in · Please run /login". ANTHROPIC_API_KEY is
+        # secret-shaped; the verified alternative is ~/.claude/settings.json {"apiKeyHelper": "echo
+        # <placeholder>"}, but then Claude sends the placeholder as x-api-key AND as Authorization:
+        # Bearer, and the proxy replaces only x-api-key: strip Authorization there too.
+        key_env="ANTHROPIC_API_KEY",
+    ),
+    hosts=(),
+    blocked=(),
+    verified="2.1.332: one Bash tool call + final answer against images/model-api, plain docker run "
+             "(read-only root, tmpfs home), exit 0, no other host tried (tests/test_agents_real.py)",
+)
