@@ -1,0 +1,130 @@
+"""The real agent CLIs (Claude Code, Codex, Gemini CLI, aider) from their registries, in their agent
+images, each driven by our scripted stand-in model API (images/model-api) through one shell tool
+call (aider: one file edit) and a final answer. Plain `docker run` with a read-only root and a tmpfs
+home owned by the agent: no launcher yet, so this proves the CLIs and their profiles' wiring, not the
+sandbox. Building the images needs the registries; the runs reach only our own containers."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from launcher import agents, images
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+MODEL_API = "model-api"             # the stand-in's alias on the test network
+ENDPOINT = f"http://{MODEL_API}:80"  # stands in for SANDBOX_ENDPOINT_MODEL (the proxy's endpoint)
+LABEL = "dev.sandbox.test=agents-real"
+TASK = "Create the marker file the task runner expects."
+
+# Where each CLI's key goes in this test. The sandbox would give the CLI a placeholder and let the
+# proxy add the real header; here the CLI talks to the stand-in directly, so it holds the test key.
+KEY_VARIABLE = {"claude-code": "ANTHROPIC_API_KEY", "codex": "SANDBOX_MODEL_PLACEHOLDER",
+                "gemini-cli": "GEMINI_API_KEY", "aider": "OPENAI_API_KEY"}
+KEY_HEADER = {"claude-code": ("x-api-key", "{key}"), "codex": ("authorization", "Bearer {key}"),
+              "gemini-cli": ("x-goog-api-key", "{key}"), "aider": ("authorization", "Bearer {key}")}
+# Before the task: aider, a workspace that is not a repository; Codex, a model it does not know, so
+# it offers the classic function tools (for its own models, e.g. the default gpt-6.2-sol, 0.171 offers
+# only "code mode": one custom `exec` tool taking JavaScript that calls tools.exec_command).
+EXTRA_ARGS = {"aider": ["--edit-format", "whole", "--no-git"], "codex": ["--model", "stand-in"]}
+API_PATHS = {"claude-code": "/v1/messages", "codex": "/v1/responses",
+             "gemini-cli": ":streamGenerateContent", "aider": "/v1/chat/completions"}
+
+
+def docker(*argv: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *argv], capture_output=True, text=True, timeout=timeout, check=check)
+
+
+@pytest.fixture(scope="module")
+def model_api(engine):
+    """The stand-in model API alone on an internal network (no way out), expecting a random key;
+    yields (network, key, function returning its request log)."""
+    image = images.model_api_image()
+    images.build(engine, image, lambda line: None)
+    key = "test-" + uuid.uuid4().hex
+    network = f"sandbox-test-agents-{os.getpid()}"
+    docker("network", "create", "--internal", "--label", LABEL,
+           "-o", "com.docker.network.bridge.inhibit_ipv4=true", network)
+    name = f"{network}-model-api"
+    try:
+        docker("run", "-d", "--name", name, "--label", LABEL, "--network", network, "--network-alias", MODEL_API,
+               "-e", f"MODEL_API_EXPECTED_KEY={key}", image.tag)
+        deadline = time.monotonic() + 30
+        while "READY" not in docker("logs", name).stdout and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+        def log() -> list[dict]:
+            out = docker("exec", name, "cat", "/tmp/requests.jsonl", check=False).stdout
+            return [json.loads(line) for line in out.splitlines()]
+
+        def reset() -> None:
+            docker("exec", name, "sh", "-c", ": > /tmp/requests.jsonl")
+
+        yield network, key, log, reset
+    finally:
+        docker("rm", "-f", name, check=False)
+        docker("network", "rm", network, check=False)
+
+
+def run_cli(profile: agents.AgentProfile, image: str, network: str, key: str, workspace) -> subprocess.CompletedProcess:
+    """The CLI headless in a plain, locked-down `docker run` (what the sandbox will give it, minus the
+    probe and the proxy). HTTPS_PROXY points at the stand-in, which logs and refuses every CONNECT:
+    any host a CLI tries besides its model API shows up in the log."""
+    env = profile.environment(ENDPOINT) | {KEY_VARIABLE[profile.name]: key, "HTTPS_PROXY": ENDPOINT,
+                                           "HTTP_PROXY": ENDPOINT, "NO_PROXY": MODEL_API}
+    at = profile.headless.index("{task}")
+    at -= profile.headless[at - 1].startswith("-")   # before `--message {task}`, not between them
+    argv = [*profile.headless[:at], *EXTRA_ARGS.get(profile.name, []), *profile.headless[at:]]
+    argv = [a.replace("{task}", TASK).replace("openai/MODEL", "openai/stand-in") for a in argv]
+    files = profile.home_files(ENDPOINT)
+    if files:   # the home is a fresh tmpfs: write the profile's files into it, then exec the CLI unchanged
+        seed = "".join(f'mkdir -p "$HOME/$(dirname {path})" && printf %s "$SEED_{i}" > "$HOME/{path}" && '
+                       for i, path in enumerate(files))
+        env |= {f"SEED_{i}": text for i, text in enumerate(files.values())}
+        argv = ["sh", "-c", seed + 'exec "$@"', "seed", *argv]
+    options = ["--rm", "--name", f"{network}-{profile.name}", "--label", LABEL, "--network", network,
+               "-u", "1000:1000", "--read-only", "--tmpfs", "/tmp",
+               "--tmpfs", "/home/agent:uid=1000,gid=1000,mode=0700",
+               "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+               "-v", f"{workspace}:/workspace", "-w", "/workspace"]
+    for name, value in env.items():
+        options += ["-e", f"{name}={value}"]
+    return docker("run", *options, image, *argv, timeout=300, check=False)
+
+
+@pytest.mark.parametrize("name", ["claude-code", "codex", "gemini-cli", "aider"])
+def test_real_cli_makes_one_tool_call_and_answers(name, engine, model_api, tmp_path):
+    network, key, log, reset = model_api
+    profile = agents.get(name)
+    image = images.build_agent(engine, profile.image, lambda line: None, images.extra_ca_files())
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    os.chown(workspace, 1000, 1000)
+    os.chmod(tmp_path, 0o755)
+    reset()
+
+    done = run_cli(profile, image.tag, network, key, workspace)
+
+    requests = log()
+    summary = "\n".join(f"{r['method']} {r['path']} -> {r['status']} {r['answer']}" for r in requests)
+    said = f"{name} exited {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}\n{summary}"
+    assert done.returncode == 0, said
+    marker = workspace / f"marker-{name}.txt"
+    assert marker.is_file() and marker.read_text() == "done\n", said
+    assert (marker.stat().st_uid, marker.stat().st_gid) == (1000, 1000)
+    api = [r for r in requests if API_PATHS[name] in r["path"]]
+    header, template = KEY_HEADER[name]
+    assert api and all(r["headers"].get(header) == template.format(key=key) for r in api), summary
+    answers = [r["answer"] for r in api]
+    # aider edits through its whole-file format in one answer; the others call the shell tool, then get
+    # asked again with its result.
+    assert answers[-2:] == (["edit"] if name == "aider" else ["tool_call", "final"])[-2:], summary
+    tried = sorted({r["path"] for r in requests if r["method"] == "CONNECT"})
+    assert len(tried) == len(profile.blocked) and all(fnmatch.filter(tried, f"{p}:443") for p in profile.blocked), tried
+    assert not [r for r in requests if r["status"] >= 400 and r["method"] != "CONNECT"], summary
