@@ -72,17 +72,20 @@ def model_api(engine):
         docker("network", "rm", network, check=False)
 
 
-def run_cli(profile: agents.AgentProfile, image: str, network: str, key: str, workspace) -> subprocess.CompletedProcess:
+def run_cli(profile: agents.AgentProfile, image: str, network: str, key: str, workspace,
+            key_in_file: bool = False) -> subprocess.CompletedProcess:
     """The CLI headless in a plain, locked-down `docker run` (what the sandbox will give it, minus the
     probe and the proxy). HTTPS_PROXY points at the stand-in, which logs and refuses every CONNECT:
-    any host a CLI tries besides its model API shows up in the log."""
-    env = profile.environment(ENDPOINT) | {KEY_VARIABLE[profile.name]: key, "HTTPS_PROXY": ENDPOINT,
-                                           "HTTP_PROXY": ENDPOINT, "NO_PROXY": MODEL_API}
+    any host a CLI tries besides its model API shows up in the log. With key_in_file the key is in
+    the profile's key file, and no secret-shaped variable is set."""
+    env = profile.environment(ENDPOINT, key_in_file) | {"HTTPS_PROXY": ENDPOINT, "HTTP_PROXY": ENDPOINT, "NO_PROXY": MODEL_API}
+    if not key_in_file:
+        env[KEY_VARIABLE[profile.name]] = key
     at = profile.headless.index("{task}")
     at -= profile.headless[at - 1].startswith("-")   # before `--message {task}`, not between them
     argv = [*profile.headless[:at], *EXTRA_ARGS.get(profile.name, []), *profile.headless[at:]]
     argv = [a.replace("{task}", TASK).replace("openai/MODEL", "openai/stand-in") for a in argv]
-    files = profile.home_files(ENDPOINT)
+    files = {path: text.replace(agents.PLACEHOLDER_KEY, key) for path, text in profile.home_files(ENDPOINT, key_in_file).items()}
     if files:   # the home is a fresh tmpfs: write the profile's files into it, then exec the CLI unchanged
         seed = "".join(f'mkdir -p "$HOME/$(dirname {path})" && printf %s "$SEED_{i}" > "$HOME/{path}" && '
                        for i, path in enumerate(files))
@@ -98,8 +101,10 @@ def run_cli(profile: agents.AgentProfile, image: str, network: str, key: str, wo
     return docker("run", *options, image, *argv, timeout=300, check=False)
 
 
-@pytest.mark.parametrize("name", ["claude-code", "codex", "gemini-cli", "aider"])
-def test_real_cli_makes_one_tool_call_and_answers(name, engine, model_api, tmp_path):
+@pytest.mark.parametrize("name, key_in_file", [("claude-code", False), ("codex", False), ("gemini-cli", False),
+                                               ("aider", False), ("claude-code", True), ("gemini-cli", True),
+                                               ("aider", True)])
+def test_real_cli_makes_one_tool_call_and_answers(name, key_in_file, engine, model_api, tmp_path):
     network, key, log, reset = model_api
     profile = agents.get(name)
     image = images.build_agent(engine, profile.image, lambda line: None, images.extra_ca_files())
@@ -109,7 +114,7 @@ def test_real_cli_makes_one_tool_call_and_answers(name, engine, model_api, tmp_p
     os.chmod(tmp_path, 0o755)
     reset()
 
-    done = run_cli(profile, image.tag, network, key, workspace)
+    done = run_cli(profile, image.tag, network, key, workspace, key_in_file)
 
     requests = log()
     summary = "\n".join(f"{r['method']} {r['path']} -> {r['status']} {r['answer']}" for r in requests)
@@ -121,6 +126,8 @@ def test_real_cli_makes_one_tool_call_and_answers(name, engine, model_api, tmp_p
     api = [r for r in requests if API_PATHS[name] in r["path"]]
     header, template = KEY_HEADER[name]
     assert api and all(r["headers"].get(header) == template.format(key=key) for r in api), summary
+    if key_in_file and name == "claude-code":   # apiKeyHelper's key goes out in both headers
+        assert all(r["headers"].get("authorization") == f"Bearer {key}" for r in api)
     answers = [r["answer"] for r in api]
     # aider edits through its whole-file format in one answer; the others call the shell tool, then get
     # asked again with its result.

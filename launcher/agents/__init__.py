@@ -36,6 +36,9 @@ class ModelWiring:
     # and the proxy replaces the header on the way out. Its name is secret-shaped (the probe's
     # env.secrets check refuses it today): see each profile for the alternative that avoids it.
     key_env: str | None = None
+    # The verified alternative: the CLI reads the placeholder from these home files instead, and no
+    # secret-shaped variable enters the sandbox (each profile says what that costs).
+    key_files: Mapping[str, str] = field(default_factory=dict)
     home_files: Mapping[str, str] = field(default_factory=dict)   # relative to $HOME -> content
 
 
@@ -54,19 +57,22 @@ class AgentProfile:
     blocked: tuple[str, ...] = ()      # hosts (shell patterns) it still tries with its settings: stay blocked
     verified: str = ""                 # what was run for real, with which version
 
-    def environment(self, endpoint: str | None = None) -> dict[str, str]:
-        """The variables the sandbox gets: the profile's, then the model wiring's with {endpoint}."""
+    def environment(self, endpoint: str | None = None, key_in_file: bool = False) -> dict[str, str]:
+        """The variables the sandbox gets: the profile's, then the model wiring's with {endpoint}
+        (and the placeholder key, unless it goes into a home file)."""
         out = dict(self.env)
         if self.model is not None and endpoint is not None:
             out.update({k: v.replace(ENDPOINT, endpoint) for k, v in self.model.env.items()})
-            if self.model.key_env:
+            if self.model.key_env and not (key_in_file and self.model.key_files):
                 out[self.model.key_env] = PLACEHOLDER_KEY
         return out
 
-    def home_files(self, endpoint: str | None = None) -> dict[str, str]:
+    def home_files(self, endpoint: str | None = None, key_in_file: bool = False) -> dict[str, str]:
+        """Files to write into the fresh home before the CLI starts (relative path -> content)."""
         if self.model is None or endpoint is None:
             return {}
-        return {path: text.replace(ENDPOINT, endpoint) for path, text in self.model.home_files.items()}
+        files = dict(self.model.home_files) | (dict(self.model.key_files) if key_in_file else {})
+        return {path: text.replace(ENDPOINT, endpoint) for path, text in files.items()}
 
     def secret_entry(self, key_env: str) -> dict[str, str]:
         """The policy's secrets entry for this agent's model key, read from the host variable key_env."""
@@ -90,7 +96,8 @@ def check(profile: AgentProfile) -> AgentProfile:
     for name, value in env.items():
         if secrets.secret_name(name) or secrets.secret_value(value):
             raise ValueError(f"agent {profile.name}: {name} looks like a secret; profiles never carry one")
-    for path in profile.home_paths + tuple(profile.model.home_files if profile.model else ()):
+    files = tuple(profile.model.home_files) + tuple(profile.model.key_files) if profile.model else ()
+    for path in profile.home_paths + files:
         if path.startswith("/") or ".." in path.split("/"):
             raise ValueError(f"agent {profile.name}: home path {path!r} must stay inside $HOME")
     return profile

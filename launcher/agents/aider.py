@@ -6,7 +6,7 @@ prefix openai/); https://aider.chat/docs/config/options.html (--yes-always, --no
 --chat-history-file, --input-history-file, --no-show-model-warnings); https://aider.chat/docs/config/dotenv.html
 (.env from home, repo root and cwd: a hostile repository's .env is read); observed in tests/test_agents_real.py."""
 
-from launcher.agents import AgentProfile, ModelWiring, Package
+from launcher.agents import PLACEHOLDER_KEY, AgentProfile, ModelWiring, Package
 
 PROFILE = AgentProfile(
     name="aider",
@@ -18,7 +18,7 @@ PROFILE = AgentProfile(
               "--no-show-model-warnings"),
     # ~/.aider/ (analytics.json, installs.json, caches/); the chat and input histories would land in
     # the workspace (.aider.chat.history.md, .aider.input.history) unless moved into the home.
-    home_paths=(".aider",),
+    home_paths=(".aider", ".aider.conf.yml"),
     env={
         "AIDER_CHAT_HISTORY_FILE": "/home/agent/.aider/chat.history.md",
         "AIDER_INPUT_HISTORY_FILE": "/home/agent/.aider/input.history",
@@ -28,9 +28,10 @@ PROFILE = AgentProfile(
         upstream="https://api.openai.com",
         header="Authorization: Bearer {value}",
         env={"OPENAI_API_BASE": "{endpoint}/v1"},
-        # litellm refuses to call without a key. Secret-shaped; a home ~/.aider.conf.yml with
-        # `openai-api-key: <placeholder>` is the file alternative (aider's documented config file).
+        # litellm refuses to call without a key. Secret-shaped; the file alternative is aider's own
+        # config file in the home (a repository's .aider.conf.yml is read after it and may override).
         key_env="OPENAI_API_KEY",
+        key_files={".aider.conf.yml": f"openai-api-key: {PLACEHOLDER_KEY}\n"},
     ),
     hosts=(),
     # aider's own model-price cache (~/.aider/caches) is fetched from raw.githubusercontent.com once

@@ -5,7 +5,7 @@ x-api-key, DISABLE_AUTOUPDATER, CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC, apiKey
 https://developers.cloudflare.com/ai-gateway/integrations/coding-agents/claude-code/ (a gateway as
 ANTHROPIC_BASE_URL, without /v1); observed in tests/test_agents_real.py."""
 
-from launcher.agents import AgentProfile, ModelWiring, Package
+from launcher.agents import PLACEHOLDER_KEY, AgentProfile, ModelWiring, Package
 
 PROFILE = AgentProfile(
     name="claude-code",
@@ -30,10 +30,11 @@ PROFILE = AgentProfile(
         header="x-api-key: {value}",
         env={"ANTHROPIC_BASE_URL": "{endpoint}"},   # Claude appends /v1/messages itself
         # Without a key it exits "Not logged in · Please run /login". ANTHROPIC_API_KEY is
-        # secret-shaped; the verified alternative is ~/.claude/settings.json {"apiKeyHelper": "echo
-        # <placeholder>"}, but then Claude sends the placeholder as x-api-key AND as Authorization:
-        # Bearer, and the proxy replaces only x-api-key: strip Authorization there too.
+        # secret-shaped. The file alternative (apiKeyHelper, a command printing the key) works, but
+        # then Claude sends the placeholder as x-api-key AND as Authorization: Bearer, and the proxy
+        # replaces only x-api-key: it would have to drop Authorization toward Anthropic too.
         key_env="ANTHROPIC_API_KEY",
+        key_files={".claude/settings.json": '{"apiKeyHelper": "echo ' + PLACEHOLDER_KEY + '"}\n'},
     ),
     hosts=(),
     blocked=(),

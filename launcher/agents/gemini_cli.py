@@ -8,7 +8,7 @@ the 0.61.0 bundle itself (validateBaseUrl only parses the URL: plain http to a n
 accepted; the https-unless-localhost rule of a later proposal is not in this version); observed in
 tests/test_agents_real.py."""
 
-from launcher.agents import AgentProfile, ModelWiring, Package
+from launcher.agents import PLACEHOLDER_KEY, AgentProfile, ModelWiring, Package
 
 PROFILE = AgentProfile(
     name="gemini-cli",
@@ -31,8 +31,11 @@ PROFILE = AgentProfile(
         # 0.61 picks an auth type "gateway" that its own check refuses ("Invalid auth method
         # selected."): the image's system settings select gemini-api-key instead.
         env={"GOOGLE_GEMINI_BASE_URL": "{endpoint}"},
-        # Required by the gemini-api-key auth method (secret-shaped; no file alternative found).
+        # Required by the gemini-api-key auth method; secret-shaped. The file alternative is the CLI's
+        # own .env loading (~/.gemini/.env), but the first .env found from the workspace upwards wins:
+        # a repository's .env or .gemini/.env shadows it (the run then fails for want of a key).
         key_env="GEMINI_API_KEY",
+        key_files={".gemini/.env": f"GEMINI_API_KEY={PLACEHOLDER_KEY}\n"},
     ),
     hosts=(),
     blocked=(),
