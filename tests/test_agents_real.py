@@ -29,10 +29,11 @@ KEY_VARIABLE = {"claude-code": "ANTHROPIC_API_KEY", "codex": "SANDBOX_MODEL_PLAC
                 "gemini-cli": "GEMINI_API_KEY", "aider": "OPENAI_API_KEY"}
 KEY_HEADER = {"claude-code": ("x-api-key", "{key}"), "codex": ("authorization", "Bearer {key}"),
               "gemini-cli": ("x-goog-api-key", "{key}"), "aider": ("authorization", "Bearer {key}")}
-# Before the task: aider, a workspace that is not a repository; Codex, a model it does not know, so
-# it offers the classic function tools (for its own models, e.g. the default gpt-6.2-sol, 0.171 offers
-# only "code mode": one custom `exec` tool taking JavaScript that calls tools.exec_command).
-EXTRA_ARGS = {"aider": ["--edit-format", "whole", "--no-git"], "codex": ["--model", "stand-in"]}
+# Before the task: aider, a workspace that is not a repository. Codex 0.171 offers its own models
+# (the default gpt-6.2-sol) only "code mode", one custom tool `exec` taking JavaScript that calls
+# tools.exec_command; a model it does not know gets the classic function tools (exec_command): both.
+EXTRA_ARGS = {"aider": ["--edit-format", "whole", "--no-git"]}
+UNKNOWN_MODEL = ["--model", "stand-in"]
 API_PATHS = {"claude-code": "/v1/messages", "codex": "/v1/responses",
              "gemini-cli": ":streamGenerateContent", "aider": "/v1/chat/completions"}
 
@@ -73,7 +74,7 @@ def model_api(engine):
 
 
 def run_cli(profile: agents.AgentProfile, image: str, network: str, key: str, workspace,
-            key_in_file: bool = False) -> subprocess.CompletedProcess:
+            key_in_file: bool = False, extra: list[str] = ()) -> subprocess.CompletedProcess:
     """The CLI headless in a plain, locked-down `docker run` (what the sandbox will give it, minus the
     probe and the proxy). HTTPS_PROXY points at the stand-in, which logs and refuses every CONNECT:
     any host a CLI tries besides its model API shows up in the log. With key_in_file the key is in
@@ -83,7 +84,7 @@ def run_cli(profile: agents.AgentProfile, image: str, network: str, key: str, wo
         env[KEY_VARIABLE[profile.name]] = key
     at = profile.headless.index("{task}")
     at -= profile.headless[at - 1].startswith("-")   # before `--message {task}`, not between them
-    argv = [*profile.headless[:at], *EXTRA_ARGS.get(profile.name, []), *profile.headless[at:]]
+    argv = [*profile.headless[:at], *EXTRA_ARGS.get(profile.name, []), *extra, *profile.headless[at:]]
     argv = [a.replace("{task}", TASK).replace("openai/MODEL", "openai/stand-in") for a in argv]
     files = {path: text.replace(agents.PLACEHOLDER_KEY, key) for path, text in profile.home_files(ENDPOINT, key_in_file).items()}
     if files:   # the home is a fresh tmpfs: write the profile's files into it, then exec the CLI unchanged
@@ -101,10 +102,12 @@ def run_cli(profile: agents.AgentProfile, image: str, network: str, key: str, wo
     return docker("run", *options, image, *argv, timeout=300, check=False)
 
 
-@pytest.mark.parametrize("name, key_in_file", [("claude-code", False), ("codex", False), ("gemini-cli", False),
-                                               ("aider", False), ("claude-code", True), ("gemini-cli", True),
-                                               ("aider", True)])
-def test_real_cli_makes_one_tool_call_and_answers(name, key_in_file, engine, model_api, tmp_path):
+@pytest.mark.parametrize("name, key_in_file, extra", [
+    ("claude-code", False, []), ("codex", False, []), ("gemini-cli", False, []), ("aider", False, []),
+    ("codex", False, UNKNOWN_MODEL), ("claude-code", True, []), ("gemini-cli", True, []), ("aider", True, []),
+], ids=["claude-code", "codex", "gemini-cli", "aider", "codex-unknown-model",
+        "claude-code-key-file", "gemini-cli-key-file", "aider-key-file"])
+def test_real_cli_makes_one_tool_call_and_answers(name, key_in_file, extra, engine, model_api, tmp_path):
     network, key, log, reset = model_api
     profile = agents.get(name)
     image = images.build_agent(engine, profile.image, lambda line: None, images.extra_ca_files())
@@ -114,7 +117,7 @@ def test_real_cli_makes_one_tool_call_and_answers(name, key_in_file, engine, mod
     os.chmod(tmp_path, 0o755)
     reset()
 
-    done = run_cli(profile, image.tag, network, key, workspace, key_in_file)
+    done = run_cli(profile, image.tag, network, key, workspace, key_in_file, extra)
 
     requests = log()
     summary = "\n".join(f"{r['method']} {r['path']} -> {r['status']} {r['answer']}" for r in requests)

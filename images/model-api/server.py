@@ -183,6 +183,10 @@ class Handler(BaseHTTPRequestHandler):
         items = body.get("input") if isinstance(body.get("input"), list) else []
         has_result = any(isinstance(i, dict) and str(i.get("type", "")).endswith("_output") for i in items)
         tools = {t.get("name") or t.get("type") for t in body.get("tools") or [] if isinstance(t, dict)}
+        # Codex's own models get "code mode" instead: an input item listing namespaces of tools, the
+        # shell reached only from JavaScript given to the custom tool `exec`.
+        nested = {t.get("name") for i in items if isinstance(i, dict) and i.get("type") == "additional_tools"
+                  for ns in i.get("tools") or [] for t in ns.get("tools") or [] if isinstance(t, dict)}
         cmd = command("codex")
         if has_result:
             answer = "final"
@@ -194,6 +198,10 @@ class Handler(BaseHTTPRequestHandler):
             answer, item = "tool_call", self._call("exec_command", {"cmd": cmd})
         elif "shell" in tools:
             answer, item = "tool_call", self._call("shell", {"command": ["bash", "-lc", cmd]})
+        elif "exec" in nested:
+            answer = "tool_call"
+            item = {"type": "custom_tool_call", "id": "ctc_stand_in", "call_id": "call_stand_in_1", "name": "exec",
+                    "status": "completed", "input": f"await tools.exec_command({json.dumps({'cmd': cmd})});"}
         elif "local_shell" in tools:
             answer = "tool_call"
             item = {"type": "local_shell_call", "id": "lsh_stand_in", "call_id": "call_stand_in_1", "status": "completed",
