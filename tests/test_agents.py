@@ -14,7 +14,7 @@ ENDPOINT = "http://proxy:3130"
 
 
 def test_the_registry_has_the_agents_of_issue_10():
-    assert set(agents.PROFILES) == {"claude-code", "codex", "gemini-cli", "aider", "neo"}
+    assert set(agents.PROFILES) == {"claude-code", "codex", "gemini-cli", "aider", "opencode", "neo"}
     with pytest.raises(KeyError, match="known: aider, claude-code"):
         agents.get("cursor")
 

@@ -1,4 +1,4 @@
-"""The real agent CLIs (Claude Code, Codex, Gemini CLI, aider) from their registries, in their agent
+"""The real agent CLIs (Claude Code, Codex, Gemini CLI, aider, opencode) from their registries, in their agent
 images, each driven by our scripted stand-in model API (images/model-api) through one shell tool
 call (aider: one file edit) and a final answer. Plain `docker run` with a read-only root and a tmpfs
 home owned by the agent: no launcher yet, so this proves the CLIs and their profiles' wiring, not the
@@ -23,19 +23,18 @@ ENDPOINT = f"http://{MODEL_API}:80"  # stands in for SANDBOX_ENDPOINT_MODEL (the
 LABEL = "dev.sandbox.test=agents-real"
 TASK = "Create the marker file the task runner expects."
 
-# Where each CLI's key goes in this test. The sandbox would give the CLI a placeholder and let the
-# proxy add the real header; here the CLI talks to the stand-in directly, so it holds the test key.
-KEY_VARIABLE = {"claude-code": "ANTHROPIC_API_KEY", "codex": "SANDBOX_MODEL_PLACEHOLDER",
-                "gemini-cli": "GEMINI_API_KEY", "aider": "OPENAI_API_KEY"}
+# The sandbox gives a CLI the profile's placeholder key and lets the proxy put the real header on;
+# here the CLI talks to the stand-in directly, so the placeholder is replaced by the test key.
 KEY_HEADER = {"claude-code": ("x-api-key", "{key}"), "codex": ("authorization", "Bearer {key}"),
-              "gemini-cli": ("x-goog-api-key", "{key}"), "aider": ("authorization", "Bearer {key}")}
+              "gemini-cli": ("x-goog-api-key", "{key}"), "aider": ("authorization", "Bearer {key}"),
+              "opencode": ("x-api-key", "{key}")}
 # Before the task: aider, a workspace that is not a repository. Codex 0.171 offers its own models
 # (the default gpt-6.2-sol) only "code mode", one custom tool `exec` taking JavaScript that calls
 # tools.exec_command; a model it does not know gets the classic function tools (exec_command): both.
 EXTRA_ARGS = {"aider": ["--edit-format", "whole", "--no-git"]}
 UNKNOWN_MODEL = ["--model", "stand-in"]
-API_PATHS = {"claude-code": "/v1/messages", "codex": "/v1/responses",
-             "gemini-cli": ":streamGenerateContent", "aider": "/v1/chat/completions"}
+API_PATHS = {"claude-code": "/v1/messages", "codex": "/v1/responses", "gemini-cli": ":streamGenerateContent",
+             "aider": "/v1/chat/completions", "opencode": "/v1/messages"}
 
 
 def docker(*argv: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
@@ -79,9 +78,9 @@ def run_cli(profile: agents.AgentProfile, image: str, network: str, key: str, wo
     probe and the proxy). HTTPS_PROXY points at the stand-in, which logs and refuses every CONNECT:
     any host a CLI tries besides its model API shows up in the log. With key_in_file the key is in
     the profile's key file, and no secret-shaped variable is set."""
-    env = profile.environment(ENDPOINT, key_in_file) | {"HTTPS_PROXY": ENDPOINT, "HTTP_PROXY": ENDPOINT, "NO_PROXY": MODEL_API}
-    if not key_in_file:
-        env[KEY_VARIABLE[profile.name]] = key
+    env = {name: value.replace(agents.PLACEHOLDER_KEY, key) for name, value in profile.environment(ENDPOINT, key_in_file).items()}
+    env |= {"HTTPS_PROXY": ENDPOINT, "HTTP_PROXY": ENDPOINT, "NO_PROXY": MODEL_API}
+    assert key in "".join(env.values()) or key_in_file, "the profile wires no key"
     at = profile.headless.index("{task}")
     at -= profile.headless[at - 1].startswith("-")   # before `--message {task}`, not between them
     argv = [*profile.headless[:at], *EXTRA_ARGS.get(profile.name, []), *extra, *profile.headless[at:]]
@@ -104,8 +103,9 @@ def run_cli(profile: agents.AgentProfile, image: str, network: str, key: str, wo
 
 @pytest.mark.parametrize("name, key_in_file, extra", [
     ("claude-code", False, []), ("codex", False, []), ("gemini-cli", False, []), ("aider", False, []),
-    ("codex", False, UNKNOWN_MODEL), ("claude-code", True, []), ("gemini-cli", True, []), ("aider", True, []),
-], ids=["claude-code", "codex", "gemini-cli", "aider", "codex-unknown-model",
+    ("opencode", False, []), ("codex", False, UNKNOWN_MODEL), ("claude-code", True, []), ("gemini-cli", True, []),
+    ("aider", True, []),
+], ids=["claude-code", "codex", "gemini-cli", "aider", "opencode", "codex-unknown-model",
         "claude-code-key-file", "gemini-cli-key-file", "aider-key-file"])
 def test_real_cli_makes_one_tool_call_and_answers(name, key_in_file, extra, engine, model_api, tmp_path):
     network, key, log, reset = model_api

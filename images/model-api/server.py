@@ -149,10 +149,10 @@ class Handler(BaseHTTPRequestHandler):
         tools = {t.get("name") for t in body.get("tools") or []}
         if has_result:
             answer, block = "final", {"type": "text", "text": FINAL}
-        elif "Bash" in tools:
-            answer = "tool_call"
-            block = {"type": "tool_use", "id": "toolu_stand_in_1", "name": "Bash",
-                     "input": {"command": command("claude-code"), "description": "Write the marker file"}}
+        elif "Bash" in tools or "bash" in tools:   # Claude Code's, opencode's
+            answer, agent = "tool_call", "claude-code" if "Bash" in tools else "opencode"
+            block = {"type": "tool_use", "id": "toolu_stand_in_1", "name": "Bash" if "Bash" in tools else "bash",
+                     "input": {"command": command(agent), "description": "Write the marker file"}}
         else:
             answer, block = "text", {"type": "text", "text": "stand-in"}
         stop = "tool_use" if block["type"] == "tool_use" else "end_turn"

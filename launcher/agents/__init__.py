@@ -104,9 +104,9 @@ def check(profile: AgentProfile) -> AgentProfile:
 
 
 def _registry() -> Mapping[str, AgentProfile]:
-    from launcher.agents import aider, claude_code, codex, gemini_cli, neo
+    from launcher.agents import aider, claude_code, codex, gemini_cli, neo, opencode
 
-    profiles = [check(m.PROFILE) for m in (claude_code, codex, gemini_cli, aider, neo)]
+    profiles = [check(m.PROFILE) for m in (claude_code, codex, gemini_cli, aider, opencode, neo)]
     return MappingProxyType({p.name: p for p in profiles})
 
 
