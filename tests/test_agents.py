@@ -64,3 +64,13 @@ def test_a_profile_that_carries_a_secret_is_refused():
                               home_paths=(), env={"SERVICE_TOKEN": "abc"})
     with pytest.raises(ValueError, match="looks like a secret"):
         agents.check(bad)
+
+
+def test_what_each_cli_reads_from_the_workspace_is_protected_or_a_known_gap():
+    """A planted .env redirects aider's or Gemini CLI's base URL on the host (with the user's real
+    key); opencode.json or .opencode adds a plugin or MCP server that runs there: not protected yet."""
+    from launcher.surfaces import PROTECTED
+
+    unprotected = {path for p in agents.PROFILES.values() for path in p.workspace_config if path not in PROTECTED}
+    assert unprotected == {".env", ".aider.model.settings.yml", ".aider.model.metadata.json",
+                           "opencode.json", "opencode.jsonc", ".opencode"}

@@ -53,6 +53,9 @@ class AgentProfile:
     home_paths: tuple[str, ...]        # what it writes under $HOME (relative), for the writable home
     env: Mapping[str, str] = field(default_factory=dict)   # always set (no secrets, no host values)
     model: ModelWiring | None = None
+    # What the CLI reads as its own config from the workspace: planted by an agent, it acts when the
+    # user later runs the same CLI on the host (hooks, MCP servers, base URLs), so it must stay protected.
+    workspace_config: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()        # network.allow it needs in proxy mode besides the model endpoint
     blocked: tuple[str, ...] = ()      # hosts (shell patterns) it still tries with its settings: stay blocked
     verified: str = ""                 # what was run for real, with which version

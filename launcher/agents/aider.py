@@ -19,6 +19,7 @@ PROFILE = AgentProfile(
     # ~/.aider/ (analytics.json, installs.json, caches/); the chat and input histories would land in
     # the workspace (.aider.chat.history.md, .aider.input.history) unless moved into the home.
     home_paths=(".aider", ".aider.conf.yml"),
+    workspace_config=(".aider.conf.yml", ".env", ".aider.model.settings.yml", ".aider.model.metadata.json"),
     env={
         "AIDER_CHAT_HISTORY_FILE": "/home/agent/.aider/chat.history.md",
         "AIDER_INPUT_HISTORY_FILE": "/home/agent/.aider/input.history",

@@ -17,6 +17,7 @@ PROFILE = AgentProfile(
     # ~/.claude.json is replaced by temp file + rename: the home must be a directory mount, never a
     # bind-mounted single file (EBUSY). It also writes /tmp/claude-<uid>/ (needs a writable /tmp).
     home_paths=(".claude", ".claude.json"),
+    workspace_config=(".claude", ".mcp.json"),   # settings.json hooks, commands, MCP servers
     env={
         # Without these it CONNECTs to api.anthropic.com three times a run (telemetry, update check).
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",

@@ -34,6 +34,7 @@ PROFILE = AgentProfile(
     # set it must already exist ("CODEX_HOME points to ... but that path does not exist"), so the
     # profile leaves it unset and lets Codex create ~/.codex.
     home_paths=(".codex",),
+    workspace_config=(".codex",),   # config.toml of a trusted project
     env={"SANDBOX_MODEL_PLACEHOLDER": "sandbox-placeholder-key"},
     model=ModelWiring(
         api="openai-responses",

@@ -18,6 +18,7 @@ PROFILE = AgentProfile(
     command="gemini",
     headless=("gemini", "-p", "{task}", "--yolo"),
     home_paths=(".gemini",),   # projects.json, history/, tmp/, settings, trustedFolders.json
+    workspace_config=(".gemini", ".env"),   # settings.json, .gemini/.env; the first .env upwards
     env={
         # Headless --yolo in an untrusted folder is silently downgraded to "default" approval and the
         # shell tool is then refused; the sandbox is the trust decision.

@@ -12,6 +12,7 @@ PROFILE = AgentProfile(
     command="examples/agent/neo",
     headless=("examples/agent/neo", "run", "{task}"),
     home_paths=(),
+    workspace_config=(".neo",),
     model=ModelWiring(
         api="neo-complete",
         upstream="https://api.example.com",

@@ -24,6 +24,7 @@ PROFILE = AgentProfile(
     # XDG dirs under the home: config (~/.config/opencode, where it also tries an npm install of
     # @opencode-ai/plugin), data (~/.local/share/opencode: opencode.db, logs), state, cache.
     home_paths=(".config/opencode", ".local/share/opencode", ".local/state/opencode", ".cache/opencode"),
+    workspace_config=("opencode.json", "opencode.jsonc", ".opencode"),   # plugins, MCP servers, providers
     env={},
     model=ModelWiring(
         api="anthropic-messages",
