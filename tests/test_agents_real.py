@@ -6,15 +6,20 @@ sandbox. Building the images needs the registries; the runs reach only our own c
 
 from __future__ import annotations
 
+import fcntl
 import fnmatch
 import json
 import os
+import pty
+import struct
+import termios
 import subprocess
 import time
 import uuid
 
 import pytest
 
+from conftest import read_until
 from launcher import agents, images
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -72,20 +77,20 @@ def model_api(engine):
         docker("network", "rm", network, check=False)
 
 
-def run_cli(profile: agents.AgentProfile, image: str, network: str, key: str, workspace,
-            key_in_file: bool = False, extra: list[str] = ()) -> subprocess.CompletedProcess:
-    """The CLI headless in a plain, locked-down `docker run` (what the sandbox will give it, minus the
-    probe and the proxy). HTTPS_PROXY points at the stand-in, which logs and refuses every CONNECT:
-    any host a CLI tries besides its model API shows up in the log. With key_in_file the key is in
-    the profile's key file, and no secret-shaped variable is set."""
-    env = {name: value.replace(agents.PLACEHOLDER_KEY, key) for name, value in profile.environment(ENDPOINT, key_in_file).items()}
+def docker_run(profile: agents.AgentProfile, image: str, network: str, key: str, workspace, argv: list[str],
+               key_in_file: bool = False, tty: bool = False) -> list[str]:
+    """`docker run` of argv in the agent image, locked down as the sandbox will be (minus the probe and
+    the proxy): read-only root, tmpfs home of uid 1000, all capabilities dropped, internal network.
+    HTTPS_PROXY points at the stand-in, which logs and refuses every CONNECT: any host a CLI tries
+    besides its model API shows up in its log. The profile's placeholder key is replaced by the test
+    key (the proxy's job in a sandbox); with key_in_file it is in a home file, not in a variable."""
+    def keyed(text: str) -> str:   # Claude Code approves a key by its last 20 characters
+        return text.replace(agents.PLACEHOLDER_KEY, key).replace(agents.PLACEHOLDER_KEY[-20:], key[-20:])
+
+    env = {name: keyed(value) for name, value in profile.environment(ENDPOINT, key_in_file).items()}
     env |= {"HTTPS_PROXY": ENDPOINT, "HTTP_PROXY": ENDPOINT, "NO_PROXY": MODEL_API}
     assert key in "".join(env.values()) or key_in_file, "the profile wires no key"
-    at = profile.headless.index("{task}")
-    at -= profile.headless[at - 1].startswith("-")   # before `--message {task}`, not between them
-    argv = [*profile.headless[:at], *EXTRA_ARGS.get(profile.name, []), *extra, *profile.headless[at:]]
-    argv = [a.replace("{task}", TASK).replace("openai/MODEL", "openai/stand-in") for a in argv]
-    files = {path: text.replace(agents.PLACEHOLDER_KEY, key) for path, text in profile.home_files(ENDPOINT, key_in_file).items()}
+    files = {path: keyed(text) for path, text in profile.home_files(ENDPOINT, key_in_file).items()}
     if files:   # the home is a fresh tmpfs: write the profile's files into it, then exec the CLI unchanged
         seed = "".join(f'mkdir -p "$HOME/$(dirname {path})" && printf %s "$SEED_{i}" > "$HOME/{path}" && '
                        for i, path in enumerate(files))
@@ -95,10 +100,21 @@ def run_cli(profile: agents.AgentProfile, image: str, network: str, key: str, wo
                "-u", "1000:1000", "--read-only", "--tmpfs", "/tmp",
                "--tmpfs", "/home/agent:uid=1000,gid=1000,mode=0700",
                "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-               "-v", f"{workspace}:/workspace", "-w", "/workspace"]
+               "-v", f"{workspace}:/workspace", "-w", "/workspace", *(["-it", "-e", "TERM=xterm-256color"] if tty else [])]
     for name, value in env.items():
         options += ["-e", f"{name}={value}"]
-    return docker("run", *options, image, *argv, timeout=300, check=False)
+    return ["docker", "run", *options, image, *argv]
+
+
+def run_cli(profile: agents.AgentProfile, image: str, network: str, key: str, workspace,
+            key_in_file: bool = False, extra: list[str] = ()) -> subprocess.CompletedProcess:
+    """The profile's headless command (extra flags before the task) in docker_run."""
+    at = profile.headless.index("{task}")
+    at -= profile.headless[at - 1].startswith("-")   # before `--message {task}`, not between them
+    argv = [*profile.headless[:at], *EXTRA_ARGS.get(profile.name, []), *extra, *profile.headless[at:]]
+    argv = [a.replace("{task}", TASK).replace("openai/MODEL", "openai/stand-in") for a in argv]
+    command = docker_run(profile, image, network, key, workspace, argv, key_in_file)
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
 
 
 @pytest.mark.parametrize("name, key_in_file, extra", [
@@ -138,3 +154,38 @@ def test_real_cli_makes_one_tool_call_and_answers(name, key_in_file, extra, engi
     tried = sorted({r["path"] for r in requests if r["method"] == "CONNECT"})
     assert len(tried) == len(profile.blocked) and all(fnmatch.filter(tried, f"{p}:443") for p in profile.blocked), tried
     assert not [r for r in requests if r["status"] >= 400 and r["method"] != "CONNECT"], summary
+
+
+def test_claude_code_interactive_starts_without_dialogs_and_works_through_a_pty(engine, model_api, tmp_path):
+    """`claude` in a terminal (what `sandbox up --agent claude-code` gives): the profile's seed files
+    skip onboarding, the key question, the folder trust and the bypass-permissions dialog, so typing a
+    task at once gets it done."""
+    network, key, log, reset = model_api
+    profile = agents.get("claude-code")
+    image = images.build_agent(engine, profile.image, lambda line: None, images.extra_ca_files())
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    os.chown(workspace, 1000, 1000)
+    os.chmod(tmp_path, 0o755)
+    reset()
+    command = docker_run(profile, image.tag, network, key, workspace, ["claude", "--dangerously-skip-permissions"], tty=True)
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execvp(command[0], command)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    try:
+        shown = read_until(fd, b"agents", 60)   # "← for agents", the status line under the prompt
+        time.sleep(1)
+        os.write(fd, TASK.encode())
+        time.sleep(1)
+        os.write(fd, b"\r")
+        marker = workspace / "marker-claude-code.txt"
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            shown += read_until(fd, b"\x00never", 1)
+        assert marker.is_file(), shown[-3000:].decode(errors="replace")
+        assert [r["answer"] for r in log() if "/v1/messages" in r["path"]][-2:] == ["tool_call", "final"]
+    finally:
+        docker("rm", "-f", f"{network}-claude-code", check=False)
+        os.waitpid(pid, 0)
+        os.close(fd)

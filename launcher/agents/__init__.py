@@ -51,6 +51,9 @@ class AgentProfile:
     command: str                       # the CLI on PATH
     headless: tuple[str, ...]          # a non-interactive run; "{task}" is the task
     home_paths: tuple[str, ...]        # what it writes under $HOME (relative), for the writable home
+    # Written into the home only when missing (a persisted home keeps the CLI's own later state):
+    # what lets it start without first-run dialogs. ModelWiring.home_files are written every run.
+    seed_files: Mapping[str, str] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)   # always set (no secrets, no host values)
     model: ModelWiring | None = None
     # What the CLI reads as its own config from the workspace: planted by an agent, it acts when the
@@ -71,11 +74,12 @@ class AgentProfile:
         return out
 
     def home_files(self, endpoint: str | None = None, key_in_file: bool = False) -> dict[str, str]:
-        """Files to write into the fresh home before the CLI starts (relative path -> content)."""
-        if self.model is None or endpoint is None:
-            return {}
-        files = dict(self.model.home_files) | (dict(self.model.key_files) if key_in_file else {})
-        return {path: text.replace(ENDPOINT, endpoint) for path, text in files.items()}
+        """Files to write into the home before the CLI starts (relative path -> content): the seeds
+        (only where missing), then the model wiring's files."""
+        files = dict(self.seed_files)
+        if self.model is not None and endpoint is not None:
+            files |= dict(self.model.home_files) | (dict(self.model.key_files) if key_in_file else {})
+        return {path: text.replace(ENDPOINT, endpoint or ENDPOINT) for path, text in files.items()}
 
     def secret_entry(self, key_env: str) -> dict[str, str]:
         """The policy's secrets entry for this agent's model key, read from the host variable key_env."""
@@ -100,7 +104,7 @@ def check(profile: AgentProfile) -> AgentProfile:
         if secrets.secret_name(name) or secrets.secret_value(value):
             raise ValueError(f"agent {profile.name}: {name} looks like a secret; profiles never carry one")
     files = tuple(profile.model.home_files) + tuple(profile.model.key_files) if profile.model else ()
-    for path in profile.home_paths + files:
+    for path in profile.home_paths + files + tuple(profile.seed_files):
         if path.startswith("/") or ".." in path.split("/"):
             raise ValueError(f"agent {profile.name}: home path {path!r} must stay inside $HOME")
     return profile

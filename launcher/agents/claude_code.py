@@ -5,7 +5,18 @@ x-api-key, DISABLE_AUTOUPDATER, CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC, apiKey
 https://developers.cloudflare.com/ai-gateway/integrations/coding-agents/claude-code/ (a gateway as
 ANTHROPIC_BASE_URL, without /v1); observed in tests/test_agents_real.py."""
 
+import json
+
 from launcher.agents import PLACEHOLDER_KEY, AgentProfile, ModelWiring, Package
+
+# Interactive first start, verified through a pty: without these it shows the onboarding (whose
+# connectivity check to api.anthropic.com then fails: "Unable to connect to Anthropic services"),
+# asks whether to use the API key from the environment (approved by its last 20 characters), asks to
+# trust /workspace (the policy's workspace.target), and asks to accept bypass-permissions mode.
+STATE = {"hasCompletedOnboarding": True,
+         "customApiKeyResponses": {"approved": [PLACEHOLDER_KEY[-20:]], "rejected": []},
+         "projects": {"/workspace": {"hasTrustDialogAccepted": True}}}
+SETTINGS = {"skipDangerousModePermissionPrompt": True}   # or "bypassPermissionsModeAccepted" in ~/.claude.json
 
 PROFILE = AgentProfile(
     name="claude-code",
@@ -17,6 +28,7 @@ PROFILE = AgentProfile(
     # ~/.claude.json is replaced by temp file + rename: the home must be a directory mount, never a
     # bind-mounted single file (EBUSY). It also writes /tmp/claude-<uid>/ (needs a writable /tmp).
     home_paths=(".claude", ".claude.json"),
+    seed_files={".claude.json": json.dumps(STATE) + "\n", ".claude/settings.json": json.dumps(SETTINGS) + "\n"},
     workspace_config=(".claude", ".mcp.json"),   # settings.json hooks, commands, MCP servers
     env={
         # Without these it CONNECTs to api.anthropic.com three times a run (telemetry, update check).
@@ -35,7 +47,7 @@ PROFILE = AgentProfile(
         # then Claude sends the placeholder as x-api-key AND as Authorization: Bearer, and the proxy
         # replaces only x-api-key: it would have to drop Authorization toward Anthropic too.
         key_env="ANTHROPIC_API_KEY",
-        key_files={".claude/settings.json": '{"apiKeyHelper": "echo ' + PLACEHOLDER_KEY + '"}\n'},
+        key_files={".claude/settings.json": json.dumps(SETTINGS | {"apiKeyHelper": f"echo {PLACEHOLDER_KEY}"}) + "\n"},
     ),
     hosts=(),
     blocked=(),
