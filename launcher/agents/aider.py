@@ -20,9 +20,13 @@ PROFILE = AgentProfile(
     # the workspace (.aider.chat.history.md, .aider.input.history) unless moved into the home.
     home_paths=(".aider", ".aider.conf.yml"),
     workspace_config=(".aider.conf.yml", ".env", ".aider.model.settings.yml", ".aider.model.metadata.json"),
+    # In a workspace that is not a git repository, --yes-always makes aider `git init` it; in one that
+    # is, it appends `.aider*` to .gitignore unless told not to. Its repo-map cache
+    # (.aider.tags.cache.v4/) is still written into the repository root (no option moves it).
     env={
         "AIDER_CHAT_HISTORY_FILE": "/home/agent/.aider/chat.history.md",
         "AIDER_INPUT_HISTORY_FILE": "/home/agent/.aider/input.history",
+        "AIDER_GITIGNORE": "false",
     },
     model=ModelWiring(
         api="openai-chat",
