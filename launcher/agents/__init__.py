@@ -50,6 +50,8 @@ class AgentProfile:
     package: Package | None
     command: str                       # the CLI on PATH
     headless: tuple[str, ...]          # a non-interactive run; "{task}" is the task
+    interactive: tuple[str, ...] = ()  # the CLI in a terminal (sandbox up), verified through a pty
+    exec_tmp: bool = False             # it loads native code it unpacks into $TMPDIR: /tmp without noexec
     home_paths: tuple[str, ...]        # what it writes under $HOME (relative), for the writable home
     # Written into the home only when missing (a persisted home keeps the CLI's own later state):
     # what lets it start without first-run dialogs. ModelWiring.home_files are written every run.

@@ -16,6 +16,7 @@ PROFILE = AgentProfile(
     command="aider",
     headless=("aider", "--model", "openai/MODEL", "--message", "{task}", "--yes-always", "--no-auto-commits",
               "--no-show-model-warnings"),
+    interactive=("aider", "--model", "openai/MODEL", "--no-auto-commits"),   # it asks before it creates files
     # ~/.aider/ (analytics.json, installs.json, caches/); the chat and input histories would land in
     # the workspace (.aider.chat.history.md, .aider.input.history) unless moved into the home.
     home_paths=(".aider", ".aider.conf.yml"),

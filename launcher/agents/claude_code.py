@@ -25,6 +25,7 @@ PROFILE = AgentProfile(
     package=Package(registry="npm", name="@anthropic-ai/claude-code", version="2.1.332"),
     command="claude",
     headless=("claude", "-p", "{task}", "--dangerously-skip-permissions"),
+    interactive=("claude", "--dangerously-skip-permissions"),
     # ~/.claude.json is replaced by temp file + rename: the home must be a directory mount, never a
     # bind-mounted single file (EBUSY). It also writes /tmp/claude-<uid>/ (needs a writable /tmp).
     home_paths=(".claude", ".claude.json"),

@@ -30,6 +30,9 @@ PROFILE = AgentProfile(
     # --sandbox danger-full-access: bubblewrap cannot create user namespaces under Docker's seccomp
     # profile; approval is "never" in exec mode already. --skip-git-repo-check: a workspace need not be a repo.
     headless=("codex", "exec", "--skip-git-repo-check", "--sandbox", "danger-full-access", "{task}"),
+    # The TUI otherwise starts a background app-server from a copy of itself in ~/.codex/packages:
+    # on a noexec home "Permission denied", on an exec one it then wants `ps` (not in the image).
+    interactive=("codex", "--no-daemon", "--sandbox", "danger-full-access"),
     # $CODEX_HOME (default ~/.codex): sqlite state, sessions, logs, installation_id. If CODEX_HOME is
     # set it must already exist ("CODEX_HOME points to ... but that path does not exist"), so the
     # profile leaves it unset and lets Codex create ~/.codex.

@@ -17,6 +17,7 @@ PROFILE = AgentProfile(
     package=Package(registry="npm", name="@google/gemini-cli", version="0.61.0"),
     command="gemini",
     headless=("gemini", "-p", "{task}", "--yolo"),
+    interactive=("gemini", "--yolo"),
     home_paths=(".gemini",),   # projects.json, history/, tmp/, settings, trustedFolders.json
     workspace_config=(".gemini", ".env"),   # settings.json, .gemini/.env; the first .env upwards
     env={

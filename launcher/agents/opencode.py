@@ -12,7 +12,9 @@ from launcher.agents import PLACEHOLDER_KEY, AgentProfile, ModelWiring, Package
 
 # Inline config: the provider's base URL and a placeholder key in one variable whose name is not
 # secret-shaped, so nothing here trips the probe's env.secrets check.
-CONFIG = json.dumps({"provider": {"anthropic": {"options": {"baseURL": "{endpoint}/v1", "apiKey": PLACEHOLDER_KEY}}}})
+# Only that provider: otherwise its TUI starts on opencode's own hosted models (opencode.ai).
+CONFIG = json.dumps({"enabled_providers": ["anthropic"],
+                     "provider": {"anthropic": {"options": {"baseURL": "{endpoint}/v1", "apiKey": PLACEHOLDER_KEY}}}})
 
 PROFILE = AgentProfile(
     name="opencode",
@@ -21,6 +23,10 @@ PROFILE = AgentProfile(
     package=Package(registry="npm", name="opencode-ai", version="1.18.33"),
     command="opencode",
     headless=("opencode", "run", "{task}"),
+    # The TUI unpacks its render library into $TMPDIR and loads it: on a noexec /tmp (Docker's
+    # default for tmpfs) "failed to map segment from shared object". `opencode run` needs no TUI.
+    interactive=("opencode",),
+    exec_tmp=True,
     # XDG dirs under the home: config (~/.config/opencode, where it also tries an npm install of
     # @opencode-ai/plugin), data (~/.local/share/opencode: opencode.db, logs), state, cache.
     home_paths=(".config/opencode", ".local/share/opencode", ".local/state/opencode", ".cache/opencode"),
