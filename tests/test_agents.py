@@ -74,3 +74,9 @@ def test_what_each_cli_reads_from_the_workspace_is_protected_or_a_known_gap():
     unprotected = {path for p in agents.PROFILES.values() for path in p.workspace_config if path not in PROTECTED}
     assert unprotected == {".env", ".aider.model.settings.yml", ".aider.model.metadata.json",
                            "opencode.json", "opencode.jsonc", ".opencode"}
+
+
+def test_ca_variables_say_whether_they_take_the_extra_cas_or_a_whole_bundle():
+    kinds = {kind for p in agents.PROFILES.values() for kind in p.ca_env.values()}
+    assert kinds <= {"extra", "bundle"}
+    assert all(p.ca_env for p in agents.PROFILES.values() if p.image)   # every real CLI says how

@@ -25,6 +25,7 @@ from launcher import agents, images
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 MODEL_API = "model-api"             # the stand-in's alias on the test network
 ENDPOINT = f"http://{MODEL_API}:80"  # stands in for SANDBOX_ENDPOINT_MODEL (the proxy's endpoint)
+TLS_HOST = "model-tls"               # the same stand-in over TLS, its certificate from a private CA
 LABEL = "dev.sandbox.test=agents-real"
 TASK = "Create the marker file the task runner expects."
 
@@ -78,7 +79,8 @@ def model_api(engine):
 
 
 def docker_run(profile: agents.AgentProfile, image: str, network: str, key: str, workspace, argv: list[str],
-               key_in_file: bool = False, tty: bool = False) -> list[str]:
+               key_in_file: bool = False, tty: bool = False, endpoint: str = ENDPOINT,
+               options: list[str] = ()) -> list[str]:
     """`docker run` of argv in the agent image, locked down as the sandbox will be (minus the probe and
     the proxy): read-only root, tmpfs home of uid 1000, all capabilities dropped, internal network.
     HTTPS_PROXY points at the stand-in, which logs and refuses every CONNECT: any host a CLI tries
@@ -87,16 +89,16 @@ def docker_run(profile: agents.AgentProfile, image: str, network: str, key: str,
     def keyed(text: str) -> str:   # Claude Code approves a key by its last 20 characters
         return text.replace(agents.PLACEHOLDER_KEY, key).replace(agents.PLACEHOLDER_KEY[-20:], key[-20:])
 
-    env = {name: keyed(value) for name, value in profile.environment(ENDPOINT, key_in_file).items()}
-    env |= {"HTTPS_PROXY": ENDPOINT, "HTTP_PROXY": ENDPOINT, "NO_PROXY": MODEL_API}
+    env = {name: keyed(value) for name, value in profile.environment(endpoint, key_in_file).items()}
+    env |= {"HTTPS_PROXY": ENDPOINT, "HTTP_PROXY": ENDPOINT, "NO_PROXY": f"{MODEL_API},{TLS_HOST}"}
     assert key in "".join(env.values()) or key_in_file, "the profile wires no key"
-    files = {path: keyed(text) for path, text in profile.home_files(ENDPOINT, key_in_file).items()}
+    files = {path: keyed(text) for path, text in profile.home_files(endpoint, key_in_file).items()}
     if files:   # the home is a fresh tmpfs: write the profile's files into it, then exec the CLI unchanged
         seed = "".join(f'mkdir -p "$HOME/$(dirname {path})" && printf %s "$SEED_{i}" > "$HOME/{path}" && '
                        for i, path in enumerate(files))
         env |= {f"SEED_{i}": text for i, text in enumerate(files.values())}
         argv = ["sh", "-c", seed + 'exec "$@"', "seed", *argv]
-    options = ["--rm", "--name", f"{network}-{profile.name}", "--label", LABEL, "--network", network,
+    options = [*options, "--rm", "--name", f"{network}-{profile.name}", "--label", LABEL, "--network", network,
                "-u", "1000:1000", "--read-only", "--tmpfs", "/tmp",
                "--tmpfs", "/home/agent:uid=1000,gid=1000,mode=0700",
                "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
@@ -107,14 +109,18 @@ def docker_run(profile: agents.AgentProfile, image: str, network: str, key: str,
 
 
 def run_cli(profile: agents.AgentProfile, image: str, network: str, key: str, workspace,
-            key_in_file: bool = False, extra: list[str] = ()) -> subprocess.CompletedProcess:
+            key_in_file: bool = False, extra: list[str] = (), timeout: float = 300, **more) -> subprocess.CompletedProcess:
     """The profile's headless command (extra flags before the task) in docker_run."""
     at = profile.headless.index("{task}")
     at -= profile.headless[at - 1].startswith("-")   # before `--message {task}`, not between them
     argv = [*profile.headless[:at], *EXTRA_ARGS.get(profile.name, []), *extra, *profile.headless[at:]]
     argv = [a.replace("{task}", TASK).replace("openai/MODEL", "openai/stand-in") for a in argv]
-    command = docker_run(profile, image, network, key, workspace, argv, key_in_file)
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    command = docker_run(profile, image, network, key, workspace, argv, key_in_file, **more)
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as exc:   # some CLIs retry an untrusted certificate for minutes
+        docker("rm", "-f", f"{network}-{profile.name}", check=False)
+        return subprocess.CompletedProcess(command, 124, exc.stdout or "", exc.stderr or "")
 
 
 @pytest.mark.parametrize("name, key_in_file, extra", [
@@ -205,3 +211,65 @@ def test_the_cli_in_a_terminal_starts_without_dialogs_and_works(name, engine, mo
         docker("rm", "-f", f"{network}-{name}", check=False)
         os.waitpid(pid, 0)
         os.close(fd)
+
+
+# A private CA and the stand-in's certificate, made with the agent image's openssl; extra.pem is the
+# CA alone, bundle.pem the image's system CAs plus it (for variables that replace the system store).
+MAKE_CA = f"""set -e; cd /tls
+openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out extra.pem -days 1 -subj "/CN=sandbox test CA" \\
+  -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN={TLS_HOST} 2>/dev/null
+printf 'subjectAltName=DNS:{TLS_HOST}\\nbasicConstraints=CA:FALSE\\nextendedKeyUsage=serverAuth\\n' > ext.cnf
+openssl x509 -req -in server.csr -CA extra.pem -CAkey ca.key -CAcreateserial -out server.pem -days 1 -extfile ext.cnf 2>/dev/null
+cat /etc/ssl/certs/ca-certificates.crt extra.pem > bundle.pem; rm ca.key; chmod 644 *"""
+
+
+@pytest.fixture(scope="module")
+def tls_model_api(engine, model_api, tmp_path_factory):
+    """The stand-in over TLS as model-tls on the test network; yields (endpoint, CA directory, log)."""
+    network, key, _, _ = model_api
+    tls = tmp_path_factory.mktemp("tls")
+    os.chmod(tls, 0o755)
+    docker("run", "--rm", "-u", "0", "--network", "none", "-v", f"{tls}:/tls", images.AGENT_IMAGE, "sh", "-c", MAKE_CA)
+    name = f"{network}-model-tls"
+    try:
+        docker("run", "-d", "--name", name, "--label", LABEL, "--network", network, "--network-alias", TLS_HOST,
+               "-v", f"{tls}:/tls:ro", "-e", "MODEL_API_TLS_CERT=/tls/server.pem", "-e", "MODEL_API_TLS_KEY=/tls/server.key",
+               "-e", f"MODEL_API_EXPECTED_KEY={key}", images.model_api_image().tag)
+        deadline = time.monotonic() + 30
+        while "READY" not in docker("logs", name).stdout and time.monotonic() < deadline:
+            time.sleep(0.2)
+        yield f"https://{TLS_HOST}", tls, lambda: [json.loads(line) for line in docker(
+            "exec", name, "cat", "/tmp/requests.jsonl", check=False).stdout.splitlines()]
+    finally:
+        docker("rm", "-f", name, check=False)
+
+
+def run_against_tls(name, ca_env, engine, model_api, tls_model_api, tmp_path, timeout=300):
+    network, key, _, _ = model_api
+    endpoint, tls, _ = tls_model_api
+    profile = agents.get(name)
+    image = images.build_agent(engine, profile.image, lambda line: None, images.extra_ca_files())
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    os.chown(workspace, 1000, 1000)
+    os.chmod(tmp_path, 0o755)
+    options = ["-v", f"{tls}:/etc/sandbox-ca:ro"]
+    for var, kind in ca_env.items():
+        options += ["-e", f"{var}=/etc/sandbox-ca/{'extra' if kind == 'extra' else 'bundle'}.pem"]
+    done = run_cli(profile, image.tag, network, key, workspace, endpoint=endpoint, options=options, timeout=timeout)
+    return done, workspace / f"marker-{name}.txt"
+
+
+@pytest.mark.parametrize("name", sorted(n for n, p in agents.PROFILES.items() if p.ca_env))
+def test_the_cli_trusts_an_extra_ca_through_the_profiles_ca_variables(name, engine, model_api, tls_model_api, tmp_path):
+    """What a policy's CA field must set for each CLI (issue 10 part 3): its ca_env, and nothing else,
+    gets it through TLS to a stand-in whose certificate only the extra CA vouches for."""
+    done, marker = run_against_tls(name, agents.get(name).ca_env, engine, model_api, tls_model_api, tmp_path)
+    assert done.returncode == 0 and marker.is_file(), done.stdout[-2000:] + done.stderr[-2000:]
+    assert any(r["method"] == "POST" and r["status"] == 200 for r in tls_model_api[2]())   # it spoke TLS to model-tls
+
+
+def test_without_a_ca_variable_the_stand_ins_certificate_is_refused(engine, model_api, tls_model_api, tmp_path):
+    done, marker = run_against_tls("claude-code", {}, engine, model_api, tls_model_api, tmp_path, timeout=60)
+    assert done.returncode != 0 and not marker.exists()

@@ -8,7 +8,8 @@ tool: its first answer writes the marker through aider's whole-file edit format 
 Every request is appended to $MODEL_API_LOG (JSON lines: method, path, headers, body, what was
 answered) so tests can check which key header arrived. With $MODEL_API_EXPECTED_KEY set, a request
 that does not carry that key (x-api-key, Authorization: Bearer, x-goog-api-key or ?key=) gets 401,
-as from a real API. A CONNECT (the server used as HTTPS_PROXY) is logged and refused."""
+as from a real API. A CONNECT (the server used as HTTPS_PROXY) is logged and refused. With
+$MODEL_API_TLS_CERT and $MODEL_API_TLS_KEY it answers over TLS on 443 too."""
 
 import json
 import os
@@ -290,8 +291,23 @@ class Handler(BaseHTTPRequestHandler):
         self._json(200, payload)
 
 
+def serve_tls(cert: str, key: str) -> None:
+    """The same API over TLS on 443 (tests of which CA variables a CLI honours)."""
+    import ssl
+
+    server = ThreadingHTTPServer(("0.0.0.0", 443), Handler)
+    server.daemon_threads = True
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    server.serve_forever()
+
+
 if __name__ == "__main__":
     server = ThreadingHTTPServer(("0.0.0.0", int(os.environ.get("PORT", "80"))), Handler)
     server.daemon_threads = True
+    if os.environ.get("MODEL_API_TLS_CERT"):
+        threading.Thread(target=serve_tls, args=(os.environ["MODEL_API_TLS_CERT"], os.environ["MODEL_API_TLS_KEY"]),
+                         daemon=True).start()
     print("READY", flush=True)
     server.serve_forever()

@@ -61,6 +61,10 @@ class AgentProfile:
     # What the CLI reads as its own config from the workspace: planted by an agent, it acts when the
     # user later runs the same CLI on the host (hooks, MCP servers, base URLs), so it must stay protected.
     workspace_config: tuple[str, ...] = ()
+    # The variables through which it trusts extra CAs (verified against a private-CA HTTPS stand-in):
+    # "extra" takes only the added certificates (NODE_EXTRA_CA_CERTS), "bundle" replaces the system
+    # store, so it needs the system CAs plus the added ones (SSL_CERT_FILE).
+    ca_env: Mapping[str, str] = field(default_factory=dict)
     hosts: tuple[str, ...] = ()        # network.allow it needs in proxy mode besides the model endpoint
     blocked: tuple[str, ...] = ()      # hosts (shell patterns) it still tries with its settings: stay blocked
     verified: str = ""                 # what was run for real, with which version

@@ -39,6 +39,7 @@ PROFILE = AgentProfile(
         key_env="OPENAI_API_KEY",
         key_files={".aider.conf.yml": f"openai-api-key: {PLACEHOLDER_KEY}\n"},
     ),
+    ca_env={"SSL_CERT_FILE": "bundle"},   # httpx under litellm: not REQUESTS_CA_BUNDLE
     hosts=(),
     # aider's own model-price cache (~/.aider/caches) is fetched from raw.githubusercontent.com once
     # per fresh home (one line of output, harmless when blocked); litellm's copy is off in the image.

@@ -50,6 +50,7 @@ PROFILE = AgentProfile(
         key_env="ANTHROPIC_API_KEY",
         key_files={".claude/settings.json": json.dumps(SETTINGS | {"apiKeyHelper": f"echo {PLACEHOLDER_KEY}"}) + "\n"},
     ),
+    ca_env={"NODE_EXTRA_CA_CERTS": "extra", "SSL_CERT_FILE": "bundle"},
     hosts=(),
     blocked=(),
     verified="2.1.332: one Bash tool call + final answer against images/model-api, plain docker run "

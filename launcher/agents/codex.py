@@ -45,6 +45,7 @@ PROFILE = AgentProfile(
         header="Authorization: Bearer {value}",
         home_files={".codex/config.toml": CONFIG},
     ),
+    ca_env={"SSL_CERT_FILE": "bundle"},   # not NODE_EXTRA_CA_CERTS or REQUESTS_CA_BUNDLE
     hosts=(),
     # The image's /etc/codex/config.toml (no update check, analytics or plugins) stops github.com,
     # api.github.com, chatgpt.com and ab.chatgpt.com; nothing else was tried.

@@ -39,6 +39,7 @@ PROFILE = AgentProfile(
         key_env="GEMINI_API_KEY",
         key_files={".gemini/.env": f"GEMINI_API_KEY={PLACEHOLDER_KEY}\n"},
     ),
+    ca_env={"NODE_EXTRA_CA_CERTS": "extra"},   # not SSL_CERT_FILE
     hosts=(),
     blocked=(),
     verified="0.61.0: a routing call (generateContent, JSON) + one run_shell_command call + final answer "

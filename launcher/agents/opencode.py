@@ -38,6 +38,7 @@ PROFILE = AgentProfile(
         header="x-api-key: {value}",
         env={"OPENCODE_CONFIG_CONTENT": CONFIG},
     ),
+    ca_env={"NODE_EXTRA_CA_CERTS": "extra", "SSL_CERT_FILE": "bundle"},
     hosts=(),
     # Its background install of @opencode-ai/plugin into ~/.config/opencode asks the npm registry
     # (fails, logged as a warning, no harm); everything else is off in the image.
