@@ -37,7 +37,8 @@ def upstream(engine):
     images.build(engine, image, lambda line: None)
     key = "real-" + uuid.uuid4().hex
     network = f"sandbox-test-agents-launcher-{os.getpid()}"
-    docker("network", "create", "--internal", "--label", "dev.sandbox.test=agents-launcher", network)
+    docker("network", "create", "--internal", "--label", "dev.sandbox.test=agents-launcher",
+           "-o", "com.docker.network.bridge.inhibit_ipv4=true", network)   # no way to the host either
     name = f"{network}-model-api"
     try:
         docker("run", "-d", "--name", name, "--network", network, "--network-alias", UPSTREAM,
