@@ -1,8 +1,9 @@
-"""The real agent CLIs (Claude Code, Codex, Gemini CLI, aider, opencode) from their registries, in their agent
-images, each driven by our scripted stand-in model API (images/model-api) through one shell tool
-call (aider: one file edit) and a final answer. Plain `docker run` with a read-only root and a tmpfs
-home owned by the agent: no launcher yet, so this proves the CLIs and their profiles' wiring, not the
-sandbox. Building the images needs the registries; the runs reach only our own containers."""
+"""The real agent CLIs (Claude Code, Codex, Gemini CLI, aider, opencode) from their registries, in
+their agent images, each driven by our scripted stand-in model API (images/model-api) through one
+shell tool call (aider: one file edit) and a final answer: headless, in a terminal (pty), and over TLS
+trusting an extra CA through the profile's CA variables. Plain `docker run` with a read-only root and
+a tmpfs home owned by the agent: this proves the CLIs and their profiles, not the sandbox (see
+test_agents_launcher.py). Building the images needs the registries; the runs reach only our containers."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import json
 import os
 import pty
 import struct
-import termios
 import subprocess
+import termios
 import time
 import uuid
 
@@ -29,11 +30,6 @@ TLS_HOST = "model-tls"               # the same stand-in over TLS, its certifica
 LABEL = "dev.sandbox.test=agents-real"
 TASK = "Create the marker file the task runner expects."
 
-# The sandbox gives a CLI the profile's placeholder key and lets the proxy put the real header on;
-# here the CLI talks to the stand-in directly, so the placeholder is replaced by the test key.
-KEY_HEADER = {"claude-code": ("x-api-key", "{key}"), "codex": ("authorization", "Bearer {key}"),
-              "gemini-cli": ("x-goog-api-key", "{key}"), "aider": ("authorization", "Bearer {key}"),
-              "opencode": ("x-api-key", "{key}")}
 # Before the task: aider, a workspace that is not a repository. Codex 0.171 offers its own models
 # (the default gpt-6.2-sol) only "code mode", one custom tool `exec` taking JavaScript that calls
 # tools.exec_command; a model it does not know gets the classic function tools (exec_command): both.
@@ -50,7 +46,7 @@ def docker(*argv: str, timeout: float = 60, check: bool = True) -> subprocess.Co
 @pytest.fixture(scope="module")
 def model_api(engine):
     """The stand-in model API alone on an internal network (no way out), expecting a random key;
-    yields (network, key, function returning its request log)."""
+    yields (network, key, its request log as a function, a function emptying that log)."""
     image = images.model_api_image()
     images.build(engine, image, lambda line: None)
     key = "test-" + uuid.uuid4().hex
@@ -149,8 +145,10 @@ def test_real_cli_makes_one_tool_call_and_answers(name, key_in_file, extra, engi
     assert marker.is_file() and marker.read_text() == "done\n", said
     assert (marker.stat().st_uid, marker.stat().st_gid) == (1000, 1000)
     api = [r for r in requests if API_PATHS[name] in r["path"]]
-    header, template = KEY_HEADER[name]
-    assert api and all(r["headers"].get(header) == template.format(key=key) for r in api), summary
+    # The sandbox gives a CLI the profile's placeholder and the proxy puts the real header on; here
+    # the CLI talks to the stand-in directly, holding the test key in the placeholder's place.
+    header, _, template = profile.model.header.partition(": ")
+    assert api and all(r["headers"].get(header.lower()) == template.format(value=key) for r in api), summary
     if key_in_file and name == "claude-code":   # apiKeyHelper's key goes out in both headers
         assert all(r["headers"].get("authorization") == f"Bearer {key}" for r in api)
     answers = [r["answer"] for r in api]
