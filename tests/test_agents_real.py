@@ -271,3 +271,29 @@ def test_the_cli_trusts_an_extra_ca_through_the_profiles_ca_variables(name, engi
 def test_without_a_ca_variable_the_stand_ins_certificate_is_refused(engine, model_api, tls_model_api, tmp_path):
     done, marker = run_against_tls("claude-code", {}, engine, model_api, tls_model_api, tmp_path, timeout=60)
     assert done.returncode != 0 and not marker.exists()
+
+
+@pytest.mark.parametrize("placeholder", ["directory", "file"])
+def test_aider_needs_a_protected_missing_config_to_be_a_file(placeholder, engine, model_api, tmp_path):
+    """What the launcher's protection of a missing .aider.conf.yml must look like for aider to start:
+    today's empty read-only directory makes it fail (IsADirectoryError: it opens every
+    .aider.conf.yml on its path); a read-only file holding `{}` (an empty YAML mapping) works."""
+    network, key, _, reset = model_api
+    profile = agents.get("aider")
+    image = images.build_agent(engine, profile.image, lambda line: None, images.extra_ca_files())
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    os.chown(workspace, 1000, 1000)
+    os.chmod(tmp_path, 0o755)
+    stand_in = tmp_path / "protect"
+    if placeholder == "file":
+        stand_in.write_text("{}\n")
+    else:
+        stand_in.mkdir()
+    reset()
+    done = run_cli(profile, image.tag, network, key, workspace,
+                   options=["-v", f"{stand_in}:/workspace/.aider.conf.yml:ro"], timeout=120)
+    if placeholder == "file":
+        assert done.returncode == 0 and (workspace / "marker-aider.txt").is_file(), done.stdout[-2000:] + done.stderr[-2000:]
+    else:
+        assert done.returncode != 0 and "IsADirectoryError" in done.stdout + done.stderr
