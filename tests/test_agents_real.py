@@ -297,3 +297,17 @@ def test_aider_needs_a_protected_missing_config_to_be_a_file(placeholder, engine
         assert done.returncode == 0 and (workspace / "marker-aider.txt").is_file(), done.stdout[-2000:] + done.stderr[-2000:]
     else:
         assert done.returncode != 0 and "IsADirectoryError" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("name", sorted(n for n, p in agents.PROFILES.items() if p.image))
+def test_the_build_ca_is_in_no_layer_history_or_trust_store_of_the_image(name, engine):
+    """The CA the build trusted for its downloads (the host's extra CAs) stays out of the image: not in
+    its history (build args of a stage that uses them are recorded there), not in its CA bundle."""
+    image = images.build_agent(engine, agents.get(name).image, lambda line: None, images.extra_ca_files())
+    history = docker("history", "--no-trunc", image.tag).stdout
+    assert "BEGIN CERTIFICATE" not in history and "CA_BUNDLE" not in history
+    trusted = docker("run", "--rm", "--network", "none", "--entrypoint", "cat", image.tag,
+                     "/etc/ssl/certs/ca-certificates.crt").stdout
+    for path in images.extra_ca_files():
+        body = path.read_text().split("-----BEGIN CERTIFICATE-----")[1].split()[0]   # a line of each CA
+        assert body not in trusted, path
