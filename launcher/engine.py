@@ -88,10 +88,12 @@ class Engine:
         with _mapped(f"pulling {ref}"):
             self.client.images.pull(ref)
 
-    def build(self, context: str, tag: str, labels: dict, on_line: Callable[[str], None]) -> None:
+    def build(self, context: str, tag: str, labels: dict, on_line: Callable[[str], None],
+              buildargs: dict[str, str] | None = None) -> None:
         with _mapped(f"building {tag}"):
             for chunk in self.client.api.build(path=context, tag=tag, labels=labels, rm=True,
-                                               forcerm=True, pull=False, decode=True):
+                                               forcerm=True, pull=False, decode=True,
+                                               buildargs=buildargs or None):
                 if "error" in chunk:
                     raise EngineError(f"building {tag} failed: {chunk['error'].strip()}")
                 text = chunk.get("stream", "").rstrip()

@@ -82,9 +82,60 @@ def upstream_image() -> BundledImage:
     return BundledImage(key="upstream", tag=f"sandbox-test/upstream:{_context_hash(context)}", context=context)
 
 
+def model_api_image() -> BundledImage:
+    """Tests' scripted stand-in model API for the real agent CLIs (never used by a sandbox)."""
+    context = resources.images_dir() / "model-api"
+    return BundledImage(key="model-api", tag=f"sandbox-test/model-api:{_context_hash(context)}", context=context)
+
+
 def agent_image() -> BundledImage:
     context = resources.images_dir() / "agent"
     return BundledImage(key="agent", tag=AGENT_IMAGE, context=context, context_hash=_context_hash(context))
+
+
+def agent_profile_image(name: str) -> BundledImage:
+    """An agent CLI's image (images/agents/NAME, FROM the agent image); the tag follows its recipe."""
+    context = resources.images_dir() / "agents" / name
+    if not (context / "Dockerfile").is_file():
+        raise EngineError(f"no agent image recipe {name!r} in {context.parent}")
+    # FROM the agent image: a changed agent image is a changed recipe too.
+    digest = hashlib.sha256((_context_hash(context) + agent_image().context_hash).encode()).hexdigest()[:12]
+    return BundledImage(key=f"agent-{name}", tag=f"sandbox/agent-{name}:{digest}", context=context)
+
+
+EXTRA_CA_DIR = Path("/usr/local/share/ca-certificates")   # Debian/Ubuntu: the host's extra CAs
+
+
+def extra_ca_files(directory: Path = EXTRA_CA_DIR) -> list[Path]:
+    """The host's extra CA certificates (update-ca-certificates' input, *.crt), sorted; none if
+    absent: the default CA bundle of agent image builds (a TLS-intercepting proxy on the way out)."""
+    return sorted(p for p in directory.rglob("*.crt") if p.is_file()) if directory.is_dir() else []
+
+
+def ca_buildargs(files: list[Path]) -> dict[str, str]:
+    """CA_BUNDLE for the agent images' download steps: the certificates of `files` (PEM; a private
+    key is refused), or nothing. The images use it only while installing, never as their trust."""
+    from launcher.egress.inject import ca_bundle
+
+    if not files:
+        return {}
+    pems = []
+    for path in files:
+        try:
+            pems.append(ca_bundle(path.read_bytes()))
+        except (OSError, ValueError) as exc:
+            raise EngineError(f"cannot use {path} as a CA bundle: {exc}") from None
+    return {"CA_BUNDLE": "".join(pems)}
+
+
+def build_agent(engine: Engine, name: str, progress: Progress, ca_files: list[Path] = (),
+                force: bool = False) -> BundledImage:
+    """Build the agent image (when missing) and NAME's image on it, trusting ca_files during the
+    download steps (the CLI's default: extra_ca_files(), the host's own)."""
+    build(engine, agent_image(), progress)
+    image = agent_profile_image(name)
+    build(engine, image, progress, force, ca_buildargs(list(ca_files)))
+    return image
 
 
 def probe_volume_name() -> str:
@@ -214,7 +265,8 @@ def _run(argv: list[str], on_line: Callable[[str], None] = lambda line: None) ->
         raise EngineError(f"{argv[0]} failed with exit code {proc.returncode}:\n" + "\n".join(tail))
 
 
-def build(engine: Engine, image: BundledImage, progress: Progress, force: bool = False) -> bool:
+def build(engine: Engine, image: BundledImage, progress: Progress, force: bool = False,
+          buildargs: dict[str, str] | None = None) -> bool:
     """Build one bundled image when it is missing (or when forced). Returns True if it built."""
     if not force and engine.image_exists(image.tag) and (
             not image.context_hash or engine.image_labels(image.tag).get(label.CONTEXT) == image.context_hash):
@@ -233,9 +285,10 @@ def build(engine: Engine, image: BundledImage, progress: Progress, force: bool =
         elif not line.startswith("Successfully"):
             ticker.say(f"step {step[0]} still running")
 
+    extra = {"buildargs": buildargs} if buildargs else {}   # only agent images take any
     with _heartbeat(ticker, lambda: f"step {step[0]} still running"):
         engine.build(str(image.context), image.tag,
-                     {**LABELS, **({label.CONTEXT: image.context_hash} if image.context_hash else {})}, on_line)
+                     {**LABELS, **({label.CONTEXT: image.context_hash} if image.context_hash else {})}, on_line, **extra)
     progress(f"built {image.tag} in {ticker.elapsed()} s")
     return True
 
