@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from launcher import compiler, host, images, stack, workspaces
+from launcher.errors import PolicyError, Problem
 from launcher.host import HostFacts
 from launcher.model import WorkspaceMode
 from launcher.plan import LaunchPlan
@@ -26,6 +27,32 @@ class LayerOptions:
     approved_only: bool = False          # never ask; apply a repository policy only if approved
     strict: bool = False                 # like CI=true: an explicit request a ceiling removed is an error
     workspace_mode: str | None = None    # --workspace-mode: the base's workspace.mode (layers may still say copy)
+    agent: "AgentChoice | None" = None   # --agent and the model key's reference
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentChoice:
+    name: str
+    key_env: str = ""        # --model-key-env: the host variable holding the model API key
+    key_file: str = ""       # --model-key-file
+    upstream: str = ""       # --model-upstream: instead of the profile's API (a gateway, a test's stand-in)
+
+    @property
+    def profile(self):
+        from launcher import agents
+
+        try:
+            return agents.get(self.name)
+        except KeyError as exc:
+            raise PolicyError([Problem(file="command line", path="--agent", expected="an agent profile",
+                                       found=repr(self.name), hint=str(exc).strip("'\""))]) from None
+
+    @property
+    def keyed(self) -> bool:
+        return bool(self.key_env or self.key_file)
+
+    def image(self, fallback: str) -> str:
+        return images.agent_profile_image(self.profile.image).tag if self.profile.image else fallback
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +72,12 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions()) ->
     policy = with_allowed(base.policy, options.allow) if options.allow else base.policy
     if options.workspace_mode:
         policy = replace(policy, workspace=replace(policy.workspace, mode=WorkspaceMode(options.workspace_mode)))
+    if options.agent:
+        from launcher.agents.wiring import with_agent
+
+        choice = options.agent
+        policy = with_agent(policy, choice.profile, choice.image(policy.image), key_env=choice.key_env,
+                            key_file=choice.key_file, upstream=choice.upstream)
     return stack.build(policy, base, workspace, timeout=options.timeout, pin=options.pin,
                        ignore_repo=options.ignore_repo, ask=options.ask, approved_only=options.approved_only,
                        strict=options.strict)
@@ -56,11 +89,17 @@ def facts_for(policy, workspace: str) -> HostFacts:
 
 
 def compiled(result: stack.Stack, workspace: str, command: tuple[str, ...] = (), *, kind: str = "run",
-             name: str | None = None, egress_network: str | None = None) -> Planned:
-    """Host facts and the compiled plan for an effective policy; raises PolicyError (exit 120)."""
+             name: str | None = None, egress_network: str | None = None, agent: AgentChoice | None = None) -> Planned:
+    """Host facts and the compiled plan for an effective policy; raises PolicyError (exit 120).
+    With `agent`, the command runs behind the profile's start-up wrapper (its home files)."""
     facts = facts_for(result.effective.policy, workspace)
+    if agent and command:
+        from launcher.agents.wiring import wrapped
+
+        command = wrapped(agent.profile, command, agent.keyed)[1]
     return Planned(layered=result, facts=facts, plan=compiler.compile_policy(
-        result.effective.policy, facts, command=command, kind=kind, name=name, egress_network=egress_network))
+        result.effective.policy, facts, command=command, kind=kind, name=name, egress_network=egress_network,
+        **({"profile": agent.name} if agent else {})))
 
 
 def plan(ref: str, workspace: str, command: tuple[str, ...] = (), options: LayerOptions = LayerOptions(),

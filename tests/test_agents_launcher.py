@@ -122,3 +122,32 @@ def test_real_cli_through_the_launcher_gets_the_key_from_the_proxy(name, key_in_
     # The hosts the profile says it still tries are the ones the proxy blocked, and nothing else.
     assert ("egress: nothing was blocked" in done.stderr) == (not profile.blocked), said
     assert all(fnmatch.filter(done.stderr.split(), f"{p}:443") for p in profile.blocked), said
+
+
+@pytest.mark.parametrize("name", ["claude-code", "codex"])
+def test_agent_flag_runs_the_real_cli_in_ci_with_its_key_injected(name, engine, upstream, tmp_path):
+    """`--agent NAME --model-key-env VAR`: the profile's image, variables and home files, the key
+    only in the proxy; the CLI's own exit code; the marker in the host workspace, the owner's."""
+    network, key, log, reset = upstream
+    profile = agents.get(name)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    os.chown(workspace, 1000, 1000)
+    os.chmod(tmp_path, 0o755)
+    task = [a.replace("{task}", "Create the marker file.") for a in profile.headless]
+    reset()
+    done = subprocess.run([*SANDBOX, "run", "--policy", "ci", "--agent", name, "--model-key-env", "MODEL_KEY",
+                           "--model-upstream", f"http://{UPSTREAM}", "--egress-network", network,
+                           "--json", "-w", str(workspace), "--", *task],
+                          env={**os.environ, "MODEL_KEY": key}, capture_output=True, text=True, timeout=600)
+    said = done.stdout[-2000:] + done.stderr[-3000:]
+    assert done.returncode == 0, said
+    marker = workspace / f"marker-{name}.txt"
+    assert marker.is_file() and marker.stat().st_uid == 1000, said
+    header, _, template = profile.model.header.partition(": ")
+    api = [r for r in log() if r["method"] == "POST"]
+    assert api and all(r["headers"].get(header.lower()) == template.format(value=key) for r in api), said
+    assert key not in done.stdout and key not in done.stderr
+    report = json.loads(done.stdout)
+    assert report["probe"]["ok"] and report["agent"]["exit_code"] == 0
+    assert any(c["id"] == "home.private" and c["ok"] for c in report["probe"]["checks"])

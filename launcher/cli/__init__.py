@@ -11,7 +11,7 @@ import traceback
 import click
 
 from launcher import __version__
-from launcher.cli import copies, launch, manage, output, policy, selftest, team
+from launcher.cli import agents, copies, launch, manage, output, policy, selftest, team
 from launcher.errors import ExitCode, SandboxError, Terminated, secondary_failures
 
 _DEBUG = "sandbox.debug"
@@ -92,6 +92,6 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-for _module in (policy, launch, copies, manage, team, selftest):
+for _module in (policy, launch, copies, agents, manage, team, selftest):
     for _command in _module.COMMANDS:
         main.add_command(_command)

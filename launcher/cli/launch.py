@@ -11,7 +11,8 @@ import time
 import click
 
 from launcher.cli import output
-from launcher.cli.options import POLICY_HELP, duration, egress_options, layer_options, plan, strict_option
+from launcher.cli.options import (POLICY_HELP, agent_choice, agent_options, duration, egress_options, layer_options,
+                                  plan, strict_option)
 from launcher.errors import ExitCode, SandboxError, Terminated, secondary_failures
 
 
@@ -19,6 +20,9 @@ def _engine_and_images(launch_plan, console: output.Console):
     from launcher import engine, images
 
     eng = engine.connect()
+    agent = agent_choice()
+    if agent and agent.profile.image:   # the CLI's image, on ours: built here when missing (minutes, once)
+        images.build_agent(eng, agent.profile.image, console.status, images.extra_ca_files())
     images.ensure_for(eng, launch_plan.container.image, console.status, proxy=launch_plan.proxy is not None)
     if launch_plan.copy or launch_plan.home:   # their tools run in our agent image, whatever the policy's image
         images.build(eng, images.agent_image(), console.status)
@@ -46,6 +50,7 @@ def _tell_copy(eng, name: str) -> None:
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the JSON report to this file.")
 @strict_option
 @egress_options
+@agent_options
 @layer_options
 @click.argument("command", nargs=-1, required=True)
 def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_json: bool, report_path: str | None,
@@ -127,6 +132,7 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
 @click.option("--timeout", callback=duration,
               help="Stop the sandbox this long after it starts, whoever is attached (can only shorten the policy's).")
 @egress_options
+@agent_options
 @layer_options
 def up(workspace: str, policy: str, name: str | None, no_shell: bool, timeout: str | None, allow: tuple[str, ...],
        egress_network: str | None) -> None:
@@ -156,6 +162,13 @@ def up(workspace: str, policy: str, name: str | None, no_shell: bool, timeout: s
         console.status(f"{sandbox} is already running; opening a shell in it")
     else:
         launch.up(eng, launch_plan, console)
+        agent = agent_choice()
+        if agent:   # the profile's home files (and, for its shells, its variables)
+            from launcher.agents.wiring import wrapped
+
+            seed = wrapped(agent.profile, ("true",), agent.keyed, shells=True)[1]
+            if len(seed) > 1 and sandboxes.exec_in(eng, sandbox, list(seed), console) != 0:
+                console.status(f"warning: writing {agent.name}'s home files failed")
         if planned.facts.surfaces is not None:   # compared on `sandbox down`
             baseline.save(sandbox, planned.facts.workspace.real, dict(planned.facts.surfaces))
         ends = time.strftime("%H:%M:%S", time.localtime(time.time() + launch_plan.timeout_seconds))

@@ -136,15 +136,32 @@ def images() -> None:
 
 @images.command()
 @click.option("--force", is_flag=True, help="Rebuild even if present.")
-def build(force: bool) -> None:
+@click.option("--agent", "agent_names", multiple=True, metavar="NAME",
+              help="Also build this agent's image (`sandbox agents`); repeatable.")
+@click.option("--ca-bundle", "ca_bundles", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="Trust these CA certificates (PEM) while an agent image downloads its CLI, e.g. behind a "
+                   "TLS-intercepting proxy (default: the host's extra CAs in /usr/local/share/ca-certificates). "
+                   "Certificates only: a private key is refused.")
+def build(force: bool, agent_names: tuple[str, ...], ca_bundles: tuple[str, ...]) -> None:
     """Build the bundled images that are missing (makes the base image if needed)."""
-    from launcher import engine, images as imgs
+    from pathlib import Path
+
+    from launcher import agents, engine, images as imgs
 
     console = Console()
     eng = engine.connect()
     for image in (imgs.probe_image(), imgs.proxy_image(), imgs.agent_image()):
         if not imgs.build(eng, image, console.status, force=force):
             console.status(f"{image.tag} is present")
+    cas = [Path(p) for p in ca_bundles] or imgs.extra_ca_files()
+    for name in agent_names:
+        try:
+            profile = agents.get(name)
+        except KeyError as exc:
+            raise click.BadParameter(str(exc).strip("'\""), param_hint="--agent") from None
+        if profile.image:
+            image = imgs.build_agent(eng, profile.image, console.status, cas, force=force)
+            console.status(f"{image.tag} is ready")
 
 
 @images.command()

@@ -61,6 +61,42 @@ def _private(ctx, param, value):
     ctx.meta[_PRIVATE] = tuple({"host": host, "private": True} for host in value)
 
 
+_AGENT = "sandbox.agent"
+
+
+def _agent_option(ctx, param, value):
+    ctx.meta.setdefault(_AGENT, {})[param.name] = value
+
+
+def agent_options(command):
+    """--agent and the model key's reference (run, up, compile)."""
+    for flag, name, metavar, text in reversed((
+            ("--agent", "agent", "NAME", "An agent profile (`sandbox agents`): its image, environment and home files."),
+            ("--model-key-env", "key_env", "VAR", "Proxy mode: the host variable holding the agent's model API key; "
+                                                  "only the proxy ever holds it (the sandbox gets an endpoint)."),
+            ("--model-key-file", "key_file", "FILE", "Like --model-key-env, from a file."),
+            ("--model-upstream", "upstream", "URL", "The model API to send the agent to instead of the profile's "
+                                                     "(a company gateway)."))):
+        command = click.option(flag, name, metavar=metavar, expose_value=False, callback=_agent_option,
+                               help=text)(command)
+    return command
+
+
+def agent_choice():
+    """The --agent options as the pipeline's AgentChoice, or None."""
+    from launcher.pipeline import AgentChoice
+
+    opts = click.get_current_context().meta.get(_AGENT, {})
+    if not opts.get("agent"):
+        if opts.get("key_env") or opts.get("key_file") or opts.get("upstream"):
+            raise click.UsageError("--model-key-env, --model-key-file and --model-upstream go with --agent")
+        return None
+    if opts.get("key_env") and opts.get("key_file"):
+        raise click.UsageError("--model-key-env and --model-key-file exclude each other")
+    return AgentChoice(name=opts["agent"], key_env=opts.get("key_env") or "", key_file=opts.get("key_file") or "",
+                       upstream=opts.get("upstream") or "")
+
+
 def strict_option(command):
     return click.option("--strict", is_flag=True,
                         help=f"Exit {ExitCode.SURFACES_CHANGED} when the agent left new or changed files that host tools "
@@ -95,7 +131,8 @@ def layer_settings(*, allow: tuple[str, ...] = (), timeout: str | None = None, a
         raise click.UsageError("--trust-repo-policy and --ignore-repo-policy exclude each other")
     ask = _ask if host.is_interactive() and not approved_only else None
     return LayerOptions(allow=allow, timeout=timeout, pin=opts.get("pin"), ignore_repo=bool(opts.get("ignore_repo")),
-                        ask=ask, approved_only=approved_only, strict=strict, workspace_mode=opts.get("workspace_mode"))
+                        ask=ask, approved_only=approved_only, strict=strict, workspace_mode=opts.get("workspace_mode"),
+                        agent=agent_choice())
 
 
 def tell(layered) -> None:
@@ -119,7 +156,12 @@ def plan(policy_ref: str, workspace: str, command: tuple[str, ...], *, kind: str
     allow = tuple(allow) + click.get_current_context().meta.get(_PRIVATE, ())
     result = pipeline.layered(policy_ref, workspace, layer_settings(allow=allow, timeout=timeout, strict=strict))
     tell(result)
-    planned = pipeline.compiled(result, workspace, command, kind=kind, name=name, egress_network=egress_network)
+    agent = agent_choice()
+    if agent and not agent.keyed and agent.profile.model:
+        output.status(f"note: no model key for {agent.name} (--model-key-env VAR in proxy mode): "
+                      "its CLI cannot reach a model API")
+    planned = pipeline.compiled(result, workspace, command, kind=kind, name=name, egress_network=egress_network,
+                                agent=agent)
     for warning in planned.plan.warnings:
         output.status(f"warning: {warning}")
     return planned

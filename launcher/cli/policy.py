@@ -8,7 +8,7 @@ import sys
 import click
 
 from launcher.cli import output
-from launcher.cli.options import POLICY_HELP, egress_options, layer_options, plan, show_layers_option
+from launcher.cli.options import POLICY_HELP, agent_options, egress_options, layer_options, plan, show_layers_option
 from launcher.errors import ExitCode
 from launcher.targets import FORMATS, TARGETS
 
@@ -20,6 +20,7 @@ from launcher.targets import FORMATS, TARGETS
 @click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default="json", show_default=True,
               help="json: the whole plan; argv: the equivalent `docker run` command; compose: a compose file.")
 @egress_options
+@agent_options
 @layer_options
 @show_layers_option
 @click.argument("command", nargs=-1)

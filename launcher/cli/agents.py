@@ -1,0 +1,43 @@
+"""`sandbox agents`: the agent profiles, what each sets, and what was verified."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Every profile as JSON.")
+def agents(as_json: bool) -> None:
+    """List the agent profiles `--agent NAME` selects: the CLI and its pinned version, its image,
+    the home paths it writes, the variables it gets, the model API its key is injected for, the
+    hosts it needs in proxy mode, and what was run for real."""
+    from dataclasses import asdict
+
+    from launcher import agents as profiles
+    from launcher import images
+
+    rows = []
+    for p in profiles.PROFILES.values():
+        rows.append({"name": p.name, "summary": p.summary,
+                     "package": f"{p.package.registry}:{p.package.name}@{p.package.version}" if p.package else "",
+                     "image": images.agent_profile_image(p.image).tag if p.image else images.AGENT_IMAGE,
+                     "home": list(p.home_paths), "env": sorted(p.environment("$ENDPOINT", key_in_file=True)),
+                     "model": asdict(p.model) if p.model else None, "hosts": list(p.hosts),
+                     "headless": " ".join(p.headless), "verified": p.verified})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=str))
+        return
+    for r in rows:
+        model = r["model"]
+        click.echo(f"{r['name']}: {r['summary']}")
+        click.echo(f"  package {r['package'] or '-'}   image {r['image']}")
+        click.echo(f"  home    {', '.join(r['home']) or '-'}")
+        click.echo(f"  env     {', '.join(r['env']) or '-'}")
+        click.echo(f"  model   {model['upstream'] + ' (' + model['header'].split(':')[0] + ' injected by the proxy)' if model else '-'}")
+        click.echo(f"  hosts   {', '.join(r['hosts']) or '-'}   run: {r['headless']}")
+        click.echo(f"  checked {r['verified'] or '-'}")
+
+
+COMMANDS = (agents,)
