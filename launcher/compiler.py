@@ -25,7 +25,7 @@ from launcher.egress.squid import (INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_AL
 from launcher import checks
 from launcher.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS
 from launcher.secrets import RUNTIME_NAMES, SECRET_NAMES, SECRET_VALUES, caseless, secret_value
-from launcher.surfaces import GIT_BY_EXISTENCE, GIT_READS
+from launcher.surfaces import FILE_PLACEHOLDERS, GIT_BY_EXISTENCE, GIT_READS
 
 _ROOT_DIRS = ("/", "/etc", "/usr", "/var", "/home")
 _REFUSED_SOURCES = ("/proc", "/sys", "/dev", "/boot")
@@ -222,7 +222,11 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
                                 target=posixpath.join(target, parent), read_only=False))
         for anchor in anchors.values():
             at = posixpath.join(target, anchor.given)
-            if anchor.kind == "missing":
+            if anchor.kind == "missing" and anchor.given in FILE_PLACEHOLDERS and host.config_placeholder:
+                # A config file its tool opens even when missing: a read-only file holding {} there.
+                mounts.append(Mount(kind=MountKind.BIND, source=host.config_placeholder, target=at, read_only=True))
+                placeholders.append(anchor.real)
+            elif anchor.kind == "missing":
                 # An empty read-only tmpfs takes the name, so nothing can be created there. Docker
                 # creates the mount point in the workspace; the launcher removes it afterwards.
                 mounts.append(Mount(kind=MountKind.TMPFS, target=at, read_only=True, size_bytes=4096))

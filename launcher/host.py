@@ -38,6 +38,7 @@ class HostFacts:
     nonce: str                             # makes container names unique
     owner_pid: int                         # the launcher process, for `sandbox gc`
     ca_files: tuple[tuple[PathFact, bytes], ...] = ()   # each secrets[].ca_file (given) and its first bytes
+    config_placeholder: str = ""           # the file a missing protected config file is bound from
     # Writable workspaces only: git directories found in it beyond the root .git (nested
     # repositories, a gitfile's target), workspace-relative; git directories outside it that the
     # root's gitfile leads to (real paths); and every host-executed surface's fingerprint (scan.py).
@@ -122,9 +123,9 @@ def runtime_socket_paths() -> tuple[str, ...]:
 def _shared(anchor: PathFact, placeholders: tuple[str, ...]) -> PathFact:
     """An empty placeholder another sandbox of this workspace made is still a missing path: this
     sandbox mounts its own read-only tmpfs there rather than binding a directory that goes away."""
-    if anchor.kind == "dir" and anchor.real in placeholders:
+    if anchor.kind in ("dir", "file") and anchor.real in placeholders:
         try:
-            if not os.listdir(anchor.real):
+            if not (os.listdir(anchor.real) if anchor.kind == "dir" else os.path.getsize(anchor.real)):
                 return PathFact(given=anchor.given, real=anchor.real, kind="missing")
         except OSError:
             pass
@@ -132,7 +133,7 @@ def _shared(anchor: PathFact, placeholders: tuple[str, ...]) -> PathFact:
 
 
 def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str = "",
-           placeholders: tuple[str, ...] = ()) -> HostFacts:
+           placeholders: tuple[str, ...] = (), config_placeholder: str = "") -> HostFacts:
     home = os.path.realpath(os.path.expanduser("~"))
     ws = path_fact(workspace, os.getcwd(), scan=True)
     surfaces, inside, outside = None, (), ()
@@ -155,6 +156,7 @@ def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str =
         runtime_sockets=runtime_socket_paths(),
         credential_paths=tuple(os.path.realpath(os.path.join(home, p)) for p in CREDENTIAL_PATHS),
         probe_volume=probe_volume,
+        config_placeholder=config_placeholder,
         proxy_image=proxy_image,
         nonce=os.urandom(3).hex(),
         owner_pid=os.getpid(),
@@ -215,15 +217,6 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def remove_empty_dirs(paths: tuple[str, ...]) -> None:
-    """Remove placeholder mount points Docker created, deepest first, only while empty."""
-    for path in sorted(paths, key=len, reverse=True):
-        try:
-            os.rmdir(path)
-        except OSError:
-            pass
 
 
 def bind_source_intact(path: str) -> bool:

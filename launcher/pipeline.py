@@ -85,7 +85,8 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions()) ->
 
 def facts_for(policy, workspace: str) -> HostFacts:
     shared = workspaces.placeholders(host.workspace_real(workspace))   # other sandboxes' mount points
-    return host.gather(policy, workspace, images.probe_volume_name(), images.proxy_image().tag, placeholders=shared)
+    return host.gather(policy, workspace, images.probe_volume_name(), images.proxy_image().tag, placeholders=shared,
+                       config_placeholder=workspaces.config_placeholder())
 
 
 def compiled(result: stack.Stack, workspace: str, command: tuple[str, ...] = (), *, kind: str = "run",

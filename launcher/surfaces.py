@@ -16,10 +16,13 @@ class Surface:
     why: str         # what a hostile change makes them do
     protect: bool    # read-only at the workspace root, also when missing; always reported at any depth
     new_only: bool = False   # reported only when it appears (a change to a tracked one shows in `git diff`)
+    # A config file its tool opens as a file even when missing: protected by a read-only file holding
+    # `{}` (valid JSON and YAML) rather than an empty directory, which the tool fails on.
+    file: bool = False
 
 
-def _s(name: str, tools: str, why: str, protect: bool = True, new_only: bool = False) -> Surface:
-    return Surface(name=name, tools=tools, why=why, protect=protect, new_only=new_only)
+def _s(name: str, tools: str, why: str, protect: bool = True, new_only: bool = False, file: bool = False) -> Surface:
+    return Surface(name=name, tools=tools, why=why, protect=protect, new_only=new_only, file=file)
 
 
 INVENTORY = (
@@ -47,13 +50,14 @@ INVENTORY = (
     _s(".claude", "Claude Code", "settings hooks and permissions, commands run by the next session"),
     _s(".codex", "Codex CLI", "project config.toml: model provider, MCP servers, sandbox mode"),
     _s(".gemini", "Gemini CLI", "settings.json: MCP server commands, tool settings"),
-    _s(".mcp.json", "Claude Code and other MCP clients", "MCP server commands started by the agent"),
-    _s(".aider.conf.yml", "aider", "lint-cmd and test-cmd run after each edit"),
-    _s(".aider.model.settings.yml", "aider", "model settings: extra request parameters and headers, the API base"),
-    _s(".aider.model.metadata.json", "aider", "model metadata the next session trusts"),
-    _s("opencode.json", "opencode", "providers (base URL: your real key goes there), MCP server commands"),
-    _s("opencode.jsonc", "opencode", "providers (base URL: your real key goes there), MCP server commands"),
-    _s(".opencode", "opencode", "agents, commands and plugins the next session runs"),
+    _s(".mcp.json", "Claude Code and other MCP clients", "MCP server commands started by the agent", file=True),
+    _s(".aider.conf.yml", "aider", "lint-cmd and test-cmd run after each edit", file=True),
+    _s(".aider.model.settings.yml", "aider", "model settings: extra request parameters and headers, the API base", file=True),
+    _s(".aider.model.metadata.json", "aider", "model metadata the next session trusts", file=True),
+    _s("opencode.json", "opencode", "providers (base URL: your real key goes there), MCP server commands", file=True),
+    _s("opencode.jsonc", "opencode", "providers (base URL: your real key goes there), MCP server commands", file=True),
+    # Not protected: opencode writes it at every start (.opencode/.gitignore) and fails if it cannot.
+    _s(".opencode", "opencode", "agents, commands and plugins the next session runs", protect=False),
     _s(".env", "aider, Gemini CLI, dotenv loaders", "an API base URL that sends your real key elsewhere",
        protect=False),
     _s(".cursor", "Cursor", "rules and mcp.json (after the trust prompt)", protect=False),
@@ -80,6 +84,7 @@ INVENTORY = (
 )
 
 BY_NAME = {s.name: s for s in INVENTORY}
+FILE_PLACEHOLDERS = frozenset(s.name for s in INVENTORY if s.file)
 # Read-only at the workspace root whatever the policy says, also when they do not exist yet.
 PROTECTED = tuple(s.name for s in INVENTORY if s.protect and s.name != ".git")
 

@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import json
 import os
+import stat
 
 from launcher import host
 
@@ -67,5 +68,32 @@ def release(workspace: str, paths: tuple[str, ...], others_exist: bool) -> None:
     every registered placeholder that is still an empty directory."""
     if others_exist:
         return
-    host.remove_empty_dirs(tuple(dict.fromkeys(placeholders(workspace) + paths)))
+    remove_placeholders(tuple(dict.fromkeys(placeholders(workspace) + paths)))
     _write(workspace, ())
+
+
+def remove_placeholders(paths: tuple[str, ...]) -> None:
+    """Remove placeholder mount points Docker created, deepest first, only while empty (an empty
+    directory, or the empty file a config file's placeholder binds onto)."""
+    for path in sorted(paths, key=len, reverse=True):
+        try:
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and st.st_size == 0:
+                os.unlink(path)
+            elif stat.S_ISDIR(st.st_mode):
+                os.rmdir(path)
+        except OSError:
+            pass
+
+
+def config_placeholder() -> str:
+    """A read-only file holding `{}` that a missing protected config file is bound from (see
+    surfaces.Surface.file); made once in the state directory."""
+    path = os.path.join(host.state_dir(), "empty-config.json")
+    if not os.path.isfile(path):
+        os.makedirs(host.state_dir(), mode=0o700, exist_ok=True)
+        with open(f"{path}.{os.getpid()}", "w") as out:
+            out.write("{}\n")
+        os.chmod(f"{path}.{os.getpid()}", 0o444)
+        os.replace(f"{path}.{os.getpid()}", path)
+    return path

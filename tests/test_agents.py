@@ -69,11 +69,12 @@ def test_a_profile_that_carries_a_secret_is_refused():
 def test_what_each_cli_reads_from_the_workspace_is_protected_or_reported():
     """opencode.json or .opencode adds a plugin or MCP server that runs on the host, aider's model
     settings a base URL: protected. A planted .env redirects aider's or Gemini CLI's base URL too,
-    but so many projects keep one that it is reported (and shown by `sandbox diff`), not protected."""
+    but so many projects keep one, and opencode writes .opencode at every start, that those two are
+    reported (and shown by `sandbox diff`), not protected."""
     from launcher.surfaces import BY_NAME, PROTECTED
 
     unprotected = {path for p in agents.PROFILES.values() for path in p.workspace_config if path not in PROTECTED}
-    assert unprotected == {".env"} and not BY_NAME[".env"].protect
+    assert unprotected == {".env", ".opencode"} and not any(BY_NAME[p].protect for p in unprotected)
 
 
 def test_ca_variables_say_whether_they_take_the_extra_cas_or_a_whole_bundle():

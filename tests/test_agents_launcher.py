@@ -1,9 +1,9 @@
 """The real CLIs through today's launcher: `sandbox run` with a proxy-mode policy whose secrets entry
-injects the model key, the CLI's agent image, and HOME moved to the writable /tmp (the launcher has no
-agent home yet; issue 10 part 1). The probe passes, the stand-in model API (upstream api.test) sees
+injects the model key, the CLI's agent image, and HOME moved to the writable /tmp (as before the
+launcher had an agent home; `--agent` below uses it). The probe passes, the stand-in model API (upstream api.test) sees
 the real key from the proxy while the sandbox holds only a placeholder, and the marker appears. Keys go
-the profile's way that passes the probe's env.secrets check (a home file or a harmless name); aider
-still cannot start: the launcher protects the missing .aider.conf.yml with a directory."""
+the profile's way that passes the probe's env.secrets check (a home file or a harmless name). aider
+and opencode open their missing, protected config files: those are read-only files holding {}."""
 
 from __future__ import annotations
 
@@ -85,10 +85,7 @@ def command(profile: agents.AgentProfile, key_in_file: bool) -> tuple[dict[str, 
 
 
 @pytest.mark.parametrize("name, key_in_file", [
-    ("claude-code", True), ("codex", False), ("gemini-cli", True), ("opencode", False),
-    pytest.param("aider", True, marks=pytest.mark.xfail(strict=True, reason=(
-        "the launcher protects the missing /workspace/.aider.conf.yml with a directory; aider opens it "
-        "as its config file: IsADirectoryError (a read-only file holding {} works)"))),
+    ("claude-code", True), ("codex", False), ("gemini-cli", True), ("opencode", False), ("aider", True),
 ])
 def test_real_cli_through_the_launcher_gets_the_key_from_the_proxy(name, key_in_file, engine, upstream, tmp_path):
     network, key, log, reset = upstream
@@ -122,6 +119,12 @@ def test_real_cli_through_the_launcher_gets_the_key_from_the_proxy(name, key_in_
     # The hosts the profile says it still tries are the ones the proxy blocked, and nothing else.
     assert ("egress: nothing was blocked" in done.stderr) == (not profile.blocked), said
     assert all(fnmatch.filter(done.stderr.split(), f"{p}:443") for p in profile.blocked), said
+    # Learn mode turns what was refused into entries: exactly the hosts the profile says it tries.
+    learned = subprocess.run([*SANDBOX, "logs", "--egress", "--suggest", "--report", str(report)], capture_output=True,
+                             text=True, timeout=60)
+    entries = [line.split("- ", 1)[1] for line in learned.stdout.splitlines() if line.startswith("    - ")]
+    assert learned.returncode == 0 and len(entries) == len(profile.blocked), learned.stdout
+    assert all(fnmatch.filter(entries, p) for p in profile.blocked), learned.stdout
 
 
 @pytest.mark.parametrize("name", ["claude-code", "codex"])

@@ -24,3 +24,38 @@ def test_summary_groups_by_destination_most_frequent_first():
     blocked = summarize(tuple(e for e in parse_log(LOG) if e.denied))
     assert [(b.host, b.port, b.method, b.count, b.first, b.last) for b in blocked] == [
         ("denied.test", "80", "GET", 2, 100, 101), ("allowed.test", "443", "CONNECT", 1, 102, 102)]
+
+
+def test_learn_mode_suggests_the_narrowest_entries_for_what_was_refused():
+    from launcher.egress.audit import EgressEvent, suggest, suggestion_yaml
+    from launcher.egress.rules import parse_rule
+
+    def refused(host, port="443", sni="-"):
+        return EgressEvent(time=1, method="CONNECT", host=host, port=port, status="403", verdict="TCP_DENIED", sni=sni)
+
+    allowed = EgressEvent(time=1, method="CONNECT", host="api.test", port="443", status="200", verdict="TCP_TUNNEL")
+    events = (refused("telemetry.example.com"), refused("telemetry.example.com"), refused("git.example.org", "8443"),
+              refused("203.0.113.7"), allowed)
+    entries, skipped = suggest(events)
+    assert entries == ["git.example.org:8443", "telemetry.example.com"] and skipped[0].startswith("203.0.113.7")
+    for entry, (host, port) in zip(entries, [("git.example.org", 8443), ("telemetry.example.com", 443)]):
+        rule = parse_rule(entry, False)
+        assert rule.matches(host, port) and not rule.wildcard and not rule.matches("other." + host, port)
+    text = suggestion_yaml(entries, skipped, 4)
+    assert "    - telemetry.example.com" in text and "not suggested: 203.0.113.7" in text and "api.test" not in text
+
+
+def test_the_agent_profiles_blocked_hosts_are_what_learn_mode_would_suggest():
+    """Each profile lists the hosts its CLI still tries (and the proxy refuses): learn mode turns
+    exactly those into entries, so a user who wants them gets no wider rule than that."""
+    from launcher import agents
+    from launcher.egress.audit import EgressEvent, suggest
+
+    for profile in agents.PROFILES.values():
+        hosts = [h.replace("*", "example") for h in profile.blocked]   # a pattern's concrete host
+        events = tuple(EgressEvent(time=1, method="CONNECT", host=h, port="443", status="403", verdict="TCP_DENIED")
+                       for h in hosts)
+        assert suggest(events) == (sorted(hosts), []), profile.name
+        assert not profile.hosts or set(profile.hosts) <= set(suggest(tuple(
+            EgressEvent(time=1, method="GET", host=h, port="80", status="403", verdict="TCP_DENIED")
+            for h in profile.hosts))[0])

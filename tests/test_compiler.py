@@ -262,3 +262,14 @@ def test_git_read_write_leaves_a_missing_commondir_to_the_surface_report():
     for path in GIT_BY_EXISTENCE:
         assert f"/workspace/{path}" not in targets and f"/workspace/{path}" not in plan.probe.protected
     assert "/workspace/.git/hooks" in targets
+
+
+def test_a_missing_config_file_its_tool_opens_is_protected_by_a_read_only_file():
+    """aider opens .aider.conf.yml and opencode opencode.json even when missing: a directory there
+    breaks them, so those are bound read-only from a file holding {} (other names keep the tmpfs)."""
+    facts = fake_facts(config_placeholder="/state/empty-config.json")
+    mounts = {m.target: m for m in compile_policy(untrusted_bind(), facts).container.mounts}
+    for name in (".aider.conf.yml", "opencode.json", ".mcp.json"):
+        m = mounts[f"/workspace/{name}"]
+        assert (m.kind, m.source, m.read_only) == (MountKind.BIND, "/state/empty-config.json", True), name
+    assert mounts["/workspace/.envrc"].kind is MountKind.TMPFS

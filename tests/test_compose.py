@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import external_tool, fake_facts, untrusted_bind
-from launcher import sandboxes, host, images
+from launcher import host, images, sandboxes, workspaces
 from launcher.compiler import compile_policy
 from launcher.targets.compose import compose_text, to_compose
 from launcher.policy import load_policy, parse_policy, with_allowed
@@ -103,7 +103,7 @@ def test_docker_compose_brings_up_a_probed_sandbox_equal_to_the_plan(engine, com
         assert sorted(c["Id"] for c in engine.list(label)) == before and len(before) == 2
     finally:
         down = subprocess.run(project + ["down", "--timeout", "1"], capture_output=True, text=True, timeout=120)
-        host.remove_empty_dirs(plan.placeholders)
+        workspaces.remove_placeholders(plan.placeholders)
         api.remove_network(egress)
     assert down.returncode == 0, down.stderr
     label = f"dev.sandbox.workspace={os.path.realpath(workspace)}"
@@ -147,7 +147,7 @@ secrets:
         assert env_value not in json.dumps(engine.inspect(plan.container.name))
     finally:
         down = subprocess.run(project + ["down", "--timeout", "1"], capture_output=True, text=True, timeout=120, env=env)
-        host.remove_empty_dirs(plan.placeholders)
+        workspaces.remove_placeholders(plan.placeholders)
     assert down.returncode == 0, down.stderr
     label = f"dev.sandbox.workspace={os.path.realpath(workspace)}"
     assert engine.list(label) == [] and engine.list_networks(label) == []

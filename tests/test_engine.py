@@ -18,7 +18,7 @@ import pytest
 from conftest import BIND, read_until, untrusted_bind
 from fakes import Recorder
 
-from launcher import host, images, launch
+from launcher import host, images, launch, workspaces
 from launcher.compiler import compile_policy
 from launcher.errors import ExitCode, NotFound
 from launcher.policy import load_policy
@@ -265,7 +265,7 @@ def test_the_argv_output_launches_a_sandbox_whose_probe_passes_even_for_an_odd_w
     try:
         result = subprocess.run(render.to_argv(plan), capture_output=True, text=True, timeout=120)
     finally:
-        host.remove_empty_dirs(plan.placeholders)
+        workspaces.remove_placeholders(plan.placeholders)
     assert result.returncode == 0, result.stderr
     report = parse_probe(result.stderr.splitlines() + result.stdout.splitlines())
     assert report.ok and any(c.id == "mounts.workspace" for c in report.checks)

@@ -106,18 +106,34 @@ def gc(everything: bool, force: bool, volumes: bool) -> None:
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", required=False)
 @click.option("--egress", is_flag=True, required=True, help="Show the egress proxy's record (the only log kept).")
 @click.option("--allowed", is_flag=True, help="List allowed requests too, not only the blocked ones.")
 @click.option("--json", "as_json", is_flag=True, help="Every request as JSON.")
-def logs(name: str, egress: bool, allowed: bool, as_json: bool) -> None:
-    """Show what the sandbox NAME tried to reach through its egress proxy."""
-    from dataclasses import asdict
+@click.option("--suggest", is_flag=True, help="Learn mode: print the narrowest network.allow entries that would have "
+              "admitted what was blocked, as a policy snippet (never applied).")
+@click.option("--report", "report_path", type=click.Path(exists=True, dir_okay=False),
+              help="Read the requests from a `sandbox run --report` file instead (the sandbox is gone after a run).")
+def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, suggest: bool, report_path: str | None) -> None:
+    """Show what the sandbox NAME (or a run's report) tried to reach through its egress proxy."""
+    from dataclasses import asdict, fields
 
-    from launcher import engine, sandboxes
-    from launcher.egress.audit import summarize
+    from launcher.egress.audit import EgressEvent, suggest as learn, suggestion_yaml, summarize
 
-    events = sandboxes.egress_log(engine.connect(), name)
+    if bool(name) == bool(report_path):
+        raise click.UsageError("give a sandbox NAME or --report FILE")
+    if report_path:
+        keys = {f.name for f in fields(EgressEvent)}
+        requests = ((json.loads(open(report_path).read()).get("egress") or {}).get("requests")) or []
+        events = tuple(EgressEvent(**{k: v for k, v in r.items() if k in keys}) for r in requests)
+    else:
+        from launcher import engine, sandboxes
+
+        events = sandboxes.egress_log(engine.connect(), name)
+    if suggest:
+        entries, skipped = learn(events)
+        click.echo(suggestion_yaml(entries, skipped, sum(1 for e in events if e.denied)))
+        return
     if as_json:
         click.echo(json.dumps([asdict(e) | {"denied": e.denied} for e in events], indent=2))
         return

@@ -49,3 +49,33 @@ def summarize(events: tuple[EgressEvent, ...]) -> tuple[EgressSummary, ...]:
         groups.setdefault((event.host, event.port, event.method), []).append(event.time)
     return tuple(EgressSummary(host=h, port=p, method=m, count=len(t), first=min(t), last=max(t))
                  for (h, p, m), t in sorted(groups.items(), key=lambda kv: -len(kv[1])))
+
+
+def suggest(events: tuple[EgressEvent, ...]) -> tuple[list[str], list[str]]:
+    """Learn mode: the narrowest network.allow entries that would have admitted what was refused
+    (each exact host, with its port unless 80 or 443; never a wildcard), and what cannot be
+    allowed by name (IP literals, with the reason). Never applied: the person reads it."""
+    import ipaddress
+
+    from launcher.egress.rules import DEFAULT_PORTS
+
+    entries, skipped = {}, {}
+    for event in events:
+        if not event.denied:
+            continue
+        host = event.sni if event.sni not in ("-", "") else event.host
+        try:
+            ipaddress.ip_address(host.strip("[]"))
+            skipped[host] = "an IP literal: no name to allow (network.allow_ip_literals would be needed)"
+            continue
+        except ValueError:
+            pass
+        port = int(event.port) if event.port.isdigit() else 443
+        entries[host if port in DEFAULT_PORTS else f"{host}:{port}"] = None
+    return sorted(entries), [f"{h}: {why}" for h, why in sorted(skipped.items())]
+
+
+def suggestion_yaml(entries: list[str], skipped: list[str], requests: int) -> str:
+    head = [f"# learned from {requests} refused requests: review each host before adding it, every one is a way out"]
+    body = ["network:", "  allow:", *[f"    - {e}" for e in entries]] if entries else ["# nothing to allow by name"]
+    return "\n".join(head + body + [f"# not suggested: {s}" for s in skipped])
