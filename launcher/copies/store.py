@@ -93,8 +93,9 @@ def prepare(engine: Engine, spec: CopySpec, progress: Progress) -> bool:
             except EngineError:
                 pass
         raise
-    head = json.loads(out or b"{}").get("head") or "no git commit"
-    progress(f"copied in {time.monotonic() - started:.1f} s ({head[:12]}); checkpoint 0 taken")
+    head = json.loads(out or b"{}").get("head")
+    progress(f"copied in {time.monotonic() - started:.1f} s ({f'at commit {head[:12]}' if head else 'no git commit'}); "
+             "checkpoint 0 taken")
     return True
 
 
