@@ -1,0 +1,89 @@
+"""Benchmark (not a test): time from `sandbox run --agent claude-code` to the stand-in model API's
+first request, against the same CLI in a plain `docker run` (same image, a writable tmpfs home, the
+key in its environment, straight to the model API) in one run, alternating:
+    python bench/agents.py [--rounds 5] [--agent claude-code]
+The stand-in (images/model-api) logs each request with its wall-clock time; both runs start on the
+same host, so the difference of the two clocks is the time to the first request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from launcher import agents, engine as engine_mod, images  # noqa: E402
+
+UPSTREAM = "api.test"
+
+
+def docker(*argv: str, check: bool = True) -> str:
+    return subprocess.run(["docker", *argv], capture_output=True, text=True, check=check).stdout
+
+
+def first_request(model_api: str, started: float) -> float:
+    posts = [json.loads(line) for line in docker("exec", model_api, "cat", "/tmp/requests.jsonl").splitlines()]
+    return min(p["time"] for p in posts if p["method"] == "POST") - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--agent", default="claude-code")
+    args = parser.parse_args()
+    profile = agents.get(args.agent)
+    eng = engine_mod.connect()
+    say = lambda line: print(line, file=sys.stderr)   # noqa: E731
+    image = images.build_agent(eng, profile.image, say, images.extra_ca_files()).tag
+    images.build(eng, images.model_api_image(), say)
+    key, network = "bench-" + uuid.uuid4().hex, f"sandbox-bench-agents-{os.getpid()}"
+    model_api = f"{network}-model-api"
+    task = [a.replace("{task}", "Create the marker file.") for a in profile.headless]
+    docker("network", "create", "--internal", network)
+    try:
+        docker("run", "-d", "--name", model_api, "--network", network, "--network-alias", UPSTREAM,
+               "-e", f"MODEL_API_EXPECTED_KEY={key}", images.model_api_image().tag)
+        time.sleep(1)
+        plain_env = {**profile.environment(f"http://{UPSTREAM}"), profile.model.key_env or "MODEL_KEY": key}
+        plain, sandboxed = [], []
+        with tempfile.TemporaryDirectory(prefix="sandbox-bench-agents-") as tmp:
+            os.chmod(tmp, 0o755)
+            for n in range(args.rounds):
+                for kind, times in (("plain", plain), ("sandbox", sandboxed)):
+                    ws = os.path.join(tmp, f"{kind}{n}")
+                    os.mkdir(ws)
+                    os.chown(ws, 1000, 1000)
+                    docker("exec", model_api, "sh", "-c", ": > /tmp/requests.jsonl")
+                    started = time.time()
+                    if kind == "plain":
+                        argv = ["docker", "run", "--rm", "--network", network, "--read-only", "-u", "1000:1000",
+                                "--tmpfs", "/tmp", "--tmpfs", "/home/agent:uid=1000,gid=1000,mode=0700",
+                                "-e", "HOME=/home/agent", *[f"-e{k}={v}" for k, v in plain_env.items()],
+                                "-v", f"{ws}:/workspace", "-w", "/workspace", image, *task]
+                        env = None
+                    else:
+                        argv = [sys.executable, "-m", "launcher", "run", "--policy", "ci", "--agent", args.agent,
+                                "--model-key-env", "MODEL_KEY", "--model-upstream", f"http://{UPSTREAM}",
+                                "--egress-network", network, "-w", ws, "--", *task]
+                        env = {**os.environ, "MODEL_KEY": key}
+                    subprocess.run(argv, check=True, capture_output=True, env=env)
+                    times.append(first_request(model_api, started))
+    finally:
+        docker("rm", "-f", model_api, check=False)
+        docker("network", "rm", network, check=False)
+    plain_s, sandbox_s = statistics.median(plain), statistics.median(sandboxed)
+    print(json.dumps({"agent": args.agent, "rounds": args.rounds, "plain_docker_run_first_request_s": round(plain_s, 2),
+                      "sandbox_run_first_request_s": round(sandbox_s, 2), "ratio": round(sandbox_s / plain_s, 2)},
+                     indent=2))
+
+
+if __name__ == "__main__":
+    main()
