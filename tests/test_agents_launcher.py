@@ -182,3 +182,55 @@ def test_the_github_workflow_runs_claude_code_headless_step_by_step(engine, upst
     assert any(r["headers"].get("x-api-key") == key for r in log() if r["method"] == "POST")
     for text in (done.stdout, done.stderr, (tmp_path / "summary.md").read_text(), (repo / "sandbox-report.json").read_text()):
         assert key not in text
+
+
+def test_up_with_the_agent_flag_gives_a_shell_where_claude_works(engine, upstream, tmp_path):
+    """`sandbox up --agent claude-code` through a pty: the shell has the CLI, its home files and its
+    endpoint; its TUI starts without a dialog and a typed task gets done, the key only in the proxy."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    from conftest import read_until
+
+    network, key, log, reset = upstream
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    os.chown(workspace, 1000, 1000)
+    os.chmod(tmp_path, 0o755)
+    name = f"sandbox-test-up-agent-{os.getpid()}"
+    reset()
+    command = [*SANDBOX, "up", "-p", "ci", "--agent", "claude-code", "--model-key-env", "MODEL_KEY",
+               "--model-upstream", f"http://{UPSTREAM}", "--egress-network", network, "--name", name, str(workspace)]
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ["MODEL_KEY"] = key
+        os.execvp(command[0], command)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    try:
+        shown = read_until(fd, b"is up until", 300)
+        assert b"probe passed" in shown, shown[-3000:].decode(errors="replace")
+        time.sleep(2)
+        os.write(fd, b"claude --dangerously-skip-permissions\r")
+        shown += read_until(fd, b"agents", 60)
+        assert b"agents" in shown, shown[-3000:].decode(errors="replace")
+        time.sleep(1)
+        os.write(fd, b"Create the marker file.")
+        time.sleep(1)
+        os.write(fd, b"\r")
+        marker = workspace / "marker-claude-code.txt"
+        deadline = time.monotonic() + 90
+        while not marker.exists() and time.monotonic() < deadline:
+            shown += read_until(fd, b"\x00never", 1)
+        assert marker.is_file(), shown[-3000:].decode(errors="replace")
+        assert any(r["headers"].get("x-api-key") == key for r in log() if r["method"] == "POST")
+        inspect = subprocess.run(["docker", "inspect", name], capture_output=True, text=True).stdout
+        environ = subprocess.run(["docker", "exec", name, "sh", "-c", "cat /proc/*/environ; cat ~/.claude.json "
+                                  "~/.claude/settings.json"], capture_output=True, text=True).stdout
+        assert key not in inspect and key not in environ and key not in shown.decode(errors="replace")
+    finally:
+        subprocess.run([*SANDBOX, "down", name], capture_output=True, timeout=120)
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.close(fd)
