@@ -85,7 +85,8 @@ def _fingerprint(path: str, st: os.stat_result, name: str) -> str:
 def snapshot(workspace: str) -> dict[str, str]:
     """Workspace-relative path -> fingerprint, for every surface and every symlink leaving the
     workspace. Surface directories are not descended into (their fingerprint covers them); an empty
-    directory at a protected name in the root is a placeholder mount point, taken as absent."""
+    directory at a protected name in the root (an empty file, for a config file's name) is a
+    placeholder mount point, taken as absent."""
     root = os.path.realpath(workspace)
     found: dict[str, str] = {}
     stack = [""]
@@ -102,7 +103,9 @@ def snapshot(workspace: str) -> dict[str, str]:
             except OSError:
                 continue
             if entry.name in BY_NAME:
-                if not rel and BY_NAME[entry.name].protect and stat.S_ISDIR(st.st_mode) and not os.listdir(entry.path):
+                if not rel and BY_NAME[entry.name].protect and (
+                        (stat.S_ISDIR(st.st_mode) and not os.listdir(entry.path)) or
+                        (BY_NAME[entry.name].file and stat.S_ISREG(st.st_mode) and st.st_size == 0)):
                     continue
                 found[sub] = _fingerprint(entry.path, st, entry.name)
             elif stat.S_ISLNK(st.st_mode):
