@@ -123,9 +123,21 @@ def _endpoint(index: int, secret: SecretPolicy, ip_literals: bool, cas: dict[str
                           ca_file=ca_file, ca_pem=ca_pem)
 
 
+def _pem(fact: PathFact, data: bytes) -> str:
+    """The certificates of a CA file host.py read; ValueError says why it is unusable."""
+    if fact.kind != "file":
+        raise ValueError({"missing": "no such file", "dir": "a directory, not a file"}.get(
+            fact.kind, f"a {'socket' if fact.kind == 'socket' else 'FIFO or device'}, not a regular file"))
+    return inject.ca_bundle(data)
+
+
+_CA_PROBLEM = dict(expected=f"a PEM file of CA certificates (at most {inject.CA_MAX_BYTES // 1024} KiB)",
+                   hint="the CA certificate(s) that sign the upstream's certificate, e.g. ~/certs/company-ca.pem")
+
+
 def _ca_bundles(policy: Policy, host: HostFacts) -> tuple[dict[str, tuple[str, str]], list[Problem]]:
     """secrets[].ca_file -> (real path, its certificates) from the bytes host.py read, and a
-    problem for each one that is no usable PEM bundle."""
+    problem for each one that is no usable PEM bundle; ca_certificates[] are checked the same way."""
     facts = {fact.given: (fact, data) for fact, data in host.ca_files}
     found, problems = {}, []
     for index, secret in enumerate(policy.secrets):
@@ -133,16 +145,24 @@ def _ca_bundles(policy: Policy, host: HostFacts) -> tuple[dict[str, tuple[str, s
             continue
         fact, data = facts[secret.ca_file]
         try:
-            if fact.kind != "file":
-                raise ValueError({"missing": "no such file", "dir": "a directory, not a file"}.get(
-                    fact.kind, f"a {'socket' if fact.kind == 'socket' else 'FIFO or device'}, not a regular file"))
-            found[secret.ca_file] = (fact.real, inject.ca_bundle(data))
+            found[secret.ca_file] = (fact.real, _pem(fact, data))
         except ValueError as exc:
-            problems.append(Problem(file=policy.source, path=f"secrets[{index}].ca_file",
-                                    expected=f"a PEM file of CA certificates (at most {inject.CA_MAX_BYTES // 1024} KiB)",
-                                    found=f"{fact.real}: {exc}",
-                                    hint="the CA certificate(s) that sign the upstream's certificate, e.g. ~/certs/company-ca.pem"))
+            problems.append(Problem(file=policy.source, path=f"secrets[{index}].ca_file", found=f"{fact.real}: {exc}",
+                                    **_CA_PROBLEM))
+    for index, (fact, data) in enumerate(host.ca_certs):
+        try:
+            _pem(fact, data)
+        except ValueError as exc:
+            problems.append(Problem(file=policy.source, path=f"ca_certificates[{index}]", found=f"{fact.real}: {exc}",
+                                    **_CA_PROBLEM))
     return found, problems
+
+
+# Where the sandbox finds ca_certificates, and the variables that name them (which one a tool reads:
+# launcher/agents/README.md). The first replace a tool's store, so they name the system CAs plus ours.
+CA_DIR = "/etc/sandbox-ca"
+CA_VARIABLES = {"SSL_CERT_FILE": "bundle", "REQUESTS_CA_BUNDLE": "bundle", "CURL_CA_BUNDLE": "bundle",
+                "GIT_SSL_CAINFO": "bundle", "NODE_EXTRA_CA_CERTS": "extra"}
 
 
 def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] = (),
@@ -237,6 +257,14 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         mounts.append(Mount(kind=MountKind.BIND, source=fact.real, target=mount.target,
                             read_only=mount.access is Access.READ_ONLY))
     uid, gid = _user(policy, host)
+    ca_env = {}
+    if policy.ca_certificates and not all(host.ca_store):   # fail closed: never a sandbox without them
+        raise PolicyError([Problem(file=policy.source, path="ca_certificates", expected="CA files the launcher prepared",
+                                   found="none were prepared", hint="run it through `sandbox` (pipeline.facts_for)")])
+    if policy.ca_certificates:
+        for kind, source in zip(("extra", "bundle"), host.ca_store):
+            mounts.append(Mount(kind=MountKind.BIND, source=source, target=f"{CA_DIR}/{kind}.pem", read_only=True))
+        ca_env = {name: f"{CA_DIR}/{kind}.pem" for name, kind in CA_VARIABLES.items()}
     for tmpfs in policy.tmpfs:
         mounts.append(Mount(kind=MountKind.TMPFS, target=tmpfs.target, read_only=False, size_bytes=tmpfs.size_bytes,
                             owner=(uid, gid), mode=tmpfs.mode))
@@ -263,6 +291,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     env["HOME"] = home.target   # unless env.set says otherwise
     env.update(policy.env.set_values)
     env.update(proxy_env)
+    env.update(ca_env)
     capbnd = sum(1 << CAPABILITY_BITS[c] for c in policy.capabilities)
     probe = ProbeExpectations(
         uid=uid, gid=gid, capbnd=f"{capbnd:016x}", nnp=1, seccomp=2,

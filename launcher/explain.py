@@ -114,6 +114,10 @@ ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
     ("secrets", "proxy"): E(mechanism="the proxy adds the header on its endpoint port; the sandbox gets only "
                                       "SANDBOX_ENDPOINT_<NAME>", component=Component.PROXY, checks=("env.secrets",),
                             note="the agent can use the key against that one upstream, never read it"),
+    ("ca_certificates", ""): E(mechanism="read-only file mounts at /etc/sandbox-ca; SSL_CERT_FILE, REQUESTS_CA_BUNDLE, "
+                                         "CURL_CA_BUNDLE, GIT_SSL_CAINFO, NODE_EXTRA_CA_CERTS", component=Component.MOUNT,
+                               checks=("mounts.inventory", "mounts.writable"),
+                               note="certificates only (a private key is refused); whether a tool honours them is its own"),
     ("command", ""): E(mechanism="the container command, run after the probe", component=Component.NOTHING, checks=(),
                        note="what runs inside, not a boundary"),
 }

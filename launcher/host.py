@@ -39,6 +39,8 @@ class HostFacts:
     owner_pid: int                         # the launcher process, for `sandbox gc`
     ca_files: tuple[tuple[PathFact, bytes], ...] = ()   # each secrets[].ca_file (given) and its first bytes
     config_placeholder: str = ""           # the file a missing protected config file is bound from
+    ca_certs: tuple[tuple[PathFact, bytes], ...] = ()   # each ca_certificates entry and its first bytes
+    ca_store: tuple[str, str] = ("", "")   # trustfiles.store_files: the extras alone, the system CAs plus them
     # Writable workspaces only: git directories found in it beyond the root .git (nested
     # repositories, a gitfile's target), workspace-relative; git directories outside it that the
     # root's gitfile leads to (real paths); and every host-executed surface's fingerprint (scan.py).
@@ -133,7 +135,8 @@ def _shared(anchor: PathFact, placeholders: tuple[str, ...]) -> PathFact:
 
 
 def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str = "",
-           placeholders: tuple[str, ...] = (), config_placeholder: str = "") -> HostFacts:
+           placeholders: tuple[str, ...] = (), config_placeholder: str = "",
+           ca_store: tuple[str, str] = ("", "")) -> HostFacts:
     home = os.path.realpath(os.path.expanduser("~"))
     ws = path_fact(workspace, os.getcwd(), scan=True)
     surfaces, inside, outside = None, (), ()
@@ -156,7 +159,8 @@ def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str =
         runtime_sockets=runtime_socket_paths(),
         credential_paths=tuple(os.path.realpath(os.path.join(home, p)) for p in CREDENTIAL_PATHS),
         probe_volume=probe_volume,
-        config_placeholder=config_placeholder,
+        config_placeholder=config_placeholder, ca_store=ca_store,
+        ca_certs=tuple(ca_file(given) for given in policy.ca_certificates),
         proxy_image=proxy_image,
         nonce=os.urandom(3).hex(),
         owner_pid=os.getpid(),

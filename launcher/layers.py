@@ -67,6 +67,7 @@ FIELDS: dict[str, tuple[tuple[str, ...], str]] = {
     "capabilities": (("capabilities",), "intersect"),
     "command": (("command",), "replace"),
     "secrets": (("secrets",), "intersect"),
+    "ca_certificates": (("ca_certificates",), "intersect"),
 }
 
 RULES = {

@@ -124,4 +124,5 @@ class Policy:
     capabilities: tuple[str, ...]
     command: tuple[str, ...]
     secrets: tuple[SecretPolicy, ...] = ()   # proxy mode only
+    ca_certificates: tuple[str, ...] = ()    # host PEM files the sandbox's tools trust too
     home: HomePolicy = HomePolicy()

@@ -86,7 +86,22 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions()) ->
 def facts_for(policy, workspace: str) -> HostFacts:
     shared = workspaces.placeholders(host.workspace_real(workspace))   # other sandboxes' mount points
     return host.gather(policy, workspace, images.probe_volume_name(), images.proxy_image().tag, placeholders=shared,
-                       config_placeholder=workspaces.config_placeholder())
+                       config_placeholder=workspaces.config_placeholder(), ca_store=_ca_store(policy))
+
+
+def _ca_store(policy) -> tuple[str, str]:
+    """The files for policy.ca_certificates, from the usable ones (the compiler refuses the rest)."""
+    from launcher import trustfiles
+    from launcher.egress.inject import ca_bundle
+
+    pems = []
+    for given in policy.ca_certificates:
+        fact, data = host.ca_file(given)
+        try:
+            pems.append(ca_bundle(data) if fact.kind == "file" else "")
+        except ValueError:
+            pass
+    return trustfiles.store_files("".join(pems)) if any(pems) else ("", "")
 
 
 def compiled(result: stack.Stack, workspace: str, command: tuple[str, ...] = (), *, kind: str = "run",

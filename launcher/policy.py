@@ -222,4 +222,5 @@ def _build(doc: dict, file: str, digest: str) -> Policy:
         command=tuple(doc["command"]),
         secrets=tuple(SecretPolicy(name=e["name"], env=e["env"], file=e["file"], upstream=e["upstream"].rstrip("/"),
                                    header=e["header"], ca_file=e["ca_file"]) for e in doc["secrets"]),
+        ca_certificates=tuple(dict.fromkeys(doc["ca_certificates"])),
     )

@@ -273,3 +273,40 @@ def test_a_missing_config_file_its_tool_opens_is_protected_by_a_read_only_file()
         m = mounts[f"/workspace/{name}"]
         assert (m.kind, m.source, m.read_only) == (MountKind.BIND, "/state/empty-config.json", True), name
     assert mounts["/workspace/.envrc"].kind is MountKind.TMPFS
+
+
+CERT = ("-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUK0rk\n-----END CERTIFICATE-----\n")
+
+
+def test_ca_certificates_are_read_only_files_named_by_the_tools_variables():
+    from launcher.host import PathFact
+
+    policy = replace(load_policy("ci"), ca_certificates=("/etc/company-ca.pem",))
+    fact = PathFact(given="/etc/company-ca.pem", real="/etc/company-ca.pem", kind="file")
+    facts = fake_facts(ca_certs=((fact, b"x"),), ca_store=("/state/cas/a-extra.pem", "/state/cas/b-bundle.pem"))
+    with pytest.raises(PolicyError) as info:   # b"x" is no certificate: refused, with the entry named
+        compile_policy(policy, facts)
+    assert "ca_certificates[0]" in str(info.value) and "no -----BEGIN CERTIFICATE-----" in str(info.value)
+    key = replace(fact, given="/etc/k.pem")
+    with pytest.raises(PolicyError, match="a private key"):
+        compile_policy(replace(policy, ca_certificates=("/etc/k.pem",)), fake_facts(
+            ca_certs=((key, b"-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n"),), ca_store=facts.ca_store))
+    with pytest.raises(PolicyError, match="none were prepared"):   # fail closed, never a sandbox without them
+        compile_policy(policy, fake_facts())
+
+
+def test_usable_ca_certificates_become_two_read_only_mounts_and_five_variables(monkeypatch):
+    from launcher import compiler as compiler_mod
+    from launcher.host import PathFact
+
+    monkeypatch.setattr(compiler_mod.inject, "ca_bundle", lambda data: CERT)   # a real one: test_engine
+    policy = replace(load_policy("ci"), ca_certificates=("/etc/company-ca.pem",))
+    fact = PathFact(given="/etc/company-ca.pem", real="/etc/company-ca.pem", kind="file")
+    plan = compile_policy(policy, fake_facts(ca_certs=((fact, b"x"),),
+                                             ca_store=("/state/cas/a-extra.pem", "/state/cas/b-bundle.pem")))
+    mounts = {m.target: m for m in plan.container.mounts}
+    assert mounts["/etc/sandbox-ca/extra.pem"].source == "/state/cas/a-extra.pem"
+    assert mounts["/etc/sandbox-ca/bundle.pem"].read_only and "/etc/sandbox-ca/bundle.pem" not in plan.probe.writable
+    env = dict(plan.container.env)
+    assert env["SSL_CERT_FILE"] == env["GIT_SSL_CAINFO"] == env["REQUESTS_CA_BUNDLE"] == "/etc/sandbox-ca/bundle.pem"
+    assert env["NODE_EXTRA_CA_CERTS"] == "/etc/sandbox-ca/extra.pem"

@@ -328,3 +328,24 @@ def test_an_image_declaring_volumes_is_refused_in_words(engine, workspace):
     assert ("the image declares VOLUME /etc/cron.d, /var/spool/x: writable volumes the policy does not declare"
             in result.stderr), result.stderr
     assert not (workspace / "AGENT-RAN").exists() and ours(engine, workspace) == []
+
+
+def test_ca_certificates_reach_the_agents_tools_read_only(engine, workspace, tmp_path):
+    """A company CA in the policy: inside, SSL_CERT_FILE holds the system CAs plus it (Python's ssl
+    loads it), NODE_EXTRA_CA_CERTS it alone, neither writable; a private key is refused."""
+    ca = tmp_path / "company-ca.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tmp_path / "ca.key"),
+                    "-out", str(ca), "-days", "1", "-subj", "/CN=sandbox test company CA"], check=True, capture_output=True)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(f"version: 1\nname: cas\ndescription: d\nextends: [untrusted]\nca_certificates: [{ca}]\n")
+    script = ("import os, ssl; c = ssl.create_default_context(cafile=os.environ['SSL_CERT_FILE']); "
+              "names = [dict(x[0] for x in s['subject']).get('commonName') for s in c.get_ca_certs()]; "
+              "print(len(names) > 1, 'sandbox test company CA' in names, "
+              "open(os.environ['NODE_EXTRA_CA_CERTS']).read().count('BEGIN CERT'), "
+              "os.access(os.environ['SSL_CERT_FILE'], os.W_OK))")
+    result = sandbox("run", "-p", str(policy), *BIND, "-w", str(workspace), "--", "python3", "-c", script)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True", "1", "False"], result.stdout
+    policy.write_text(f"version: 1\nname: cas\ndescription: d\nextends: [untrusted]\nca_certificates: [{tmp_path / 'ca.key'}]\n")
+    refused = sandbox("run", "-p", str(policy), *BIND, "-w", str(workspace), "--", "true")
+    assert refused.returncode == 120 and "a private key" in refused.stderr

@@ -69,6 +69,7 @@ def documents(draw, base: bool):
         "capabilities": draw(subset(CAPS)),
         "command": draw(st.sampled_from([["bash"], ["sh", "-c", "true"]])),
         "secrets": [_secret(n) for n in draw(subset(SECRETS))] if mode == "proxy" else [],
+        "ca_certificates": [],   # host files: the compiler needs them prepared (tests/test_compiler.py)
     }
     if not base:
         keep = draw(st.sets(st.sampled_from(list(FIELDS)), max_size=6))
@@ -123,7 +124,7 @@ def no_wider(field: str, got, earlier) -> bool:
         return all(any(e.matches(h, p) for e in earlier) for h, p in SAMPLES if any(r.matches(h, p) for r in got))
     if field == "network.allow_ip_literals":
         return not got or earlier
-    if field in ("env.pass", "env.set", "capabilities", "secrets"):
+    if field in ("env.pass", "env.set", "capabilities", "secrets", "ca_certificates"):
         return set(got) <= set(earlier)
     if field == "command":
         return True
