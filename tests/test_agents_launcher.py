@@ -156,7 +156,8 @@ def test_agent_flag_runs_the_real_cli_in_ci_with_its_key_injected(name, engine, 
     assert any(c["id"] == "home.private" and c["ok"] for c in report["probe"]["checks"])
 
 
-def test_the_github_workflow_runs_claude_code_headless_step_by_step(engine, upstream, tmp_path):
+@pytest.mark.parametrize("name", ["claude-code", "codex"])
+def test_the_github_workflow_runs_a_real_cli_headless_step_by_step(name, engine, upstream, tmp_path):
     """examples/ci/github-actions.yml's real-CLI step, as the runner would run it (bash -e), with
     `sandbox` this checkout's launcher and the stand-in model API as the internet."""
     from test_ci_example import checkout, step
@@ -171,15 +172,16 @@ def test_the_github_workflow_runs_claude_code_headless_step_by_step(engine, upst
                     f'PYTHONPATH={os.path.dirname(os.path.dirname(__file__))} exec {sys.executable} -m launcher "$@"\n')
     shim.chmod(0o755)
     reset()
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "MODEL_API_KEY": key, "AGENT": "claude-code",
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "MODEL_API_KEY": key, "AGENT": name,
            "TASK": "Create the marker file.", "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}
     done = subprocess.run(["bash", "-e", "-c", step("Run a real agent CLI in a sandbox")], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "agent succeeded" in done.stdout, done.stdout + done.stderr[-3000:]
-    assert (repo / "marker-claude-code.txt").is_file()
+    assert (repo / f"marker-{name}.txt").is_file()
     report = json.loads((repo / "sandbox-report.json").read_text())
     assert report["status"] == "ok" and report["agent"]["exit_code"] == 0
-    assert any(r["headers"].get("x-api-key") == key for r in log() if r["method"] == "POST")
+    header, _, template = agents.get(name).model.header.partition(": ")
+    assert any(r["headers"].get(header.lower()) == template.format(value=key) for r in log() if r["method"] == "POST")
     for text in (done.stdout, done.stderr, (tmp_path / "summary.md").read_text(), (repo / "sandbox-report.json").read_text()):
         assert key not in text
 
