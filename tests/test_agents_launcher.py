@@ -127,8 +127,9 @@ def test_real_cli_through_the_launcher_gets_the_key_from_the_proxy(name, key_in_
     assert all(fnmatch.filter(entries, p) for p in profile.blocked), learned.stdout
 
 
+@pytest.mark.parametrize("preset", ["ci", "devcontainer"])
 @pytest.mark.parametrize("name", ["claude-code", "codex"])
-def test_agent_flag_runs_the_real_cli_in_ci_with_its_key_injected(name, engine, upstream, tmp_path):
+def test_agent_flag_runs_the_real_cli_with_its_key_injected(name, preset, engine, upstream, tmp_path):
     """`--agent NAME --model-key-env VAR`: the profile's image, variables and home files, the key
     only in the proxy; the CLI's own exit code; the marker in the host workspace, the owner's."""
     network, key, log, reset = upstream
@@ -139,7 +140,7 @@ def test_agent_flag_runs_the_real_cli_in_ci_with_its_key_injected(name, engine, 
     os.chmod(tmp_path, 0o755)
     task = [a.replace("{task}", "Create the marker file.") for a in profile.headless]
     reset()
-    done = subprocess.run([*SANDBOX, "run", "--policy", "ci", "--agent", name, "--model-key-env", "MODEL_KEY",
+    done = subprocess.run([*SANDBOX, "run", "--policy", preset, "--agent", name, "--model-key-env", "MODEL_KEY",
                            "--model-upstream", f"http://{UPSTREAM}", "--egress-network", network,
                            "--json", "-w", str(workspace), "--", *task],
                           env={**os.environ, "MODEL_KEY": key}, capture_output=True, text=True, timeout=600)
@@ -236,3 +237,23 @@ def test_up_with_the_agent_flag_gives_a_shell_where_claude_works(engine, upstrea
         os.kill(pid, 9)
         os.waitpid(pid, 0)
         os.close(fd)
+
+
+def test_in_untrusted_the_real_cli_has_no_network_and_says_so(engine, tmp_path):
+    """The default preset: copy mode, no network. Claude Code starts, has no model to reach and says
+    so; its own exit code comes back, and neither the copy nor the host tree changed."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "README.md").write_text("x\n")
+    name = f"sandbox-test-untrusted-agent-{os.getpid()}"
+    try:
+        done = subprocess.run([*SANDBOX, "run", "--agent", "claude-code", "--name", name, "-w", str(workspace), "--",
+                               "claude", "-p", "Create the marker file.", "--dangerously-skip-permissions"],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 1 and "Not logged in" in done.stdout + done.stderr, done.stderr[-2000:]
+        assert "probe passed" in done.stderr and "no model key for claude-code" in done.stderr
+        assert f"changes are in the copy {name} (0 changed)" in done.stderr
+        assert sorted(os.listdir(workspace)) == ["README.md"]
+    finally:
+        subprocess.run([*SANDBOX, "discard", name], capture_output=True, timeout=120)
+
