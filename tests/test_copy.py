@@ -18,7 +18,7 @@ SANDBOX = [sys.executable, "-m", "launcher"]
 AGENT = ("bash", "-c", "echo more >> README.md && rm -f tests/test_app.py && echo new > new.txt && mkdir -p src/deep && "
          "echo deep > src/deep/file.py && chmod +x src/deep/file.py && mkdir -p .git/hooks && "
          "echo evil > .git/hooks/pre-commit && echo 'use flake' > .envrc && ln -s /etc/passwd out-link && "
-         "printf 'x' > \"$(printf 'esc\\033[31mred')\"")
+         "mkfifo pipe && printf 'x' > \"$(printf 'esc\\033[31mred')\"")
 
 
 def sandbox(*args, timeout=300, **kw):
@@ -66,7 +66,7 @@ def test_the_agent_changes_only_its_copy_and_diff_shows_what_apply_would_carry_b
         assert "\x1b" not in shown.stdout and "esc\\u001b[31mred" in shown.stdout   # the name cannot colour a terminal
         refused = {line.split()[1]: line for line in sandbox("diff", "copy-t1", "--stat").stdout.splitlines()
                    if "REFUSED" in line}
-        assert set(refused) == {".git/hooks/pre-commit", ".envrc", "out-link"}, refused
+        assert set(refused) == {".git/hooks/pre-commit", ".envrc", "out-link", "pipe"}, refused   # a FIFO: no hang
         data = json.loads(sandbox("diff", "copy-t1", "--json").stdout)
         status = {c["path"]: c["status"] for c in data["changes"]}
         assert status["README.md"] == "modified" and status["tests/test_app.py"] == "deleted"

@@ -41,6 +41,8 @@ def exported(changes: list[dict], files: dict[str, bytes]) -> apply.Exported:
     ("link", {"type": "symlink", "target": "/etc/passwd"}, "leaving the workspace"),
     ("a/link", {"type": "symlink", "target": "../../outside"}, "leaving the workspace"),
     ("fifo", {"type": "other"}, "not a regular file"),
+    ("docs/hooks", {"type": "symlink", "target": "../.git/hooks"}, "into a refused path"),
+    ("ci", {"type": "symlink", "target": ".github/workflows"}, "into a refused path"),
 ])
 def test_apply_refuses_what_host_tools_would_run_or_follow(path, new, why):
     assert why in review.refusal({"path": path, "status": "added", "old": None, "new": new}, PROTECTED)

@@ -23,6 +23,19 @@ import time
 TEXT_LIMIT = 1 << 20      # larger files are summarised, not diffed
 
 
+def _open_regular(path):
+    """A file object for path if it is a regular file now, else None: an agent in a running sandbox
+    may swap a file for a FIFO between two looks, and opening that would hang the tool."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
+
+
 def _describe(path):
     try:
         st = os.lstat(path)
@@ -34,8 +47,10 @@ def _describe(path):
         return {"type": "dir"}
     if not stat.S_ISREG(st.st_mode):
         return {"type": "other"}
-    digest = hashlib.sha256()
-    with open(path, "rb") as data:
+    digest, data = hashlib.sha256(), _open_regular(path)
+    if data is None:
+        return {"type": "other"}
+    with data:
         for block in iter(lambda: data.read(1 << 20), b""):
             digest.update(block)
     return {"type": "file", "exec": bool(st.st_mode & 0o111), "size": st.st_size, "sha256": digest.hexdigest()}
@@ -112,11 +127,11 @@ def changes():
 
 
 def _text(path):
-    try:
-        with open(path, "rb") as data:
-            blob = data.read(TEXT_LIMIT + 1)
-    except (FileNotFoundError, IsADirectoryError):
-        return []
+    data = _open_regular(path)
+    if data is None:
+        return [] if not os.path.lexists(path) else None
+    with data:
+        blob = data.read(TEXT_LIMIT + 1)
     if len(blob) > TEXT_LIMIT or b"\0" in blob:
         return None
     try:
@@ -153,8 +168,15 @@ def export():
     info.size = len(blob)
     tar.addfile(info, io.BytesIO(blob))
     for change in found:
-        if change["new"] and change["new"]["type"] in ("file", "symlink"):
-            tar.add(os.path.join("/tree", change["path"]), arcname="files/" + change["path"], recursive=False)
+        new, path = change["new"] or {}, os.path.join("/tree", change["path"])
+        if new.get("type") == "symlink":
+            tar.add(path, arcname="files/" + change["path"], recursive=False)
+        elif new.get("type") == "file":
+            data = _open_regular(path)   # never tarfile's own open: it would follow a swapped-in FIFO
+            if data is not None:
+                with data:
+                    info = tar.gettarinfo(arcname="files/" + change["path"], fileobj=data)
+                    tar.addfile(info, data)
     tar.close()
 
 

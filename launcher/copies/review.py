@@ -24,8 +24,11 @@ def refusal(change: dict, protected: tuple[str, ...]) -> str:
         return "not a regular file, directory or symlink"
     if new.get("type") == "symlink":
         target = new["target"]
-        if target.startswith("/") or posixpath.normpath(posixpath.join(posixpath.dirname(path), target)).startswith(".."):
+        lands = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+        if target.startswith("/") or lands.startswith(".."):
             return f"a symlink leaving the workspace (-> {target})"
+        if refusal({"path": lands, "new": None}, protected):   # a way into .git or a protected path
+            return f"a symlink into a refused path (-> {target})"
     return ""
 
 
