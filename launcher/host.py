@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -193,8 +194,6 @@ def ca_file(given: str) -> tuple[PathFact, bytes]:
 
 
 def is_interactive() -> bool:
-    import sys
-
     return sys.stdin.isatty() and sys.stdout.isatty() and os.environ.get("CI", "").lower() not in ("1", "true")
 
 
@@ -209,6 +208,12 @@ def in_ci() -> bool:
 
 def step_summary_path() -> str:
     return os.environ.get("GITHUB_STEP_SUMMARY", "")   # set by GitHub Actions: Markdown for the job page
+
+
+def network_facts() -> tuple[str, str]:
+    """SANDBOX_NETWORK_POOL (see subnets.py) and the host's IPv4 routes (/proc/net/route; "" if absent)."""
+    routes = _read_regular("/proc/net/route", required=False, follow=True)
+    return os.environ.get("SANDBOX_NETWORK_POOL", ""), (routes or b"").decode(errors="replace")
 
 
 def pid_alive(pid: int) -> bool:

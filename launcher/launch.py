@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from launcher import labels as label
-from launcher import checks, home, host, workspaces
+from launcher import checks, home, host, subnets, workspaces
 from launcher.copies import store
 from launcher.engine import Engine
 from launcher.egress.audit import EgressEvent, parse_log
@@ -135,7 +135,7 @@ def _start_proxy(engine: Engine, plan: LaunchPlan, listener: Listener) -> None:
     """Networks first, then the proxy; wait until Squid accepts connections."""
     values = secret_values(plan)   # read only now: the plan itself never holds a secret's value
     for network in plan.networks:
-        engine.create_network(network)
+        subnets.create_network(engine, network)
     listener.status(f"starting egress proxy {plan.proxy.name} ({len(plan.proxy.config.splitlines())} config lines)")
     ref = engine.create_proxy(plan.proxy, values)
     engine.start(ref)
