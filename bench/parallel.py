@@ -7,7 +7,7 @@ proxy and networks) and each layout (separate: one workspace each; shared: all N
 bind mode, which goes through the workspace lock and placeholder registry), N `sandbox run` are
 started together. Prints the total wall time, the per-sandbox median and worst, the failures (with
 their last lines), and what was left behind: containers, networks and volumes with our labels and
-this run's names, and any file left in the workspaces. Leftovers must be zero.
+this run's names, any file left in the workspaces, and placeholders still registered for them. Leftovers must be zero.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from launcher import labels as label  # noqa: E402
+from launcher import workspaces as registry  # noqa: E402
 
 SANDBOX = [sys.executable, "-m", "launcher"]
 POLICY = {"none": ["-p", "untrusted"], "proxy": ["-p", "ci"]}
@@ -71,6 +72,8 @@ def batch(n: int, mode: str, layout: str, tmp: str, tag: str) -> dict:
         results = list(pool.map(one, argvs))
     wall = time.perf_counter() - start
     changed = [f"{ws}: {sorted(tree(ws) ^ before[ws])}" for ws in workspaces if tree(ws) != before[ws]]
+    changed += [f"{ws}: registered placeholders {registry.placeholders(ws)}" for ws in workspaces
+                if registry.placeholders(ws)]
     return {"wall": wall, "times": [r[0] for r in results], "failures": [r for r in results if r[1]],
             "left": leftovers(tag) + changed}
 
