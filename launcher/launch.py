@@ -128,7 +128,7 @@ def _probe_failed(report: ProbeReport, errors: list[str], plan: LaunchPlan) -> P
 
 
 PROXY_READY = "Socket connections at"  # "Accepting [SSL bumped ]HTTP Socket connections at ..."
-PROXY_TIMEOUT = 30
+PROXY_TIMEOUT = 90   # 50 proxy-mode sandboxes starting at once on 2 cores: up to 19 s here
 
 
 def _start_proxy(engine: Engine, plan: LaunchPlan, listener: Listener) -> None:

@@ -105,3 +105,19 @@ def test_more_proxy_networks_than_the_default_pools_hold(engine):
         for name in names + [holder, f"{prefix}-again"]:
             engine.remove_network(name)
     assert not [n for n in engine.list_networks() if n["Name"].startswith(prefix)]
+
+
+@pytest.mark.engine
+def test_a_proxy_mode_sandbox_lives_on_a_28_of_the_pool(engine, workspace, monkeypatch):
+    """The sandbox's only route is its internal network's /28, inside the pool the launcher was given
+    (no request leaves: the probe asks only for a .invalid name, which the proxy refuses unresolved)."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("SANDBOX_NETWORK_POOL", "198.19.128.0/20")
+    result = subprocess.run([sys.executable, "-m", "launcher", "run", "-p", "ci", "-w", str(workspace),
+                             "--allow", "api.example.invalid", "--", "cat", "/proc/net/route"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    nets = subnets.host_routes(result.stdout)
+    assert len(nets) == 1 and nets[0].prefixlen == 28 and nets[0].subnet_of(ipaddress.IPv4Network("198.19.128.0/20"))
