@@ -161,7 +161,8 @@ def main() -> None:
             continue
         t = statistics.median(values)
         c = statistics.median(cpu[key])
-        print(f"{key:34} {t:6.3f} s {mib / t:6.0f} MiB/s  ratio {base / t:.2f}  proxy CPU {c:.2f} s")
+        shown = f"{c:.2f} s" if c else "n/a"    # another proxy's image: its cgroup is not read
+        print(f"{key:34} {t:6.3f} s {mib / t:6.0f} MiB/s  ratio {base / t:.2f}  proxy CPU {shown}")
 
 
 if __name__ == "__main__":
