@@ -4,7 +4,7 @@ its configuration, all in one run, against a direct download; only this machine'
     python bench/squid.py [--rounds 5] [--size-mib 256] [VARIANT ...]
 
 A VARIANT is `name=squid lines` (lines separated by `;`, appended to the configuration the launcher
-renders, so they override it), optionally with `@cpus=N`, `@noconnect` (plain HTTP only) to give that proxy a CPU quota, or
+renders, so they override it), optionally with `@cpus=N`, `@mtu=N` (the inner network's MTU), `@noconnect` (plain HTTP only) to give that proxy a CPU quota, or
 `@image=IMAGE COMMAND` to run another proxy instead (a comparison, e.g. tinyproxy or nginx built
 by bench/compare/). The proxy runs as the launcher runs it: its own user, read-only root, no
 capabilities, memory and pids limits, on an internal network (inhibit_ipv4) shared with the client
@@ -50,6 +50,8 @@ def start_proxy(index: int, name: str, lines: str, config: str) -> str:
     """One proxy on its own inner network; returns the inner network's name."""
     inner = f"{PREFIX}-in{index}"
     opts = [f"--opt={k}={v}" for k, v in INTERNAL_OPTIONS]
+    opts += [f"--opt=com.docker.network.driver.mtu={p[len('@mtu='):]}" for p in lines.split(";")
+             if p.strip().startswith("@mtu=")]
     docker("network", "create", "--internal", "--label", LABEL, *opts, inner)
     spec = ProxySpec(name="bench", image="", config="", internal_network="", egress_network="", alias="", port=0,
                      labels=())
@@ -57,7 +59,7 @@ def start_proxy(index: int, name: str, lines: str, config: str) -> str:
     for part in filter(None, (p.strip() for p in lines.split(";"))):
         if part.startswith("@cpus="):
             cpus = part[len("@cpus="):]
-        elif part == "@noconnect":
+        elif part == "@noconnect" or part.startswith("@mtu="):
             pass
         elif part.startswith("@image="):
             other = part[len("@image="):]
