@@ -3,13 +3,19 @@ its configuration, all in one run, against a direct download; only this machine'
 
     python bench/squid.py [--rounds 5] [--size-mib 256] [VARIANT ...]
 
-A VARIANT is `name=squid lines` (lines separated by `;`, appended to the configuration the launcher
-renders, so they override it), optionally with `@cpus=N`, `@mtu=N` (the inner network's MTU), `@noconnect` (plain HTTP only) to give that proxy a CPU quota, or
-`@image=IMAGE COMMAND` to run another proxy instead (a comparison, e.g. tinyproxy or nginx built
-by bench/compare/). The proxy runs as the launcher runs it: its own user, read-only root, no
-capabilities, memory and pids limits, on an internal network (inhibit_ipv4) shared with the client
-only, and on the upstream's network. Every round fetches /big through each variant, plain HTTP and
-through a CONNECT tunnel (as HTTPS goes), and directly; the figures are medians of the rounds.
+A VARIANT is `name=` and squid.conf lines separated by `;` (appended to the configuration the
+launcher renders, so they override it), or these: `@cpus=N` (a CPU quota for that proxy), `@mtu=N`
+(its inner network's MTU; the launcher's is 65000, `@mtu=1500` is Docker's default), `@noconnect`
+(plain HTTP only), `@image=IMAGE COMMAND` (another proxy instead, a comparison only:
+sandbox-bench/compare:1, built from bench/compare/, has Debian's tinyproxy, nginx and socat). E.g.
+
+    python bench/squid.py "rag16k=read_ahead_gap 16 KB" "mtu1500=@mtu=1500" "cpus1=@cpus=1" \
+        "nginx=@image=sandbox-bench/compare:1 exec nginx -c /etc/bench/nginx-big.conf;@noconnect"
+
+The proxy runs as the launcher runs it: its own user, read-only root, no capabilities, memory and
+pids limits, on an internal network (the launcher's options) shared with the client only, and on
+the upstream's network. Every round fetches /big through each variant, plain HTTP and through a
+CONNECT tunnel (as HTTPS goes), and directly; the figures are medians of the rounds.
 """
 
 from __future__ import annotations
@@ -50,8 +56,8 @@ def start_proxy(index: int, name: str, lines: str, config: str) -> str:
     """One proxy on its own inner network; returns the inner network's name."""
     inner = f"{PREFIX}-in{index}"
     opts = [f"--opt={k}={v}" for k, v in INTERNAL_OPTIONS]
-    opts += [f"--opt=com.docker.network.driver.mtu={p[len('@mtu='):]}" for p in lines.split(";")
-             if p.strip().startswith("@mtu=")]
+    mtu = [p.strip()[len("@mtu="):] for p in lines.split(";") if p.strip().startswith("@mtu=")]
+    opts = [o for o in opts if not (mtu and "driver.mtu=" in o)] + [f"--opt=com.docker.network.driver.mtu={m}" for m in mtu]
     docker("network", "create", "--internal", "--label", LABEL, *opts, inner)
     spec = ProxySpec(name="bench", image="", config="", internal_network="", egress_network="", alias="", port=0,
                      labels=())
@@ -133,6 +139,11 @@ def main() -> None:
     rule = parse_rule({"host": "files.test", "private": True})
     config = render_squid("bench", (rule,))
     docker("build", "-q", "-t", "sandbox-test/upstream:1", str(ROOT / "images" / "upstream"))
+    from launcher.engine import connect
+
+    images.build(connect(), images.proxy_image(), lambda line: None)     # the launcher's proxy image
+    if any("sandbox-bench/compare:1" in lines for _n, lines in variants):
+        docker("build", "-q", "-t", "sandbox-bench/compare:1", str(ROOT / "bench" / "compare"))
     cleanup()
     try:
         docker("network", "create", "--internal", "--label", LABEL, f"{PREFIX}-net")
