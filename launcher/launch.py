@@ -17,6 +17,7 @@ from launcher.engine import Engine
 from launcher.egress.audit import EgressEvent, parse_log
 from launcher.errors import EngineError, NotFound, ProbeFailed, also_failed
 from launcher.plan import PROBE_END, LaunchPlan, MountKind
+from launcher.timings import timed
 from launcher.values import visible
 from launcher.verify import ProbeReport, compare_inspect, parse_probe
 
@@ -25,6 +26,9 @@ GRACE = 10             # seconds between SIGTERM and SIGKILL when stopping a san
 
 
 class Listener(Protocol):
+    """What the launch tells its caller. A listener may also have `phase(name)`, a context
+    manager that records how long a phase took (launcher.timings.Timeline.phase)."""
+
     def status(self, message: str) -> None: ...
     def output(self, stream: str, data: bytes) -> None: ...
 
@@ -90,12 +94,14 @@ class _Output:
         return parse_probe(buffer.decode(errors="replace").splitlines()), b"", errors
 
 
-def create_verified(engine: Engine, plan: LaunchPlan) -> str:
+def create_verified(engine: Engine, plan: LaunchPlan, listener: Listener | None = None) -> str:
     """Create the container and refuse it unless `docker inspect` agrees with the plan."""
     spec = plan.container
-    ref = engine.create(spec)
+    with timed(listener, "create"):
+        ref = engine.create(spec)
     try:
-        diffs = compare_inspect(spec, engine.inspect(ref), engine.image_env(spec.image))
+        with timed(listener, "inspect"):
+            diffs = compare_inspect(spec, engine.inspect(ref), engine.image_env(spec.image))
         for mount in spec.mounts:
             if mount.kind is MountKind.BIND and not host.bind_source_intact(mount.source):
                 diffs.append(f"bind source {mount.source} changed or vanished since it was checked")
@@ -134,18 +140,22 @@ PROXY_TIMEOUT = 30
 def _start_proxy(engine: Engine, plan: LaunchPlan, listener: Listener) -> None:
     """Networks first, then the proxy; wait until Squid accepts connections."""
     values = secret_values(plan)   # read only now: the plan itself never holds a secret's value
-    for network in plan.networks:
-        engine.create_network(network)
+    with timed(listener, "network"):
+        for network in plan.networks:
+            engine.create_network(network)
     listener.status(f"starting egress proxy {plan.proxy.name} ({len(plan.proxy.config.splitlines())} config lines)")
-    ref = engine.create_proxy(plan.proxy, values)
-    engine.start(ref)
+    with timed(listener, "proxy create"):
+        ref = engine.create_proxy(plan.proxy, values)
+    with timed(listener, "proxy start"):
+        engine.start(ref)
     deadline = time.monotonic() + PROXY_TIMEOUT
-    while time.monotonic() < deadline:
-        if PROXY_READY in engine.logs(ref, stdout=False, stderr=True):
-            return
-        if not engine.inspect(ref)["State"]["Running"]:
-            break
-        time.sleep(0.05)
+    with timed(listener, "proxy ready"):
+        while time.monotonic() < deadline:
+            if PROXY_READY in engine.logs(ref, stdout=False, stderr=True):
+                return
+            if not engine.inspect(ref)["State"]["Running"]:
+                break
+            time.sleep(0.05)
     tail = "\n    ".join(engine.logs(ref, stdout=False, stderr=True).strip().splitlines()[-5:])
     raise EngineError(f"the egress proxy did not come up:\n    {tail}")
 
@@ -175,10 +185,13 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener) -> tu
         workspace = dict(plan.container.labels)[label.WORKSPACE]
         with workspaces.locked(workspace):   # no placeholder of this workspace goes while we mount it
             workspaces.register(workspace, plan.placeholders)
-            ref = create_verified(engine, plan)
-            output = _Output(engine, ref)  # attach first: output written before attaching can be lost
-            engine.start(ref)
-        report, rest, errors = output.read_probe(PROBE_TIMEOUT)
+            ref = create_verified(engine, plan, listener)
+            with timed(listener, "attach"):
+                output = _Output(engine, ref)  # attach first: output written before attaching can be lost
+            with timed(listener, "start"):
+                engine.start(ref)
+        with timed(listener, "probe"):
+            report, rest, errors = output.read_probe(PROBE_TIMEOUT)
         ids = [c.id for c in report.checks]
         if report.ok and plan.probe.checks and ids != list(plan.probe.checks):
             # fail closed: a probe that skipped, repeated or reordered a check proves less than planned
@@ -253,13 +266,15 @@ def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
             listener.output("stdout", rest)
         deadline = time.monotonic() + plan.timeout_seconds
         try:
-            while (chunk := output.next(deadline)) is not None:
-                listener.output(*chunk)
-            code = engine.wait(ref)
+            with timed(listener, "agent"):
+                while (chunk := output.next(deadline)) is not None:
+                    listener.output(*chunk)
+                code = engine.wait(ref)
         except TimeoutError:
             listener.status(f"timeout after {plan.timeout_seconds} s: stopping the agent")
             timed_out = True
-        egress = egress_events(engine, plan)
+        with timed(listener, "audit"):
+            egress = egress_events(engine, plan)
     except BaseException as primary:
         _cleaning_up(primary, lambda: remove_sandbox(engine, plan.container.name), f"removing {plan.container.name}")
         if made and not started:   # the agent never ran: nothing of its work is lost
@@ -267,7 +282,8 @@ def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
         if not started:
             _drop_new_home(engine, plan, made_home, primary)
         raise
-    remove_sandbox(engine, plan.container.name)
+    with timed(listener, "remove"):
+        remove_sandbox(engine, plan.container.name)
     if plan.copy:
         store.checkpoint(engine, plan.copy.name, "run timed out" if timed_out else f"run ended (exit {code})")
     return Outcome(container=plan.container.name, probe=report, exit_code=code, timed_out=timed_out, egress=egress,
