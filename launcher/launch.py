@@ -14,8 +14,9 @@ from launcher import labels as label
 from launcher import checks, home, host, workspaces
 from launcher.copies import store
 from launcher.engine import Engine
-from launcher.egress.audit import EgressEvent, parse_log
-from launcher.errors import EngineError, NotFound, ProbeFailed, also_failed
+from launcher.egress import proxy
+from launcher.egress.audit import EgressEvent
+from launcher.errors import ProbeFailed, also_failed
 from launcher.plan import PROBE_END, LaunchPlan, MountKind
 from launcher.timings import timed
 from launcher.values import visible
@@ -133,54 +134,10 @@ def _probe_failed(report: ProbeReport, errors: list[str], plan: LaunchPlan) -> P
     return ProbeFailed("the sandbox did not take effect; the agent was not started:\n  " + "\n  ".join(lines), report)
 
 
-PROXY_READY = "Socket connections at"  # "Accepting [SSL bumped ]HTTP Socket connections at ..."
-PROXY_TIMEOUT = 30
-
-
-def _start_proxy(engine: Engine, plan: LaunchPlan, listener: Listener) -> None:
-    """Networks first, then the proxy; wait until Squid accepts connections."""
-    values = secret_values(plan)   # read only now: the plan itself never holds a secret's value
-    with timed(listener, "network"):
-        for network in plan.networks:
-            engine.create_network(network)
-    listener.status(f"starting egress proxy {plan.proxy.name} ({len(plan.proxy.config.splitlines())} config lines)")
-    with timed(listener, "proxy create"):
-        ref = engine.create_proxy(plan.proxy, values)
-    with timed(listener, "proxy start"):
-        engine.start(ref)
-    deadline = time.monotonic() + PROXY_TIMEOUT
-    with timed(listener, "proxy ready"):
-        while time.monotonic() < deadline:
-            if PROXY_READY in engine.logs(ref, stdout=False, stderr=True):
-                return
-            if not engine.inspect(ref)["State"]["Running"]:
-                break
-            time.sleep(0.05)
-    tail = "\n    ".join(engine.logs(ref, stdout=False, stderr=True).strip().splitlines()[-5:])
-    raise EngineError(f"the egress proxy did not come up:\n    {tail}")
-
-
-def secret_values(plan: LaunchPlan) -> dict[str, str]:
-    """The proxy's variables carrying the injected secrets, read from the host; refused when unusable."""
-    from launcher.errors import PolicyError, Problem
-    from launcher.egress.inject import squid_value
-
-    values = {}
-    for secret in plan.proxy.secrets if plan.proxy else ():
-        value = host.read_secret(secret.name, secret.from_env, secret.from_file)
-        try:
-            squid_value(value)
-        except ValueError as exc:
-            raise PolicyError([Problem(file=secret.from_file or f"${secret.from_env}", path=f"secrets ({secret.name})",
-                                       expected="a single-line printable value", found=str(exc))]) from None
-        values[secret.var] = value
-    return values
-
-
 def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener) -> tuple[str, _Output, ProbeReport, bytes]:
     try:
         if plan.proxy:
-            _start_proxy(engine, plan, listener)
+            proxy.start(engine, plan, listener)
         listener.status(f"creating {plan.container.name} (policy {plan.policy_name})")
         workspace = dict(plan.container.labels)[label.WORKSPACE]
         with workspaces.locked(workspace):   # no placeholder of this workspace goes while we mount it
@@ -206,17 +163,6 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener) -> tu
     except BaseException as primary:
         _cleaning_up(primary, lambda: remove_sandbox(engine, plan.container.name), f"removing {plan.container.name}")
         raise
-
-
-def egress_events(engine: Engine, plan: LaunchPlan) -> tuple[EgressEvent, ...]:
-    if not plan.proxy:
-        return ()
-    try:
-        events = parse_log(engine.logs(plan.proxy.name))
-    except NotFound:
-        return ()
-    # The probe's own request for a name that must be refused is not the agent's doing.
-    return tuple(e for e in events if e.host != plan.probe.denyhost)
 
 
 def remove_sandbox(engine: Engine, name: str) -> None:
@@ -274,7 +220,7 @@ def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
             listener.status(f"timeout after {plan.timeout_seconds} s: stopping the agent")
             timed_out = True
         with timed(listener, "audit"):
-            egress = egress_events(engine, plan)
+            egress = proxy.egress_events(engine, plan)
     except BaseException as primary:
         _cleaning_up(primary, lambda: remove_sandbox(engine, plan.container.name), f"removing {plan.container.name}")
         if made and not started:   # the agent never ran: nothing of its work is lost
