@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from launcher import labels as label
-from launcher import checks, home, host, workspaces
+from launcher import checks, home, host, overlap, workspaces
 from launcher.copies import store
 from launcher.engine import Engine
 from launcher.egress import proxy
@@ -134,19 +134,28 @@ def _probe_failed(report: ProbeReport, errors: list[str], plan: LaunchPlan) -> P
     return ProbeFailed("the sandbox did not take effect; the agent was not started:\n  " + "\n  ".join(lines), report)
 
 
+def _create(engine: Engine, plan: LaunchPlan, listener: Listener) -> tuple[str, _Output]:
+    """The agent's container, created, compared with the plan and attached to; not started."""
+    listener.status(f"creating {plan.container.name} (policy {plan.policy_name})")
+    workspace = dict(plan.container.labels)[label.WORKSPACE]
+    # The lock until the container exists: from then on a sandbox of this workspace being removed
+    # lists it and keeps the placeholders (workspaces.release), so the start needs no lock.
+    with workspaces.locked(workspace):
+        workspaces.register(workspace, plan.placeholders)
+        ref = create_verified(engine, plan, listener)
+    with timed(listener, "attach"):
+        output = _Output(engine, ref)  # attach first: output written before attaching can be lost
+    return ref, output
+
+
 def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener) -> tuple[str, _Output, ProbeReport, bytes]:
     try:
-        if plan.proxy:
-            proxy.start(engine, plan, listener)
-        listener.status(f"creating {plan.container.name} (policy {plan.policy_name})")
-        workspace = dict(plan.container.labels)[label.WORKSPACE]
-        with workspaces.locked(workspace):   # no placeholder of this workspace goes while we mount it
-            workspaces.register(workspace, plan.placeholders)
-            ref = create_verified(engine, plan, listener)
-            with timed(listener, "attach"):
-                output = _Output(engine, ref)  # attach first: output written before attaching can be lost
-            with timed(listener, "start"):
-                engine.start(ref)
+        if plan.proxy:   # the container is made while the proxy starts; it starts once the proxy is ready
+            ref, output = proxy.start(engine, plan, listener, lambda: _create(engine, plan, listener))
+        else:
+            ref, output = _create(engine, plan, listener)
+        with timed(listener, "start"):
+            engine.start(ref)
         with timed(listener, "probe"):
             report, rest, errors = output.read_probe(PROBE_TIMEOUT)
         ids = [c.id for c in report.checks]
@@ -170,23 +179,28 @@ def remove_sandbox(engine: Engine, name: str) -> None:
     directories in the workspace once no other sandbox of it needs them. Safe to call on a
     half-created sandbox."""
     containers = engine.list(label.selector(label.SANDBOX, name))
-    # The agent's container first, so its work is flushed before anything else goes.
-    containers.sort(key=lambda item: item["Labels"].get(label.KIND) == "proxy")
     made: dict[str, tuple[str, ...]] = {}
+    for item in containers:
+        labels = item["Labels"]
+        made.setdefault(labels.get(label.WORKSPACE, ""), ())
+        made[labels.get(label.WORKSPACE, "")] += tuple(json.loads(labels.get(label.PLACEHOLDERS, "[]")))
+    # Only a running agent's container holds work worth a graceful stop (the proxy does not), and
+    # it goes first, so its work is flushed before anything else goes; the rest go at once.
+    running = [c["Id"] for c in containers if c.get("State") == "running" and c["Labels"].get(label.KIND) != "proxy"]
     try:
-        for item in containers:
-            labels = item["Labels"]
-            made.setdefault(labels.get(label.WORKSPACE, ""), ())
-            made[labels.get(label.WORKSPACE, "")] += tuple(json.loads(labels.get(label.PLACEHOLDERS, "[]")))
+        for ref in running:
             try:
-                # Only the agent's container holds work worth a graceful stop; the proxy does not.
-                if item.get("State") == "running" and labels.get(label.KIND) != "proxy":
-                    engine.stop(item["Id"], GRACE)
+                engine.stop(ref, GRACE)
             finally:
-                engine.remove(item["Id"])
+                engine.remove(ref)
+        rest = [c["Id"] for c in containers if c["Id"] not in running]
+        if rest:
+            overlap.each(engine.remove, rest)
     finally:
-        for network in engine.list_networks(label.selector(label.SANDBOX, name)):
-            engine.remove_network(network["Name"])
+        # Networks once their containers are gone (a network with an endpoint cannot go).
+        networks = [n["Name"] for n in engine.list_networks(label.selector(label.SANDBOX, name))]
+        if networks:
+            overlap.each(engine.remove_network, networks)
         for workspace, paths in made.items():
             if workspace:
                 with workspaces.locked(workspace):

@@ -91,5 +91,5 @@ def print_timings(timeline) -> None:
     """Each phase on stderr: when it began and how long it took, in ms from the CLI's imports."""
     status("timings (ms since the launcher's imports began; proxy-mode phases overlap):")
     for p in timeline.phases:
-        click.echo(f"  {p.name:<12} {p.began * 1000:7.1f} {p.seconds * 1000:7.1f}", err=True)
-    click.echo(f"  {'total':<12} {'':7} {timeline.total() * 1000:7.1f}", err=True)
+        click.echo(f"  {p.name:<14} {p.began * 1000:7.1f} {p.seconds * 1000:7.1f}", err=True)
+    click.echo(f"  {'total':<14} {'':7} {timeline.total() * 1000:7.1f}", err=True)

@@ -4,6 +4,8 @@ values, read from the host only now), the wait until Squid accepts connections, 
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Callable, TypeVar
 
 from launcher import host
 from launcher.engine import Engine
@@ -14,17 +16,47 @@ from launcher.timings import timed
 
 PROXY_READY = "Socket connections at"  # "Accepting [SSL bumped ]HTTP Socket connections at ..."
 PROXY_TIMEOUT = 30
+POLL = 0.02   # seconds between looks at the proxy's log while it starts (about 1 ms each)
+T = TypeVar("T")
 
 
-def start(engine: Engine, plan: LaunchPlan, listener) -> None:
-    """Networks first, then the proxy; wait until Squid accepts connections."""
+def start(engine: Engine, plan: LaunchPlan, listener, create_container: Callable[[], T]) -> T:
+    """The networks, then the proxy, started and ready (Squid accepts connections); meanwhile,
+    once its internal network exists, `create_container()` makes the agent's container, which the
+    caller starts only after this returned: never before the proxy is verified. Returns only when
+    every step has ended, so a clean-up after a failure finds everything that was made."""
     values = secret_values(plan)   # read only now: the plan itself never holds a secret's value
-    with timed(listener, "network"):
-        for network in plan.networks:
-            engine.create_network(network)
+    with ThreadPoolExecutor(max_workers=len(plan.networks) + 2) as pool:
+        networks = {n.name: pool.submit(_network, engine, n, listener) for n in plan.networks}
+        internal = networks.get(plan.proxy.internal_network)
+        egress = networks.get(plan.proxy.egress_network)
+        made = pool.submit(_proxy, engine, plan, values, listener, internal, egress)
+        container = pool.submit(_after, internal, create_container)
+        wait((*networks.values(), made, container))
+    for step in (*networks.values(), made, container):
+        step.result()   # the first failure, in the order of the steps
+    return container.result()
+
+
+def _after(first: Future | None, call: Callable[[], T]) -> T:
+    if first:
+        first.result()
+    return call()
+
+
+def _network(engine: Engine, network, listener) -> None:
+    with timed(listener, "network" if network.internal else "egress network"):
+        engine.create_network(network)
+
+
+def _proxy(engine: Engine, plan: LaunchPlan, values: dict[str, str], listener, internal: Future | None,
+           egress: Future | None) -> None:
+    """Created on the internal network once it exists, joined to the egress one once that exists."""
+    if internal:
+        internal.result()
     listener.status(f"starting egress proxy {plan.proxy.name} ({len(plan.proxy.config.splitlines())} config lines)")
     with timed(listener, "proxy create"):
-        ref = engine.create_proxy(plan.proxy, values)
+        ref = engine.create_proxy(plan.proxy, values, egress_ready=egress.result if egress else lambda: None)
     with timed(listener, "proxy start"):
         engine.start(ref)
     deadline = time.monotonic() + PROXY_TIMEOUT
@@ -34,7 +66,7 @@ def start(engine: Engine, plan: LaunchPlan, listener) -> None:
                 return
             if not engine.inspect(ref)["State"]["Running"]:
                 break
-            time.sleep(0.05)
+            time.sleep(POLL)
     tail = "\n    ".join(engine.logs(ref, stdout=False, stderr=True).strip().splitlines()[-5:])
     raise EngineError(f"the egress proxy did not come up:\n    {tail}")
 
