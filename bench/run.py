@@ -2,7 +2,8 @@
 
     python bench/run.py [--rounds 9] [--compare DIR] [--default-egress]
 
-One run measures, round after round in turn (so a busy machine slows every figure alike):
+One run measures, round after round, each command once per round in a rotating order (so a
+busy machine slows every figure alike):
   plain    docker run --rm with the flags `sandbox compile --format argv` prints, the command
            straight away (no probe)
   probed   the same docker run with the probe in front (what the probe itself costs)
@@ -98,8 +99,12 @@ def main() -> None:
                 timed(argv, env)
             wall: dict[str, list[float]] = {name: [] for name in runs}
             table: dict[str, list[dict[str, float]]] = {name: [] for name in runs}
-            for _ in range(args.rounds):
-                for name, (argv, env) in runs.items():
+            order = list(runs)
+            for r in range(args.rounds):
+                # Rotated each round: what ran just before (an engine still tidying up) must not
+                # always slow the same command.
+                for name in order[r % len(order):] + order[:r % len(order)]:
+                    argv, env = runs[name]
                     seconds, err = timed(argv, env)
                     wall[name].append(seconds)
                     table[name].append(phases(err))
@@ -110,7 +115,7 @@ def main() -> None:
         if not args.default_egress:
             subprocess.run(["docker", "network", "rm", NET], capture_output=True)
     med = {name: statistics.median(values) for name, values in wall.items()}
-    print(f"rounds: {args.rounds} (medians; each round runs every command once, in turn)")
+    print(f"rounds: {args.rounds} (medians; each round runs every command once, in a rotating order)")
     for name, value in med.items():
         print(f"  {name:<22} {value:6.3f} s")
     print(f"  {'python -c pass':<22} {statistics.median(py):6.3f} s")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable
 
 
@@ -14,6 +13,8 @@ def each(call: Callable, items: Iterable) -> None:
         for item in items:
             call(item)
         return
+    from concurrent.futures import ThreadPoolExecutor   # here: it imports logging, which none mode never needs
+
     with ThreadPoolExecutor(max_workers=len(items)) as pool:
         futures = [pool.submit(call, item) for item in items]
     for future in futures:

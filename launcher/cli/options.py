@@ -153,6 +153,8 @@ def plan(policy_ref: str, workspace: str, command: tuple[str, ...], *, kind: str
     """The pipeline for a command that launches or writes a sandbox; says its notes and warnings."""
     from launcher import pipeline
 
+    if timings is not None:   # the CLI's imports end here, once the pipeline is in
+        timings.since("imports", timings.origin)
     allow = tuple(allow) + click.get_current_context().meta.get(_PRIVATE, ())
     result = pipeline.layered(policy_ref, workspace, layer_settings(allow=allow, timeout=timeout, strict=strict),
                               timings=timings)
@@ -179,6 +181,4 @@ def timeline(asked: bool):
 
     if not (asked or host.timings_requested()):
         return None
-    line = timings.Timeline(origin=timings.IMPORTED)
-    line.since("imports", timings.IMPORTED)
-    return line
+    return timings.Timeline(origin=timings.IMPORTED)

@@ -4,8 +4,7 @@ values, read from the host only now), the wait until Squid accepts connections, 
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from launcher import host
 from launcher.engine import Engine
@@ -13,6 +12,9 @@ from launcher.egress.audit import EgressEvent, parse_log
 from launcher.errors import EngineError, NotFound
 from launcher.plan import LaunchPlan
 from launcher.timings import timed
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 PROXY_READY = "Socket connections at"  # "Accepting [SSL bumped ]HTTP Socket connections at ..."
 PROXY_TIMEOUT = 30
@@ -25,6 +27,8 @@ def start(engine: Engine, plan: LaunchPlan, listener, create_container: Callable
     once its internal network exists, `create_container()` makes the agent's container, which the
     caller starts only after this returned: never before the proxy is verified. Returns only when
     every step has ended, so a clean-up after a failure finds everything that was made."""
+    from concurrent.futures import ThreadPoolExecutor, wait   # here: it imports logging, which none mode never needs
+
     values = secret_values(plan)   # read only now: the plan itself never holds a secret's value
     with ThreadPoolExecutor(max_workers=len(plan.networks) + 2) as pool:
         networks = {n.name: pool.submit(_network, engine, n, listener) for n in plan.networks}
