@@ -217,10 +217,10 @@ def write(path: str, statement: dict) -> None:
 
 
 def _no_duplicates(pairs):
-    keys = [k for k, _ in pairs]
-    if len(keys) != len(set(keys)):
-        raise ValueError(f"a duplicate key {sorted(k for k in keys if keys.count(k) > 1)[0]!r}")
-    return dict(pairs)
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise ValueError("a duplicate key " + repr(sorted(k for k, _ in pairs if [p[0] for p in pairs].count(k) > 1)[0]))
+    return found
 
 
 def _number(text: str):
@@ -248,9 +248,6 @@ def parse(data: bytes, file: str) -> dict:
 def problems(data: bytes, statement: dict) -> list[str]:
     """Every digest (and the file's form) that does not match; empty when the record is intact."""
     found = []
-    if data != serialize(statement):
-        found.append("the file is not in its canonical form (sorted keys, two-space indent, ASCII, one final "
-                     "newline): it was edited after it was written")
     pred = statement["predicate"]
     try:
         if pred["unsigned"] is not True:
@@ -274,6 +271,10 @@ def problems(data: bytes, statement: dict) -> list[str]:
                          "were changed)")
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
         found.append(f"the predicate lacks a field or holds a wrong type ({type(exc).__name__}: {exc})")
+    # Last, once the digests match (the indented form is slow to make): a whitespace or order edit.
+    if not found and data != serialize(statement):
+        found.append("the file is not in its canonical form (sorted keys, two-space indent, ASCII, one final "
+                     "newline): it was edited after it was written")
     return found
 
 
