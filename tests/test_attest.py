@@ -306,3 +306,25 @@ def test_an_engine_that_fails_while_recording_is_written_down(tmp_path):
     assert pred["engine"] == {"error": "the engine went away"} and "error" in pred["images"]["agent"]
     assert pred["inspect"] == {"compared": False, "ok": False, "differences": []}
     assert [s["name"].split(":")[0] for s in doc["subject"]] == ["sandbox-run", "policy"]
+
+
+def test_a_record_that_cannot_be_written_at_the_end_turns_a_success_into_118(tmp_path, monkeypatch):
+    from launcher import launch
+    from launcher.cli import launch as cli_launch
+
+    probe = ProbeReport(checks=(Check(id="identity.uid", ok=True, expected="1000", observed="1000"),),
+                        finished=True, verdict_ok=True)
+    monkeypatch.setattr(cli_launch, "_engine_and_images", lambda plan, console: FakeEngine())
+    monkeypatch.setattr(launch, "run", lambda engine, plan, listener: launch.Outcome(
+        container=plan.container.name, probe=probe, exit_code=0, timed_out=False))
+
+    def disk_full(path, statement):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(attest, "write", disk_full)
+    (tmp_path / "ws").mkdir()
+    result = invoke("run", "--workspace-mode", "bind", "-w", str(tmp_path / "ws"), "--attest", str(tmp_path / "a.json"),
+                    "--", "true")
+    assert result.exit_code == ExitCode.ATTESTATION_INVALID, result.stderr
+    assert f"the attestation record was not written to {tmp_path / 'a.json'}" in result.stderr
+    assert "No space left on device" in result.stderr and not (tmp_path / "a.json").exists()

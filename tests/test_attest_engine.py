@@ -16,8 +16,8 @@ import pytest
 
 from conftest import BIND
 
-from launcher import checks, images
-from launcher.errors import ExitCode
+from launcher import attest, checks, images
+from launcher.errors import AttestationInvalid, ExitCode
 from launcher.selftest.testnet import Internet
 
 pytestmark = pytest.mark.engine
@@ -75,6 +75,10 @@ def test_a_run_writes_a_record_that_verifies_and_is_true_to_the_run(engine, work
     assert base["kind"] == "policy" and base["file"].endswith("policies/untrusted.yaml")
     with open(base["file"], "rb") as handle:
         assert base64.b64decode(base["content"]) == handle.read()
+    data = path.read_bytes()   # the real record too: a changed byte (every 61st position) is caught
+    for i in range(0, len(data), 61):
+        with pytest.raises(AttestationInvalid):
+            attest.verify(data[:i] + bytes([data[i] ^ 0x01]) + data[i + 1:], str(path))
 
 
 def test_a_probe_failure_still_writes_the_record_with_the_failed_report(engine, workspace, tmp_path):
