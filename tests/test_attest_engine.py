@@ -122,3 +122,29 @@ def test_proxy_mode_records_the_proxy_image_and_the_egress_summary(engine, works
     assert any(r["host"] == "allowed.test" and not r["denied"] for r in pred["report"]["egress"]["requests"])
     assert pred["policy"]["effective"]["network"]["mode"] == "proxy"
     assert [c["id"] for c in pred["report"]["probe"]["checks"]] == list(checks.for_mode("proxy"))
+
+
+def test_an_inspect_mismatch_is_recorded_with_its_differences_and_no_probe(engine, workspace, tmp_path):
+    """The host-side check failing: an image whose VOLUME lines add writable mounts the plan lacks."""
+    import io
+
+    tag = f"sandbox-test/attest-volumes:{os.getpid()}"
+    dockerfile = f"FROM {images.AGENT_IMAGE}\nVOLUME /etc/cron.d\n".encode()
+    engine.client.images.build(fileobj=io.BytesIO(dockerfile), tag=tag, rm=True, labels={"dev.sandbox.managed": "1"})
+    try:
+        policy = tmp_path / "volumes.yaml"
+        policy.write_text(f"version: 1\nname: volumes\ndescription: d\nextends: [untrusted]\nimage: {tag}\n")
+        path = tmp_path / "inspect.intoto.json"
+        result = sandbox("run", "-p", str(policy), "-w", str(workspace), "--attest", str(path), "--",
+                         "touch", "/workspace/AGENT-RAN")
+        image_id = engine.client.api.inspect_image(tag)["Id"]
+    finally:
+        engine.client.api.remove_image(tag, force=True)
+    assert result.returncode == ExitCode.PROBE_FAILED, result.stderr
+    pred = verified(path)["predicate"]
+    assert pred["inspect"]["compared"] and pred["inspect"]["ok"] is False
+    assert any("VOLUME /etc/cron.d" in d for d in pred["inspect"]["differences"]), pred["inspect"]
+    assert pred["inspect"]["image_id"] == pred["images"]["agent"]["id"] == image_id
+    assert pred["report"]["probe"] is None and pred["run"]["status"] == "probe-failed"
+    assert [layer["kind"] for layer in pred["layers"]][:2] == ["preset", "policy"]   # extends: both files, in order
+    assert not (workspace / "AGENT-RAN").exists()
