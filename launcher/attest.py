@@ -96,7 +96,7 @@ def _engine_facts(engine, plan: LaunchPlan) -> tuple[dict, dict]:
     try:
         version, info = engine.version(), engine.info()
     except EngineError as exc:
-        return {"error": str(exc)}, {"name": "", "error": str(exc)}
+        return {"error": str(exc)}, {**runtime(plan, {}, {}), "error": str(exc)}
     facts = {"version": version.get("Version", ""), "api_version": version.get("ApiVersion", ""),
              "os": version.get("Os", ""), "arch": version.get("Arch", ""),
              "kernel": version.get("KernelVersion") or info.get("KernelVersion", ""),
@@ -155,7 +155,9 @@ def layer_entries(layers) -> list[dict]:
 def build(*, recorder: Recorder, plan: LaunchPlan, policy, layers, engine, report: dict) -> dict:
     """The statement of a finished (or failed) run; `report` is the run report (`--report`)."""
     effective = plain(policy)
-    engine_facts, runtime_facts = _engine_facts(engine, plan) if engine else ({"error": "no engine"}, {"name": ""})
+    none = "the engine was not reached"
+    engine_facts, runtime_facts = (_engine_facts(engine, plan) if engine else
+                                   ({"error": none}, {**runtime(plan, {}, {}), "error": none}))
     predicate = {
         "unsigned": True,
         "signature": UNSIGNED,

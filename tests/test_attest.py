@@ -304,6 +304,7 @@ def test_an_engine_that_fails_while_recording_is_written_down(tmp_path):
                        layers=layered.effective.layers, engine=Gone(), report=data)
     pred = attest.verify(attest.serialize(doc), "att.json")["predicate"]
     assert pred["engine"] == {"error": "the engine went away"} and "error" in pred["images"]["agent"]
+    assert pred["runtime"]["name"] == "runc" and pred["runtime"]["error"] == "the engine went away"
     assert pred["inspect"] == {"compared": False, "ok": False, "differences": []}
     assert [s["name"].split(":")[0] for s in doc["subject"]] == ["sandbox-run", "policy"]
 
