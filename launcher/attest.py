@@ -163,8 +163,8 @@ def build(*, recorder: Recorder, plan: LaunchPlan, policy, layers, engine, repor
         "signature": UNSIGNED,
         "run": {"sandbox": plan.container.name, "started_at": recorder.started_at, "finished_at": now(),
                 "status": report["status"], "exit_code": report["exit_code"]},
-        "policy": {"name": plan.policy_name, "sha256": sha256(canonical(effective)), "source_sha256": plan.policy_digest,
-                   "effective": effective},
+        "policy": {"name": plan.policy_name, "sha256": sha256(canonical(effective)),
+                   "source_sha256": plan.policy_digest, "effective": effective},
         "layers": layer_entries(layers),
         "images": _images(engine, plan) if engine else {},
         "engine": engine_facts,
@@ -221,7 +221,8 @@ def write(path: str, statement: dict) -> None:
 def _no_duplicates(pairs):
     found = dict(pairs)
     if len(found) != len(pairs):
-        raise ValueError("a duplicate key " + repr(sorted(k for k, _ in pairs if [p[0] for p in pairs].count(k) > 1)[0]))
+        keys = [key for key, _ in pairs]
+        raise ValueError("a duplicate key " + repr(sorted(k for k in keys if keys.count(k) > 1)[0]))
     return found
 
 

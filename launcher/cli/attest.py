@@ -81,11 +81,13 @@ def verify_attestation(file: str) -> None:
         said = f"passed {len(probe['checks'])} checks"
     else:
         said = "failed: " + (", ".join(c["id"] for c in probe["checks"] if not c["ok"]) or "did not finish")
+    inspect = pred["inspect"]
+    compared = ("matched the plan" if inspect["ok"] else
+                "differed from the plan" if inspect["compared"] else "not compared")
     click.echo(f"{file}: ok: every digest matches ({len(statement['subject'])} subjects, {len(pred['layers'])} layers)")
     click.echo(f"  run {run['sandbox']}: {run['status']}, exit {run['exit_code']}, "
                f"{run['started_at']} to {run['finished_at']}")
-    click.echo(f"  policy {pred['policy']['name']} sha256:{pred['policy']['sha256']}; probe {said}; "
-               f"inspect {'matched the plan' if pred['inspect']['ok'] else 'not matched' if pred['inspect']['compared'] else 'not compared'}")
+    click.echo(f"  policy {pred['policy']['name']} sha256:{pred['policy']['sha256']}; probe {said}; inspect {compared}")
     click.echo(f"  {attest.UNSIGNED}")
 
 

@@ -56,7 +56,8 @@ def _tell_copy(eng, name: str) -> None:
 @layer_options
 @click.argument("command", nargs=-1, required=True)
 def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_json: bool, report_path: str | None,
-        attest_path: str | None, strict: bool, allow: tuple[str, ...], egress_network: str | None, command: tuple[str, ...]) -> None:
+        attest_path: str | None, strict: bool, allow: tuple[str, ...], egress_network: str | None,
+        command: tuple[str, ...]) -> None:
     """Run COMMAND as the agent in a fresh sandbox, then remove it.
 
     The probe runs first; if any check fails the command never starts. Output is streamed; the
