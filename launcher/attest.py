@@ -117,6 +117,7 @@ def _images(engine, plan: LaunchPlan) -> dict:
             found[role] = {"ref": ref, **engine.image_digests(ref)}
         except EngineError as exc:
             found[role] = {"ref": ref, "error": str(exc)}
+    found["probe"]["volume"] = images.probe_volume_name()   # what the sandbox mounts, filled from that image
     return found
 
 

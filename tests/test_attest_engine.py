@@ -55,7 +55,9 @@ def test_a_run_writes_a_record_that_verifies_and_is_true_to_the_run(engine, work
     api = engine.client.api
     for role, ref in (("agent", images.AGENT_IMAGE), ("probe", images.probe_image().tag)):
         found = api.inspect_image(ref)
-        assert pred["images"][role] == {"ref": ref, "id": found["Id"], "repo_digests": found.get("RepoDigests") or []}
+        volume = {"volume": images.probe_volume_name()} if role == "probe" else {}
+        assert pred["images"][role] == {"ref": ref, "id": found["Id"], "repo_digests": found.get("RepoDigests") or [],
+                                        **volume}
         assert {"name": f"image:{role}:{ref}", "digest": {"sha256": found["Id"].split(":")[1]}} in doc["subject"]
     assert "proxy" not in pred["images"]                           # mode none: no proxy ran
     version = engine.version()
