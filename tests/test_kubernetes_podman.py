@@ -1,0 +1,87 @@
+"""The compiled agent Pod run by a real consumer of Kubernetes YAML, `podman kube play`: the probe
+passes and the agent runs; a Pod with its root filesystem writable, or a capability kept, fails
+the probe and the agent never runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import external_tool
+from launcher import images
+from podman_node import Node
+
+SANDBOX = [sys.executable, "-m", "launcher"]
+AGENT_SAID = "agent-ran-in-the-pod"
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module")
+def node(engine, tmp_path_factory):
+    podman = external_tool("podman", "apt-get install podman catatonit")
+    external_tool("catatonit", "apt-get install catatonit")   # podman builds its pause image with it (no registry)
+    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None)
+    n = Node(podman, tmp_path_factory.mktemp("podman-node"))
+    for image in (images.probe_image().tag, images.AGENT_IMAGE):
+        n.load(image)
+    return n
+
+
+def compiled_pod(policy: str, workspace, claim: str) -> dict:
+    result = subprocess.run(SANDBOX + ["compile", "-p", policy, "-w", str(workspace), "--format", "kubernetes",
+                                       "--node", "podman", "--claim", claim, "--", "sh", "-c", f"echo {AGENT_SAID}"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    docs = list(yaml.safe_load_all(result.stdout))
+    return next(d for d in docs if d["kind"] == "Pod" and d["metadata"]["labels"]["dev.sandbox.kind"] == "kubernetes")
+
+
+def _agent(pod: dict) -> dict:
+    return pod["spec"]["containers"][0]
+
+
+@pytest.mark.parametrize("policy", ["read-only", "untrusted"])
+def test_the_agent_pod_passes_its_probe_under_podman_and_the_agent_runs(node, policy, tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    claim = f"sandbox-test-claim-{os.getpid()}-{policy}"
+    code, logs = node.play(compiled_pod(policy, ws, claim), tmp_path / "pod.yaml")
+    failed = [line for line in logs.splitlines() if "\tfail\t" in line]
+    assert code == 0 and not failed, logs
+    assert "PROBE-END\tok" in logs and AGENT_SAID in logs
+
+
+def _writable_root(pod: dict) -> str:
+    _agent(pod)["securityContext"]["readOnlyRootFilesystem"] = False
+    return "fs.root_ro"
+
+
+def _capability_kept(pod: dict) -> str:
+    _agent(pod)["securityContext"]["capabilities"]["add"] = ["NET_RAW"]
+    return "caps.bnd"
+
+
+@pytest.mark.parametrize("tamper", [_writable_root, _capability_kept], ids=["writable-root", "capability-kept"])
+def test_a_tampered_pod_fails_its_probe_and_the_agent_never_runs(node, tamper, tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    pod = compiled_pod("read-only", ws, f"sandbox-test-claim-{os.getpid()}-tamper")
+    check = tamper(pod)
+    code, logs = node.play(pod, tmp_path / "pod.yaml")
+    assert code == 97, logs
+    assert f"PROBE\t{check}\tfail\t" in logs and "PROBE-END\tfail" in logs
+    assert AGENT_SAID not in logs
+
+
+def test_under_podmans_own_default_seccomp_profile_the_probe_refuses_the_pod(node, tmp_path):
+    """podman's (and CRI-O's, containers/common) RuntimeDefault lets any process create a user
+    namespace; Docker's and containerd's do not. The probe notices: on such a node the agent never runs."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    pod = compiled_pod("read-only", ws, f"sandbox-test-claim-{os.getpid()}-seccomp")
+    code, logs = node.play(pod, tmp_path / "pod.yaml", node_seccomp=False)
+    assert code == 97 and "PROBE\tseccomp.unshare\tfail\t" in logs and AGENT_SAID not in logs, logs
