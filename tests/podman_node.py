@@ -55,7 +55,10 @@ class Node:
         conf = root / "containers.conf"
         conf.write_text("[containers]\n"
                         f'default_ulimits = ["nofile={nofile[0]}:{nofile[1]}", "nproc={nproc[0]}:{nproc[1]}"]\n'
-                        f'seccomp_profile = "{seccomp}"\n')
+                        f'seccomp_profile = "{seccomp}"\n'
+                        # Docker turns IPv6 off in a container unless asked; podman leaves the kernel's
+                        # link-local address on eth0, which the probe's net.routes refuses (rightly).
+                        'default_sysctls = ["net.ipv6.conf.all.disable_ipv6=1"]\n')
         self.env = {"CONTAINERS_CONF": str(conf), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
     def run(self, *args: str, check: bool = True, timeout: int = 120, **kw) -> subprocess.CompletedProcess:
@@ -74,26 +77,64 @@ class Node:
             self.run("load", "-q", stdin=save.stdout, timeout=300)
             assert save.wait() == 0
 
-    def play(self, pod: dict, path: Path, *, node_seccomp: bool = True) -> tuple[int, str]:
-        """Run one Pod to its end without a network (podman ignores NetworkPolicy; `network: none`
-        Pods have only lo, as the probe expects); returns the agent container's exit code and
-        output. Everything it made goes again, its volumes too. node_seccomp False: podman's own
-        built-in default profile instead of the containerd-like one."""
-        pod = json.loads(json.dumps(pod))
-        # podman 4.3 refuses annotation values longer than 63 characters (Kubernetes allows 256 KiB
-        # in all): the metadata-only annotations stay out of podman's copy.
-        pod["metadata"].pop("annotations", None)
-        if node_seccomp:
-            pod["metadata"]["annotations"] = {SECCOMP_ANNOTATION: f"localhost/{PROFILE}"}
-        path.write_text(yaml.safe_dump(pod, sort_keys=False))
-        volumes = [v.get("persistentVolumeClaim", {}).get("claimName") or v["name"] for v in pod["spec"]["volumes"]
-                   if "configMap" not in v]
-        agent = f"{pod['metadata']['name']}-agent"
+    def _copy(self, obj: dict, node_seccomp: bool) -> dict:
+        obj = json.loads(json.dumps(obj))
+        if obj["kind"] == "Pod":
+            # podman 4.3 refuses annotation values longer than 63 characters (Kubernetes allows
+            # 256 KiB in all): the metadata-only annotations stay out of podman's copy.
+            obj["metadata"].pop("annotations", None)
+            if node_seccomp:
+                obj["metadata"]["annotations"] = {SECCOMP_ANNOTATION: f"localhost/{PROFILE}"}
+        return obj
+
+    def play(self, objects: list[dict], workdir: Path, *, node_seccomp: bool = True, network: str = "none",
+             proxy_ip: str = "") -> tuple[int, str]:
+        """Run the agent Pod of `objects` to its end, after their proxy Pod (at proxy_ip on
+        `network`) when there is one; returns the agent container's exit code and output.
+        podman runs Pods and reads ConfigMaps; it has no Services and ignores NetworkPolicy, so
+        those stay out (`network` is what isolates here: none, or an internal network). All that
+        was made goes again, volumes too. node_seccomp False: podman's own built-in default
+        seccomp profile instead of the containerd-like one."""
+        objects = [self._copy(o, node_seccomp) for o in objects if o["kind"] in ("Pod", "ConfigMap")]
+        maps = [o for o in objects if o["kind"] == "ConfigMap"]
+        pods = {o["metadata"]["labels"]["dev.sandbox.kind"]: o for o in objects if o["kind"] == "Pod"}
+        agent_pod = pods.pop("kubernetes")
+        files = []
+        for role, pod in [*pods.items(), ("agent", agent_pod)]:
+            path = workdir / f"{role}.yaml"
+            path.write_text(yaml.safe_dump_all(maps + [pod], sort_keys=False))
+            files.append((path, pod, ["--ip", proxy_ip] if role == "proxy" else []))
+        agent = f"{agent_pod['metadata']['name']}-agent"
         try:
-            self.run("kube", "play", "--network", "none", "--seccomp-profile-root", str(self.profiles), str(path))
+            for path, _, extra in files:
+                self.run("kube", "play", "--network", network, *extra, "--seccomp-profile-root", str(self.profiles),
+                         str(path))
             code = int(self.run("wait", agent, timeout=300).stdout.strip())
-            logs = self.run("logs", agent).stdout
-            return code, logs
+            return code, self.run("logs", agent).stdout
         finally:
-            self.run("kube", "down", str(path), check=False)
-            self.run("volume", "rm", "-f", *volumes, check=False)
+            for path, pod, _ in reversed(files):
+                self.run("kube", "down", str(path), check=False)
+                self.run("volume", "rm", "-f", *map(_podman_volume, pod["spec"]["volumes"]), check=False)
+
+    def network(self, name: str, subnet: str):
+        """An internal podman network (no gateway, no default route): the Pods' only way out is
+        the proxy Pod on it."""
+        return _Network(self, name, subnet)
+
+
+def _podman_volume(volume: dict) -> str:
+    """The named volume podman makes for a Pod volume: the claim's, the ConfigMap's, or its own name."""
+    return volume.get("persistentVolumeClaim", {}).get("claimName") or volume.get("configMap", {}).get("name") \
+        or volume["name"]
+
+
+class _Network:
+    def __init__(self, node: Node, name: str, subnet: str):
+        self.node, self.name, self.subnet = node, name, subnet
+
+    def __enter__(self) -> str:
+        self.node.run("network", "create", "--internal", "--subnet", self.subnet, self.name)
+        return self.name
+
+    def __exit__(self, *exc) -> None:
+        self.node.run("network", "rm", "-f", self.name, check=False)
