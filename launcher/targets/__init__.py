@@ -11,8 +11,8 @@ if TYPE_CHECKING:   # imported by the CLI at start: only names here, the rendere
     from launcher.plan import LaunchPlan
 
 # How a sandbox comes to exist: launched by us (`run`, `up`; `exec` enters an `up` one), or by
-# another tool from the files we write (`compile --format argv|compose`, `sandbox devcontainer`).
-TARGETS = ("run", "up", "argv", "compose", "devcontainer")
+# another tool from the files we write (`compile --format argv|compose|kubernetes`, `sandbox devcontainer`).
+TARGETS = ("run", "up", "argv", "compose", "kubernetes", "devcontainer")
 
 
 def _json(plan: "LaunchPlan") -> str:

@@ -11,21 +11,22 @@ RESTRICTED_ADDS = ("NET_BIND_SERVICE",)   # the only capability the restricted p
 
 def losses(plan: LaunchPlan, *, node: str) -> list[tuple[str, str]]:
     """(policy field or protection, why) for everything this Pod does not enforce as Docker does."""
-    out = [
+    from launcher.explain import not_enforced   # at call time: explain imports the targets' names
+
+    out = not_enforced("kubernetes") + [
         ("limits.pids", "the Pod API has no per-Pod process limit: only the kubelet's podPidsLimit (node-wide "
                         "setting) bounds it; the probe expects the container's own pids.max, max"),
-        ("docker inspect matches the plan", "nothing compares the created Pod with the plan; the probe still checks "
-                                            "what it can see, and a namespace labelled "
-                                            "pod-security.kubernetes.io/enforce=restricted refuses a laxer Pod"),
-        ("surface report (files host tools run)", "no launcher runs afterwards: whoever reads the workspace claim back "
-                                                  "must treat it as untrusted (workspace.protect still holds in the Pod)"),
-        ("bind sources unchanged since compile", "the workspace is a claim: its content when the Pod starts decides "
-                                                 "which protected paths exist; they were compiled from the local tree"),
         ("tmpfs mode and owner", "an emptyDir is created 0777 by the kubelet (only the agent's uid runs in the Pod)"),
         ("home.mode tmpfs", "the home is a disk emptyDir (gone with the Pod), not memory: the probe proves it by its "
                             "node path, which a memory volume does not have"),
         ("logging", "the node's container log rotation (containerLogMaxSize), not the plan's json-file options"),
     ]
+    out.append(("the node", "traffic between a Pod and its own node is always allowed, whatever NetworkPolicy says "
+                            "(a documented exception): the probe's egress.direct refuses a Pod whose gateway answers, so "
+                            "on most clusters only a host firewall (Cilium host policies, Calico host endpoints) lets "
+                            "it start"))
+    out.append(("IPv6 and ICMP", "a Pod with an IPv6 address on its interface (link-local too) is refused by "
+                                 "net.routes; NetworkPolicy covers TCP, UDP and SCTP only"))
     if plan.probe.net == "none":
         out.append(("network.mode none", "a Pod always has the network plugin's interface; the NetworkPolicy "
                                          "denies all its traffic, but the probe's net=none checks (lo only, no routes) "
