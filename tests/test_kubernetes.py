@@ -252,7 +252,9 @@ def test_proxy_mode_gives_the_agent_the_proxy_address_and_nothing_else(monkeypat
                                                                        ["matchLabels"]}}]
     # the secret: a Secret volume in the proxy Pod only
     proxy = next(o for o in by_kind(objects, "Pod") if o["metadata"]["labels"][label.KIND] == "proxy")
-    assert any(v.get("secret", {}).get("secretName") == f"{plan.container.name}-secrets" for v in proxy["spec"]["volumes"])
+    (secret,) = [v["secret"] for v in proxy["spec"]["volumes"] if "secret" in v]
+    assert secret["secretName"] == f"{plan.container.name}-secrets" and secret["defaultMode"] == 0o440
+    assert proxy["spec"]["securityContext"]["fsGroup"] == 13      # the files are root's: readable by the proxy's group
     assert not any("secret" in v for v in agent_pod(objects)["spec"]["volumes"])
     assert pod_violations(proxy) == []
     assert "network.allow private: true" in text

@@ -58,7 +58,9 @@ def proxy_objects(plan: LaunchPlan, *, address: str, labels: dict, annotations: 
     if p.secrets:
         container_env += [{"name": f"{s.var}_FILE", "value": f"{SECRET_DIR}/{s.name}"} for s in p.secrets]
         mounts.append({"name": "secrets", "mountPath": SECRET_DIR, "readOnly": True})
-        volumes.append({"name": "secrets", "secret": {"secretName": secret_name(plan), "defaultMode": 0o400,
+        # Group-readable by the proxy's gid alone (fsGroup below): the kubelet makes the files root's.
+        volumes.append({"name": "secrets", "secret": {"secretName": secret_name(plan), "defaultMode": 0o440,
+                                                      "optional": False,   # said, not defaulted: podman 4.3 crashes on a nil one
                                                       "items": [{"key": s.name, "path": s.name} for s in p.secrets]}})
     limits = {"memory": str(p.memory_bytes), "cpu": "1"}
     pod = {"apiVersion": "v1", "kind": "Pod",
@@ -69,6 +71,7 @@ def proxy_objects(plan: LaunchPlan, *, address: str, labels: dict, annotations: 
                # Squid binds to the configuration's own name for the proxy: any address of this Pod.
                "hostAliases": [{"ip": "0.0.0.0", "hostnames": [p.alias]}],
                "securityContext": {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": gid,
+                                   **({"fsGroup": gid} if p.secrets else {}),
                                    "seccompProfile": {"type": "RuntimeDefault"}},
                "containers": [{
                    "name": "proxy", "image": p.image, "env": container_env,
