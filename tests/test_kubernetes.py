@@ -297,3 +297,33 @@ def test_the_cli_prints_the_objects_and_says_what_is_lost(tmp_path):
     assert "kubernetes does not enforce limits.pids" in result.stderr
     assert "kubernetes does not enforce network.mode none" in result.stderr
     assert result.stdout.startswith("# sandbox: policy read-only")
+
+
+def test_what_the_plan_says_stays_literal_for_the_kubelet():
+    """The kubelet would expand $(HOME) in args and env values; podman kube play expands nothing."""
+    policy = parse_policy(b"version: 1\nname: d\ndescription: d\nenv: {set: {PRICE: '$(HOME) $5'}}\n", "d.yaml")
+    plan = compile_policy(policy, fake_facts(), command=("sh", "-c", "echo $(HOME) $$"), kind="kubernetes")
+    for node, want in (("kubelet", "$$(HOME)"), ("podman", "$(HOME)")):
+        agent = agent_pod(to_manifests(plan, KubeOptions(node=node)))["spec"]["containers"][0]
+        assert agent["args"][-1] == f"echo {want} {'$$$$' if node == 'kubelet' else '$$'}"
+        assert {e["name"]: e["value"] for e in agent["env"]}["PRICE"] == f"{want} {'$$5' if node == 'kubelet' else '$5'}"
+
+
+@pytest.mark.parametrize("name", resources.preset_names())
+def test_the_podman_pod_differs_from_the_kubelets_only_in_what_the_probe_expects_and_the_home_step(name):
+    """What podman kube play runs (tests/test_kubernetes_podman.py) is the kubelet's Pod but for the
+    probe's expectations of the node's own mounts, the $ escaping, and the init container's home step."""
+    plan = preset_plan(name)
+    kubelet, podman = (to_manifests(plan, KubeOptions(node=node)) for node in NODES)
+    assert [o["kind"] for o in kubelet] == [o["kind"] for o in podman]
+    for a, b in zip(kubelet, podman):
+        if a is agent_pod(kubelet):
+            for pod in (a, b):
+                agent, init = pod["spec"]["containers"][0], pod["spec"]["initContainers"][0]
+                agent["args"] = agent["args"][agent["args"].index("--"):]
+                agent["env"] = [e["name"] for e in agent["env"]]
+                init["command"] = init["command"][:3]
+        assert a == b
+    differing = {k for k, v in probe_args(to_manifests(plan)).items()
+                 if probe_args(to_manifests(plan, KubeOptions(node="podman")))[k] != v}
+    assert differing <= {"mounts", "writable", "wsroot", "homesrc"}

@@ -60,7 +60,7 @@ def proxy_objects(plan: LaunchPlan, *, address: str, labels: dict, annotations: 
         mounts.append({"name": "secrets", "mountPath": SECRET_DIR, "readOnly": True})
         # Group-readable by the proxy's gid alone (fsGroup below): the kubelet makes the files root's.
         volumes.append({"name": "secrets", "secret": {"secretName": secret_name(plan), "defaultMode": 0o440,
-                                                      "optional": False,   # said, not defaulted: podman 4.3 crashes on a nil one
+                                                      "optional": False,   # said: podman 4.3 crashes without it
                                                       "items": [{"key": s.name, "path": s.name} for s in p.secrets]}})
     limits = {"memory": str(p.memory_bytes), "cpu": "1"}
     pod = {"apiVersion": "v1", "kind": "Pod",

@@ -43,6 +43,12 @@ def restricted_context(uid: int, gid: int, add: tuple[str, ...] = ()) -> dict:
             "seccompProfile": {"type": "RuntimeDefault"}, "procMount": "Default"}
 
 
+def literal(text: str, node: str) -> str:
+    """The kubelet expands $(NAME) in a container's command, args and env values and reads $$ as $:
+    every $ doubled keeps the plan's text as it is. podman kube play expands nothing."""
+    return text.replace("$", "$$") if node == "kubelet" else text
+
+
 def _suffix(plan: LaunchPlan) -> str:
     # podman turns every emptyDir into a named volume of the same name, shared by all pods: the
     # sandbox's own suffix keeps two sandboxes apart (the kubelet does not need it, nor mind it).
@@ -166,15 +172,16 @@ def agent_pod(plan: LaunchPlan, *, claim: str, node: str, workspace_root: str, p
                         home_volume=vols.home_volume) + ("--",) + tuple(plan.agent_command)
     limits = {"memory": str(c.memory_bytes), **({"cpu": f"{c.nano_cpus // 1_000_000}m"} if c.nano_cpus else {})}
     agent = {
-        "name": "agent", "image": c.image, "command": list(c.entrypoint), "args": list(args),
-        "workingDir": c.working_dir, "env": [{"name": k, "value": v} for k, v in env.items()],
+        "name": "agent", "image": c.image, "command": list(c.entrypoint), "args": [literal(a, node) for a in args],
+        "workingDir": c.working_dir, "env": [{"name": k, "value": literal(v, node)} for k, v in env.items()],
         "securityContext": restricted_context(uid, gid, c.cap_add),
         "resources": {"limits": limits, "requests": dict(limits)},
         "volumeMounts": vols.mounts, "terminationMessagePath": TERMINATION_LOG,
         "stdin": False, "tty": False, "imagePullPolicy": "IfNotPresent",
     }
     init = {
-        "name": "probe-files", "image": probe_image, "command": ["/probe/busybox", "sh", "-c", init_script(node, proxy_address)],
+        "name": "probe-files", "image": probe_image, "command": ["/probe/busybox", "sh", "-c",
+                                                                 literal(init_script(node, proxy_address), node)],
         "securityContext": restricted_context(uid, gid),
         "resources": {"limits": {"memory": "32Mi", "cpu": "100m"}, "requests": {"memory": "32Mi", "cpu": "100m"}},
         "volumeMounts": [{"name": vols.probe_volume, "mountPath": "/into/probe"},
