@@ -327,3 +327,17 @@ def test_the_podman_pod_differs_from_the_kubelets_only_in_what_the_probe_expects
     differing = {k for k, v in probe_args(to_manifests(plan)).items()
                  if probe_args(to_manifests(plan, KubeOptions(node="podman")))[k] != v}
     assert differing <= {"mounts", "writable", "wsroot", "homesrc"}
+
+
+def test_a_long_sandbox_name_is_cut_to_what_a_label_and_a_service_take():
+    policy = parse_policy(b"version: 1\nname: a-rather-long-policy-name-for-one-team\ndescription: d\n"
+                          b"network: {mode: proxy, allow: [api.example.com]}\n", "d.yaml")
+    plan = compile_policy(policy, fake_facts(workspace="/home/dev/a-repository-with-a-long-name-too"), kind="kubernetes")
+    assert len(plan.container.name) > 63
+    objects = to_manifests(plan)
+    pod = agent_pod(objects)
+    name = pod["metadata"]["name"]
+    assert len(name) <= 57 and name.startswith("sandbox-a-rather") and pod["metadata"]["labels"][label.SANDBOX] == name
+    (service,) = by_kind(objects, "Service")
+    assert service["metadata"]["name"] == f"{name}-proxy" and len(service["metadata"]["name"]) <= 63
+    assert to_manifests(plan) == objects      # the same cut every time

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from launcher import labels as label
 from launcher.egress.squid import PROXY_ALIAS
@@ -57,13 +58,32 @@ def _address_env(env: tuple[tuple[str, str], ...], address: str) -> dict[str, st
     return out
 
 
+MAX_NAME = 57   # a DNS label (63) with room for "-proxy": the proxy's Service is named after it
+
+
+def kube_named(plan: LaunchPlan) -> LaunchPlan:
+    """The plan with a sandbox name Kubernetes takes as a label value and, with "-proxy", as a
+    Service name: a longer one is cut and keeps a hash of the whole."""
+    name = plan.container.name
+    if len(name) <= MAX_NAME:
+        return plan
+    short = f"{name[:MAX_NAME - 9].rstrip('-')}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+    def relabel(pairs):
+        return tuple((k, short if k == label.SANDBOX else v) for k, v in pairs)
+
+    proxy = plan.proxy and replace(plan.proxy, name=f"{short}-proxy", labels=relabel(plan.proxy.labels))
+    return replace(plan, container=replace(plan.container, name=short, labels=relabel(plan.container.labels)),
+                   proxy=proxy)
+
+
 def _check(plan: LaunchPlan, options: KubeOptions) -> None:
     problems = []
     names = [plan.container.name] + ([plan.proxy.name] if plan.proxy else [])
     for name in names:
         if not _DNS_LABEL.match(name):
-            problems.append(Problem(file="command line", path="--name", expected="a DNS label of at most 63 "
-                                    "characters (a-z, 0-9, -)", found=name, hint="pass a shorter --name"))
+            problems.append(Problem(file="policy", path="name", expected="a name that makes a DNS label (a-z, 0-9, -)",
+                                    found=name, hint="name the policy with lower-case letters, digits and -"))
     if not _DNS_LABEL.match(options.claim):
         problems.append(Problem(file="command line", path="--claim", expected="a PersistentVolumeClaim name",
                                 found=options.claim))
@@ -75,6 +95,7 @@ def _check(plan: LaunchPlan, options: KubeOptions) -> None:
 
 def to_manifests(plan: LaunchPlan, options: KubeOptions = KubeOptions()) -> list[dict]:
     """The objects, in apply order: the NetworkPolicies before any Pod they protect."""
+    plan = kube_named(plan)
     _check(plan, options)
     c = plan.container
     labels, annotations = _split_labels(c.labels)
@@ -103,6 +124,7 @@ def kubernetes_text(plan: LaunchPlan, options: KubeOptions = KubeOptions()) -> s
     import yaml
 
     objects = to_manifests(plan, options)
+    plan = kube_named(plan)
     secrets = tuple(s.name for s in plan.proxy.secrets) if plan.proxy else ()
     head = header(plan, node=options.node, claim=options.claim, secrets=secrets, secret_name=network.secret_name(plan))
     return head + yaml.safe_dump_all(objects, sort_keys=False, width=1000, explicit_start=True)
