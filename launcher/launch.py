@@ -96,16 +96,20 @@ class _Output:
 
 
 def create_verified(engine: Engine, plan: LaunchPlan, listener: Listener | None = None) -> str:
-    """Create the container and refuse it unless `docker inspect` agrees with the plan."""
+    """Create the container and refuse it unless `docker inspect` agrees with the plan (a listener
+    with a `compared` method, such as the attestation's recorder, is told the result either way)."""
     spec = plan.container
     with timed(listener, "create"):
         ref = engine.create(spec)
     try:
         with timed(listener, "inspect"):
-            diffs = compare_inspect(spec, engine.inspect(ref), engine.image_env(spec.image))
+            attrs = engine.inspect(ref)
+            diffs = compare_inspect(spec, attrs, engine.image_env(spec.image))
         for mount in spec.mounts:
             if mount.kind is MountKind.BIND and not host.bind_source_intact(mount.source):
                 diffs.append(f"bind source {mount.source} changed or vanished since it was checked")
+        if hasattr(listener, "compared"):
+            listener.compared(attrs, diffs)
         if diffs:
             raise ProbeFailed("the created container does not match the plan:\n  " + "\n  ".join(diffs))
     except BaseException as primary:
