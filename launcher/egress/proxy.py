@@ -3,6 +3,7 @@ values, read from the host only now), the wait until Squid accepts connections, 
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import TYPE_CHECKING, Callable, TypeVar
 
@@ -30,13 +31,18 @@ def start(engine: Engine, plan: LaunchPlan, listener, create_container: Callable
     from concurrent.futures import ThreadPoolExecutor, wait   # here: it imports logging, which none mode never needs
 
     values = secret_values(plan)   # read only now: the plan itself never holds a secret's value
+    interrupted = threading.Event()   # Ctrl-C or SIGTERM here: stop waiting for the proxy, clean up
     with ThreadPoolExecutor(max_workers=len(plan.networks) + 2) as pool:
         networks = {n.name: pool.submit(_network, engine, n, listener) for n in plan.networks}
         internal = networks.get(plan.proxy.internal_network)
         egress = networks.get(plan.proxy.egress_network)
-        made = pool.submit(_proxy, engine, plan, values, listener, internal, egress)
+        made = pool.submit(_proxy, engine, plan, values, listener, internal, egress, interrupted)
         container = pool.submit(_after, internal, create_container)
-        wait((*networks.values(), made, container))
+        try:
+            wait((*networks.values(), made, container))
+        except BaseException:
+            interrupted.set()
+            raise   # once every step has ended (leaving the pool waits for them)
     for step in (*networks.values(), made, container):
         step.result()   # the first failure, in the order of the steps
     return container.result()
@@ -54,7 +60,7 @@ def _network(engine: Engine, network, listener) -> None:
 
 
 def _proxy(engine: Engine, plan: LaunchPlan, values: dict[str, str], listener, internal: Future | None,
-           egress: Future | None) -> None:
+           egress: Future | None, interrupted: threading.Event) -> None:
     """Created on the internal network once it exists, joined to the egress one once that exists."""
     if internal:
         internal.result()
@@ -65,7 +71,7 @@ def _proxy(engine: Engine, plan: LaunchPlan, values: dict[str, str], listener, i
         engine.start(ref)
     deadline = time.monotonic() + PROXY_TIMEOUT
     with timed(listener, "proxy ready"):
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not interrupted.is_set():
             if PROXY_READY in engine.logs(ref, stdout=False, stderr=True):
                 return
             if not engine.inspect(ref)["State"]["Running"]:
