@@ -18,6 +18,7 @@ from launcher.errors import AttestationInvalid, EngineError
 from launcher.layers import layers_digest
 from launcher.plan import LaunchPlan
 from launcher.targets.argv import plain
+from launcher.timings import timed
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://sandbox.dev/attestation/run/v1"
@@ -60,6 +61,9 @@ class Recorder:
 
     def output(self, stream: str, data: bytes) -> None:
         self.inner.output(stream, data)
+
+    def phase(self, name: str):
+        return timed(self.inner, name)
 
     def compared(self, attrs: dict, diffs: list[str]) -> None:
         host = attrs.get("HostConfig") or {}

@@ -207,6 +207,11 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true")
 
 
+def timings_requested() -> bool:
+    """SANDBOX_TIMINGS=1: `sandbox run` and `up` print how long each launch phase took."""
+    return os.environ.get("SANDBOX_TIMINGS", "").lower() in ("1", "true")
+
+
 def step_summary_path() -> str:
     return os.environ.get("GITHUB_STEP_SUMMARY", "")   # set by GitHub Actions: Markdown for the job page
 

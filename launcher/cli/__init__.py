@@ -4,6 +4,8 @@ else 125 with a one-line message (the traceback with --debug); SIGINT and SIGTER
 
 from __future__ import annotations
 
+from launcher import timings  # noqa: F401 - first: --timings counts the imports from here
+
 import signal
 import sys
 import traceback

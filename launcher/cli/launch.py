@@ -13,20 +13,22 @@ import click
 from launcher.cli import output
 from launcher.cli.attest import attest_option
 from launcher.cli.options import (POLICY_HELP, agent_choice, agent_options, duration, egress_options, layer_options,
-                                  plan, strict_option)
+                                  plan, strict_option, timeline, timings_option)
 from launcher.errors import ExitCode, SandboxError, Terminated, secondary_failures
 
 
 def _engine_and_images(launch_plan, console: output.Console):
-    from launcher import engine, images
+    with console.phase("connect"):
+        from launcher import engine, images
 
-    eng = engine.connect()
-    agent = agent_choice()
-    if agent and agent.profile.image:   # the CLI's image, on ours: built here when missing (minutes, once)
-        images.build_agent(eng, agent.profile.image, console.status, images.extra_ca_files())
-    images.ensure_for(eng, launch_plan.container.image, console.status, proxy=launch_plan.proxy is not None)
-    if launch_plan.copy or launch_plan.home:   # their tools run in our agent image, whatever the policy's image
-        images.build(eng, images.agent_image(), console.status)
+        eng = engine.connect()
+    with console.phase("images"):
+        agent = agent_choice()
+        if agent and agent.profile.image:   # the CLI's image, on ours: built here when missing (minutes, once)
+            images.build_agent(eng, agent.profile.image, console.status, images.extra_ca_files())
+        images.ensure_for(eng, launch_plan.container.image, console.status, proxy=launch_plan.proxy is not None)
+        if launch_plan.copy or launch_plan.home:   # their tools run in our agent image, whatever the policy's image
+            images.build(eng, images.agent_image(), console.status)
     return eng
 
 
@@ -54,9 +56,10 @@ def _tell_copy(eng, name: str) -> None:
 @egress_options
 @agent_options
 @layer_options
+@timings_option
 @click.argument("command", nargs=-1, required=True)
 def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_json: bool, report_path: str | None,
-        attest_path: str | None, strict: bool, allow: tuple[str, ...], egress_network: str | None,
+        attest_path: str | None, strict: bool, allow: tuple[str, ...], egress_network: str | None, timings: bool,
         command: tuple[str, ...]) -> None:
     """Run COMMAND as the agent in a fresh sandbox, then remove it.
 
@@ -71,12 +74,13 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
 
     started, launch_plan, facts, probe, outcome, error, changes = time.monotonic(), None, None, None, None, None, ()
     internal, notes, planned, eng = None, (), None, None
-    console = output.Console(agent_stdout=sys.stderr.buffer if as_json else None)
+    line = timeline(timings)
+    console = output.Console(agent_stdout=sys.stderr.buffer if as_json else None, timeline=line)
     listener = attest.listener(console, attest_path)
     code, status = ExitCode.INTERNAL, "error"
     try:
         planned = plan(policy, workspace, command, timeout=timeout, allow=allow, egress_network=egress_network,
-                       strict=strict, name=name)
+                       strict=strict, name=name, timings=line)
         launch_plan, facts, notes = planned.plan, planned.facts, planned.layered.effective.notes
         eng = _engine_and_images(launch_plan, console)
         outcome = launch.run(eng, launch_plan, listener)
@@ -123,6 +127,8 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
     if outcome and outcome.copy:
         _tell_copy(eng, outcome.copy)
     output.print_changes(changes, failing=status == "surfaces-changed")
+    if line is not None:
+        output.print_timings(line)
     if internal is not None:
         raise internal
     if isinstance(error, SandboxError):
@@ -144,8 +150,9 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
 @egress_options
 @agent_options
 @layer_options
+@timings_option
 def up(workspace: str, policy: str, name: str | None, no_shell: bool, timeout: str | None, allow: tuple[str, ...],
-       egress_network: str | None) -> None:
+       egress_network: str | None, timings: bool) -> None:
     """Start a long-lived sandbox on WORKSPACE and open an interactive shell in it.
 
     The sandbox stays after the shell ends: `sandbox ls`, `sandbox exec NAME -- CMD`,
@@ -156,9 +163,10 @@ def up(workspace: str, policy: str, name: str | None, no_shell: bool, timeout: s
     from launcher import baseline, launch, sandboxes
     from launcher.errors import NotFound, PolicyError
 
-    console = output.Console()
+    line = timeline(timings)
+    console = output.Console(timeline=line)
     planned = plan(policy, workspace, (), kind="up", name=name, timeout=timeout, allow=allow,
-                   egress_network=egress_network)
+                   egress_network=egress_network, timings=line)
     launch_plan, sandbox = planned.plan, planned.plan.container.name
     eng = _engine_and_images(launch_plan, console)
     try:
@@ -183,6 +191,8 @@ def up(workspace: str, policy: str, name: str | None, no_shell: bool, timeout: s
             baseline.save(sandbox, planned.facts.workspace.real, dict(planned.facts.surfaces))
         ends = time.strftime("%H:%M:%S", time.localtime(time.time() + launch_plan.timeout_seconds))
         console.status(f"{sandbox} is up until {ends} (limits.timeout); `sandbox down {sandbox}` removes it")
+    if line is not None:
+        output.print_timings(line)
     if no_shell:
         return
     if not (sys.stdin.isatty() and sys.stdout.isatty()) or shutil.which("docker") is None:
