@@ -1,69 +1,137 @@
-"""Benchmark (not a test): `sandbox run -- true` against plain `docker run --rm` with the same flags.
+"""Benchmark (not a test): how long a sandbox takes to start, against plain `docker run`.
 
-Prints medians from one run so the ratio compares like with like on this machine:
-    python bench/run.py [--rounds 15]
+    python bench/run.py [--rounds 9] [--compare DIR] [--default-egress]
+
+One run measures, round after round, each command once per round in a rotating order (so a
+busy machine slows every figure alike):
+  plain    docker run --rm with the flags `sandbox compile --format argv` prints, the command
+           straight away (no probe)
+  probed   the same docker run with the probe in front (what the probe itself costs)
+  none     sandbox run --policy untrusted --workspace-mode bind -- true
+  proxy    sandbox run --policy ci --workspace-mode bind --allow files.test -- true (proxy mode;
+           the proxy's outside network is one this script made, internal, unless --default-egress)
+and prints medians, the ratios none/plain and proxy/none, and the median of each launch phase
+(SANDBOX_TIMINGS=1). --compare DIR runs the launcher in DIR (a checkout of another commit) in the
+same rounds as well, for before/after figures from one run. The launcher runs byte-compiled, as an
+installed one does (PYTHONDONTWRITEBYTECODE is dropped for it).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
+import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NET = f"sandbox-bench-start-{os.getpid()}"
 
 
-def timed(argv: list[str], **kwargs) -> float:
+def env_for(tree: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPATH": str(tree), "SANDBOX_TIMINGS": "1"}
+
+
+def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
     start = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
-    return time.perf_counter() - start
+    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"failed ({done.returncode}): {shlex.join(argv)}\n{done.stderr}")
+    return seconds, done.stderr
 
 
-def median_of(rounds: int, argv: list[str], **kwargs) -> float:
-    return statistics.median(timed(argv, **kwargs) for _ in range(rounds))
+def phases(stderr: str) -> dict[str, float]:
+    """The --timings table: phase name -> milliseconds."""
+    table, inside = {}, False
+    for line in stderr.splitlines():
+        if line.startswith("sandbox: timings"):
+            inside = True
+        elif inside and line.startswith("  "):
+            parts = line.split()
+            table["total" if parts[0] == "total" else " ".join(parts[:-2])] = float(parts[-1])
+    return table
+
+
+def docker_argvs(sandbox: list[str], env: dict[str, str], common: list[str]) -> tuple[list[str], list[str]]:
+    import json
+
+    plan = json.loads(subprocess.run(sandbox + ["compile", *common, "--", "true"], check=True, env=env,
+                                     capture_output=True, text=True).stdout)
+    probed = shlex.split(subprocess.run(sandbox + ["compile", *common, "--format", "argv", "--", "true"], check=True,
+                                        env=env, capture_output=True, text=True).stdout)
+    probed[probed.index("--name") + 1] += "-bench"
+    plain = probed[:probed.index("--entrypoint")] + ["--entrypoint", "true", plan["container"]["image"]]
+    return plain, probed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--compare", type=Path, help="another launcher tree, measured in the same rounds")
+    parser.add_argument("--default-egress", action="store_true",
+                        help="proxy mode with the egress bridge each sandbox makes (its outside network)")
     args = parser.parse_args()
     sandbox = [sys.executable, "-m", "launcher"]
-    with tempfile.TemporaryDirectory() as tmp:
-        ws = os.path.join(tmp, "ws")
-        os.mkdir(ws)
-        os.chown(ws, 1000, 1000) if os.geteuid() == 0 else None
-        common = ["--policy", "untrusted", "--workspace-mode", "bind", "--workspace", ws]
-        subprocess.run(sandbox + ["run", *common, "--", "true"], check=True)  # builds images once
-        plan = json.loads(subprocess.run(sandbox + ["compile", *common, "--", "true"], check=True,
-                                         capture_output=True, text=True).stdout)
-        argv = subprocess.run(sandbox + ["compile", *common, "--format", "argv", "--", "true"], check=True,
-                              capture_output=True, text=True).stdout
-        import shlex
-
-        probed = shlex.split(argv)
-        probed[probed.index("--name") + 1] += "-bench"
-        # Plain docker run: same flags and image, the agent command straight away, no probe.
-        image_at = probed.index(plan["container"]["image"])
-        plain = probed[:probed.index("--entrypoint")] + ["--entrypoint", "true", plan["container"]["image"]]
-        docker_plain = median_of(args.rounds, plain)
-        docker_probed = median_of(args.rounds, probed[:image_at + 1] + probed[image_at + 1:])
-        ours = median_of(args.rounds, sandbox + ["run", *common, "--", "true"])
-        compile_s = median_of(args.rounds, sandbox + ["compile", *common, "--", "true"])
-        import_s = median_of(args.rounds, [sys.executable, "-c", "import launcher.cli"])
-    print(f"rounds per figure:                          {args.rounds}")
-    print(f"docker run --rm, same flags, no probe:      {docker_plain:.3f} s")
-    print(f"docker run --rm, same flags, with probe:    {docker_probed:.3f} s")
-    print(f"sandbox run --policy untrusted -- true:     {ours:.3f} s")
-    print(f"ratio sandbox run / plain docker run:       {ours / docker_plain:.2f}")
-    print(f"ratio sandbox run / docker run with probe:  {ours / docker_probed:.2f}")
-    print(f"sandbox compile:                            {compile_s:.3f} s")
-    print(f"python -c 'import launcher.cli':            {import_s:.3f} s")
-    if shutil.which("docker") is None:
-        print("note: no docker CLI found", file=sys.stderr)
+    trees = {"": ROOT, **({"compare ": args.compare.resolve()} if args.compare else {})}
+    if not args.default_egress:
+        subprocess.run(["docker", "network", "create", "--internal", NET], check=True, capture_output=True)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            ws = os.path.join(tmp, "ws")
+            os.mkdir(ws)
+            os.chown(ws, 1000, 1000) if os.geteuid() == 0 else None
+            none = ["run", "--policy", "untrusted", "--workspace-mode", "bind", "--workspace", ws, "--", "true"]
+            proxy = ["run", "--policy", "ci", "--workspace-mode", "bind", "--workspace", ws, "--allow", "files.test",
+                     *([] if args.default_egress else ["--egress-network", NET]), "--", "true"]
+            plain, probed = docker_argvs(sandbox, env_for(ROOT), none[1:7])
+            runs: dict[str, tuple[list[str], dict | None]] = {"docker plain": (plain, None),
+                                                              "docker probed": (probed, None)}
+            for label, tree in trees.items():
+                runs[f"{label}none"] = (sandbox + none, env_for(tree))
+                runs[f"{label}proxy"] = (sandbox + proxy, env_for(tree))
+            for argv, env in runs.values():   # builds images, writes byte code
+                timed(argv, env)
+            wall: dict[str, list[float]] = {name: [] for name in runs}
+            table: dict[str, list[dict[str, float]]] = {name: [] for name in runs}
+            order = list(runs)
+            for r in range(args.rounds):
+                # Rotated each round: what ran just before (an engine still tidying up) must not
+                # always slow the same command.
+                for name in order[r % len(order):] + order[:r % len(order)]:
+                    argv, env = runs[name]
+                    seconds, err = timed(argv, env)
+                    wall[name].append(seconds)
+                    table[name].append(phases(err))
+            py = [timed([sys.executable, "-c", "pass"])[0] for _ in range(args.rounds)]
+            imp = [timed([sys.executable, "-c", "import launcher.cli"], env_for(ROOT))[0] for _ in range(args.rounds)]
+            dock = [timed([sys.executable, "-c", "import docker"])[0] for _ in range(args.rounds)]
+    finally:
+        if not args.default_egress:
+            subprocess.run(["docker", "network", "rm", NET], capture_output=True)
+    med = {name: statistics.median(values) for name, values in wall.items()}
+    print(f"rounds: {args.rounds} (medians; each round runs every command once, in a rotating order)")
+    for name, value in med.items():
+        print(f"  {name:<22} {value:6.3f} s")
+    print(f"  {'python -c pass':<22} {statistics.median(py):6.3f} s")
+    print(f"  {'import launcher.cli':<22} {statistics.median(imp):6.3f} s")
+    print(f"  {'import docker':<22} {statistics.median(dock):6.3f} s")
+    for label in trees:
+        print(f"{label or 'this '}tree: none / docker plain  {med[label + 'none'] / med['docker plain']:.2f}   "
+              f"none / docker probed  {med[label + 'none'] / med['docker probed']:.2f}   "
+              f"proxy / none  {med[label + 'proxy'] / med[label + 'none']:.2f}")
+    print("phase medians, ms (proxy-mode phases overlap; 'total' is the launcher's own clock):")
+    names = [n for n in runs if table[n] and table[n][0]]
+    keys = list(dict.fromkeys(k for n in names for row in table[n] for k in row))
+    print(f"  {'':<14}" + "".join(f"{n:>16}" for n in names))
+    for key in keys:
+        cells = [statistics.median([row[key] for row in table[n] if key in row] or [float("nan")]) for n in names]
+        print(f"  {key:<14}" + "".join(f"{c:16.1f}" for c in cells))
 
 
 if __name__ == "__main__":

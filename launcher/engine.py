@@ -35,8 +35,7 @@ def connect() -> "Engine":
     except ImportError as exc:  # pragma: no cover - a broken install
         raise EngineError(f"the docker Python package is missing: {exc}") from None
     try:
-        client = docker.from_env(timeout=300)
-        client.ping()
+        client = docker.from_env(timeout=300)   # asks the engine its API version: no ping needed
     except Exception as exc:  # noqa: BLE001 - every failure here means "no engine"
         raise EngineError(
             f"cannot reach the Docker engine ({exc.__class__.__name__}: {exc}).\n"
@@ -79,6 +78,12 @@ class Engine:
     def image_labels(self, ref: str) -> dict:
         with _mapped(f"inspecting image {ref}"):
             return self.client.api.inspect_image(ref)["Config"].get("Labels") or {}
+
+    def image_digests(self, ref: str) -> dict:
+        """The image's ID (the digest of its config) and its registry digests, if any."""
+        with _mapped(f"inspecting image {ref}"):
+            attrs = self.client.api.inspect_image(ref)
+        return {"id": attrs.get("Id", ""), "repo_digests": list(attrs.get("RepoDigests") or [])}
 
     def image_env(self, ref: str) -> list[str]:
         with _mapped(f"inspecting image {ref}"):
@@ -179,9 +184,11 @@ class Engine:
                 log_config=_log_config(spec.log_options), stdin_open=False, tty=False)
             return container.id
 
-    def create_proxy(self, spec: ProxySpec, secrets: dict[str, str] | None = None) -> str:
+    def create_proxy(self, spec: ProxySpec, secrets: dict[str, str] | None = None,
+                     egress_ready: Callable[[], None] = lambda: None) -> str:
         """The egress proxy: unprivileged, read-only root, no capabilities, on both networks.
-        `secrets`: the injected secrets' values, for this container's environment only."""
+        `secrets`: the injected secrets' values, for this container's environment only.
+        `egress_ready`: returns once the egress network exists (it is joined after the create)."""
         api = self.client.api
         with _mapped(f"creating proxy {spec.name}"):
             host_config = api.create_host_config(
@@ -195,6 +202,8 @@ class Engine:
                 spec.image, name=spec.name, user=spec.user, labels=dict(spec.labels), host_config=host_config,
                 networking_config=networking,
                 environment={**proxy_env(spec), **(secrets or {})})["Id"]
+        egress_ready()
+        with _mapped(f"connecting proxy {spec.name} to {spec.egress_network}"):
             api.connect_container_to_network(ref, spec.egress_network)
             return ref
 

@@ -11,12 +11,14 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from launcher import labels as label
-from launcher import checks, home, host, subnets, workspaces
+from launcher import checks, home, host, overlap, workspaces
 from launcher.copies import store
 from launcher.engine import Engine
-from launcher.egress.audit import EgressEvent, parse_log
-from launcher.errors import EngineError, NotFound, ProbeFailed, also_failed
+from launcher.egress import proxy
+from launcher.egress.audit import EgressEvent
+from launcher.errors import ProbeFailed, also_failed
 from launcher.plan import PROBE_END, LaunchPlan, MountKind
+from launcher.timings import timed
 from launcher.values import visible
 from launcher.verify import ProbeReport, compare_inspect, parse_probe
 
@@ -25,6 +27,9 @@ GRACE = 10             # seconds between SIGTERM and SIGKILL when stopping a san
 
 
 class Listener(Protocol):
+    """What the launch tells its caller. A listener may also have `phase(name)`, a context
+    manager that records how long a phase took (launcher.timings.Timeline.phase)."""
+
     def status(self, message: str) -> None: ...
     def output(self, stream: str, data: bytes) -> None: ...
 
@@ -90,15 +95,21 @@ class _Output:
         return parse_probe(buffer.decode(errors="replace").splitlines()), b"", errors
 
 
-def create_verified(engine: Engine, plan: LaunchPlan) -> str:
-    """Create the container and refuse it unless `docker inspect` agrees with the plan."""
+def create_verified(engine: Engine, plan: LaunchPlan, listener: Listener | None = None) -> str:
+    """Create the container and refuse it unless `docker inspect` agrees with the plan (a listener
+    with a `compared` method, such as the attestation's recorder, is told the result either way)."""
     spec = plan.container
-    ref = engine.create(spec)
+    with timed(listener, "create"):
+        ref = engine.create(spec)
     try:
-        diffs = compare_inspect(spec, engine.inspect(ref), engine.image_env(spec.image))
+        with timed(listener, "inspect"):
+            attrs = engine.inspect(ref)
+            diffs = compare_inspect(spec, attrs, engine.image_env(spec.image))
         for mount in spec.mounts:
             if mount.kind is MountKind.BIND and not host.bind_source_intact(mount.source):
                 diffs.append(f"bind source {mount.source} changed or vanished since it was checked")
+        if hasattr(listener, "compared"):
+            listener.compared(attrs, diffs)
         if diffs:
             raise ProbeFailed("the created container does not match the plan:\n  " + "\n  ".join(diffs))
     except BaseException as primary:
@@ -127,58 +138,30 @@ def _probe_failed(report: ProbeReport, errors: list[str], plan: LaunchPlan) -> P
     return ProbeFailed("the sandbox did not take effect; the agent was not started:\n  " + "\n  ".join(lines), report)
 
 
-PROXY_READY = "Socket connections at"  # "Accepting [SSL bumped ]HTTP Socket connections at ..."
-PROXY_TIMEOUT = 90   # 50 proxy-mode sandboxes starting at once on 2 cores: up to 19 s here
-
-
-def _start_proxy(engine: Engine, plan: LaunchPlan, listener: Listener) -> None:
-    """Networks first, then the proxy; wait until Squid accepts connections."""
-    values = secret_values(plan)   # read only now: the plan itself never holds a secret's value
-    for network in plan.networks:
-        subnets.create_network(engine, network)
-    listener.status(f"starting egress proxy {plan.proxy.name} ({len(plan.proxy.config.splitlines())} config lines)")
-    ref = engine.create_proxy(plan.proxy, values)
-    engine.start(ref)
-    deadline = time.monotonic() + PROXY_TIMEOUT
-    while time.monotonic() < deadline:
-        if PROXY_READY in engine.logs(ref, stdout=False, stderr=True):
-            return
-        if not engine.inspect(ref)["State"]["Running"]:
-            break
-        time.sleep(0.05)
-    tail = "\n    ".join(engine.logs(ref, stdout=False, stderr=True).strip().splitlines()[-5:])
-    raise EngineError(f"the egress proxy did not come up:\n    {tail}")
-
-
-def secret_values(plan: LaunchPlan) -> dict[str, str]:
-    """The proxy's variables carrying the injected secrets, read from the host; refused when unusable."""
-    from launcher.errors import PolicyError, Problem
-    from launcher.egress.inject import squid_value
-
-    values = {}
-    for secret in plan.proxy.secrets if plan.proxy else ():
-        value = host.read_secret(secret.name, secret.from_env, secret.from_file)
-        try:
-            squid_value(value)
-        except ValueError as exc:
-            raise PolicyError([Problem(file=secret.from_file or f"${secret.from_env}", path=f"secrets ({secret.name})",
-                                       expected="a single-line printable value", found=str(exc))]) from None
-        values[secret.var] = value
-    return values
+def _create(engine: Engine, plan: LaunchPlan, listener: Listener) -> tuple[str, _Output]:
+    """The agent's container, created, compared with the plan and attached to; not started."""
+    listener.status(f"creating {plan.container.name} (policy {plan.policy_name})")
+    workspace = dict(plan.container.labels)[label.WORKSPACE]
+    # The lock until the container exists: from then on a sandbox of this workspace being removed
+    # lists it and keeps the placeholders (workspaces.release), so the start needs no lock.
+    with workspaces.locked(workspace):
+        workspaces.register(workspace, plan.placeholders)
+        ref = create_verified(engine, plan, listener)
+    with timed(listener, "attach"):
+        output = _Output(engine, ref)  # attach first: output written before attaching can be lost
+    return ref, output
 
 
 def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener) -> tuple[str, _Output, ProbeReport, bytes]:
     try:
-        if plan.proxy:
-            _start_proxy(engine, plan, listener)
-        listener.status(f"creating {plan.container.name} (policy {plan.policy_name})")
-        workspace = dict(plan.container.labels)[label.WORKSPACE]
-        with workspaces.locked(workspace):   # no placeholder of this workspace goes while we mount it
-            workspaces.register(workspace, plan.placeholders)
-            ref = create_verified(engine, plan)
-            output = _Output(engine, ref)  # attach first: output written before attaching can be lost
+        if plan.proxy:   # the container is made while the proxy starts; it starts once the proxy is ready
+            ref, output = proxy.start(engine, plan, listener, lambda: _create(engine, plan, listener))
+        else:
+            ref, output = _create(engine, plan, listener)
+        with timed(listener, "start"):
             engine.start(ref)
-        report, rest, errors = output.read_probe(PROBE_TIMEOUT)
+        with timed(listener, "probe"):
+            report, rest, errors = output.read_probe(PROBE_TIMEOUT)
         ids = [c.id for c in report.checks]
         if report.ok and plan.probe.checks and ids != list(plan.probe.checks):
             # fail closed: a probe that skipped, repeated or reordered a check proves less than planned
@@ -195,39 +178,33 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener) -> tu
         raise
 
 
-def egress_events(engine: Engine, plan: LaunchPlan) -> tuple[EgressEvent, ...]:
-    if not plan.proxy:
-        return ()
-    try:
-        events = parse_log(engine.logs(plan.proxy.name))
-    except NotFound:
-        return ()
-    # The probe's own request for a name that must be refused is not the agent's doing.
-    return tuple(e for e in events if e.host != plan.probe.denyhost)
-
-
 def remove_sandbox(engine: Engine, name: str) -> None:
     """Stop gracefully and remove a sandbox with its proxy and networks, and the placeholder
     directories in the workspace once no other sandbox of it needs them. Safe to call on a
     half-created sandbox."""
     containers = engine.list(label.selector(label.SANDBOX, name))
-    # The agent's container first, so its work is flushed before anything else goes.
-    containers.sort(key=lambda item: item["Labels"].get(label.KIND) == "proxy")
     made: dict[str, tuple[str, ...]] = {}
+    for item in containers:
+        labels = item["Labels"]
+        made.setdefault(labels.get(label.WORKSPACE, ""), ())
+        made[labels.get(label.WORKSPACE, "")] += tuple(json.loads(labels.get(label.PLACEHOLDERS, "[]")))
+    # Only a running agent's container holds work worth a graceful stop (the proxy does not), and
+    # it goes first, so its work is flushed before anything else goes; the rest go at once.
+    running = [c["Id"] for c in containers if c.get("State") == "running" and c["Labels"].get(label.KIND) != "proxy"]
     try:
-        for item in containers:
-            labels = item["Labels"]
-            made.setdefault(labels.get(label.WORKSPACE, ""), ())
-            made[labels.get(label.WORKSPACE, "")] += tuple(json.loads(labels.get(label.PLACEHOLDERS, "[]")))
+        for ref in running:
             try:
-                # Only the agent's container holds work worth a graceful stop; the proxy does not.
-                if item.get("State") == "running" and labels.get(label.KIND) != "proxy":
-                    engine.stop(item["Id"], GRACE)
+                engine.stop(ref, GRACE)
             finally:
-                engine.remove(item["Id"])
+                engine.remove(ref)
+        rest = [c["Id"] for c in containers if c["Id"] not in running]
+        if rest:
+            overlap.each(engine.remove, rest)
     finally:
-        for network in engine.list_networks(label.selector(label.SANDBOX, name)):
-            engine.remove_network(network["Name"])
+        # Networks once their containers are gone (a network with an endpoint cannot go).
+        networks = [n["Name"] for n in engine.list_networks(label.selector(label.SANDBOX, name))]
+        if networks:
+            overlap.each(engine.remove_network, networks)
         for workspace, paths in made.items():
             if workspace:
                 with workspaces.locked(workspace):
@@ -253,13 +230,15 @@ def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
             listener.output("stdout", rest)
         deadline = time.monotonic() + plan.timeout_seconds
         try:
-            while (chunk := output.next(deadline)) is not None:
-                listener.output(*chunk)
-            code = engine.wait(ref)
+            with timed(listener, "agent"):
+                while (chunk := output.next(deadline)) is not None:
+                    listener.output(*chunk)
+                code = engine.wait(ref)
         except TimeoutError:
             listener.status(f"timeout after {plan.timeout_seconds} s: stopping the agent")
             timed_out = True
-        egress = egress_events(engine, plan)
+        with timed(listener, "audit"):
+            egress = proxy.egress_events(engine, plan)
     except BaseException as primary:
         _cleaning_up(primary, lambda: remove_sandbox(engine, plan.container.name), f"removing {plan.container.name}")
         if made and not started:   # the agent never ran: nothing of its work is lost
@@ -267,7 +246,8 @@ def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
         if not started:
             _drop_new_home(engine, plan, made_home, primary)
         raise
-    remove_sandbox(engine, plan.container.name)
+    with timed(listener, "remove"):
+        remove_sandbox(engine, plan.container.name)
     if plan.copy:
         store.checkpoint(engine, plan.copy.name, "run timed out" if timed_out else f"run ended (exit {code})")
     return Outcome(container=plan.container.name, probe=report, exit_code=code, timed_out=timed_out, egress=egress,

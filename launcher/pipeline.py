@@ -13,6 +13,7 @@ from launcher.host import HostFacts
 from launcher.model import WorkspaceMode
 from launcher.plan import LaunchPlan
 from launcher.policy import with_allowed
+from launcher.timings import Timeline, timed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,9 +67,11 @@ class Planned:
         return self.layered.effective.policy
 
 
-def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions()) -> stack.Stack:
+def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions(),
+            timings: Timeline | None = None) -> stack.Stack:
     """The effective policy for `ref` on `workspace`: the base, then every layer after it."""
-    base = stack.load_base(ref)
+    with timed(timings, "load"):
+        base = stack.load_base(ref)
     policy = with_allowed(base.policy, options.allow) if options.allow else base.policy
     if options.workspace_mode:
         policy = replace(policy, workspace=replace(policy.workspace, mode=WorkspaceMode(options.workspace_mode)))
@@ -78,9 +81,10 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions()) ->
         choice = options.agent
         policy = with_agent(policy, choice.profile, choice.image(policy.image), key_env=choice.key_env,
                             key_file=choice.key_file, upstream=choice.upstream)
-    return stack.build(policy, base, workspace, timeout=options.timeout, pin=options.pin,
-                       ignore_repo=options.ignore_repo, ask=options.ask, approved_only=options.approved_only,
-                       strict=options.strict)
+    with timed(timings, "layers"):
+        return stack.build(policy, base, workspace, timeout=options.timeout, pin=options.pin,
+                           ignore_repo=options.ignore_repo, ask=options.ask, approved_only=options.approved_only,
+                           strict=options.strict)
 
 
 def facts_for(policy, workspace: str) -> HostFacts:
@@ -105,17 +109,20 @@ def _ca_store(policy) -> tuple[str, str]:
 
 
 def compiled(result: stack.Stack, workspace: str, command: tuple[str, ...] = (), *, kind: str = "run",
-             name: str | None = None, egress_network: str | None = None, agent: AgentChoice | None = None) -> Planned:
+             name: str | None = None, egress_network: str | None = None, agent: AgentChoice | None = None,
+             timings: Timeline | None = None) -> Planned:
     """Host facts and the compiled plan for an effective policy; raises PolicyError (exit 120).
     With `agent`, the command runs behind the profile's start-up wrapper (its home files)."""
-    facts = facts_for(result.effective.policy, workspace)
+    with timed(timings, "host facts"):
+        facts = facts_for(result.effective.policy, workspace)
     if agent and command:
         from launcher.agents.wiring import wrapped
 
         command = wrapped(agent.profile, command, agent.keyed)[1]
-    return Planned(layered=result, facts=facts, plan=compiler.compile_policy(
-        result.effective.policy, facts, command=command, kind=kind, name=name, egress_network=egress_network,
-        **({"profile": agent.name} if agent else {})))
+    with timed(timings, "compile"):
+        return Planned(layered=result, facts=facts, plan=compiler.compile_policy(
+            result.effective.policy, facts, command=command, kind=kind, name=name, egress_network=egress_network,
+            **({"profile": agent.name} if agent else {})))
 
 
 def plan(ref: str, workspace: str, command: tuple[str, ...] = (), options: LayerOptions = LayerOptions(),

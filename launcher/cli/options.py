@@ -149,19 +149,36 @@ def tell(layered) -> None:
 
 def plan(policy_ref: str, workspace: str, command: tuple[str, ...], *, kind: str = "run", name: str | None = None,
          timeout: str | None = None, allow: tuple[str, ...] = (), egress_network: str | None = None,
-         strict: bool = False):
+         strict: bool = False, timings=None):
     """The pipeline for a command that launches or writes a sandbox; says its notes and warnings."""
     from launcher import pipeline
 
+    if timings is not None:   # the CLI's imports end here, once the pipeline is in
+        timings.since("imports", timings.origin)
     allow = tuple(allow) + click.get_current_context().meta.get(_PRIVATE, ())
-    result = pipeline.layered(policy_ref, workspace, layer_settings(allow=allow, timeout=timeout, strict=strict))
+    result = pipeline.layered(policy_ref, workspace, layer_settings(allow=allow, timeout=timeout, strict=strict),
+                              timings=timings)
     tell(result)
     agent = agent_choice()
     if agent and not agent.keyed and agent.profile.model:
         output.status(f"note: no model key for {agent.name} (--model-key-env VAR in proxy mode): "
                       "its CLI cannot reach a model API")
     planned = pipeline.compiled(result, workspace, command, kind=kind, name=name, egress_network=egress_network,
-                                agent=agent)
+                                agent=agent, timings=timings)
     for warning in planned.plan.warnings:
         output.status(f"warning: {warning}")
     return planned
+
+
+def timings_option(command):
+    return click.option("--timings", "timings", is_flag=True,
+                        help="Print on stderr how long each launch phase took (also SANDBOX_TIMINGS=1).")(command)
+
+
+def timeline(asked: bool):
+    """A Timeline from the CLI's first import on, when --timings or SANDBOX_TIMINGS=1 asked for one."""
+    from launcher import host, timings
+
+    if not (asked or host.timings_requested()):
+        return None
+    return timings.Timeline(origin=timings.IMPORTED)

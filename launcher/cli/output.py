@@ -3,6 +3,7 @@ empty, TERM not dumb; --json, reports, step summaries and pipes stay plain), the
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import click
@@ -45,10 +46,15 @@ def error(message: str) -> None:
 
 
 class Console:
-    """Listener for the launch stage: status on stderr, agent output passed through."""
+    """Listener for the launch stage: status on stderr, agent output passed through; with a
+    timeline (--timings), the phases too."""
 
-    def __init__(self, agent_stdout=None):
+    def __init__(self, agent_stdout=None, timeline=None):
         self.agent_stdout = agent_stdout or sys.stdout.buffer
+        self.timeline = timeline
+
+    def phase(self, name: str):
+        return self.timeline.phase(name) if self.timeline is not None else contextlib.nullcontext()
 
     def status(self, message: str) -> None:
         status(message)
@@ -79,3 +85,11 @@ def print_changes(changes, failing: bool) -> None:
         lines = render(changes)
         error(lines[0]) if failing else status(f"warning: {lines[0]}")
         click.echo("\n".join(lines[1:]), err=True)
+
+
+def print_timings(timeline) -> None:
+    """Each phase on stderr: when it began and how long it took, in ms from the CLI's imports."""
+    status("timings (ms since the launcher's imports began; proxy-mode phases overlap):")
+    for p in timeline.phases:
+        click.echo(f"  {p.name:<14} {p.began * 1000:7.1f} {p.seconds * 1000:7.1f}", err=True)
+    click.echo(f"  {'total':<14} {'':7} {timeline.total() * 1000:7.1f}", err=True)

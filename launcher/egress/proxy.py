@@ -1,0 +1,109 @@
+"""A sandbox's egress proxy at launch: its networks, its container (with the injected secrets'
+values, read from the host only now), the wait until Squid accepts connections, and its audit."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Callable, TypeVar
+
+from launcher import host, subnets
+from launcher.engine import Engine
+from launcher.egress.audit import EgressEvent, parse_log
+from launcher.errors import EngineError, NotFound
+from launcher.plan import LaunchPlan
+from launcher.timings import timed
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+PROXY_READY = "Socket connections at"  # "Accepting [SSL bumped ]HTTP Socket connections at ..."
+PROXY_TIMEOUT = 90   # 50 proxy-mode sandboxes starting at once on 2 cores: up to 19 s here
+POLL = 0.02   # seconds between looks at the proxy's log while it starts (about 1 ms each)
+T = TypeVar("T")
+
+
+def start(engine: Engine, plan: LaunchPlan, listener, create_container: Callable[[], T]) -> T:
+    """The networks, then the proxy, started and ready (Squid accepts connections); meanwhile,
+    once its internal network exists, `create_container()` makes the agent's container, which the
+    caller starts only after this returned: never before the proxy is verified. Returns only when
+    every step has ended, so a clean-up after a failure finds everything that was made."""
+    from concurrent.futures import ThreadPoolExecutor, wait   # here: it imports logging, which none mode never needs
+
+    values = secret_values(plan)   # read only now: the plan itself never holds a secret's value
+    interrupted = threading.Event()   # Ctrl-C or SIGTERM here: stop waiting for the proxy, clean up
+    with ThreadPoolExecutor(max_workers=len(plan.networks) + 2) as pool:
+        networks = {n.name: pool.submit(_network, engine, n, listener) for n in plan.networks}
+        internal = networks.get(plan.proxy.internal_network)
+        egress = networks.get(plan.proxy.egress_network)
+        made = pool.submit(_proxy, engine, plan, values, listener, internal, egress, interrupted)
+        container = pool.submit(_after, internal, create_container)
+        try:
+            wait((*networks.values(), made, container))
+        except BaseException:
+            interrupted.set()
+            raise   # once every step has ended (leaving the pool waits for them)
+    for step in (*networks.values(), made, container):
+        step.result()   # the first failure, in the order of the steps
+    return container.result()
+
+
+def _after(first: Future | None, call: Callable[[], T]) -> T:
+    if first:
+        first.result()
+    return call()
+
+
+def _network(engine: Engine, network, listener) -> None:
+    with timed(listener, "network" if network.internal else "egress network"):
+        subnets.create_network(engine, network)
+
+
+def _proxy(engine: Engine, plan: LaunchPlan, values: dict[str, str], listener, internal: Future | None,
+           egress: Future | None, interrupted: threading.Event) -> None:
+    """Created on the internal network once it exists, joined to the egress one once that exists."""
+    if internal:
+        internal.result()
+    listener.status(f"starting egress proxy {plan.proxy.name} ({len(plan.proxy.config.splitlines())} config lines)")
+    with timed(listener, "proxy create"):
+        ref = engine.create_proxy(plan.proxy, values, egress_ready=egress.result if egress else lambda: None)
+    with timed(listener, "proxy start"):
+        engine.start(ref)
+    deadline = time.monotonic() + PROXY_TIMEOUT
+    with timed(listener, "proxy ready"):
+        while time.monotonic() < deadline and not interrupted.is_set():
+            if PROXY_READY in engine.logs(ref, stdout=False, stderr=True):
+                return
+            if not engine.inspect(ref)["State"]["Running"]:
+                break
+            time.sleep(POLL)
+    tail = "\n    ".join(engine.logs(ref, stdout=False, stderr=True).strip().splitlines()[-5:])
+    raise EngineError(f"the egress proxy did not come up:\n    {tail}")
+
+
+def secret_values(plan: LaunchPlan) -> dict[str, str]:
+    """The proxy's variables carrying the injected secrets, read from the host; refused when unusable."""
+    from launcher.errors import PolicyError, Problem
+    from launcher.egress.inject import squid_value
+
+    values = {}
+    for secret in plan.proxy.secrets if plan.proxy else ():
+        value = host.read_secret(secret.name, secret.from_env, secret.from_file)
+        try:
+            squid_value(value)
+        except ValueError as exc:
+            raise PolicyError([Problem(file=secret.from_file or f"${secret.from_env}", path=f"secrets ({secret.name})",
+                                       expected="a single-line printable value", found=str(exc))]) from None
+        values[secret.var] = value
+    return values
+
+
+def egress_events(engine: Engine, plan: LaunchPlan) -> tuple[EgressEvent, ...]:
+    if not plan.proxy:
+        return ()
+    try:
+        events = parse_log(engine.logs(plan.proxy.name))
+    except NotFound:
+        return ()
+    # The probe's own request for a name that must be refused is not the agent's doing.
+    return tuple(e for e in events if e.host != plan.probe.denyhost)

@@ -1,0 +1,133 @@
+"""Launch phases: the timeline the CLI prints with --timings, engine calls made at once, and the
+order proxy mode keeps while it overlaps steps (the agent's container never starts before its
+proxy is ready). Durations are never asserted: speed figures come from bench/run.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import BIND, fake_facts
+from fakes import FakeEngine, Recorder
+from launcher import launch, overlap, timings
+from launcher.compiler import compile_policy
+from launcher.errors import EngineError
+from launcher.policy import load_policy, with_allowed
+
+
+def test_the_timeline_records_each_phase_and_a_plain_listener_records_nothing():
+    line = timings.Timeline()
+    with line.phase("create"):
+        pass
+    line.since("imports", line.origin)
+    assert [p.name for p in line.phases] == ["create", "imports"]
+    assert all(p.seconds >= 0 and p.began >= 0 for p in line.phases)
+    with timings.timed(Recorder(), "start"):   # no phase method: nothing to record into
+        pass
+    with timings.timed(line, "start"):
+        pass
+    assert line.phases[-1].name == "start"
+
+
+def test_each_waits_for_every_call_then_raises_the_first_failure():
+    ended = []
+
+    def call(item):
+        time.sleep(0.05 * (3 - item))
+        ended.append(item)
+        if item:
+            raise ValueError(item)
+
+    with pytest.raises(ValueError, match="1"):
+        overlap.each(call, [0, 1, 2])
+    assert sorted(ended) == [0, 1, 2]
+
+
+class ProxyEngine(FakeEngine):
+    """The fake engine with networks and a proxy; records the order of what happened. The proxy
+    reports ready only once the agent's container exists (or after 5 s), so a launch that made
+    the container only after the proxy was ready shows it in the order."""
+
+    def __init__(self, plan, ready=True):
+        checks = "".join(f"PROBE\t{c}\tpass\t-\t-\n" for c in plan.probe.checks)
+        super().__init__(output=[((checks + f"PROBE-END\tok\t{len(plan.probe.checks)}\n").encode(), None)])
+        self.events, self.ready, self.created = [], ready, threading.Event()
+        self.lock = threading.Lock()
+
+    def note(self, event):
+        with self.lock:
+            self.events.append(event)
+
+    def create_network(self, spec, subnet=""):
+        time.sleep(0.05)
+        self.note(("network", spec.name))
+        return True
+
+    def create_proxy(self, spec, values, egress_ready=lambda: None):
+        egress_ready()
+        self.note(("proxy", spec.name))
+        return "proxy-id"
+
+    def create(self, spec):
+        ref = super().create(spec)
+        self.note(("create", ref))
+        self.created.set()
+        return ref
+
+    def start(self, ref):
+        self.note(("start", ref))
+
+    def logs(self, ref, stdout=True, stderr=False):
+        if ref != "proxy-id":
+            return ""
+        if self.ready and self.created.wait(5):
+            self.note(("ready", ref))
+            return "Accepting HTTP Socket connections at sandbox-proxy:3128"
+        return "FATAL: no config"
+
+    def inspect(self, ref):
+        return {"State": {"Running": False}} if ref == "proxy-id" else super().inspect(ref)
+
+    def remove_network(self, name):
+        self.note(("remove network", name))
+
+
+def _proxy_plan(tmp_path):
+    policy = with_allowed(load_policy("ci"), ("allowed.test",))
+    return compile_policy(policy, fake_facts(workspace=str(tmp_path)), command=("true",))
+
+
+def test_proxy_mode_overlaps_steps_but_starts_the_agent_only_after_the_proxy_is_ready(tmp_path):
+    plan = _proxy_plan(tmp_path)
+    engine = ProxyEngine(plan)
+    launch.run(engine, plan, Recorder())
+    events = engine.events
+    internal = events.index(("network", plan.proxy.internal_network))
+    ready, agent_start = events.index(("ready", "proxy-id")), events.index(("start", "cid"))
+    assert internal < events.index(("create", "cid")) < ready    # made while the proxy started
+    assert events.index(("start", "proxy-id")) < ready < agent_start
+    assert len([e for e in events if e[0] == "network"]) == len(plan.networks) == 2
+
+
+def test_a_proxy_that_never_comes_up_means_the_agent_never_starts_and_nothing_stays(tmp_path):
+    plan = _proxy_plan(tmp_path)
+    engine = ProxyEngine(plan, ready=False)
+    with pytest.raises(EngineError, match="did not come up"):
+        launch.run(engine, plan, Recorder())
+    assert ("start", "cid") not in engine.events and ("create", "cid") in engine.events
+    assert engine.calls[-1] == "remove" and engine.spec is None
+
+
+@pytest.mark.engine
+def test_run_with_timings_prints_every_phase(engine, workspace):
+    result = subprocess.run([sys.executable, "-m", "launcher", "run", *BIND, "-w", str(workspace), "--timings", "--",
+                             "true"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    table = result.stderr.split("sandbox: timings", 1)[1]
+    for name in ("imports", "load", "layers", "compile", "connect", "images", "create", "inspect", "start", "probe",
+                 "agent", "remove", "total"):
+        assert f"\n  {name} " in table, name
