@@ -212,11 +212,22 @@ class Engine:
             return self.client.api.logs(ref, stdout=stdout, stderr=stderr).decode(errors="replace")
 
     # networks
-    def create_network(self, spec: NetworkSpec) -> None:
+    def create_network(self, spec: NetworkSpec, subnet: str = "") -> bool:
+        """False when `subnet` overlaps another network's (then nothing was created)."""
+        import docker.errors
+        import docker.types
+
+        ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)]) if subnet else None
         with _mapped(f"creating network {spec.name}"):
-            self.client.api.create_network(spec.name, driver="bridge", internal=spec.internal,
-                                           options=dict(spec.options), labels=dict(spec.labels),
-                                           check_duplicate=True)
+            try:
+                self.client.api.create_network(spec.name, driver="bridge", internal=spec.internal, ipam=ipam,
+                                               options=dict(spec.options), labels=dict(spec.labels),
+                                               check_duplicate=True)
+            except docker.errors.APIError as exc:
+                if subnet and "overlaps" in str(exc.explanation or exc):
+                    return False
+                raise
+        return True
 
     def remove_network(self, name: str) -> None:
         import docker.errors

@@ -5,12 +5,15 @@ It gathers HostFacts once; the compiler is a pure function of the policy and the
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
 from launcher.egress.inject import CA_MAX_BYTES
+from launcher.errors import PolicyError, Problem
 from launcher.model import Access, Policy, WorkspaceMode
 from launcher.paths import CREDENTIAL_PATHS, RUNTIME_HOST_PATHS
 
@@ -172,8 +175,6 @@ def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str =
 
 def read_secret(name: str, env: str, file: str) -> str:
     """The value of an injected secret (for the proxy only), from a host variable or a file."""
-    from launcher.errors import PolicyError, Problem
-
     where = f"secrets ({name})"
     if env:
         value = os.environ.get(env, "")
@@ -193,8 +194,6 @@ def ca_file(given: str) -> tuple[PathFact, bytes]:
 
 
 def is_interactive() -> bool:
-    import sys
-
     return sys.stdin.isatty() and sys.stdout.isatty() and os.environ.get("CI", "").lower() not in ("1", "true")
 
 
@@ -214,6 +213,12 @@ def timings_requested() -> bool:
 
 def step_summary_path() -> str:
     return os.environ.get("GITHUB_STEP_SUMMARY", "")   # set by GitHub Actions: Markdown for the job page
+
+
+def network_facts() -> tuple[str, str]:
+    """SANDBOX_NETWORK_POOL (see subnets.py) and the host's IPv4 routes (/proc/net/route; "" if absent)."""
+    return os.environ.get("SANDBOX_NETWORK_POOL", ""), (_read_regular("/proc/net/route", required=False, follow=True)
+                                                         or b"").decode(errors="replace")
 
 
 def pid_alive(pid: int) -> bool:
@@ -255,8 +260,6 @@ def _xdg_dir(variable: str, default: str) -> str:
 
 def _read_regular(path: str, *, required: bool, follow: bool, limit: int = _LAYER_MAX_BYTES) -> bytes | None:
     """The bytes of a regular file (never a FIFO or device: a repository could plant one to hang us)."""
-    from launcher.errors import PolicyError, Problem
-
     def refuse(found: str, hint: str = "") -> PolicyError:
         return PolicyError([Problem(file=path, path="", expected="a readable regular file", found=found, hint=hint)])
 
@@ -334,8 +337,6 @@ def read_trust_store() -> tuple[str, str]:
 def update_trust_store(change: Callable[[str], str]) -> str:
     """Replace the trust store with change(its current text), atomically and readable by this user
     only. A lock file serialises concurrent launchers, so no approval overwrites another."""
-    import fcntl
-
     path = trust_store_path()
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     lock = os.open(f"{path}.lock", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
@@ -367,7 +368,6 @@ class GitPath:
 def git_control_paths(workspace: str) -> tuple[GitPath, ...]:
     """Paths git would run or read config from for this workspace: a hooks directory inside the
     workspace must stay read-only like .git/hooks."""
-    from launcher.errors import PolicyError
     from launcher.gitconfig import control_paths
 
     home = os.path.expanduser("~")

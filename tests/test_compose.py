@@ -58,7 +58,8 @@ secrets:
     assert sandbox["networks"] == ["internal"] and sandbox["dns"] == ["127.0.0.1"]
     assert sandbox["environment"]["PRICE"] == "$$5"          # literal, not interpolated by compose
     assert doc["networks"]["internal"]["internal"] is True
-    assert doc["networks"]["internal"]["driver_opts"] == {"com.docker.network.bridge.inhibit_ipv4": "true"}
+    assert doc["networks"]["internal"]["driver_opts"] == {"com.docker.network.bridge.inhibit_ipv4": "true",
+                                                          "com.docker.network.driver.mtu": "65000"}
 
 
 def test_the_cli_prints_compose():

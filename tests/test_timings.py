@@ -62,9 +62,10 @@ class ProxyEngine(FakeEngine):
         with self.lock:
             self.events.append(event)
 
-    def create_network(self, spec):
+    def create_network(self, spec, subnet=""):
         time.sleep(0.05)
         self.note(("network", spec.name))
+        return True
 
     def create_proxy(self, spec, values, egress_ready=lambda: None):
         egress_ready()

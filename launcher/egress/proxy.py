@@ -7,7 +7,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, TypeVar
 
-from launcher import host
+from launcher import host, subnets
 from launcher.engine import Engine
 from launcher.egress.audit import EgressEvent, parse_log
 from launcher.errors import EngineError, NotFound
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
 
 PROXY_READY = "Socket connections at"  # "Accepting [SSL bumped ]HTTP Socket connections at ..."
-PROXY_TIMEOUT = 30
+PROXY_TIMEOUT = 90   # 50 proxy-mode sandboxes starting at once on 2 cores: up to 19 s here
 POLL = 0.02   # seconds between looks at the proxy's log while it starts (about 1 ms each)
 T = TypeVar("T")
 
@@ -56,7 +56,7 @@ def _after(first: Future | None, call: Callable[[], T]) -> T:
 
 def _network(engine: Engine, network, listener) -> None:
     with timed(listener, "network" if network.internal else "egress network"):
-        engine.create_network(network)
+        subnets.create_network(engine, network)
 
 
 def _proxy(engine: Engine, plan: LaunchPlan, values: dict[str, str], listener, internal: Future | None,

@@ -64,7 +64,9 @@ class ProxySpec:
 
 # The sandbox's only network. inhibit_ipv4 keeps the gateway address off the host's bridge, so
 # the sandbox cannot reach services on the host through it (a plain --internal network can).
-INTERNAL_OPTIONS = (("com.docker.network.bridge.inhibit_ipv4", "true"),)
+# A large MTU: it leads nowhere but to the proxy, and Squid writes plain-HTTP bodies 4 KB at a
+# time, each one packet then instead of three (bench/squid.py: plain ~0.22 -> ~0.28 of direct).
+INTERNAL_OPTIONS = (("com.docker.network.bridge.inhibit_ipv4", "true"), ("com.docker.network.driver.mtu", "65000"))
 
 
 def _pattern(rule: AllowRule) -> str:

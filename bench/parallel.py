@@ -1,0 +1,114 @@
+"""Benchmark (not a test): N sandboxes started at once, each probed and running a short command.
+
+    python bench/parallel.py N [--modes none,proxy] [--layouts separate,shared]
+
+For each network mode (none: the untrusted preset; proxy: the ci preset, each sandbox with its own
+proxy and networks) and each layout (separate: one workspace each; shared: all N on one workspace,
+bind mode, which goes through the workspace lock and placeholder registry), N `sandbox run` are
+started together. Prints the total wall time, the per-sandbox median and worst, the failures (with
+their last lines), and what was left behind: containers, networks and volumes with our labels and
+this run's names, any file left in the workspaces, and placeholders still registered for them. Leftovers must be zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from launcher import labels as label  # noqa: E402
+from launcher import workspaces as registry  # noqa: E402
+
+SANDBOX = [sys.executable, "-m", "launcher"]
+POLICY = {"none": ["-p", "untrusted"], "proxy": ["-p", "ci"]}
+
+
+def one(argv: list[str]) -> tuple[float, int, str]:
+    start = time.perf_counter()
+    result = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    ok = result.returncode == 0 and "sandbox-ok" in result.stdout
+    tail = "" if ok else " | ".join((result.stderr.strip().splitlines() or ["(no output)"])[-3:])
+    return time.perf_counter() - start, (0 if ok else result.returncode or 1), tail
+
+
+def leftovers(tag: str) -> list[str]:
+    found = []
+    for kind, argv in (("container", ["ps", "-a"]), ("network", ["network", "ls"]), ("volume", ["volume", "ls"])):
+        out = subprocess.run(["docker", *argv, "--filter", f"label={label.MANAGED_SELECTOR}", "--format",
+                              "{{.Name}}" if kind == "volume" else "{{.Names}}" if kind == "container" else "{{.Name}}"],
+                             capture_output=True, text=True, check=True).stdout.split()
+        found += [f"{kind} {name}" for name in out if tag in name]
+    return found
+
+
+def tree(path: str) -> set[str]:
+    return {os.path.relpath(os.path.join(d, f), path) for d, dirs, files in os.walk(path) for f in dirs + files}
+
+
+def batch(n: int, mode: str, layout: str, tmp: str, tag: str) -> dict:
+    workspaces = []
+    for i in range(n if layout == "separate" else 1):
+        ws = os.path.join(tmp, f"{tag}-{mode}-{layout}-{i}")
+        os.mkdir(ws)
+        with open(os.path.join(ws, "README"), "w") as out:
+            out.write("bench\n")
+        if os.geteuid() == 0:
+            os.chown(ws, 1000, 1000)
+        workspaces.append(ws)
+    before = {ws: tree(ws) for ws in workspaces}
+    argvs = [SANDBOX + ["run", *POLICY[mode], "--workspace-mode", "bind", "-w", workspaces[i % len(workspaces)],
+                        "--", "sh", "-c", "echo sandbox-ok"] for i in range(n)]
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        results = list(pool.map(one, argvs))
+    wall = time.perf_counter() - start
+    changed = [f"{ws}: {sorted(tree(ws) ^ before[ws])}" for ws in workspaces if tree(ws) != before[ws]]
+    changed += [f"{ws}: registered placeholders {registry.placeholders(ws)}" for ws in workspaces
+                if registry.placeholders(ws)]
+    return {"wall": wall, "times": [r[0] for r in results], "failures": [r for r in results if r[1]],
+            "left": leftovers(tag) + changed}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("n", type=int)
+    parser.add_argument("--modes", default="none,proxy")
+    parser.add_argument("--layouts", default="separate,shared")
+    args = parser.parse_args()
+    tag = "par" + uuid.uuid4().hex[:6]
+    with tempfile.TemporaryDirectory() as tmp:
+        warm = os.path.join(tmp, "warm")
+        os.mkdir(warm)
+        if os.geteuid() == 0:
+            os.chown(warm, 1000, 1000)
+        for mode in args.modes.split(","):    # builds whatever image is missing, outside the timing
+            subprocess.run(SANDBOX + ["run", *POLICY[mode], "--workspace-mode", "bind", "-w", warm, "--", "true"],
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        print(f"{args.n} sandboxes at once, {os.cpu_count()} cores; sandbox run ... -- sh -c 'echo sandbox-ok'")
+        bad = 0
+        for mode in args.modes.split(","):
+            for layout in args.layouts.split(","):
+                r = batch(args.n, mode, layout, tmp, tag)
+                times = sorted(r["times"])
+                print(f"{mode:5} {layout:8}  total {r['wall']:6.1f} s  per sandbox median {statistics.median(times):5.1f} s"
+                      f"  worst {times[-1]:5.1f} s  failures {len(r['failures'])}  leftovers {len(r['left'])}",
+                      flush=True)
+                for _t, code, tail in r["failures"][:5]:
+                    print(f"    failed (exit {code}): {tail[:400]}")
+                for item in r["left"][:10]:
+                    print(f"    left: {item}")
+                bad += len(r["failures"]) + len(r["left"])
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
