@@ -16,13 +16,13 @@ from launcher import labels as label
 from launcher.errors import PolicyError, Problem
 from launcher.host import HostFacts, PathFact
 from launcher.egress import inject
-from launcher.model import Access, HomeMode, NetworkMode, Policy, SecretPolicy, WorkspaceMode
+from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime, SecretPolicy, WorkspaceMode
 from launcher.plan import (HOME_PROFILE, PROBE_BUSYBOX, PROBE_DIR, PROBE_SCRIPT, ContainerSpec, CopySpec, HomeSpec,
                            LaunchPlan, Mount, MountKind, ProbeExpectations, home_volume_name)
 from launcher.policy import CAPABILITY_BITS
 from launcher.egress.squid import (INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_ALIAS, PROXY_PORT, NetworkSpec,
                             ProxySpec, SecretEndpoint, render_squid)
-from launcher import checks
+from launcher import checks, runtimes
 from launcher.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS
 from launcher.secrets import RUNTIME_NAMES, SECRET_NAMES, SECRET_VALUES, caseless, secret_value
 from launcher.surfaces import FILE_PLACEHOLDERS, GIT_BY_EXISTENCE, GIT_READS
@@ -217,6 +217,10 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
                                     hint="remove it; a link there could redirect a read-only mount"))
     cas, ca_problems = _ca_bundles(policy, host)
     problems += ca_problems
+    if policy.runtime is Runtime.GVISOR and not any(t.target == "/tmp" for t in policy.tmpfs + policy.mounts):
+        problems.append(Problem(file=file, path="tmpfs", expected="a tmpfs (or mount) at /tmp under runtime gvisor",
+                                found="none", hint="gVisor mounts a writable /tmp of its own where the policy has "
+                                "none (the probe refuses it): add tmpfs: [{target: /tmp, size: 256m}]"))
     if problems:
         raise PolicyError(problems)
 
@@ -294,7 +298,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     env.update(ca_env)
     capbnd = sum(1 << CAPABILITY_BITS[c] for c in policy.capabilities)
     probe = ProbeExpectations(
-        uid=uid, gid=gid, capbnd=f"{capbnd:016x}", nnp=1, seccomp=2,
+        uid=uid, gid=gid, capbnd=f"{capbnd:016x}", nnp=1, seccomp=2, kernel=runtimes.kernel(policy.runtime),
         rofs=tuple(d for d in _ROOT_DIRS if not any(_under(d, w) for w in writable)),
         writable=writable,
         mounts=tuple(m.target for m in mounts),
@@ -334,7 +338,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         network_mode=proxy.internal_network if proxy else "none",
         # Docker's embedded resolver still answers for the proxy's name, but forwards every other
         # name to the sandbox's own loopback, where nothing answers: no DNS channel out.
-        dns=("127.0.0.1",) if proxy else (),
+        dns=("127.0.0.1",) if proxy else (), runtime=runtimes.engine_name(policy.runtime, policy.network.mode),
         read_only_root=True, cap_drop=("ALL",), cap_add=policy.capabilities,
         security_opt=("no-new-privileges",), pids_limit=policy.limits.pids,
         memory_bytes=policy.limits.memory_bytes, nano_cpus=int(policy.limits.cpus * 1e9),

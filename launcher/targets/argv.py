@@ -63,6 +63,8 @@ def to_argv(plan: LaunchPlan) -> list[str]:
     c = plan.container
     argv = ["docker", "run", "--rm", "--name", c.name, "--hostname", c.hostname, "--user", c.user,
             "--network", c.network_mode, "--workdir", c.working_dir]
+    if c.runtime != "runc":   # runc is every engine's default; another runtime must be named
+        argv.append(f"--runtime={c.runtime}")
     if c.read_only_root:
         argv.append("--read-only")
     argv += [f"--cap-drop={cap}" for cap in c.cap_drop] + [f"--cap-add={cap}" for cap in c.cap_add]

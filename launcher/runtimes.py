@@ -1,0 +1,99 @@
+"""The OCI runtimes a policy can ask for (`runtime: runc | gvisor`): the engine's name for each,
+what the probe expects of the kernel it runs on, and what the engine reports about them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from launcher.model import NetworkMode, Runtime
+
+# The names `sandbox doctor --fix` registers gVisor under in the engine (daemon.json "runtimes"),
+# one per network mode: their runtime arguments are ours, and a `runsc` the administrator
+# registered with other arguments stays as it is. Both pass --oci-seccomp: without it runsc
+# ignores the container's seccomp profile (the agent could then unshare a user namespace).
+GVISOR = {
+    # gVisor's own network stack with loopback only, whatever the namespace holds. Debian's runsc
+    # (0.0~20221219) cannot start a container with its default network mode on kernels >= 6.x:
+    # it takes /proc/sys/net/core/rmem_default (per namespace since then) as the host's namespace.
+    NetworkMode.NONE: ("sandbox-runsc", ("--network=none", "--oci-seccomp")),
+    # The host kernel's network stack, inside the container's own namespace (the internal network
+    # to the proxy, nothing else): the network half is as under runc, the rest stays gVisor's.
+    NetworkMode.PROXY: ("sandbox-runsc-hostinet", ("--network=host", "--oci-seccomp")),
+}
+
+
+def engine_name(runtime: Runtime, mode: NetworkMode) -> str:
+    """HostConfig.Runtime of a sandbox under `runtime` in network mode `mode`."""
+    return GVISOR[mode][0] if runtime is Runtime.GVISOR else "runc"
+
+
+def kernel(runtime: Runtime) -> str:
+    """The probe's `kernel=` expectation."""
+    return "gvisor" if runtime is Runtime.GVISOR else "host"
+
+
+def registration(runsc: str) -> dict[str, dict]:
+    """daemon.json "runtimes" entries for gVisor, with the runsc binary at `runsc`."""
+    return {name: {"path": runsc, "runtimeArgs": list(args)} for name, args in GVISOR.values()}
+
+
+def missing(info: dict, runtime: Runtime, mode: NetworkMode) -> str:
+    """The engine name a sandbox needs that the engine does not have registered (as registered),
+    or "" (runc is always there)."""
+    if runtime is Runtime.RUNC:
+        return ""
+    name, args = GVISOR[mode]
+    entry = registered(info).get(name)
+    return "" if entry is not None and tuple(entry.get("runtimeArgs") or ()) == args else name
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeFact:
+    """One runtime as the engine knows it (for `sandbox doctor` and the attestation record)."""
+
+    runtime: str          # runc or gvisor (the policy's value)
+    name: str             # the engine's name (HostConfig.Runtime)
+    registered: bool
+    path: str             # the binary the engine runs ("" when unknown)
+    args: tuple[str, ...]
+    version: str          # "" when unknown
+
+
+def registered(info: dict) -> dict[str, dict]:
+    """`docker info` Runtimes: name -> {path, runtimeArgs}."""
+    return dict(info.get("Runtimes") or {})
+
+
+def fact(info: dict, version: dict, runtime: Runtime, mode: NetworkMode = NetworkMode.NONE,
+         run_version=None) -> RuntimeFact:
+    """What the engine reports about `runtime` (for network mode `mode`): `info` and `version`
+    are `docker info` and `docker version`; `run_version(path) -> str` asks a runsc binary its
+    version (the engine does not report it)."""
+    name = engine_name(runtime, mode)
+    entry = registered(info).get(name)
+    path = (entry or {}).get("path", "")
+    args = tuple((entry or {}).get("runtimeArgs") or ())
+    if runtime is Runtime.RUNC:
+        found = {c.get("Name", "").lower(): c.get("Version", "") for c in version.get("Components") or []}
+        text = found.get("runc", "")
+    else:
+        text = run_version(path) if (entry and run_version) else ""
+    return RuntimeFact(runtime=runtime.value, name=name, registered=entry is not None, path=path, args=args, version=text)
+
+
+def runsc_version(path: str) -> str:
+    """The first line of `runsc --version` ("runsc version 0.0~20221219.0" -> "0.0~20221219.0")."""
+    import subprocess
+
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    first = (out.splitlines() or [""])[0]
+    return first.removeprefix("runsc version ").strip()
+
+
+def describe(engine, runtime: Runtime, mode: NetworkMode = NetworkMode.NONE) -> RuntimeFact:
+    """The runtime a sandbox under `runtime` (network mode `mode`) gets on this engine, with its
+    version: for the attestation record (`engine` is a launcher.engine.Engine)."""
+    return fact(engine.info(), engine.version(), runtime, mode, runsc_version)
