@@ -217,10 +217,6 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
                                     hint="remove it; a link there could redirect a read-only mount"))
     cas, ca_problems = _ca_bundles(policy, host)
     problems += ca_problems
-    if policy.runtime is Runtime.GVISOR and not any(t.target == "/tmp" for t in policy.tmpfs + policy.mounts):
-        problems.append(Problem(file=file, path="tmpfs", expected="a tmpfs (or mount) at /tmp under runtime gvisor",
-                                found="none", hint="gVisor mounts a writable /tmp of its own where the policy has "
-                                "none (the probe refuses it): add tmpfs: [{target: /tmp, size: 256m}]"))
     if problems:
         raise PolicyError(problems)
 
@@ -272,6 +268,9 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     for tmpfs in policy.tmpfs:
         mounts.append(Mount(kind=MountKind.TMPFS, target=tmpfs.target, read_only=False, size_bytes=tmpfs.size_bytes,
                             owner=(uid, gid), mode=tmpfs.mode))
+    if policy.runtime is Runtime.GVISOR and not any(m.target == "/tmp" for m in mounts):
+        # gVisor mounts a writable /tmp of its own where the spec has none: an empty read-only one instead
+        mounts.append(Mount(kind=MountKind.TMPFS, target="/tmp", read_only=True, size_bytes=4096))
     home = policy.home
     volume = home_volume_name(ws.real, profile) if home_volume else ""
     if home_volume:

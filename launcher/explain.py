@@ -12,6 +12,7 @@ from launcher.targets import TARGETS
 
 
 class Component(enum.Enum):
+    GVISOR = "gVisor (user-space kernel)"
     NAMESPACE = "kernel namespace"
     CGROUP = "cgroup"
     SECCOMP = "seccomp"
@@ -37,6 +38,13 @@ E = Enforcement
 ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
     ("image", ""): E(mechanism="the container's image", component=Component.NOTHING, checks=(),
                      note="not a boundary: the image is untrusted and the probe never runs its programs"),
+    ("runtime", "runc"): E(mechanism="--runtime runc: the host kernel runs the agent", component=Component.NAMESPACE,
+                           checks=("kernel.runtime",),
+                           note="namespaces, seccomp, capabilities and cgroups of the host kernel are the boundary"),
+    ("runtime", "gvisor"): E(mechanism="--runtime sandbox-runsc (proxy mode: sandbox-runsc-hostinet), runsc "
+                                       "--oci-seccomp", component=Component.GVISOR, checks=("kernel.runtime",),
+                             note="the agent's system calls meet gVisor's kernel, not the host's; in proxy mode its "
+                                  "sockets use the host's network stack (inside the sandbox's own namespace)"),
     ("workspace.target", ""): E(mechanism="--mount type=bind,dst=TARGET", component=Component.MOUNT,
                                 checks=("mounts.workspace",)),
     ("workspace.access", "read-write"): E(mechanism="--mount type=bind (writable)", component=Component.MOUNT,
@@ -197,6 +205,8 @@ def _variant(field: str, eff: Effective) -> str:
         return getattr(eff.policy.workspace, field.split(".")[1]).value
     if field == "home.mode":
         return eff.policy.home.mode.value
+    if field == "runtime":
+        return eff.policy.runtime.value
     return ""
 
 

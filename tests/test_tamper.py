@@ -17,10 +17,10 @@ from conftest import BIND
 
 from fakes import Recorder
 
-from launcher import checks, host, images, launch
+from launcher import checks, host, images, launch, runtimes
 from launcher.compiler import compile_policy
 from launcher.errors import ProbeFailed
-from launcher.model import HomeMode, WorkspaceMode
+from launcher.model import HomeMode, NetworkMode, WorkspaceMode
 from launcher.plan import Mount, MountKind
 from launcher.policy import load_policy
 from launcher.surfaces import GIT_READS
@@ -59,6 +59,7 @@ def root_owned(c, ws, mode):
 
 # check id -> how to take its protection away: f(container spec, workspace, scratch dir)
 TAMPERS = {
+    "kernel.runtime": lambda c, ws, tmp: replace(c, runtime=runtimes.GVISOR[NetworkMode.NONE][0]),
     "identity.uid": lambda c, ws, tmp: replace(c, user="1001:1000"),
     "identity.gid": lambda c, ws, tmp: replace(c, user="1000:1001"),
     "identity.groups": lambda c, ws, tmp: replace(c, group_add=("0",)),

@@ -65,6 +65,7 @@ def to_compose(plan: LaunchPlan) -> dict:
         "working_dir": c.working_dir, "environment": {k: _text(v) for k, v in c.env},
         "labels": {k: _text(v) for k, v in c.labels}, "read_only": c.read_only_root,
         "cap_drop": list(c.cap_drop), **({"cap_add": list(c.cap_add)} if c.cap_add else {}),
+        **({"runtime": c.runtime} if c.runtime != "runc" else {}),   # compose file format 2.x has runtime
         "security_opt": list(c.security_opt), "pids_limit": c.pids_limit,
         "mem_limit": c.memory_bytes, "memswap_limit": c.memory_bytes, "cpus": c.nano_cpus / 1e9,
         "volumes": [_mount(m) for m in c.mounts if not m.owned_tmpfs],
