@@ -27,6 +27,18 @@ def engine_name(runtime: Runtime, mode: NetworkMode) -> str:
     return GVISOR[mode][0] if runtime is Runtime.GVISOR else "runc"
 
 
+# Under gVisor the host's pids cgroup counts the sandbox's host threads: gVisor's own (its Go
+# runtime, and one per agent thread on the ptrace platform), not the agent's processes. Measured
+# here: 289 for the selftest's shell matrix under runsc, where runc needs a handful; at the limit
+# the whole sandbox ends (exit 2), it never gets past it. The policy's number is added to this.
+GVISOR_THREADS = 1024
+
+
+def host_pids(runtime: Runtime, pids: int) -> int:
+    """The engine's PidsLimit for a policy's limits.pids under `runtime`."""
+    return pids + GVISOR_THREADS if runtime is Runtime.GVISOR else pids
+
+
 def kernel(runtime: Runtime) -> str:
     """The probe's `kernel=` expectation."""
     return "gvisor" if runtime is Runtime.GVISOR else "host"

@@ -159,7 +159,7 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
         mode = stack.load_base(ref).policy.network.mode.value
         if mode == "proxy" and internet is None:
             raise SandboxError("proxy mode needs the test network")
-        cases = cases_for(mode)
+        cases = cases_for(mode, stack.load_base(ref).policy.runtime.value)
         network = internet.network if mode == "proxy" else None
         probe = _plan(ref, workspace, ("true",), network)
         params = {
