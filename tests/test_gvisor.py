@@ -165,3 +165,18 @@ def test_sandbox_run_with_the_gvisor_preset(gvisor, workspace):
                          capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr
     assert "probe passed" in out.stderr and out.stdout.startswith("Linux version")
+
+
+@pytest.mark.parametrize("bomb", ["fork", "memory"])
+def test_the_bombs_the_selftest_does_not_run_inside_gvisor_are_bounded(gvisor, workspace, bomb):
+    """limits.fork_bomb and limits.memory_bomb (launcher/selftest/cases.py NOT_UNDER_GVISOR): the
+    limits hold the whole sandbox on the host's side; past them the sandbox ends, it never runs on."""
+    bb = "/.sandbox/probe/busybox"
+    body = {"fork": f"i=0; while [ $i -lt 4000 ]; do {bb} sleep 60 & i=$((i+1)); done; echo BOMB-DONE $i",
+            "memory": f"{bb} head -c 3221225472 /dev/zero | {bb} tail >/dev/null; echo BOMB-DONE $?"}[bomb]
+    listener = Recorder()
+    outcome = launch.run(gvisor, gvisor_plan(workspace, command=(bb, "sh", "-c", body)), listener)
+    assert outcome.probe.ok and not outcome.timed_out
+    done = [line for line in listener.out.decode().splitlines() if line.startswith("BOMB-DONE")]
+    assert outcome.exit_code != 0 or done in ([], ["BOMB-DONE 137"]), (outcome.exit_code, listener.out[-300:])
+    assert gvisor.list(f"dev.sandbox.workspace={workspace}") == []

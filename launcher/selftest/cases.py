@@ -245,7 +245,8 @@ head -c $((size + 1048576)) /dev/zero >"$f" 2>/dev/null; got=$("$BB" stat -c %s 
 
 NETWORK = [
     _c("net.interfaces", "none: only lo; proxy: lo and one", r'''
-i=$(ls /sys/class/net | tr '\n' ' '); n=$(ls /sys/class/net | grep -vc '^lo$')
+l=$("$BB" ls /sys/class/net 2>&1) || { error "cannot list /sys/class/net: $l"; exit; }
+i=$(printf '%s\n' "$l" | tr '\n' ' '); n=$(printf '%s\n' "$l" | grep -vc '^lo$')
 want=0; [ "$MODE" = proxy ] && want=1
 [ "$n" = "$want" ] && ok "$i" || escaped "interfaces: $i"'''),
     _c("net.ipv6", "no IPv6 route or address beyond lo", r'''
