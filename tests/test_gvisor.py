@@ -4,6 +4,7 @@ the inspect comparison. In CI (CI=true) these fail when runsc is not registered:
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -180,3 +181,13 @@ def test_the_bombs_the_selftest_does_not_run_inside_gvisor_are_bounded(gvisor, w
     done = [line for line in listener.out.decode().splitlines() if line.startswith("BOMB-DONE")]
     assert outcome.exit_code != 0 or done in ([], ["BOMB-DONE 137"]), (outcome.exit_code, listener.out[-300:])
     assert gvisor.list(f"dev.sandbox.workspace={workspace}") == []
+
+
+def test_sandbox_doctor_reports_gvisor_and_fix_is_a_no_op_once_registered(gvisor):
+    before = gvisor.info()["Runtimes"]
+    out = subprocess.run([sys.executable, "-m", "launcher", "doctor", "--fix", "--json"], capture_output=True,
+                         text=True, timeout=120)
+    assert "the engine has sandbox-runsc, sandbox-runsc-hostinet" in out.stderr and "registered " not in out.stderr
+    found = {f["check"]: f for f in json.loads(out.stdout)}
+    assert found["gvisor"]["status"] == "ok" and "sandbox-runsc" in found["gvisor"]["detail"]
+    assert gvisor.info()["Runtimes"] == before

@@ -20,7 +20,7 @@ from fakes import Recorder
 from launcher import checks, host, images, launch, runtimes
 from launcher.compiler import compile_policy
 from launcher.errors import ProbeFailed
-from launcher.model import HomeMode, NetworkMode, WorkspaceMode
+from launcher.model import HomeMode, NetworkMode, Runtime, WorkspaceMode
 from launcher.plan import Mount, MountKind
 from launcher.policy import load_policy
 from launcher.surfaces import GIT_READS
@@ -121,6 +121,10 @@ def test_the_untampered_plan_passes_and_every_check_has_a_tamper(engine, workspa
 
 @pytest.mark.parametrize("check", list(TAMPERS))
 def test_tampered_protection_fails_its_check_and_the_agent_never_runs(engine, workspace, tmp_path, check, probe_only):
+    if check == "kernel.runtime" and runtimes.missing(engine.info(), Runtime.GVISOR, NetworkMode.NONE):
+        if os.environ.get("CI", "").lower() in ("1", "true"):
+            pytest.fail("CI=true and gVisor is not registered: .ci/run runs `sandbox doctor --fix`")
+        pytest.skip("the tamper runs a runc plan under gVisor: `sandbox doctor --fix` registers it")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     plan = plan_for(workspace)
