@@ -7,7 +7,7 @@ import enum
 from dataclasses import dataclass
 
 from launcher.layers import FIELDS, Effective
-from launcher.model import NetworkMode
+from launcher.model import NetworkMode, Runtime
 from launcher.targets import TARGETS
 
 
@@ -108,6 +108,11 @@ ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
                         note="the environment is built from nothing; the probe proves no secret-shaped variable"),
     ("env.set", ""): E(mechanism="--env NAME=VALUE", component=Component.LAUNCHER, checks=("env.secrets", "env.runtime")),
     ("limits.pids", ""): E(mechanism="--pids-limit", component=Component.CGROUP, checks=("limits.pids",)),
+    ("limits.pids", "gvisor"): E(mechanism="--pids-limit PIDS+1024 (gVisor's own host threads)", component=Component.CGROUP,
+                                 checks=("limits.pids",), note="counts the sandbox's host threads: at the limit the "
+                                 "whole sandbox ends; compared outside (no cgroup file inside gVisor)"),
+    ("limits.memory", "gvisor"): E(mechanism="--memory, --memory-swap; gVisor sizes its memory to it",
+                                   component=Component.CGROUP, checks=("limits.memory",)),
     ("limits.memory", ""): E(mechanism="--memory, --memory-swap (same value)", component=Component.CGROUP,
                              checks=("limits.memory",)),
     ("limits.cpus", ""): E(mechanism="--cpus (CFS quota)", component=Component.CGROUP, checks=()),
@@ -205,7 +210,7 @@ def _variant(field: str, eff: Effective) -> str:
         return getattr(eff.policy.workspace, field.split(".")[1]).value
     if field == "home.mode":
         return eff.policy.home.mode.value
-    if field == "runtime":
+    if field in ("runtime", "limits.pids", "limits.memory"):
         return eff.policy.runtime.value
     return ""
 
@@ -234,9 +239,23 @@ def rows(eff: Effective, target: str = "run") -> tuple[Row, ...]:
                  for f in FIELDS)
 
 
-def always(target: str = "run") -> tuple[tuple[str, Enforcement], ...]:
-    """The ALWAYS rows, then the launcher's own protections, as `target` has them."""
-    return ALWAYS + tuple((name, cells[target]) for name, cells in BY_TARGET.items() if name not in FIELDS)
+# Under runtime: gvisor, gVisor's kernel is (also) what enforces these.
+UNDER_GVISOR: dict[str, Enforcement] = {
+    "no new privileges": E(mechanism="runsc sets no_new_privs on every process (and --security-opt no-new-privileges)",
+                           component=Component.GVISOR, checks=("nnp",)),
+    "system call filter": E(mechanism="gVisor's kernel serves every system call; Docker's seccomp profile inside "
+                                      "it (runsc --oci-seccomp)", component=Component.GVISOR,
+                            checks=("seccomp.mode", "seccomp.unshare")),
+    "no devices": E(mechanism="never --device; gVisor emulates the few nodes it has, none reaches the host",
+                    component=Component.GVISOR, checks=("dev.nodes",)),
+}
+
+
+def always(target: str = "run", runtime: Runtime = Runtime.RUNC) -> tuple[tuple[str, Enforcement], ...]:
+    """The ALWAYS rows (gVisor's where it enforces them), then the launcher's own protections, as
+    `target` has them."""
+    rows_ = tuple((name, UNDER_GVISOR.get(name, e) if runtime is Runtime.GVISOR else e) for name, e in ALWAYS)
+    return rows_ + tuple((name, cells[target]) for name, cells in BY_TARGET.items() if name not in FIELDS)
 
 
 def checks_named() -> set[str]:
@@ -253,7 +272,7 @@ def to_json(eff: Effective, target: str = "run") -> dict:
         "layers": [{"kind": layer.kind.value, "file": layer.file, "sha256": layer.digest} for layer in eff.layers],
         "fields": [one(r.field, r.enforcement, value=r.value, decided_by=r.decided_by, flags=list(r.flags))
                    for r in rows(eff, target)],
-        "always": [one(name, e) for name, e in always(target)],
+        "always": [one(name, e) for name, e in always(target, eff.policy.runtime)],
         "target": target,
         "not_enforced_here": [{"field": name, "why": why} for name, why in not_enforced(target)],
         "proxy_mode": eff.policy.network.mode is NetworkMode.PROXY,
@@ -270,7 +289,7 @@ def render(eff: Effective, markdown: bool = False, target: str = "run") -> str:
     body = [(r.field, _clip(r.value, 36), r.enforcement.mechanism, r.enforcement.component.value,
              ", ".join(r.enforcement.checks) or "-", ", ".join(r.flags)) for r in rows(eff, target)]
     body += [(f"({name})", "always", e.mechanism, e.component.value, ", ".join(e.checks) or "-",
-              "NOT ENFORCED" if e.component is Component.NOTHING else "") for name, e in always(target)]
+              "NOT ENFORCED" if e.component is Component.NOTHING else "") for name, e in always(target, eff.policy.runtime)]
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]

@@ -131,3 +131,15 @@ def test_lint_warns_that_proxy_mode_under_gvisor_uses_the_host_network_stack(tmp
     path.write_text("version: 1\nname: p\ndescription: d\nruntime: gvisor\nnetwork: {mode: proxy, allow: [a.test]}\n")
     found = [f for f in lint.check((str(path),), str(tmp_path))[0] if f.code == "gvisor-hostinet"]
     assert len(found) == 1 and found[0].path == "runtime"
+
+
+def test_explain_names_gvisor_where_it_enforces():
+    from launcher import explain
+
+    gv = stack.load_base("untrusted-gvisor")
+    row = {r.field: r for r in explain.rows(gv)}["runtime"]
+    assert row.enforcement.component is explain.Component.GVISOR and row.enforcement.checks == ("kernel.runtime",)
+    under = dict(explain.always("run", gv.policy.runtime))
+    assert under["system call filter"].component is explain.Component.GVISOR
+    runc = dict(explain.always("run", stack.load_base("untrusted").policy.runtime))
+    assert runc["system call filter"].component is explain.Component.SECCOMP
