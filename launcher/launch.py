@@ -242,7 +242,10 @@ def require_runtime(engine: Engine, plan: LaunchPlan) -> None:
     if name == "runc":
         return
     found = runtimes.registered(engine.info()).get(name)
-    want = next(args for n, args in runtimes.GVISOR.values() if n == name)
+    want = next((args for n, args in runtimes.GVISOR.values() if n == name), None)
+    if want is None:
+        raise EngineError(f"the plan names runtime {name}, which the launcher does not know (runc, "
+                          f"{', '.join(n for n, _ in runtimes.GVISOR.values())})")
     if found is None or tuple(found.get("runtimeArgs") or ()) != want:
         what = "has no runtime" if found is None else f"has other arguments ({' '.join(found.get('runtimeArgs') or ()) or 'none'}) for"
         raise EngineError(f"the policy says runtime: gvisor, and the engine {what} {name} (gVisor's runsc with "
