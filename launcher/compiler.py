@@ -217,6 +217,8 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
                                     hint="remove it; a link there could redirect a read-only mount"))
     cas, ca_problems = _ca_bundles(policy, host)
     problems += ca_problems
+    problems += [Problem(file=file, path=p, expected=e, found=f, hint=h) for p, e, f, h in
+                 runtimes.refusals(policy.runtime, policy.capabilities)]
     if problems:
         raise PolicyError(problems)
 

@@ -44,6 +44,15 @@ def kernel(runtime: Runtime) -> str:
     return "gvisor" if runtime is Runtime.GVISOR else "host"
 
 
+def refusals(runtime: Runtime, capabilities: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
+    """(path, expected, found, hint) for what `runtime` cannot give the policy."""
+    if runtime is Runtime.GVISOR and "NET_RAW" in capabilities:
+        return [(f"capabilities[{capabilities.index('NET_RAW')}]", "a capability gVisor keeps", "NET_RAW",
+                 "runsc drops NET_RAW from every container (raw sockets off without --net-raw), so the probe's "
+                 "caps.bnd would fail: leave it out, or use runtime: runc")]
+    return []
+
+
 def registration(runsc: str) -> dict[str, dict]:
     """daemon.json "runtimes" entries for gVisor, with the runsc binary at `runsc`."""
     return {name: {"path": runsc, "runtimeArgs": list(args)} for name, args in GVISOR.values()}

@@ -143,3 +143,11 @@ def test_explain_names_gvisor_where_it_enforces():
     assert under["system call filter"].component is explain.Component.GVISOR
     runc = dict(explain.always("run", stack.load_base("untrusted").policy.runtime))
     assert runc["system call filter"].component is explain.Component.SECCOMP
+
+
+def test_net_raw_under_gvisor_is_refused_at_compile():
+    policy = parse_policy(BASE + b"runtime: gvisor\ncapabilities: [CHOWN, NET_RAW]\n", "p.yaml")
+    with pytest.raises(PolicyError) as info:
+        compile_policy(policy, fake_facts())
+    assert info.value.problems[0].path == "capabilities[1]" and "net-raw" in info.value.problems[0].hint
+    compile_policy(parse_policy(BASE + b"capabilities: [NET_RAW]\n", "p.yaml"), fake_facts())   # runc: fine
