@@ -191,3 +191,12 @@ def test_sandbox_doctor_reports_gvisor_and_fix_is_a_no_op_once_registered(gvisor
     found = {f["check"]: f for f in json.loads(out.stdout)}
     assert found["gvisor"]["status"] == "ok" and "sandbox-runsc" in found["gvisor"]["detail"]
     assert gvisor.info()["Runtimes"] == before
+
+
+def test_describe_gives_the_attestation_the_engine_name_and_version(gvisor):
+    gv = runtimes.describe(gvisor, Runtime.GVISOR, NetworkMode.NONE)
+    assert gv.registered and gv.name == NONE_NAME and gv.path and gv.version and gv.args == runtimes.GVISOR[NetworkMode.NONE][1]
+    proxy = runtimes.describe(gvisor, Runtime.GVISOR, NetworkMode.PROXY)
+    assert proxy.name == "sandbox-runsc-hostinet" and proxy.version == gv.version
+    runc = runtimes.describe(gvisor, Runtime.RUNC)
+    assert runc.name == "runc" and runc.version and runc.registered
