@@ -341,7 +341,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         # name to the sandbox's own loopback, where nothing answers: no DNS channel out.
         dns=("127.0.0.1",) if proxy else (), runtime=runtimes.engine_name(policy.runtime, policy.network.mode),
         read_only_root=True, cap_drop=("ALL",), cap_add=policy.capabilities,
-        security_opt=("no-new-privileges",), pids_limit=runtimes.host_pids(policy.runtime, policy.limits.pids),
+        security_opt=runtimes.security_opt(policy.runtime), pids_limit=runtimes.host_pids(policy.runtime, policy.limits.pids),
         memory_bytes=policy.limits.memory_bytes, nano_cpus=int(policy.limits.cpus * 1e9),
         labels=tuple(sorted(labels.items())), hostname="sandbox",
     )

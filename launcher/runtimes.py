@@ -3,7 +3,9 @@ what the probe expects of the kernel it runs on, and what the engine reports abo
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from launcher.model import NetworkMode, Runtime
 
@@ -20,6 +22,39 @@ GVISOR = {
     # to the proxy, nothing else): the network half is as under runc, the rest stays gVisor's.
     NetworkMode.PROXY: ("sandbox-runsc-hostinet", ("--network=host", "--oci-seccomp")),
 }
+
+
+# The system-call filter of a gVisor sandbox (runsc applies it inside with --oci-seccomp). Not
+# Docker's default profile: this runsc ignores a rule's errnoRet, so that profile's clone3 rule
+# answers EPERM instead of ENOSYS and glibc then never falls back to clone: no thread could start
+# (Python: "can't start new thread"; curl: "getaddrinfo() thread failed to start"). Everything is
+# allowed that gVisor's own kernel serves (what it lacks answers ENOSYS, clone3 included), except
+# what makes namespaces, mounts, keys, tracing, BPF and kernel modules, and clone with a
+# namespace flag: refused with EPERM (the probe's seccomp.unshare proves it).
+_DENIED = ("unshare setns mount umount2 pivot_root chroot fsopen fsmount fsconfig fspick move_mount open_tree "
+           "mount_setattr keyctl add_key request_key bpf ptrace process_vm_readv process_vm_writev perf_event_open "
+           "kexec_load kexec_file_load init_module finit_module delete_module create_module open_by_handle_at "
+           "name_to_handle_at userfaultfd reboot swapon swapoff syslog acct settimeofday clock_settime adjtimex "
+           "clock_adjtime quotactl lookup_dcookie vhangup iopl ioperm personality uselib nfsservctl").split()
+_CLONE_NEW = (0x20000, 0x80, 0x2000000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000)
+GVISOR_SECCOMP = json.dumps({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+    {"names": _DENIED, "action": "SCMP_ACT_ERRNO"},
+    *({"names": ["clone"], "action": "SCMP_ACT_ERRNO",   # flags (arg 0) with that namespace bit set
+       "args": [{"index": 0, "value": bit, "valueTwo": bit, "op": "SCMP_CMP_MASKED_EQ"}]} for bit in _CLONE_NEW)]},
+    separators=(",", ":"))
+# The same profile as a file, for the targets another tool launches (the docker CLI and compose read
+# a file): tests/test_runtimes.py keeps it equal to GVISOR_SECCOMP.
+GVISOR_SECCOMP_FILE = str(Path(__file__).with_name("gvisor-seccomp.json"))
+
+
+def security_opt(runtime: Runtime) -> tuple[str, ...]:
+    """HostConfig.SecurityOpt of a sandbox under `runtime` (Docker's default seccomp profile for runc)."""
+    return ("no-new-privileges",) + ((f"seccomp={GVISOR_SECCOMP}",) if runtime is Runtime.GVISOR else ())
+
+
+def as_file(option: str) -> str:
+    """A SecurityOpt entry as the docker CLI and compose take it: an inline profile by its file."""
+    return f"seccomp={GVISOR_SECCOMP_FILE}" if option == f"seccomp={GVISOR_SECCOMP}" else option
 
 
 def engine_name(runtime: Runtime, mode: NetworkMode) -> str:

@@ -200,3 +200,14 @@ def test_describe_gives_the_attestation_the_engine_name_and_version(gvisor):
     assert proxy.name == "sandbox-runsc-hostinet" and proxy.version == gv.version
     runc = runtimes.describe(gvisor, Runtime.RUNC)
     assert runc.name == "runc" and runc.version and runc.registered
+
+
+def test_threads_start_under_gvisor_and_the_filter_still_refuses_namespaces(gvisor, workspace):
+    """Docker's default profile under this runsc made clone3 answer EPERM (its errnoRet ignored), so
+    no thread could start: the gVisor profile (runtimes.GVISOR_SECCOMP) lets gVisor answer ENOSYS."""
+    code = ("import threading, ctypes, os; t = threading.Thread(target=print, args=('THREAD-OK',)); t.start(); t.join(); "
+            "print('UNSHARE', ctypes.CDLL(None, use_errno=True).unshare(0x10000000), ctypes.get_errno())")
+    listener = Recorder()
+    outcome = launch.run(gvisor, gvisor_plan(workspace, command=("python3", "-c", code)), listener)
+    assert outcome.probe.ok and outcome.exit_code == 0, listener.out
+    assert b"THREAD-OK" in listener.out and b"UNSHARE -1 1" in listener.out   # EPERM

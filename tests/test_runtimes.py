@@ -151,3 +151,19 @@ def test_net_raw_under_gvisor_is_refused_at_compile():
         compile_policy(policy, fake_facts())
     assert info.value.problems[0].path == "capabilities[1]" and "net-raw" in info.value.problems[0].hint
     compile_policy(parse_policy(BASE + b"capabilities: [NET_RAW]\n", "p.yaml"), fake_facts())   # runc: fine
+
+
+def test_the_gvisor_seccomp_profile_file_is_the_inline_one_and_targets_use_the_file():
+    from pathlib import Path
+
+    assert Path(runtimes.GVISOR_SECCOMP_FILE).read_text() == runtimes.GVISOR_SECCOMP + "\n"
+    plan = compile_policy(parse_policy(BASE + b"runtime: gvisor\n", "p.yaml"), fake_facts())
+    assert f"seccomp={runtimes.GVISOR_SECCOMP}" in plan.container.security_opt
+    assert f"--security-opt=seccomp={runtimes.GVISOR_SECCOMP_FILE}" in argv.to_argv(plan)
+    assert compose.to_compose(plan)["services"]["sandbox"]["security_opt"] == [
+        "no-new-privileges", f"seccomp={runtimes.GVISOR_SECCOMP_FILE}"]
+    profile = json.loads(runtimes.GVISOR_SECCOMP)
+    assert profile["defaultAction"] == "SCMP_ACT_ALLOW" and {"unshare", "setns", "mount", "keyctl", "bpf", "ptrace"} <= \
+        set(profile["syscalls"][0]["names"])
+    runc = compile_policy(parse_policy(BASE, "p.yaml"), fake_facts())
+    assert runc.container.security_opt == ("no-new-privileges",)   # Docker's own default profile

@@ -8,6 +8,7 @@ from dataclasses import asdict, is_dataclass
 
 from launcher.plan import LaunchPlan, Mount, MountKind
 from launcher.egress.squid import proxy_env
+from launcher.runtimes import as_file
 
 
 def _plain(value):
@@ -68,7 +69,7 @@ def to_argv(plan: LaunchPlan) -> list[str]:
     if c.read_only_root:
         argv.append("--read-only")
     argv += [f"--cap-drop={cap}" for cap in c.cap_drop] + [f"--cap-add={cap}" for cap in c.cap_add]
-    argv += [f"--security-opt={opt}" for opt in c.security_opt]
+    argv += [f"--security-opt={as_file(opt)}" for opt in c.security_opt]
     if c.pids_limit:
         argv += ["--pids-limit", str(c.pids_limit)]
     if c.memory_bytes:
