@@ -243,8 +243,8 @@ def rows(eff: Effective, target: str = "run") -> tuple[Row, ...]:
 UNDER_GVISOR: dict[str, Enforcement] = {
     "no new privileges": E(mechanism="runsc sets no_new_privs on every process (and --security-opt no-new-privileges)",
                            component=Component.GVISOR, checks=("nnp",)),
-    "system call filter": E(mechanism="gVisor's kernel serves every system call; Docker's seccomp profile inside "
-                                      "it (runsc --oci-seccomp)", component=Component.GVISOR,
+    "system call filter": E(mechanism="gVisor's kernel serves every system call; launcher/gvisor-seccomp.json "
+                                      "inside it (runsc --oci-seccomp)", component=Component.GVISOR,
                             checks=("seccomp.mode", "seccomp.unshare")),
     "no devices": E(mechanism="never --device; gVisor emulates the few nodes it has, none reaches the host",
                     component=Component.GVISOR, checks=("dev.nodes",)),

@@ -64,7 +64,7 @@ def test_the_probe_passes_under_gvisor_and_sees_gvisors_kernel(gvisor, workspace
     assert outcome.probe.ok and outcome.exit_code == 0
     checks = {c.id: c for c in outcome.probe.checks}
     assert checks["kernel.runtime"].observed.startswith("gvisor: Linux version")
-    assert checks["seccomp.mode"].observed == "2"   # runsc --oci-seccomp applies Docker's profile inside
+    assert checks["seccomp.mode"].observed == "2"   # runsc --oci-seccomp applies the gVisor profile inside
     if mode is WorkspaceMode.BIND:
         assert (workspace / MARKER).exists()
 
