@@ -167,3 +167,30 @@ def test_the_gvisor_seccomp_profile_file_is_the_inline_one_and_targets_use_the_f
         set(profile["syscalls"][0]["names"])
     runc = compile_policy(parse_policy(BASE, "p.yaml"), fake_facts())
     assert runc.container.security_opt == ("no-new-privileges",)   # Docker's own default profile
+
+
+@pytest.mark.parametrize("ci", [False, True])
+def test_the_default_selftest_skips_a_gvisor_preset_without_gvisor_except_in_ci(monkeypatch, ci):
+    from launcher.selftest import runner, testnet
+
+    class NoGvisor:
+        def info(self):
+            return {"Runtimes": {"runc": {"path": "runc"}}}
+
+    class Net:
+        network, canary_ip = "n", ""
+
+        def __init__(self, *args):
+            pass
+
+        def close(self):
+            pass
+
+    ran, said = [], []
+    monkeypatch.setattr(runner.images, "ensure_for", lambda *a, **k: None)
+    monkeypatch.setattr(runner.host, "in_ci", lambda: ci)
+    monkeypatch.setattr(testnet, "Internet", Net)
+    monkeypatch.setattr(runner, "run_preset", lambda engine, ref, **kw: ran.append(ref))
+    runner.run(NoGvisor(), (), said.append)
+    assert ("untrusted-gvisor" in ran) is ci and "untrusted" in ran
+    assert any("skipping untrusted-gvisor" in m for m in said) is not ci
