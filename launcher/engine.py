@@ -80,6 +80,12 @@ class Engine:
         with _mapped(f"inspecting image {ref}"):
             return self.client.api.inspect_image(ref)["Config"].get("Labels") or {}
 
+    def image_digests(self, ref: str) -> dict:
+        """The image's ID (the digest of its config) and its registry digests, if any."""
+        with _mapped(f"inspecting image {ref}"):
+            attrs = self.client.api.inspect_image(ref)
+        return {"id": attrs.get("Id", ""), "repo_digests": list(attrs.get("RepoDigests") or [])}
+
     def image_env(self, ref: str) -> list[str]:
         with _mapped(f"inspecting image {ref}"):
             return self.client.api.inspect_image(ref)["Config"].get("Env") or []

@@ -10,6 +10,7 @@ class ExitCode:
 
     OK = 0
     USAGE = 2
+    ATTESTATION_INVALID = 118   # `sandbox verify-attestation`: a digest does not match; `run --attest`: not written
     COPY_CONFLICT = 119      # `sandbox apply`: the host tree changed where the agent's changes go; nothing written
     POLICY_INVALID = 120
     ENGINE = 121
@@ -79,6 +80,12 @@ class CopyConflict(SandboxError):
     def __init__(self, message: str, conflicts: tuple[str, ...] = ()):
         self.conflicts = conflicts
         super().__init__(message)
+
+
+class AttestationInvalid(SandboxError):
+    """An attestation record that does not match its own digests, or that could not be written."""
+
+    exit_code = ExitCode.ATTESTATION_INVALID
 
 
 class AgentTimeout(SandboxError):

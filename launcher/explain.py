@@ -171,24 +171,32 @@ BY_TARGET: dict[str, dict[str, Enforcement]] = {
                           checks=()),
         "argv": _not("`docker run` has no lifetime limit and the agent is PID 1; stop it yourself"),
         "compose": _not("compose has no lifetime limit and the agent is PID 1; stop it yourself"),
+        "kubernetes": _not("the Pod's activeDeadlineSeconds asks the kubelet to end it, but nothing here proves "
+                           "that (podman kube play ignores it)"),
     },
     "docker inspect matches the plan": {
         **{t: E(mechanism="compared before start; a difference refuses it (exit 122)", component=Component.LAUNCHER,
                 checks=()) for t in _LAUNCHER_ONLY},
         **{t: _not("another tool creates the container; the probe still checks what it can see")
            for t in ("argv", "compose", "devcontainer")},
+        "kubernetes": _not("nothing compares the created Pod with the plan; the probe still checks what it can see, "
+                           "and a namespace that enforces the restricted Pod Security level refuses a laxer Pod"),
     },
     "bind sources unchanged since compile": {
         **{t: E(mechanism="re-resolved just before start", component=Component.LAUNCHER, checks=("mounts.workspace",))
            for t in _LAUNCHER_ONLY},
         **{t: _not("a path swapped for a symlink after the files were written is mounted as it is then")
            for t in ("argv", "compose", "devcontainer")},
+        "kubernetes": _not("the workspace is a claim: its content when the Pod starts decides which protected paths "
+                           "exist; they were compiled from the local tree"),
     },
     "surface report (files host tools run)": {
         "run": E(mechanism="compared after the run (exit 123 under CI)", component=Component.LAUNCHER, checks=()),
         "up": E(mechanism="compared on `sandbox down` (exit 123 under CI)", component=Component.LAUNCHER, checks=()),
         **{t: _not("no launcher runs afterwards: nothing reports what the agent planted (still read-only: "
                    "workspace.protect, workspace.git)") for t in ("argv", "compose", "devcontainer")},
+        "kubernetes": _not("no launcher runs afterwards: whoever reads the claim back must treat it as untrusted "
+                           "(workspace.protect still holds in the Pod)"),
     },
 }
 

@@ -90,15 +90,19 @@ class _Output:
         return parse_probe(buffer.decode(errors="replace").splitlines()), b"", errors
 
 
-def create_verified(engine: Engine, plan: LaunchPlan) -> str:
-    """Create the container and refuse it unless `docker inspect` agrees with the plan."""
+def create_verified(engine: Engine, plan: LaunchPlan, listener: Listener | None = None) -> str:
+    """Create the container and refuse it unless `docker inspect` agrees with the plan (a listener
+    with a `compared` method, such as the attestation's recorder, is told the result either way)."""
     spec = plan.container
     ref = engine.create(spec)
     try:
-        diffs = compare_inspect(spec, engine.inspect(ref), engine.image_env(spec.image))
+        attrs = engine.inspect(ref)
+        diffs = compare_inspect(spec, attrs, engine.image_env(spec.image))
         for mount in spec.mounts:
             if mount.kind is MountKind.BIND and not host.bind_source_intact(mount.source):
                 diffs.append(f"bind source {mount.source} changed or vanished since it was checked")
+        if hasattr(listener, "compared"):
+            listener.compared(attrs, diffs)
         if diffs:
             raise ProbeFailed("the created container does not match the plan:\n  " + "\n  ".join(diffs))
     except BaseException as primary:
@@ -175,7 +179,7 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener) -> tu
         workspace = dict(plan.container.labels)[label.WORKSPACE]
         with workspaces.locked(workspace):   # no placeholder of this workspace goes while we mount it
             workspaces.register(workspace, plan.placeholders)
-            ref = create_verified(engine, plan)
+            ref = create_verified(engine, plan, listener)
             output = _Output(engine, ref)  # attach first: output written before attaching can be lost
             engine.start(ref)
         report, rest, errors = output.read_probe(PROBE_TIMEOUT)

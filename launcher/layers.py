@@ -335,14 +335,18 @@ def combine(base: Policy, layers: Sequence[Layer], *, prior: Effective | None = 
         steps.append(policy)
     file_layers = [layer for layer in all_layers if layer.digest and layer.values]   # an empty layer changes nothing
     if len(file_layers) > 1:
-        text = "\n".join(f"{layer.kind.value}:{layer.digest}" for layer in file_layers)
-        policy = replace(policy, digest=hashlib.sha256(text.encode()).hexdigest())
+        policy = replace(policy, digest=layers_digest([(layer.kind.value, layer.digest) for layer in file_layers]))
     steps[-1] = policy
     decisions = tuple(Decision(field=f, rule=FIELDS[f][1], value=show(f, get(policy, f)), decided_by=deciders[f],
                                set_by=tuple(setters[f])) for f in FIELDS)
     earlier = prior.notes if prior is not None else ()
     return Effective(policy=policy, layers=all_layers, decisions=decisions, steps=tuple(steps),
                      notes=earlier + tuple(notes)), problems
+
+
+def layers_digest(pairs: Sequence[tuple[str, str]]) -> str:
+    """The policy digest of several file layers: SHA-256 of their `kind:digest` lines, in order."""
+    return hashlib.sha256("\n".join(f"{kind}:{digest}" for kind, digest in pairs).encode()).hexdigest()
 
 
 def effective(base: Policy, layers: Sequence[Layer], *, prior: Effective | None = None,

@@ -11,7 +11,7 @@ import traceback
 import click
 
 from launcher import __version__
-from launcher.cli import agents, copies, launch, manage, output, policy, selftest, team
+from launcher.cli import agents, attest, copies, launch, manage, output, policy, selftest, team
 from launcher.errors import ExitCode, SandboxError, Terminated, secondary_failures
 
 _DEBUG = "sandbox.debug"
@@ -77,6 +77,7 @@ def main() -> None:
 
     \b
     Exit codes: the agent's own code, or
+      118 `sandbox verify-attestation`: a digest does not match (`run --attest`: record not written)
       119 `sandbox apply`: the host tree changed where the agent's changes go (nothing written)
       120 policy or input refused   121 engine unavailable / launch failed
       122 probe failed (the sandbox did not take effect; the agent never ran)
@@ -92,6 +93,6 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-for _module in (policy, launch, copies, agents, manage, team, selftest):
+for _module in (policy, launch, copies, agents, manage, team, selftest, attest):
     for _command in _module.COMMANDS:
         main.add_command(_command)

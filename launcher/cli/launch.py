@@ -11,6 +11,7 @@ import time
 import click
 
 from launcher.cli import output
+from launcher.cli.attest import attest_option
 from launcher.cli.options import (POLICY_HELP, agent_choice, agent_options, duration, egress_options, layer_options,
                                   plan, strict_option)
 from launcher.errors import ExitCode, SandboxError, Terminated, secondary_failures
@@ -48,33 +49,37 @@ def _tell_copy(eng, name: str) -> None:
               "existing copy continues its work.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report on stdout (agent output goes to stderr).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the JSON report to this file.")
+@attest_option
 @strict_option
 @egress_options
 @agent_options
 @layer_options
 @click.argument("command", nargs=-1, required=True)
 def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_json: bool, report_path: str | None,
-        strict: bool, allow: tuple[str, ...], egress_network: str | None, command: tuple[str, ...]) -> None:
+        attest_path: str | None, strict: bool, allow: tuple[str, ...], egress_network: str | None,
+        command: tuple[str, ...]) -> None:
     """Run COMMAND as the agent in a fresh sandbox, then remove it.
 
     The probe runs first; if any check fails the command never starts. Output is streamed; the
     exit code is the agent's, or one of the codes in `sandbox --help`.
     """
     from launcher import baseline, host, launch
+    from launcher.cli import attest
     from launcher.targets import report
     from launcher.targets import summary
     from launcher.errors import ProbeFailed
 
     started, launch_plan, facts, probe, outcome, error, changes = time.monotonic(), None, None, None, None, None, ()
-    internal, notes = None, ()
+    internal, notes, planned, eng = None, (), None, None
     console = output.Console(agent_stdout=sys.stderr.buffer if as_json else None)
+    listener = attest.listener(console, attest_path)
     code, status = ExitCode.INTERNAL, "error"
     try:
         planned = plan(policy, workspace, command, timeout=timeout, allow=allow, egress_network=egress_network,
                        strict=strict, name=name)
         launch_plan, facts, notes = planned.plan, planned.facts, planned.layered.effective.notes
         eng = _engine_and_images(launch_plan, console)
-        outcome = launch.run(eng, launch_plan, console)
+        outcome = launch.run(eng, launch_plan, listener)
         probe = outcome.probe
         if outcome.timed_out:
             code, status = ExitCode.AGENT_TIMEOUT, "timeout"
@@ -96,12 +101,17 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
             if changes and (strict or host.in_ci()) and status in ("ok", "agent-failed", "timeout"):
                 code, status = ExitCode.SURFACES_CHANGED, "surfaces-changed"
         summary_path = host.step_summary_path()
-        if as_json or report_path or summary_path:
+        if as_json or report_path or summary_path or attest_path:
             text = "\n".join([str(error or "")] + [f"also: {m}" for m in secondary_failures(error)]).strip()
             data = report.build(status=status, exit_code=code, started=started, plan=launch_plan, probe=probe,
                                 changes=changes, layer_notes=notes, egress=outcome.egress if outcome else (),
                                 agent_exit=outcome.exit_code if outcome else None,
                                 timed_out=bool(outcome and outcome.timed_out), error=text)
+            if attest_path and planned:   # a record once there is a policy to attest; 118 if it cannot be written
+                unwritten = attest.record(attest_path, listener, planned, eng, data)
+                if unwritten:
+                    output.error(unwritten)
+                    code = ExitCode.ATTESTATION_INVALID if status in ("ok", "agent-failed") else code
             if report_path:
                 report.write(report_path, data)
             if as_json:

@@ -10,7 +10,7 @@ import click
 from launcher.cli import output
 from launcher.cli.options import POLICY_HELP, agent_options, egress_options, layer_options, plan, show_layers_option
 from launcher.errors import ExitCode
-from launcher.targets import FORMATS, TARGETS
+from launcher.targets import FORMAT_KIND, FORMATS, TARGETS
 
 
 @click.command()
@@ -18,18 +18,36 @@ from launcher.targets import FORMATS, TARGETS
 @click.option("--workspace", "-w", default=".", show_default=True, type=click.Path(file_okay=False),
               help="Host directory the agent works on.")
 @click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default="json", show_default=True,
-              help="json: the whole plan; argv: the equivalent `docker run` command; compose: a compose file.")
+              help="json: the whole plan; argv: the equivalent `docker run` command; compose: a compose file; "
+                   "kubernetes: NetworkPolicies, proxy and agent Pod for `kubectl apply`.")
+@click.option("--claim", default="sandbox-workspace", show_default=True,
+              help="kubernetes: the PersistentVolumeClaim that holds the workspace.")
+@click.option("--workspace-root", default="",
+              help="kubernetes: the claim's path on the node as the probe sees it (mountinfo root); default / "
+                   "(a whole-filesystem volume), for podman its named volume.")
+@click.option("--proxy-ip", default="10.96.0.200", show_default=True,
+              help="kubernetes: the proxy Service's fixed ClusterIP, inside the cluster's service range.")
+@click.option("--node", type=click.Choice(["kubelet", "podman"]), default="kubelet", show_default=True,
+              help="kubernetes: who runs the Pod; the probe expects the mounts that one makes.")
 @egress_options
 @agent_options
 @layer_options
 @show_layers_option
 @click.argument("command", nargs=-1)
-def compile(policy: str, workspace: str, fmt: str, allow: tuple[str, ...], egress_network: str | None,
-            command: tuple[str, ...]) -> None:
+def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: str, proxy_ip: str, node: str,
+            allow: tuple[str, ...], egress_network: str | None, command: tuple[str, ...]) -> None:
     """Compile a policy into a launch plan, without touching the Docker engine."""
     render, external = FORMATS[fmt]
-    launch_plan = plan(policy, workspace, command, kind="external" if external else "run", allow=allow,
-                       egress_network=egress_network).plan
+    kind = FORMAT_KIND.get(fmt, "external" if external else "run")
+    launch_plan = plan(policy, workspace, command, kind=kind, allow=allow, egress_network=egress_network).plan
+    if fmt == "kubernetes":
+        from launcher.targets.kubernetes import losses
+
+        text = render(launch_plan, claim=claim, workspace_root=workspace_root, proxy_ip=proxy_ip, node=node)
+        for name, why in losses(launch_plan, node=node):
+            output.status(f"warning: kubernetes does not enforce {name}: {why}")
+        click.echo(text, nl=False)
+        return
     if external:
         warn_not_enforced(fmt)
     click.echo(render(launch_plan), nl=False)

@@ -1,5 +1,6 @@
-"""Output targets of a LaunchPlan: the JSON plan, `docker run` argv, compose and devcontainer
-files, the run report and its step summary. FORMATS is what `sandbox compile --format` offers."""
+"""Output targets of a LaunchPlan: the JSON plan, `docker run` argv, compose, Kubernetes and
+devcontainer files, the run report and its step summary. FORMATS is what `sandbox compile --format`
+offers."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ if TYPE_CHECKING:   # imported by the CLI at start: only names here, the rendere
     from launcher.plan import LaunchPlan
 
 # How a sandbox comes to exist: launched by us (`run`, `up`; `exec` enters an `up` one), or by
-# another tool from the files we write (`compile --format argv|compose`, `sandbox devcontainer`).
-TARGETS = ("run", "up", "argv", "compose", "devcontainer")
+# another tool from the files we write (`compile --format argv|compose|kubernetes`, `sandbox devcontainer`).
+TARGETS = ("run", "up", "argv", "compose", "kubernetes", "devcontainer")
 
 
 def _json(plan: "LaunchPlan") -> str:
@@ -32,9 +33,19 @@ def _compose(plan: "LaunchPlan") -> str:
     return compose_text(plan)
 
 
+def _kubernetes(plan: "LaunchPlan", **options) -> str:
+    from launcher.targets.kubernetes import KubeOptions, kubernetes_text
+
+    return kubernetes_text(plan, KubeOptions(**options))
+
+
 # format -> (renderer, whether another tool launches it: labelled kind=external, which `gc` leaves alone)
 FORMATS: dict[str, tuple[Callable[["LaunchPlan"], str], bool]] = {
     "json": (_json, False),
     "argv": (_argv, True),
     "compose": (_compose, True),
+    "kubernetes": (_kubernetes, True),
 }
+# The compile's `kind` for a format whose sandbox is not an external Docker container: a Pod's
+# workspace is a claim, so copy mode (the claim is the copy) is not refused as for compose.
+FORMAT_KIND = {"kubernetes": "kubernetes"}

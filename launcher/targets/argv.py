@@ -11,20 +11,21 @@ from launcher.egress.squid import proxy_env
 from launcher.runtimes import as_file
 
 
-def _plain(value):
+def plain(value):
+    """A dataclass (enums, tuples) as JSON-ready dicts, lists and scalars."""
     if is_dataclass(value):
-        return {k: _plain(v) for k, v in asdict(value).items()}
+        return {k: plain(v) for k, v in asdict(value).items()}
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if isinstance(value, enum.Enum):
         return value.value
     return value
 
 
 def plan_to_dict(plan: LaunchPlan) -> dict:
-    data = _plain(plan)
+    data = plain(plan)
     data["container"]["env"] = dict(plan.container.env)
     data["container"]["labels"] = dict(plan.container.labels)
     return data

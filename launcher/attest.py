@@ -1,0 +1,291 @@
+"""The attestation record of a run (`sandbox run --attest FILE`): one in-toto Statement v1 whose
+predicate holds what the run was (policy, layers, images, engine, runtime, inspect, the run report).
+It is unsigned and says so; `verify` re-checks every digest it holds."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import tempfile
+from datetime import datetime, timezone
+
+from launcher import images
+from launcher.errors import AttestationInvalid, EngineError
+from launcher.layers import layers_digest
+from launcher.plan import LaunchPlan
+from launcher.targets.argv import plain
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://sandbox.dev/attestation/run/v1"
+UNSIGNED = ("unsigned: the digests catch accidents and naive edits, not a forger, who can recompute them; "
+            "only a signature (future work) says who wrote it")
+CONTENT_LIMIT = 1 << 20        # a layer file larger than this is named and digested, not embedded
+DOCKER_RUNTIME = {"runc": "runc", "gvisor": "runsc"}   # policy runtime -> the engine's runtime name
+
+
+def canonical(value) -> bytes:
+    """The bytes a digest is taken of: sorted keys, no whitespace, ASCII (as Python's json.dumps(value,
+    sort_keys=True, separators=(",", ":")) writes them; a file name that is not UTF-8 survives too)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def serialize(statement: dict) -> bytes:
+    """The one accepted file form (so that a whitespace or key-order edit is caught too)."""
+    return (json.dumps(statement, sort_keys=True, indent=2, ensure_ascii=True, allow_nan=False) + "\n").encode()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Recorder:
+    """A launch listener that passes everything on and keeps what only the launch sees: the
+    created container's `docker inspect`, compared with the plan."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.started_at = now()
+        self.inspect: dict | None = None
+
+    def status(self, message: str) -> None:
+        self.inner.status(message)
+
+    def output(self, stream: str, data: bytes) -> None:
+        self.inner.output(stream, data)
+
+    def compared(self, attrs: dict, diffs: list[str]) -> None:
+        host = attrs.get("HostConfig") or {}
+        self.inspect = {"compared": True, "ok": not diffs, "differences": list(diffs),
+                        "container_id": attrs.get("Id", ""), "image_id": attrs.get("Image", ""),
+                        "runtime": host.get("Runtime") or ""}
+
+
+def runtime(plan: LaunchPlan, version: dict, info: dict) -> dict:
+    """The runtime the sandbox runs under and its version: the one place that says which (wire the
+    policy's `runtime:` field here)."""
+    name = "runc"
+    engine_name = DOCKER_RUNTIME.get(name, name)
+    return {"name": name, "engine_runtime": engine_name, "version": runtime_version(engine_name, version, info)}
+
+
+def runtime_version(engine_name: str, version: dict, info: dict) -> str:
+    """runc's version as the engine reports it; any other runtime's from its binary (`runsc --version`)."""
+    if engine_name == "runc":
+        found = [c.get("Version", "") for c in version.get("Components") or [] if c.get("Name") == "runc"]
+        return found[0] if found else (info.get("RuncCommit") or {}).get("ID", "")
+    path = ((info.get("Runtimes") or {}).get(engine_name) or {}).get("path", "")
+    if not path:
+        return f"unknown: the engine has no runtime {engine_name}"
+    try:
+        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"unknown: {path} --version failed: {exc}"
+    lines = (done.stdout or done.stderr).strip().splitlines()
+    return lines[0] if lines else "unknown"
+
+
+def _engine_facts(engine, plan: LaunchPlan) -> tuple[dict, dict]:
+    try:
+        version, info = engine.version(), engine.info()
+    except EngineError as exc:
+        return {"error": str(exc)}, {**runtime(plan, {}, {}), "error": str(exc)}
+    facts = {"version": version.get("Version", ""), "api_version": version.get("ApiVersion", ""),
+             "os": version.get("Os", ""), "arch": version.get("Arch", ""),
+             "kernel": version.get("KernelVersion") or info.get("KernelVersion", ""),
+             "components": {c.get("Name", ""): c.get("Version", "") for c in version.get("Components") or []},
+             "cgroup_version": str(info.get("CgroupVersion", "")),
+             "security_options": list(info.get("SecurityOptions") or []),
+             "default_runtime": info.get("DefaultRuntime", "")}
+    return facts, runtime(plan, version, info)
+
+
+def _images(engine, plan: LaunchPlan) -> dict:
+    refs = {"agent": plan.container.image, "probe": images.probe_image().tag}
+    if plan.proxy:
+        refs["proxy"] = plan.proxy.image
+    found = {}
+    for role, ref in refs.items():
+        try:
+            found[role] = {"ref": ref, **engine.image_digests(ref)}
+        except EngineError as exc:
+            found[role] = {"ref": ref, "error": str(exc)}
+    found["probe"]["volume"] = images.probe_volume_name()   # what the sandbox mounts, filled from that image
+    return found
+
+
+def _read_back(path: str, digest: str) -> bytes | None:
+    """The layer file's bytes, only if they are still the ones the run loaded (never a FIFO)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError):
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, CONTENT_LIMIT + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) <= CONTENT_LIMIT and sha256(data) == digest else None
+
+
+def layer_entries(layers) -> list[dict]:
+    entries = []
+    for layer in layers:
+        entry = {"kind": layer.kind.value, "file": layer.file, "sha256": layer.digest or None,
+                 "fields": [field for field, _ in layer.values]}
+        if layer.digest:
+            data = _read_back(layer.file, layer.digest)
+            if data is None:
+                entry["content_note"] = "not embedded: the file is gone, too large or changed since the run read it"
+            else:
+                entry["content"] = base64.b64encode(data).decode()
+        entries.append(entry)
+    return entries
+
+
+def build(*, recorder: Recorder, plan: LaunchPlan, policy, layers, engine, report: dict) -> dict:
+    """The statement of a finished (or failed) run; `report` is the run report (`--report`)."""
+    effective = plain(policy)
+    none = "the engine was not reached"
+    engine_facts, runtime_facts = (_engine_facts(engine, plan) if engine else
+                                   ({"error": none}, {**runtime(plan, {}, {}), "error": none}))
+    predicate = {
+        "unsigned": True,
+        "signature": UNSIGNED,
+        "run": {"sandbox": plan.container.name, "started_at": recorder.started_at, "finished_at": now(),
+                "status": report["status"], "exit_code": report["exit_code"]},
+        "policy": {"name": plan.policy_name, "sha256": sha256(canonical(effective)),
+                   "source_sha256": plan.policy_digest, "effective": effective},
+        "layers": layer_entries(layers),
+        "images": _images(engine, plan) if engine else {},
+        "engine": engine_facts,
+        "runtime": runtime_facts,
+        "inspect": recorder.inspect or {"compared": False, "ok": False, "differences": []},
+        "report": report,
+    }
+    return {"_type": STATEMENT_TYPE, "subject": subjects(predicate), "predicateType": PREDICATE_TYPE,
+            "predicate": predicate}
+
+
+def subjects(predicate: dict) -> list[dict]:
+    """The run itself (the digest of the whole predicate), its effective policy and its images."""
+    out = [{"name": f"sandbox-run:{predicate['run']['sandbox']}", "digest": {"sha256": sha256(canonical(predicate))}},
+           {"name": f"policy:{predicate['policy']['name']}", "digest": {"sha256": predicate["policy"]["sha256"]}}]
+    for role, image in sorted(predicate["images"].items()):
+        if str(image.get("id", "")).startswith("sha256:"):
+            out.append({"name": f"image:{role}:{image['ref']}", "digest": {"sha256": image["id"][len("sha256:"):]}})
+    return out
+
+
+def writable(path: str) -> str:
+    """The absolute path, once it is clear a record can be written there; ValueError says why not."""
+    target = os.path.abspath(path)
+    directory = os.path.dirname(target)
+    if os.path.isdir(target):
+        raise ValueError(f"{target} is a directory")
+    if not os.path.isdir(directory):
+        raise ValueError(f"the directory {directory} does not exist")
+    try:   # a real write, not os.access: root passes that test for a read-only file system too
+        fd, tmp = tempfile.mkstemp(prefix=".sandbox-attest-", dir=directory)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise ValueError(f"cannot write in {directory}: {exc.strerror or exc}") from None
+    return target
+
+
+def write(path: str, statement: dict) -> None:
+    """Atomically (temp file, fsync, rename): a reader finds the whole record or none."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".sandbox-attest-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(serialize(statement))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _no_duplicates(pairs):
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        keys = [key for key, _ in pairs]
+        raise ValueError("a duplicate key " + repr(sorted(k for k in keys if keys.count(k) > 1)[0]))
+    return found
+
+
+def _number(text: str):
+    raise ValueError(f"{text} is not a JSON number")
+
+
+def parse(data: bytes, file: str) -> dict:
+    def bad(why: str) -> AttestationInvalid:
+        return AttestationInvalid(f"{file}: not a sandbox attestation record: {why}")
+
+    try:
+        statement = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_number)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise bad(str(exc)) from None
+    if not isinstance(statement, dict) or set(statement) != {"_type", "subject", "predicateType", "predicate"}:
+        raise bad("expected an object with exactly _type, subject, predicateType and predicate")
+    if statement["_type"] != STATEMENT_TYPE or statement["predicateType"] != PREDICATE_TYPE:
+        raise bad(f"expected _type {STATEMENT_TYPE} and predicateType {PREDICATE_TYPE}, found "
+                  f"{statement['_type']!r} and {statement['predicateType']!r}")
+    if not isinstance(statement["predicate"], dict):
+        raise bad("the predicate is not an object")
+    return statement
+
+
+def problems(data: bytes, statement: dict) -> list[str]:
+    """Every digest (and the file's form) that does not match; empty when the record is intact."""
+    found = []
+    pred = statement["predicate"]
+    try:
+        if pred["unsigned"] is not True:
+            found.append("predicate.unsigned: expected true (sandbox writes no signatures yet)")
+        policy = pred["policy"]
+        if sha256(canonical(policy["effective"])) != policy["sha256"]:
+            found.append("predicate.policy.sha256 does not match the effective policy in the record")
+        for i, layer in enumerate(pred["layers"]):
+            if "content" in layer and sha256(base64.b64decode(layer["content"], validate=True)) != layer["sha256"]:
+                found.append(f"predicate.layers[{i}] ({layer['file']}): its sha256 does not match its content")
+        pairs = [(layer["kind"], layer["sha256"]) for layer in pred["layers"] if layer["sha256"] and layer["fields"]]
+        source = layers_digest(pairs) if len(pairs) > 1 else pairs[0][1] if pairs else policy["source_sha256"]
+        if source != policy["source_sha256"]:
+            found.append("predicate.policy.source_sha256 does not match the layers' digests")
+        report = pred["report"]
+        for key in ("status", "exit_code"):
+            if pred["run"][key] != report[key]:
+                found.append(f"predicate.run.{key} ({pred['run'][key]!r}) differs from the report's ({report[key]!r})")
+        if subjects(pred) != statement["subject"]:
+            found.append("subject: the digests do not match the predicate (the run's record, its policy or its images "
+                         "were changed)")
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        found.append(f"the predicate lacks a field or holds a wrong type ({type(exc).__name__}: {exc})")
+    # Last, once the digests match (the indented form is slow to make): a whitespace or order edit.
+    if not found and data != serialize(statement):
+        found.append("the file is not in its canonical form (sorted keys, two-space indent, ASCII, one final "
+                     "newline): it was edited after it was written")
+    return found
+
+
+def verify(data: bytes, file: str) -> dict:
+    """The statement, once every digest in it matches; AttestationInvalid names each mismatch."""
+    statement = parse(data, file)
+    found = problems(data, statement)
+    if found:
+        raise AttestationInvalid(f"{file}: the attestation record does not match its digests:\n  " + "\n  ".join(found))
+    return statement

@@ -1,0 +1,94 @@
+"""The attestation record: `sandbox run --attest FILE` (the option, the record's writing) and
+`sandbox verify-attestation FILE`."""
+
+from __future__ import annotations
+
+import click
+
+from launcher.cli import output
+from launcher.errors import AttestationInvalid, EngineError
+
+READ_LIMIT = 64 << 20
+
+
+def _attest_path(ctx, param, value):
+    """Checked before anything starts: a record that cannot be written must not be found out at the end."""
+    if value is None:
+        return None
+    from launcher import attest
+
+    try:
+        return attest.writable(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"{exc}; nothing was started") from None
+
+
+def attest_option(command):
+    return click.option("--attest", "attest_path", metavar="FILE", callback=_attest_path,
+                        help="Write the run's attestation record to FILE (an in-toto Statement, unsigned), also when "
+                             "the run fails; `sandbox verify-attestation FILE` re-checks its digests.")(command)
+
+
+def listener(console, path: str | None):
+    """The launch listener: with --attest, a recorder that also keeps the inspect comparison."""
+    from launcher import attest
+
+    return attest.Recorder(console) if path else console
+
+
+def record(path: str, recorder, planned, engine, report: dict) -> str | None:
+    """Write the record of this run; returns why it could not be written, or None."""
+    from launcher import attest
+
+    try:
+        statement = attest.build(recorder=recorder, plan=planned.plan, policy=planned.policy,
+                                 layers=planned.layered.effective.layers, engine=engine, report=report)
+        attest.write(path, statement)
+    except (OSError, EngineError, ValueError) as exc:
+        return f"the attestation record was not written to {path}: {exc}"
+    output.status(f"attestation record written to {path} (unsigned)")
+    return None
+
+
+@click.command(name="verify-attestation")
+@click.argument("file", type=click.Path(dir_okay=False))
+def verify_attestation(file: str) -> None:
+    """Re-check every digest in FILE, a record written by `sandbox run --attest`.
+
+    Exit 0 when the file is in its canonical form and every digest matches (the run's subject over
+    the whole predicate, the effective policy, the layers' contents, the images), else exit 118
+    naming each mismatch. The record is unsigned: this catches accidents and naive edits, not a
+    forger who recomputes the digests.
+    """
+    from launcher import attest
+
+    try:
+        with open(file, "rb") as handle:
+            data = handle.read(READ_LIMIT + 1)
+    except OSError as exc:
+        raise AttestationInvalid(f"{file}: cannot read it: {exc.strerror or exc}") from None
+    if len(data) > READ_LIMIT:
+        raise AttestationInvalid(f"{file}: larger than {READ_LIMIT >> 20} MiB: not a record sandbox wrote")
+    try:
+        statement = attest.verify(data, file)
+    except AttestationInvalid as exc:
+        raise AttestationInvalid(f"{exc}\n  ({attest.UNSIGNED})") from None
+    pred = statement["predicate"]
+    run, probe = pred["run"], pred["report"].get("probe")
+    if probe is None:
+        said = "did not run"
+    elif probe["ok"]:
+        said = f"passed {len(probe['checks'])} checks"
+    else:
+        said = "failed: " + (", ".join(c["id"] for c in probe["checks"] if not c["ok"]) or "did not finish")
+    inspect = pred["inspect"]
+    compared = ("matched the plan" if inspect["ok"] else
+                "differed from the plan" if inspect["compared"] else "not compared")
+    click.echo(f"{file}: ok: every digest matches ({len(statement['subject'])} subjects, {len(pred['layers'])} layers)")
+    click.echo(f"  run {run['sandbox']}: {run['status']}, exit {run['exit_code']}, "
+               f"{run['started_at']} to {run['finished_at']}")
+    click.echo(f"  policy {pred['policy']['name']} sha256:{pred['policy']['sha256']}; probe {said}; inspect {compared}")
+    click.echo(f"  {attest.UNSIGNED}")
+
+
+COMMANDS = (verify_attestation,)

@@ -1,0 +1,67 @@
+"""What a Pod in this form cannot enforce that `sandbox run` does: the loss report, written at the
+top of the manifests and said on stderr by `sandbox compile`."""
+
+from __future__ import annotations
+
+from launcher.plan import LaunchPlan
+from launcher.targets.kubernetes.network import private_rules
+
+RESTRICTED_ADDS = ("NET_BIND_SERVICE",)   # the only capability the restricted profile lets a Pod add
+
+
+def losses(plan: LaunchPlan, *, node: str) -> list[tuple[str, str]]:
+    """(policy field or protection, why) for everything this Pod does not enforce as Docker does."""
+    from launcher.explain import not_enforced   # at call time: explain imports the targets' names
+
+    out = not_enforced("kubernetes") + [
+        ("limits.pids", "the Pod API has no per-Pod process limit: only the kubelet's podPidsLimit (node-wide "
+                        "setting) bounds it; the probe expects the container's own pids.max, max"),
+        ("tmpfs mode and owner", "an emptyDir is created 0777 by the kubelet (only the agent's uid runs in the Pod)"),
+        ("home.mode tmpfs", "the home is a disk emptyDir (gone with the Pod), not memory: the probe proves it by its "
+                            "node path, which a memory volume does not have"),
+        ("logging", "the node's container log rotation (containerLogMaxSize), not the plan's json-file options"),
+    ]
+    out.append(("the node", "traffic between a Pod and its own node is always allowed, whatever NetworkPolicy says "
+                            "(a documented exception): the probe's egress.direct refuses a Pod whose gateway answers, so "
+                            "on most clusters only a host firewall (Cilium host policies, Calico host endpoints) lets "
+                            "it start"))
+    out.append(("IPv6 and ICMP", "a Pod with an IPv6 address on its interface (link-local too) is refused by "
+                                 "net.routes; NetworkPolicy covers TCP, UDP and SCTP only"))
+    if plan.probe.net == "none":
+        out.append(("network.mode none", "a Pod always has the network plugin's interface; the NetworkPolicy "
+                                         "denies all its traffic, but the probe's net=none checks (lo only, no routes) "
+                                         "refuse it on a cluster, so the agent does not start there (podman kube play "
+                                         "--network none gives lo only)"))
+    else:
+        out.append(("network.allow", "NetworkPolicy is L3/L4: the host allow-list stays Squid's job; the proxy Pod "
+                                     "may reach every public address on the allowed ports"))
+        out.append(("egress enforcement", "NetworkPolicy needs a network plugin that enforces it (Calico, Cilium, "
+                                          "...); without one the probe's egress.direct check refuses the Pod"))
+        if plan.proxy is not None and private_rules(plan.proxy):
+            out.append(("network.allow private: true", "the proxy's NetworkPolicy never reaches private ranges: such "
+                                                       "a host is unreachable from the Pod"))
+    if plan.copy is not None:
+        out.append(("workspace.mode copy", "the claim is the copy: no `sandbox diff` or `sandbox apply`, and no "
+                                           "read-only control paths inside it (apply never carried them back)"))
+    extra = [c for c in plan.container.cap_add if c not in RESTRICTED_ADDS]
+    if extra:
+        out.append(("capabilities", f"{', '.join(extra)} break the restricted profile (it allows adding only "
+                                    "NET_BIND_SERVICE): the namespace needs the baseline level"))
+    if node == "podman":
+        out.append(("NetworkPolicy (podman)", "podman kube play ignores NetworkPolicy objects"))
+    return out
+
+
+def header(plan: LaunchPlan, *, node: str, claim: str, secrets: tuple[str, ...], secret_name: str) -> str:
+    lines = [f"sandbox: policy {plan.policy_name} (sha256 {plan.policy_digest[:12]}) as Kubernetes objects for "
+             f"{node}; `kubectl apply -f` this file.",
+             "The probe (the agent container's entrypoint) refuses to start the agent unless every check passes.",
+             f"The workspace is the PersistentVolumeClaim {claim!r}: create and fill it first.",
+             "Apply into a namespace labelled pod-security.kubernetes.io/enforce=restricted."]
+    if secrets:
+        keys = " ".join(f"--from-file={s}=FILE" for s in secrets)
+        lines.append(f"Injected secrets: `kubectl create secret generic {secret_name} {keys}` first (no value is in "
+                     "this file); only the proxy Pod mounts it.")
+    lines.append("Not enforced in this form (`sandbox run` enforces it):")
+    lines += [f"  - {name}: {why}" for name, why in losses(plan, node=node)]
+    return "".join(f"# {line}\n" for line in lines)

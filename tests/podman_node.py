@@ -1,0 +1,140 @@
+"""A podman "node" for the Kubernetes tests: `podman kube play` runs a compiled agent Pod on this
+machine. The node's own settings live here, never in the manifests: rlimits within the host's
+(this host lacks CAP_SYS_RESOURCE, and podman's defaults exceed its limits), and as the node's
+RuntimeDefault seccomp profile podman's own with the namespace rules Docker's and containerd's
+default has (podman's allows unshare and clone of new namespaces to everyone). podman 4.3's kube
+play reads no seccompProfile field, only the older per-Pod annotation, so that annotation names
+this profile in podman's copy of the Pod."""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+from pathlib import Path
+
+import yaml
+
+# Namespace flags of clone(2) that Docker's and containerd's default profile refuse without CAP_SYS_ADMIN.
+CLONE_NAMESPACES = 0x7E020000
+NAMESPACE_CALLS = ("clone", "clone3", "unshare", "setns")
+CONMON_NPROC = 32768
+PROFILE = "runtime-default.json"
+SECCOMP_ANNOTATION = "seccomp.security.alpha.kubernetes.io/pod"
+
+
+def runtime_default_profile(podman_profile: dict) -> dict:
+    """podman's default seccomp profile with the namespace calls allowed only as containerd allows them."""
+    profile = json.loads(json.dumps(podman_profile))
+    for rule in profile["syscalls"]:
+        if rule["action"] == "SCMP_ACT_ALLOW" and not rule.get("includes") and not rule.get("excludes"):
+            rule["names"] = [n for n in rule["names"] if n not in NAMESPACE_CALLS]
+    admin = {"caps": ["CAP_SYS_ADMIN"]}
+    profile["syscalls"] += [
+        {"names": ["clone"], "action": "SCMP_ACT_ALLOW", "excludes": admin,
+         "args": [{"index": 0, "value": CLONE_NAMESPACES, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}]},
+        {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38, "excludes": admin},   # ENOSYS: glibc falls back to clone
+        {"names": list(NAMESPACE_CALLS), "action": "SCMP_ACT_ALLOW", "includes": admin},
+    ]
+    return profile
+
+
+class Node:
+    def __init__(self, podman: str, root: Path):
+        self.podman = podman
+        root.mkdir(parents=True, exist_ok=True)
+        self.profiles = root
+        seccomp = root / PROFILE
+        seccomp.write_text(json.dumps(runtime_default_profile(
+            json.loads(Path("/usr/share/containers/seccomp.json").read_text()))))
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
+        # conmon, which starts runc, ran with a process limit of 32768 here (podman sets it): a
+        # container asking for more is refused with "error setting rlimit type 6".
+        nproc = tuple(min(v, CONMON_NPROC) if v != resource.RLIM_INFINITY else CONMON_NPROC
+                      for v in resource.getrlimit(resource.RLIMIT_NPROC))
+        conf = root / "containers.conf"
+        conf.write_text("[containers]\n"
+                        f'default_ulimits = ["nofile={nofile[0]}:{nofile[1]}", "nproc={nproc[0]}:{nproc[1]}"]\n'
+                        f'seccomp_profile = "{seccomp}"\n'
+                        # Docker turns IPv6 off in a container unless asked; podman leaves the kernel's
+                        # link-local address on eth0, which the probe's net.routes refuses (rightly).
+                        'default_sysctls = ["net.ipv6.conf.all.disable_ipv6=1"]\n')
+        self.env = {"CONTAINERS_CONF": str(conf), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+
+    def run(self, *args: str, check: bool = True, timeout: int = 120, **kw) -> subprocess.CompletedProcess:
+        result = subprocess.run([self.podman, *args], env=self.env, capture_output=True, text=True, timeout=timeout, **kw)
+        if check and result.returncode != 0:
+            raise AssertionError(f"podman {' '.join(args)}: {result.returncode}\n{result.stdout}\n{result.stderr}")
+        return result
+
+    def load(self, image: str) -> None:
+        """Docker's image into podman's store, unless podman has that image id already."""
+        wanted = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", image], capture_output=True,
+                                text=True, check=True).stdout.strip().removeprefix("sha256:")
+        have = self.run("image", "inspect", "--format", "{{.Id}}", f"localhost/{image}", check=False).stdout.strip()
+        if have != wanted:
+            save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+            self.run("load", "-q", stdin=save.stdout, timeout=300)
+            assert save.wait() == 0
+
+    def _copy(self, obj: dict, node_seccomp: bool) -> dict:
+        obj = json.loads(json.dumps(obj))
+        if obj["kind"] == "Pod":
+            # podman 4.3 refuses annotation values longer than 63 characters (Kubernetes allows
+            # 256 KiB in all): the metadata-only annotations stay out of podman's copy.
+            obj["metadata"].pop("annotations", None)
+            if node_seccomp:
+                obj["metadata"]["annotations"] = {SECCOMP_ANNOTATION: f"localhost/{PROFILE}"}
+        return obj
+
+    def play(self, objects: list[dict], workdir: Path, *, node_seccomp: bool = True, network: str = "none",
+             proxy_ip: str = "") -> tuple[int, str]:
+        """Run the agent Pod of `objects` to its end, after their proxy Pod (at proxy_ip on
+        `network`) when there is one; returns the agent container's exit code and output.
+        podman runs Pods and reads ConfigMaps; it has no Services and ignores NetworkPolicy, so
+        those stay out (`network` is what isolates here: none, or an internal network). All that
+        was made goes again, volumes too. node_seccomp False: podman's own built-in default
+        seccomp profile instead of the containerd-like one."""
+        objects = [self._copy(o, node_seccomp) for o in objects if o["kind"] in ("Pod", "ConfigMap")]
+        maps = [o for o in objects if o["kind"] == "ConfigMap"]
+        pods = {o["metadata"]["labels"]["dev.sandbox.kind"]: o for o in objects if o["kind"] == "Pod"}
+        agent_pod = pods.pop("kubernetes")
+        files = []
+        for role, pod in [*pods.items(), ("agent", agent_pod)]:
+            path = workdir / f"{role}.yaml"
+            path.write_text(yaml.safe_dump_all(maps + [pod], sort_keys=False))
+            files.append((path, pod, ["--ip", proxy_ip] if role == "proxy" else []))
+        agent = f"{agent_pod['metadata']['name']}-agent"
+        try:
+            for path, _, extra in files:
+                self.run("kube", "play", "--network", network, *extra, "--seccomp-profile-root", str(self.profiles),
+                         str(path))
+            code = int(self.run("wait", agent, timeout=300).stdout.strip())
+            return code, self.run("logs", agent).stdout
+        finally:
+            for path, pod, _ in reversed(files):
+                self.run("kube", "down", str(path), check=False)
+                self.run("volume", "rm", "-f", *map(_podman_volume, pod["spec"]["volumes"]), check=False)
+
+    def network(self, name: str, subnet: str):
+        """An internal podman network (no gateway, no default route): the Pods' only way out is
+        the proxy Pod on it."""
+        return _Network(self, name, subnet)
+
+
+def _podman_volume(volume: dict) -> str:
+    """The named volume podman makes for a Pod volume: the claim's, the ConfigMap's, or its own name."""
+    return volume.get("persistentVolumeClaim", {}).get("claimName") or volume.get("configMap", {}).get("name") \
+        or volume["name"]
+
+
+class _Network:
+    def __init__(self, node: Node, name: str, subnet: str):
+        self.node, self.name, self.subnet = node, name, subnet
+
+    def __enter__(self) -> str:
+        self.node.run("network", "create", "--internal", "--subnet", self.subnet, self.name)
+        return self.name
+
+    def __exit__(self, *exc) -> None:
+        self.node.run("network", "rm", "-f", self.name, check=False)
