@@ -211,3 +211,15 @@ def test_threads_start_under_gvisor_and_the_filter_still_refuses_namespaces(gvis
     outcome = launch.run(gvisor, gvisor_plan(workspace, command=("python3", "-c", code)), listener)
     assert outcome.probe.ok and outcome.exit_code == 0, listener.out
     assert b"THREAD-OK" in listener.out and b"UNSHARE -1 1" in listener.out   # EPERM
+
+
+def test_the_attestation_names_gvisor_and_its_version(gvisor, workspace, tmp_path):
+    record = tmp_path / "run.json"
+    out = subprocess.run([sys.executable, "-m", "launcher", "run", "--policy", "untrusted-gvisor", "--workspace-mode",
+                          "bind", "--workspace", str(workspace), "--attest", str(record), "--", "true"],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    predicate = json.loads(record.read_text())["predicate"]
+    assert predicate["runtime"]["name"] == "gvisor" and predicate["runtime"]["engine_runtime"] == NONE_NAME
+    assert predicate["runtime"]["version"].startswith("runsc version")
+    assert predicate["inspect"]["runtime"] == NONE_NAME
