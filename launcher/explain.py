@@ -108,7 +108,7 @@ ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
                         note="the environment is built from nothing; the probe proves no secret-shaped variable"),
     ("env.set", ""): E(mechanism="--env NAME=VALUE", component=Component.LAUNCHER, checks=("env.secrets", "env.runtime")),
     ("limits.pids", ""): E(mechanism="--pids-limit", component=Component.CGROUP, checks=("limits.pids",)),
-    ("limits.pids", "gvisor"): E(mechanism="--pids-limit PIDS+1024 (gVisor's own host threads)", component=Component.CGROUP,
+    ("limits.pids", "gvisor"): E(mechanism="--pids-limit PIDS+4096 (gVisor's own host threads)", component=Component.CGROUP,
                                  checks=("limits.pids",), note="counts the sandbox's host threads: at the limit the "
                                  "whole sandbox ends; compared outside (no cgroup file inside gVisor)"),
     ("limits.memory", "gvisor"): E(mechanism="--memory, --memory-swap; gVisor sizes its memory to it",

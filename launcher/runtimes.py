@@ -64,9 +64,9 @@ def engine_name(runtime: Runtime, mode: NetworkMode) -> str:
 
 # Under gVisor the host's pids cgroup counts the sandbox's host threads: gVisor's own (its Go
 # runtime, and one per agent thread on the ptrace platform), not the agent's processes. Measured
-# here: 289 for the selftest's shell matrix under runsc, where runc needs a handful; at the limit
-# the whole sandbox ends (exit 2), it never gets past it. The policy's number is added to this.
-GVISOR_THREADS = 1024
+# here: up to 609 for the selftest's shell matrix under runsc, where runc needs a handful; at the
+# limit the whole sandbox ends (exit 2), it never gets past it. The policy's number is added to this.
+GVISOR_THREADS = 4096
 
 
 def host_pids(runtime: Runtime, pids: int) -> int:

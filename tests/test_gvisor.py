@@ -173,7 +173,7 @@ def test_the_bombs_the_selftest_does_not_run_inside_gvisor_are_bounded(gvisor, w
     """limits.fork_bomb and limits.memory_bomb (launcher/selftest/cases.py NOT_UNDER_GVISOR): the
     limits hold the whole sandbox on the host's side; past them the sandbox ends, it never runs on."""
     bb = "/.sandbox/probe/busybox"
-    body = {"fork": f"i=0; while [ $i -lt 4000 ]; do {bb} sleep 60 & i=$((i+1)); done; echo BOMB-DONE $i",
+    body = {"fork": f"i=0; while [ $i -lt 8000 ]; do {bb} sleep 60 & i=$((i+1)); done; echo BOMB-DONE $i",
             "memory": f"{bb} head -c 3221225472 /dev/zero | {bb} tail >/dev/null; echo BOMB-DONE $?"}[bomb]
     listener = Recorder()
     outcome = launch.run(gvisor, gvisor_plan(workspace, command=(bb, "sh", "-c", body)), listener)
