@@ -25,7 +25,6 @@ PREDICATE_TYPE = "https://sandbox.dev/attestation/run/v1"
 UNSIGNED = ("unsigned: the digests catch accidents and naive edits, not a forger, who can recompute them; "
             "only a signature (future work) says who wrote it")
 CONTENT_LIMIT = 1 << 20        # a layer file larger than this is named and digested, not embedded
-DOCKER_RUNTIME = {"runc": "runc", "gvisor": "runsc"}   # policy runtime -> the engine's runtime name
 
 
 def canonical(value) -> bytes:
@@ -75,8 +74,8 @@ class Recorder:
 def runtime(plan: LaunchPlan, version: dict, info: dict) -> dict:
     """The runtime the sandbox runs under and its version: the one place that says which (wire the
     policy's `runtime:` field here)."""
-    name = "runc"
-    engine_name = DOCKER_RUNTIME.get(name, name)
+    name = "gvisor" if plan.probe.kernel == "gvisor" else "runc"
+    engine_name = plan.container.runtime   # HostConfig.Runtime: runc, sandbox-runsc, sandbox-runsc-hostinet
     return {"name": name, "engine_runtime": engine_name, "version": runtime_version(engine_name, version, info)}
 
 

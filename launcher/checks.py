@@ -6,7 +6,7 @@ from __future__ import annotations
 
 # Every mode, in order; the proxy-only checks are reported after net.routes.
 ALWAYS = (
-    "identity.uid", "identity.gid", "identity.groups", "caps.process", "caps.bnd", "nnp", "seccomp.mode",
+    "kernel.runtime", "identity.uid", "identity.gid", "identity.groups", "caps.process", "caps.bnd", "nnp", "seccomp.mode",
     "seccomp.unshare", "fs.root_ro", "fs.rofs", "fs.sysfs_ro", "mounts.inventory", "mounts.writable",
     "mounts.workspace", "ws.access", "home.private", "fs.protected", "sockets.mounts", "sockets.runtime",
     "env.secrets", "env.runtime", "creds.files", "net.interfaces", "net.routes",

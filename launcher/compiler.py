@@ -16,13 +16,13 @@ from launcher import labels as label
 from launcher.errors import PolicyError, Problem
 from launcher.host import HostFacts, PathFact
 from launcher.egress import inject
-from launcher.model import Access, HomeMode, NetworkMode, Policy, SecretPolicy, WorkspaceMode
+from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime, SecretPolicy, WorkspaceMode
 from launcher.plan import (HOME_PROFILE, PROBE_BUSYBOX, PROBE_DIR, PROBE_SCRIPT, ContainerSpec, CopySpec, HomeSpec,
                            LaunchPlan, Mount, MountKind, ProbeExpectations, home_volume_name)
 from launcher.policy import CAPABILITY_BITS
 from launcher.egress.squid import (INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_ALIAS, PROXY_PORT, NetworkSpec,
                             ProxySpec, SecretEndpoint, render_squid)
-from launcher import checks
+from launcher import checks, runtimes
 from launcher.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS
 from launcher.secrets import RUNTIME_NAMES, SECRET_NAMES, SECRET_VALUES, caseless, secret_value
 from launcher.surfaces import FILE_PLACEHOLDERS, GIT_BY_EXISTENCE, GIT_READS
@@ -217,6 +217,8 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
                                     hint="remove it; a link there could redirect a read-only mount"))
     cas, ca_problems = _ca_bundles(policy, host)
     problems += ca_problems
+    problems += [Problem(file=file, path=p, expected=e, found=f, hint=h) for p, e, f, h in
+                 runtimes.refusals(policy.runtime, policy.capabilities)]
     if problems:
         raise PolicyError(problems)
 
@@ -268,6 +270,9 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     for tmpfs in policy.tmpfs:
         mounts.append(Mount(kind=MountKind.TMPFS, target=tmpfs.target, read_only=False, size_bytes=tmpfs.size_bytes,
                             owner=(uid, gid), mode=tmpfs.mode))
+    if policy.runtime is Runtime.GVISOR and not any(m.target == "/tmp" for m in mounts):
+        # gVisor mounts a writable /tmp of its own where the spec has none: an empty read-only one instead
+        mounts.append(Mount(kind=MountKind.TMPFS, target="/tmp", read_only=True, size_bytes=4096))
     home = policy.home
     volume = home_volume_name(ws.real, profile) if home_volume else ""
     if home_volume:
@@ -294,7 +299,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     env.update(ca_env)
     capbnd = sum(1 << CAPABILITY_BITS[c] for c in policy.capabilities)
     probe = ProbeExpectations(
-        uid=uid, gid=gid, capbnd=f"{capbnd:016x}", nnp=1, seccomp=2,
+        uid=uid, gid=gid, capbnd=f"{capbnd:016x}", nnp=1, seccomp=2, kernel=runtimes.kernel(policy.runtime),
         rofs=tuple(d for d in _ROOT_DIRS if not any(_under(d, w) for w in writable)),
         writable=writable,
         mounts=tuple(m.target for m in mounts),
@@ -334,9 +339,9 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         network_mode=proxy.internal_network if proxy else "none",
         # Docker's embedded resolver still answers for the proxy's name, but forwards every other
         # name to the sandbox's own loopback, where nothing answers: no DNS channel out.
-        dns=("127.0.0.1",) if proxy else (),
+        dns=("127.0.0.1",) if proxy else (), runtime=runtimes.engine_name(policy.runtime, policy.network.mode),
         read_only_root=True, cap_drop=("ALL",), cap_add=policy.capabilities,
-        security_opt=("no-new-privileges",), pids_limit=policy.limits.pids,
+        security_opt=runtimes.security_opt(policy.runtime), pids_limit=runtimes.host_pids(policy.runtime, policy.limits.pids),
         memory_bytes=policy.limits.memory_bytes, nano_cpus=int(policy.limits.cpus * 1e9),
         labels=tuple(sorted(labels.items())), hostname="sandbox",
     )

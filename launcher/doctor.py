@@ -157,14 +157,17 @@ def tool_findings() -> list[Finding]:
     return out
 
 
-def run(connect: Callable, images_present: Callable | None = None) -> list[Finding]:
-    """Every finding; `connect` returns an Engine or raises EngineError."""
+def run(connect: Callable, images_present: Callable | None = None,
+        more: Callable[[dict], list[Finding]] | None = None) -> list[Finding]:
+    """Every finding; `connect` returns an Engine or raises EngineError; `more(docker info)`
+    adds findings of its own (gVisor's registration)."""
     from launcher import images
     from launcher.errors import EngineError
 
     try:
         engine = connect()
-        found = engine_findings(engine.info(), engine.version())
+        info = engine.info()
+        found = engine_findings(info, engine.version()) + (more(info) if more else [])
     except EngineError as exc:
         first = str(exc).splitlines()[0]
         return [Finding(status=Status.FAIL, check="engine", detail=f"unreachable: {first}",

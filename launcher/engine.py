@@ -181,7 +181,7 @@ class Engine:
                 security_opt=list(spec.security_opt), pids_limit=spec.pids_limit, mem_limit=spec.memory_bytes,
                 memswap_limit=spec.memory_bytes, nano_cpus=spec.nano_cpus, devices=list(spec.devices) or None,
                 pid_mode=spec.pid_mode or None, dns=list(spec.dns) or None, group_add=list(spec.group_add) or None,
-                log_config=_log_config(spec.log_options), stdin_open=False, tty=False)
+                log_config=_log_config(spec.log_options), runtime=spec.runtime, stdin_open=False, tty=False)
             return container.id
 
     def create_proxy(self, spec: ProxySpec, secrets: dict[str, str] | None = None,

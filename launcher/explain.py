@@ -7,11 +7,12 @@ import enum
 from dataclasses import dataclass
 
 from launcher.layers import FIELDS, Effective
-from launcher.model import NetworkMode
+from launcher.model import NetworkMode, Runtime
 from launcher.targets import TARGETS
 
 
 class Component(enum.Enum):
+    GVISOR = "gVisor (user-space kernel)"
     NAMESPACE = "kernel namespace"
     CGROUP = "cgroup"
     SECCOMP = "seccomp"
@@ -37,6 +38,13 @@ E = Enforcement
 ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
     ("image", ""): E(mechanism="the container's image", component=Component.NOTHING, checks=(),
                      note="not a boundary: the image is untrusted and the probe never runs its programs"),
+    ("runtime", "runc"): E(mechanism="--runtime runc: the host kernel runs the agent", component=Component.NAMESPACE,
+                           checks=("kernel.runtime",),
+                           note="namespaces, seccomp, capabilities and cgroups of the host kernel are the boundary"),
+    ("runtime", "gvisor"): E(mechanism="--runtime sandbox-runsc (proxy mode: sandbox-runsc-hostinet), runsc "
+                                       "--oci-seccomp", component=Component.GVISOR, checks=("kernel.runtime",),
+                             note="the agent's system calls meet gVisor's kernel, not the host's; in proxy mode its "
+                                  "sockets use the host's network stack (inside the sandbox's own namespace)"),
     ("workspace.target", ""): E(mechanism="--mount type=bind,dst=TARGET", component=Component.MOUNT,
                                 checks=("mounts.workspace",)),
     ("workspace.access", "read-write"): E(mechanism="--mount type=bind (writable)", component=Component.MOUNT,
@@ -100,6 +108,11 @@ ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
                         note="the environment is built from nothing; the probe proves no secret-shaped variable"),
     ("env.set", ""): E(mechanism="--env NAME=VALUE", component=Component.LAUNCHER, checks=("env.secrets", "env.runtime")),
     ("limits.pids", ""): E(mechanism="--pids-limit", component=Component.CGROUP, checks=("limits.pids",)),
+    ("limits.pids", "gvisor"): E(mechanism="--pids-limit PIDS+4096 (gVisor's own host threads)", component=Component.CGROUP,
+                                 checks=("limits.pids",), note="counts the sandbox's host threads: at the limit the "
+                                 "whole sandbox ends; compared outside (no cgroup file inside gVisor)"),
+    ("limits.memory", "gvisor"): E(mechanism="--memory, --memory-swap; gVisor sizes its memory to it",
+                                   component=Component.CGROUP, checks=("limits.memory",)),
     ("limits.memory", ""): E(mechanism="--memory, --memory-swap (same value)", component=Component.CGROUP,
                              checks=("limits.memory",)),
     ("limits.cpus", ""): E(mechanism="--cpus (CFS quota)", component=Component.CGROUP, checks=()),
@@ -205,6 +218,8 @@ def _variant(field: str, eff: Effective) -> str:
         return getattr(eff.policy.workspace, field.split(".")[1]).value
     if field == "home.mode":
         return eff.policy.home.mode.value
+    if field in ("runtime", "limits.pids", "limits.memory"):
+        return eff.policy.runtime.value
     return ""
 
 
@@ -232,9 +247,23 @@ def rows(eff: Effective, target: str = "run") -> tuple[Row, ...]:
                  for f in FIELDS)
 
 
-def always(target: str = "run") -> tuple[tuple[str, Enforcement], ...]:
-    """The ALWAYS rows, then the launcher's own protections, as `target` has them."""
-    return ALWAYS + tuple((name, cells[target]) for name, cells in BY_TARGET.items() if name not in FIELDS)
+# Under runtime: gvisor, gVisor's kernel is (also) what enforces these.
+UNDER_GVISOR: dict[str, Enforcement] = {
+    "no new privileges": E(mechanism="runsc sets no_new_privs on every process (and --security-opt no-new-privileges)",
+                           component=Component.GVISOR, checks=("nnp",)),
+    "system call filter": E(mechanism="gVisor's kernel serves every system call; launcher/gvisor-seccomp.json "
+                                      "inside it (runsc --oci-seccomp)", component=Component.GVISOR,
+                            checks=("seccomp.mode", "seccomp.unshare")),
+    "no devices": E(mechanism="never --device; gVisor emulates the few nodes it has, none reaches the host",
+                    component=Component.GVISOR, checks=("dev.nodes",)),
+}
+
+
+def always(target: str = "run", runtime: Runtime = Runtime.RUNC) -> tuple[tuple[str, Enforcement], ...]:
+    """The ALWAYS rows (gVisor's where it enforces them), then the launcher's own protections, as
+    `target` has them."""
+    rows_ = tuple((name, UNDER_GVISOR.get(name, e) if runtime is Runtime.GVISOR else e) for name, e in ALWAYS)
+    return rows_ + tuple((name, cells[target]) for name, cells in BY_TARGET.items() if name not in FIELDS)
 
 
 def checks_named() -> set[str]:
@@ -251,7 +280,7 @@ def to_json(eff: Effective, target: str = "run") -> dict:
         "layers": [{"kind": layer.kind.value, "file": layer.file, "sha256": layer.digest} for layer in eff.layers],
         "fields": [one(r.field, r.enforcement, value=r.value, decided_by=r.decided_by, flags=list(r.flags))
                    for r in rows(eff, target)],
-        "always": [one(name, e) for name, e in always(target)],
+        "always": [one(name, e) for name, e in always(target, eff.policy.runtime)],
         "target": target,
         "not_enforced_here": [{"field": name, "why": why} for name, why in not_enforced(target)],
         "proxy_mode": eff.policy.network.mode is NetworkMode.PROXY,
@@ -268,7 +297,7 @@ def render(eff: Effective, markdown: bool = False, target: str = "run") -> str:
     body = [(r.field, _clip(r.value, 36), r.enforcement.mechanism, r.enforcement.component.value,
              ", ".join(r.enforcement.checks) or "-", ", ".join(r.flags)) for r in rows(eff, target)]
     body += [(f"({name})", "always", e.mechanism, e.component.value, ", ".join(e.checks) or "-",
-              "NOT ENFORCED" if e.component is Component.NOTHING else "") for name, e in always(target)]
+              "NOT ENFORCED" if e.component is Component.NOTHING else "") for name, e in always(target, eff.policy.runtime)]
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from launcher import labels as label
-from launcher import checks, home, host, overlap, workspaces
+from launcher import checks, home, host, overlap, runtimes, workspaces
 from launcher.copies import store
 from launcher.engine import Engine
 from launcher.egress import proxy
@@ -212,10 +212,29 @@ def remove_sandbox(engine: Engine, name: str) -> None:
                     workspaces.release(workspace, paths, others_exist=bool(others))
 
 
+def require_runtime(engine: Engine, plan: LaunchPlan) -> None:
+    """Refuse, before anything is made, a plan whose runtime the engine does not have registered
+    as the launcher registers it (never registered silently here: `sandbox doctor --fix`)."""
+    name = plan.container.runtime
+    if name == "runc":
+        return
+    found = runtimes.registered(engine.info()).get(name)
+    want = next((args for n, args in runtimes.GVISOR.values() if n == name), None)
+    if want is None:
+        raise EngineError(f"the plan names runtime {name}, which the launcher does not know (runc, "
+                          f"{', '.join(n for n, _ in runtimes.GVISOR.values())})")
+    if found is None or tuple(found.get("runtimeArgs") or ()) != want:
+        what = "has no runtime" if found is None else f"has other arguments ({' '.join(found.get('runtimeArgs') or ()) or 'none'}) for"
+        raise EngineError(f"the policy says runtime: gvisor, and the engine {what} {name} (gVisor's runsc with "
+                          f"{' '.join(want)}).\n    hint: `sudo sandbox doctor --fix` registers it in "
+                          "/etc/docker/daemon.json and reloads dockerd (no restart); see `sandbox doctor`")
+
+
 def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
     """Run the agent to completion (or timeout) in a probed sandbox; always remove it. In copy
     mode the copy stays (with a checkpoint of the run's end) for `sandbox diff` and `apply`."""
     timed_out, code, started = False, None, False
+    require_runtime(engine, plan)
     made_home = _prepare_home(engine, plan, listener)
     try:
         made = _prepare_copy(engine, plan, listener)
@@ -270,6 +289,7 @@ def _drop_new_home(engine: Engine, plan: LaunchPlan, made: bool, primary: BaseEx
 
 def up(engine: Engine, plan: LaunchPlan, listener: Listener) -> ProbeReport:
     """Start a long-lived sandbox; it stays until `sandbox down` (a copy stays after that too)."""
+    require_runtime(engine, plan)
     made_home = _prepare_home(engine, plan, listener)
     made = False
     try:

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from launcher.egress.rules import AllowRule
 from launcher.errors import PolicyError, Problem
-from launcher.model import Access, HomeMode, NetworkMode, Policy, WorkspaceMode
+from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime, WorkspaceMode
 from launcher.values import show
 
 
@@ -43,6 +43,7 @@ class Layer:
 # layer setting a field that is not is refused, so a new field cannot be silently ignored.
 FIELDS: dict[str, tuple[tuple[str, ...], str]] = {
     "image": (("image",), "pin"),
+    "runtime": (("runtime",), "gvisor-wins"),
     "workspace.target": (("workspace", "target"), "fixed"),
     "workspace.access": (("workspace", "access"), "read-only-wins"),
     "workspace.protect": (("workspace", "protect"), "union"),
@@ -79,6 +80,7 @@ RULES = {
     "intersect": "allow-lists intersect: what every layer allows",
     "tmpfs-wins": "tmpfs beats volume (nothing persists to the next run)",
     "none-wins": "network none beats proxy",
+    "gvisor-wins": "gvisor beats runc (a second kernel between the agent and the host's)",
     "false-wins": "off beats on",
     "minimum": "limits take the minimum",
     "replace": "the last layer decides (what runs inside, not what is allowed)",
@@ -188,6 +190,8 @@ def apply_rule(field: str, a, b):
         return HomeMode.TMPFS if HomeMode.TMPFS in (a, b) else a
     if rule == "none-wins":
         return NetworkMode.NONE if NetworkMode.NONE in (a, b) else a
+    if rule == "gvisor-wins":
+        return Runtime.GVISOR if Runtime.GVISOR in (a, b) else a
     if rule == "false-wins":
         return a and b
     if rule == "minimum":
@@ -247,7 +251,7 @@ class Effective:
     notes: tuple[Note, ...] = ()
 
 
-CEILINGS = ("read-only-wins", "copy-wins", "tmpfs-wins", "none-wins", "false-wins", "minimum", "intersect")
+CEILINGS = ("read-only-wins", "copy-wins", "tmpfs-wins", "none-wins", "gvisor-wins", "false-wins", "minimum", "intersect")
 
 
 def _same(field: str, a, b) -> bool:

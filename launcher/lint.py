@@ -17,7 +17,7 @@ from launcher.host import GitPath, HostFacts
 from launcher.secrets import TEXT_PATTERN
 from launcher.layers import FIELDS, Effective, Layer, LayerKind, combine, covers, get, widened
 from launcher.values import show, show_entry
-from launcher.model import Access, Policy
+from launcher.model import Access, NetworkMode, Policy, Runtime
 from launcher.style import BAD, WARN, Mark, plain
 
 
@@ -167,6 +167,11 @@ def _mounts(report: _Report, doc: Doc, policy: Policy, facts: HostFacts | None, 
                    "the agent can rewrite .git's index, refs and objects: skip-worktree hides a changed file "
                    "from `git status` on the host (hooks, config, commondir and info stay read-only)",
                    "keep read-only unless the agent must commit; review with `git log -p` and `git ls-files -v`")
+    if policy.runtime is Runtime.GVISOR and policy.network.mode is NetworkMode.PROXY:
+        report.add(Severity.WARNING, "gvisor-hostinet", doc, "runtime",
+                   "under gVisor, proxy mode's sockets use the host kernel's network stack (runsc --network=host, "
+                   "inside the sandbox's own namespace): the network half is as under runc",
+                   "network: {mode: none} keeps every system call in gVisor")
 
 
 def _per_file(report: _Report, doc: Doc, layer: Layer, policy: Policy) -> None:

@@ -24,6 +24,14 @@ class HomeMode(enum.Enum):
     VOLUME = "volume"   # a named volume per workspace and agent profile: kept for the next run
 
 
+class Runtime(enum.Enum):
+    """The OCI runtime under the sandbox: runc (the host kernel, behind namespaces, seccomp and
+    capabilities) or gVisor (runsc: a user-space kernel between the agent and the host kernel)."""
+
+    RUNC = "runc"
+    GVISOR = "gvisor"
+
+
 class NetworkMode(enum.Enum):
     NONE = "none"
     PROXY = "proxy"
@@ -126,3 +134,4 @@ class Policy:
     secrets: tuple[SecretPolicy, ...] = ()   # proxy mode only
     ca_certificates: tuple[str, ...] = ()    # host PEM files the sandbox's tools trust too
     home: HomePolicy = HomePolicy()
+    runtime: Runtime = Runtime.RUNC

@@ -62,6 +62,7 @@ class ContainerSpec:
     labels: tuple[tuple[str, str], ...]
     hostname: str
     dns: tuple[str, ...] = ()       # upstream servers of Docker's embedded resolver
+    runtime: str = "runc"           # the engine's name of the OCI runtime (HostConfig.Runtime), always explicit
     # The engine's copy of the output (json-file, rotated): the launcher streams it anyway, so a
     # small one bounds what an agent printing forever can leave on the host's disk.
     log_options: tuple[tuple[str, str], ...] = (("max-size", "10m"), ("max-file", "2"))
@@ -89,6 +90,7 @@ class ProbeExpectations:
     net: str
     pids: str
     mem: str
+    kernel: str = "host"    # host (runc) or gvisor: the kernel the probe must find itself on
     wsupper: str = "-"      # copy mode: the end of the overlay's upper path (wsroot: of its lower path)
     home: str = "-"         # the agent's home mount point
     homesrc: str = "-"      # "tmpfs", or the end of the home volume's path (/NAME/_data)

@@ -12,7 +12,7 @@ from launcher.errors import PolicyError, Problem
 from launcher.egress.rules import parse_rule
 from launcher.egress import inject
 from launcher.model import (BUILTIN_PROTECTED, Access, EnvPolicy, HomeMode, HomePolicy, Limits, MountPolicy,
-                            NetworkMode, NetworkPolicy, Policy, SecretPolicy, TmpfsPolicy, WorkspaceMode,
+                            NetworkMode, NetworkPolicy, Policy, Runtime, SecretPolicy, TmpfsPolicy, WorkspaceMode,
                             WorkspacePolicy)
 from launcher.schema import check, policy_schema
 from launcher.secrets import secret_name, secret_value
@@ -223,4 +223,5 @@ def _build(doc: dict, file: str, digest: str) -> Policy:
         secrets=tuple(SecretPolicy(name=e["name"], env=e["env"], file=e["file"], upstream=e["upstream"].rstrip("/"),
                                    header=e["header"], ca_file=e["ca_file"]) for e in doc["secrets"]),
         ca_certificates=tuple(dict.fromkeys(doc["ca_certificates"])),
+        runtime=Runtime(doc["runtime"]),
     )

@@ -93,6 +93,7 @@ def compare_inspect(spec: ContainerSpec, attrs: dict, image_env: list[str]) -> l
             diffs.append(f"{field}: the plan says {_words(expected)}, the container has {_words(found)}")
 
     want("Privileged", False, host.get("Privileged"))
+    want("Runtime", spec.runtime, host.get("Runtime"))
     want("CapDrop", sorted(spec.cap_drop), sorted(host.get("CapDrop") or []))
     want("CapAdd", sorted(spec.cap_add), sorted(host.get("CapAdd") or []))
     want("ReadonlyRootfs", spec.read_only_root, host.get("ReadonlyRootfs"))

@@ -10,7 +10,7 @@ def inspect_of(spec: ContainerSpec, image_env=("PATH=/usr/bin",)) -> dict:
     return {
         "State": {"Running": False},
         "HostConfig": {
-            "Privileged": False, "CapDrop": list(spec.cap_drop), "CapAdd": list(spec.cap_add) or None,
+            "Privileged": False, "Runtime": spec.runtime, "CapDrop": list(spec.cap_drop), "CapAdd": list(spec.cap_add) or None,
             "ReadonlyRootfs": spec.read_only_root, "SecurityOpt": list(spec.security_opt),
             "NetworkMode": spec.network_mode, "PidMode": spec.pid_mode, "IpcMode": "private", "UTSMode": "",
             "UsernsMode": "", "Devices": None, "GroupAdd": list(spec.group_add) or None, "Dns": list(spec.dns) or None, "PortBindings": None, "Binds": None,

@@ -55,6 +55,8 @@ CASES = {
                    ("volume after tmpfs", ["home: {mode: tmpfs}", "home: {mode: volume}"])],
     "none-wins": [("none", ["network: {mode: none}"]),
                   ("proxy after none", ["network: {mode: none}", "network: {mode: proxy}"])],
+    "gvisor-wins": [("gvisor", ["runtime: gvisor"]),
+                    ("runc after gvisor", ["runtime: gvisor", "runtime: runc"])],
     "false-wins": [("off", ["network: {allow_ip_literals: false}"]),
                    ("on after off", ["network: {allow_ip_literals: false}", "network: {allow_ip_literals: true}"])],
     "minimum": [("lower", ["limits: {pids: 64, memory: 512m, cpus: 0.5, timeout: 10m}\nhome: {size: 128m}"]),

@@ -14,7 +14,8 @@ from launcher.compiler import compile_policy
 from launcher.errors import PolicyError
 from launcher.host import PathFact
 from launcher.layers import FIELDS, LayerKind, full_layer
-from launcher.model import Access, HomeMode, NetworkMode, WorkspaceMode
+from launcher.runtimes import GVISOR_THREADS
+from launcher.model import Access, HomeMode, NetworkMode, Runtime, WorkspaceMode
 from launcher.policy import parse_policy
 
 DIGEST_A, DIGEST_B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
@@ -46,6 +47,7 @@ def documents(draw, base: bool):
     mode = draw(st.sampled_from(["none", "proxy"]))
     doc = {
         "image": draw(st.sampled_from(IMAGES)),
+        "runtime": draw(st.sampled_from(["runc", "gvisor"])),
         "workspace": {"target": draw(st.sampled_from(["/workspace", "/workspace", "/src"])),
                       "access": draw(st.sampled_from(["read-only", "read-write"])),
                       "git": draw(st.sampled_from(["read-only", "read-write"])),
@@ -120,6 +122,8 @@ def no_wider(field: str, got, earlier) -> bool:
         return got is HomeMode.TMPFS or earlier is HomeMode.VOLUME
     if field == "network.mode":
         return got is NetworkMode.NONE or earlier is NetworkMode.PROXY
+    if field == "runtime":
+        return got is Runtime.GVISOR or earlier is Runtime.RUNC
     if field == "network.allow":
         return all(any(e.matches(h, p) for e in earlier) for h, p in SAMPLES if any(r.matches(h, p) for r in got))
     if field == "network.allow_ip_literals":
@@ -190,6 +194,8 @@ def test_the_compiled_plan_is_never_wider_than_the_base_plan(base_doc, layer_doc
     writable = lambda c: {m.target for m in c.mounts if not m.read_only}
     assert writable(after) <= writable(before)
     assert set(after.cap_add) <= set(before.cap_add) and after.network_mode == before.network_mode == "none"
-    assert after.pids_limit <= before.pids_limit and after.memory_bytes <= before.memory_bytes
+    own = lambda c: c.pids_limit - (GVISOR_THREADS if c.runtime != "runc" else 0)  # noqa: E731 - gVisor's threads
+    assert own(after) <= own(before) and after.memory_bytes <= before.memory_bytes
     assert after.nano_cpus <= before.nano_cpus
+    assert after.runtime == before.runtime or after.runtime == "sandbox-runsc"   # runc -> gvisor only
     assert set(dict(after.env)) <= set(dict(before.env)) and after.read_only_root and after.cap_drop == ("ALL",)

@@ -185,7 +185,7 @@ _p_hexip() {
 
 parse_args() {
 	local keys bad= seen= dash=0 nafter=0 arg k v ok
-	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,wsupper,home,homesrc,net,pids,mem,proxy,denyhost,dnsname,"
+	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,wsupper,home,homesrc,net,pids,mem,kernel,proxy,denyhost,dnsname,"
 	keys="${keys}checks,secretnames,secretvalues,runtimenames,runtimesockets,credpaths,"
 	for arg in "$@"; do
 		if [ "$dash" = 1 ]; then nafter=$((nafter + 1)); continue; fi
@@ -206,6 +206,7 @@ parse_args() {
 		seccomp) case $v in 0 | 1 | 2) ;; *) ok=0 ;; esac ;;
 		pids | mem) case $v in max) ;; '' | *[!0-9]*) ok=0 ;; esac ;;
 		net) case $v in none | proxy) ;; *) ok=0 ;; esac ;;
+		kernel) case $v in host | gvisor) ;; *) ok=0 ;; esac ;;
 		proxy) case $v in -) ;; *:*[!0-9]* | :* | *: | *[!a-z0-9.:-]*) ok=0 ;; *:*) ;; *) ok=0 ;; esac ;;
 		denyhost | dnsname) case $v in -) ;; '' | *[!a-z0-9.-]*) ok=0 ;; esac ;;
 		workspace | wsroot | wsupper | home) [ "$v" = - ] || _p_validpath "$v" || ok=0 ;;
@@ -352,6 +353,24 @@ gather_routes() {
 	readonly RT_OK RT_N RT_DEVS RT_GW
 }
 
+# the kernel under the sandbox: gVisor's procfs has /proc/sentry-meminfo, which no Linux kernel
+# has (the image cannot add it: /proc is the kernel's own):
+#   K_GVISOR         1 on gVisor, else 0
+#   K_VERSION        the first line of /proc/version ("unreadable" when it is not)
+gather_kernel() {
+	K_GVISOR=0
+	[ -e /proc/sentry-meminfo ] && K_GVISOR=1
+	K_VERSION=unreadable
+	{ IFS= read -r K_VERSION </proc/version; } 2>/dev/null
+	readonly K_GVISOR K_VERSION
+}
+
+# _p_gvisor -- true when the plan says gVisor and the probe runs on gVisor: only then do the
+# checks accept what gVisor's kernel shows differently (images/probe/CONTRACT.md, "gVisor")
+_p_gvisor() {
+	[ "$A_kernel" = gvisor ] && [ "$K_GVISOR" = 1 ]
+}
+
 # the cgroup files of the limits (v2 when cgroup.controllers exists, else v1):
 #   CG_PIDS, CG_MEM  paths of the pids and memory limit
 gather_cgroup() {
@@ -479,6 +498,14 @@ _p_ids() {
 	_p_line "$1" "$_ok" "$2" "$_v"
 }
 
+# the kernel the plan names: gVisor's own (kernel=gvisor), or the host's (kernel=host)
+check_kernel_runtime() {
+	local ok=0 k=host
+	[ "$K_GVISOR" = 1 ] && k=gvisor
+	[ "$k" = "$A_kernel" ] && ok=1
+	_p_line kernel.runtime "$ok" "$A_kernel" "$k: $K_VERSION"
+}
+
 check_identity_uid() { _p_ids identity.uid "$A_uid" "$S_Uid"; }
 
 check_identity_gid() { _p_ids identity.gid "$A_gid" "$S_Gid"; }
@@ -504,6 +531,8 @@ check_caps_process() {
 	local ok=1 obs= k c
 	for k in Inh Prm Eff Amb; do
 		eval "c=\$S_Cap$k"
+		# gVisor has no CapAmb line; ambient is a subset of Prm and Inh, both checked here
+		[ "$k$c" = Amb ] && _p_gvisor && { obs="$obs Amb=not-shown(gvisor)"; continue; }
 		[ "$c" = 0000000000000000 ] || ok=0
 		obs="$obs ${k}=${c:-missing}"
 	done
@@ -519,6 +548,8 @@ check_caps_bnd() {
 check_nnp() {
 	local ok=0
 	[ -n "$S_NoNewPrivs" ] && [ "$S_NoNewPrivs" = "$A_nnp" ] && ok=1
+	# gVisor sets no_new_privs on every process it runs and has no NoNewPrivs line to show it
+	[ -z "$S_NoNewPrivs" ] && [ "$A_nnp" = 1 ] && _p_gvisor && { _p_line nnp 1 "$A_nnp" "not-shown(gvisor: always 1)"; return; }
 	_p_line nnp "$ok" "$A_nnp" "${S_NoNewPrivs:-missing}"
 }
 
@@ -577,7 +608,13 @@ check_fs_rofs() {
 				"$BB" rm -f -- "$t" 2>/dev/null || _p_left "$t"
 				ok=0; _p_add obs "writable:$p"
 			else
-				case $e in *"Read-only file system"*) ;; *) ok=0; _p_add obs "not-erofs:$p" ;; esac
+				case $e in
+				*"Read-only file system"*) ;;
+				# gVisor checks the mode bits before the read-only mount: EACCES only where this
+				# uid may not write anyway (a directory it may write must still give EROFS)
+				*"Permission denied"*) _p_gvisor && [ ! -w "$d" ] || { ok=0; _p_add obs "not-erofs:$p"; } ;;
+				*) ok=0; _p_add obs "not-erofs:$p" ;;
+				esac
 			fi
 		fi
 		set -f; IFS=,
@@ -600,7 +637,10 @@ check_fs_sysfs_ro() {
 		# non-root writer, and would hide a runtime that left it writable.
 		case ",$MI_PROCSYS_OPTS," in
 		*,ro,*) obs="$obs /proc/sys=ro" ;;
-		,,) ok=0; obs="$obs /proc/sys=no-mount" ;;
+		# gVisor's /proc/sys is its own emulation, not the host's: no mount, writes refused
+		,,) if _p_gvisor && ! { true >>/proc/sys/kernel/hostname; } 2>/dev/null; then
+			obs="$obs /proc/sys=gvisor-refused"
+		else ok=0; obs="$obs /proc/sys=no-mount"; fi ;;
 		*) ok=0; obs="$obs /proc/sys=rw" ;;
 		esac
 	fi
@@ -674,7 +714,7 @@ check_mounts_workspace() {
 	done
 	IFS=$_P_IFS; set +f
 	[ "$n" = 1 ] || ok=0
-	if [ "$A_wsupper" != - ]; then
+	if [ "$A_wsupper" != - ] && ! _p_gvisor; then
 		set -f; IFS=,
 		for o in $sopts; do
 			case $o in lowerdir=*) lower=${o#lowerdir=} ;; upperdir=*) upper=${o#upperdir=} ;; esac
@@ -685,6 +725,13 @@ check_mounts_workspace() {
 		case $upper in '' | *:*) ok=0 ;; *"$A_wsupper") ;; *) ok=0 ;; esac
 		_p_line mounts.workspace "$ok" "1 overlay at $A_workspace <- $A_wsroot + $A_wsupper" \
 			"$n at $A_workspace, $fst <- ${lower:--} + ${upper:--}"
+		return
+	fi
+	if _p_gvisor; then
+		# gVisor serves every bind and volume through its file proxy (9p): the host path is not
+		# visible inside, the launcher compares it outside (docker inspect Mounts)
+		[ "$fst" = 9p ] && [ "$root" = / ] || ok=0
+		_p_line mounts.workspace "$ok" "1 9p (gvisor) at $A_workspace" "$n at $A_workspace, $fst <- $root"
 		return
 	fi
 	case $fst in
@@ -1054,6 +1101,13 @@ check_egress_dns() {
 # cgroup pids limit (v1 or v2) equals the plan
 check_limits_pids() {
 	local ok=0 v=
+	if _p_gvisor; then
+		# gVisor mounts no cgroupfs: the limit holds the whole sandbox on the host (its threads,
+		# not the agent's processes) and is compared outside (docker inspect PidsLimit)
+		[ -e "$CG_PIDS" ] || [ -e /sys/fs/cgroup/pids.max ] || ok=1
+		_p_line limits.pids "$ok" "$A_pids" "host-side(gvisor), no cgroup file inside"
+		return
+	fi
 	{ read -r v <"$CG_PIDS"; } 2>/dev/null
 	[ -n "$v" ] && [ "$v" = "$A_pids" ] && ok=1
 	_p_line limits.pids "$ok" "$A_pids" "${v:-unreadable:$CG_PIDS}"
@@ -1061,7 +1115,16 @@ check_limits_pids() {
 
 # cgroup memory limit equals the plan; v1's "no limit" is a huge number, read as max
 check_limits_memory() {
-	local ok=0 v=
+	local ok=0 v= ln
+	if _p_gvisor; then
+		# gVisor sizes its memory to the container's limit: MemTotal (kB) is the limit
+		{ while IFS= read -r ln; do
+			case $ln in MemTotal:*) set -f; set -- $ln; set +f; v=$(($2 * 1024)); break ;; esac
+		done </proc/meminfo; } 2>/dev/null
+		[ -n "$v" ] && [ "$v" = "$A_mem" ] && ok=1
+		_p_line limits.memory "$ok" "$A_mem" "MemTotal(gvisor)=${v:-unreadable}"
+		return
+	fi
 	{ read -r v <"$CG_MEM"; } 2>/dev/null
 	case $v in
 	'' | max) ;;
@@ -1076,6 +1139,11 @@ check_limits_memory() {
 check_proc_pid1() {
 	local ok=0 x np=0 p
 	x=$("$BB" readlink /proc/1/exe 2>/dev/null </dev/null)
+	# gVisor refuses readlink of /proc/1/exe to a process that is not PID 1 itself (this
+	# check runs in a subshell): PID 1's argv[0] then, set by the engine from the entrypoint
+	if [ -z "$x" ] && _p_gvisor; then
+		x=$("$BB" tr '\0' '\n' </proc/1/cmdline 2>/dev/null | "$BB" head -n 1)
+	fi
 	for p in /proc/[0-9]*; do np=$((np + 1)); done
 	[ "$x" = "$BB" ] && [ "$np" -lt 50 ] && ok=1
 	_p_line proc.pid1 "$ok" "exe=$BB procs<50" "exe=${x:-unreadable} procs=$np"
@@ -1090,6 +1158,7 @@ check_dev_nodes() {
 		case ${p#/dev/} in
 		null | zero | full | random | urandom | tty | console | ptmx | pts | shm | mqueue | fd | \
 			stdin | stdout | stderr | core) ;;
+		fuse | net) _p_gvisor || { ok=0; _p_add obs "$p"; } ;;   # gVisor's own, emulated: no host device behind
 		*) ok=0; _p_esc "$p"; _p_add obs "$_P_R" ;;
 		esac
 	done
@@ -1101,6 +1170,7 @@ check_dev_nodes() {
 		/dev/null | /dev/zero | /dev/full | /dev/random | /dev/urandom | /dev/tty | /dev/console | \
 			/dev/pts/ptmx) [ -b "$ln" ] && { ok=0; _p_add obs "block:$ln"; } ;;
 		/dev/pts/[0-9]*) case ${ln#/dev/pts/} in *[!0-9]*) ok=0; _p_esc "$ln"; _p_add obs "$_P_R" ;; esac ;;
+		/dev/fuse | /dev/net/tun) _p_gvisor && [ ! -b "$ln" ] || { ok=0; _p_add obs "$ln"; } ;;
 		"find: "*) ok=0; _p_esc "$ln"; _p_add obs "error:$_P_R" ;;
 		*) ok=0; _p_esc "$ln"; _p_add obs "$_P_R" ;;
 		esac
@@ -1149,6 +1219,7 @@ _p_main() {
 	gather_status
 	gather_mountinfo
 	gather_routes
+	gather_kernel
 	gather_cgroup
 	gather_lists
 	gather_environ

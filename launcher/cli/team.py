@@ -15,18 +15,42 @@ from launcher.errors import ExitCode
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable findings.")
-def doctor(as_json: bool) -> None:
+@click.option("--fix", "fix", is_flag=True, help="Register gVisor (runsc) in /etc/docker/daemon.json (merged, "
+              "a backup kept) and reload dockerd with SIGHUP (no restart); then check again.")
+def doctor(as_json: bool, fix: bool) -> None:
     """Check this host: engine reachable and its version, runc/engine/containerd against known
     container-escape fixes, seccomp, cgroups, rootless, user-namespace remapping, AppArmor/SELinux,
-    images and debootstrap. Each finding is ok, warn or fail with a fix; exit code 121 on a fail."""
-    from launcher import doctor as checks, engine
+    gVisor (runsc installed and registered), images and debootstrap. Each finding is ok, warn or
+    fail with a fix; exit code 121 on a fail."""
+    import shutil
 
-    findings = checks.run(engine.connect)
+    from launcher import doctor as checks, engine, registration
+
+    runsc = shutil.which("runsc")
+    if fix:
+        _fix(engine, registration, runsc)
+    findings = checks.run(engine.connect, more=lambda info: registration.findings(info, runsc))
     if as_json:
         click.echo(json.dumps([asdict(f) | {"status": f.status.value} for f in findings], indent=2))
     else:
         click.echo(checks.render(findings, mark=output.marker()))
     sys.exit(ExitCode.ENGINE if any(f.status is checks.Status.FAIL for f in findings) else ExitCode.OK)
+
+
+def _fix(engine, registration, runsc: str | None) -> None:
+    from launcher.errors import EngineError
+
+    if not runsc:
+        raise EngineError(("runsc is not installed: nothing to register.\n    hint: apt-get install runsc "
+                                "(Debian), or gVisor's release binary on PATH"))
+    eng = engine.connect()
+    names = list(registration.runtimes.registration(runsc))
+    done = registration.fix(runsc, registered=lambda: not registration.findings(eng.info(), runsc)[0].fix)
+    if done.changed:
+        click.echo(f"sandbox: registered {', '.join(names)} in {registration.DAEMON_JSON}"
+                   + (f" (backup: {done.backup})" if done.backup else ""), err=True)
+    click.echo(f"sandbox: {'reloaded dockerd (SIGHUP): ' if done.reloaded else ''}the engine has "
+               f"{', '.join(names)}", err=True)
 
 
 @click.command()

@@ -13,7 +13,7 @@ from importlib import resources as pkg_resources
 from typing import Callable
 
 from launcher import labels as label
-from launcher import baseline, host, images, launch, pipeline, resources, scan, stack
+from launcher import baseline, host, images, launch, pipeline, resources, runtimes, scan, stack
 from launcher.selftest import scratch
 from launcher.engine import Engine
 from launcher.errors import ProbeFailed, SandboxError
@@ -159,7 +159,7 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
         mode = stack.load_base(ref).policy.network.mode.value
         if mode == "proxy" and internet is None:
             raise SandboxError("proxy mode needs the test network")
-        cases = cases_for(mode)
+        cases = cases_for(mode, stack.load_base(ref).policy.runtime.value)
         network = internet.network if mode == "proxy" else None
         probe = _plan(ref, workspace, ("true",), network)
         params = {
@@ -301,7 +301,13 @@ def run(engine: Engine, refs: tuple[str, ...], progress: Progress) -> tuple[Pres
     """Every preset in turn; the test network is started only when a preset needs it."""
     from launcher.selftest.testnet import Internet
 
-    refs = refs or tuple(resources.preset_names())
+    if not refs:   # every bundled preset: a gVisor one only where the engine has gVisor (always in CI)
+        info = engine.info()
+        refs = tuple(resources.preset_names())
+        lacking = [r for r in refs if runtimes.missing(info, (p := stack.load_base(r).policy).runtime, p.network.mode)]
+        if lacking and not host.in_ci():
+            progress(f"skipping {', '.join(lacking)}: gVisor is not registered in this engine (`sandbox doctor --fix`)")
+            refs = tuple(r for r in refs if r not in lacking)
     modes = {ref: stack.load_base(ref).policy.network.mode.value for ref in refs}
     images.ensure_for(engine, images.AGENT_IMAGE, progress, proxy="proxy" in modes.values())
     listener, internet = HostListener(), None

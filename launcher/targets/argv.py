@@ -8,6 +8,7 @@ from dataclasses import asdict, is_dataclass
 
 from launcher.plan import LaunchPlan, Mount, MountKind
 from launcher.egress.squid import proxy_env
+from launcher.runtimes import as_file
 
 
 def plain(value):
@@ -64,10 +65,12 @@ def to_argv(plan: LaunchPlan) -> list[str]:
     c = plan.container
     argv = ["docker", "run", "--rm", "--name", c.name, "--hostname", c.hostname, "--user", c.user,
             "--network", c.network_mode, "--workdir", c.working_dir]
+    if c.runtime != "runc":   # runc is every engine's default; another runtime must be named
+        argv.append(f"--runtime={c.runtime}")
     if c.read_only_root:
         argv.append("--read-only")
     argv += [f"--cap-drop={cap}" for cap in c.cap_drop] + [f"--cap-add={cap}" for cap in c.cap_add]
-    argv += [f"--security-opt={opt}" for opt in c.security_opt]
+    argv += [f"--security-opt={as_file(opt)}" for opt in c.security_opt]
     if c.pids_limit:
         argv += ["--pids-limit", str(c.pids_limit)]
     if c.memory_bytes:

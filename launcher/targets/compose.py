@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from launcher.plan import LaunchPlan, Mount, MountKind
 from launcher.egress.squid import ProxySpec, proxy_env
+from launcher.runtimes import as_file
 
 PROBE_VOLUME_KEY = "sandbox-probe"
 SECRET_DIR = "/run/sandbox-secrets"
@@ -65,7 +66,8 @@ def to_compose(plan: LaunchPlan) -> dict:
         "working_dir": c.working_dir, "environment": {k: _text(v) for k, v in c.env},
         "labels": {k: _text(v) for k, v in c.labels}, "read_only": c.read_only_root,
         "cap_drop": list(c.cap_drop), **({"cap_add": list(c.cap_add)} if c.cap_add else {}),
-        "security_opt": list(c.security_opt), "pids_limit": c.pids_limit,
+        **({"runtime": c.runtime} if c.runtime != "runc" else {}),   # compose file format 2.x has runtime
+        "security_opt": [as_file(o) for o in c.security_opt], "pids_limit": c.pids_limit,
         "mem_limit": c.memory_bytes, "memswap_limit": c.memory_bytes, "cpus": c.nano_cpus / 1e9,
         "volumes": [_mount(m) for m in c.mounts if not m.owned_tmpfs],
         **({"tmpfs": owned} if (owned := [f"{m.target}:{m.tmpfs_options}" for m in c.mounts if m.owned_tmpfs]) else {}),

@@ -12,6 +12,7 @@ import yaml
 from launcher.targets.compose import to_compose
 from launcher.plan import LaunchPlan, MountKind
 from launcher.targets.argv import log_flags, mount_flag, tmpfs_flag
+from launcher.runtimes import as_file
 
 # Remote settings the editor honours inside the container. The host-side ones (credential helper,
 # ssh/gpg agent forwarding, copying .gitconfig) are user settings of the editor: see the README.
@@ -38,10 +39,11 @@ def dockerfile(plan: LaunchPlan) -> str:
 def _run_args(plan: LaunchPlan) -> list[str]:
     c = plan.container
     args = ["--read-only", *[f"--cap-drop={x}" for x in c.cap_drop], *[f"--cap-add={x}" for x in c.cap_add],
-            *[f"--security-opt={x}" for x in c.security_opt], f"--pids-limit={c.pids_limit}",
+            *[f"--security-opt={as_file(x)}" for x in c.security_opt], f"--pids-limit={c.pids_limit}",
             f"--memory={c.memory_bytes}", f"--memory-swap={c.memory_bytes}", f"--cpus={c.nano_cpus / 1e9:g}",
             f"--network={c.network_mode}", f"--hostname={c.hostname}", f"--user={c.user}"]
     args += [f"--dns={d}" for d in c.dns] + log_flags(c.log_options)
+    args += [f"--runtime={c.runtime}"] if c.runtime != "runc" else []
     args += [f"--tmpfs={tmpfs_flag(m)}" for m in c.mounts if m.owned_tmpfs]
     return args + [f"--label={k}={v}" for k, v in c.labels]
 

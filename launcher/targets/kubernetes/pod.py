@@ -27,9 +27,9 @@ FILE_PROBLEM_FILE = "policy"
 
 
 def runtime_class_name(plan: LaunchPlan) -> str | None:
-    """The Pod's runtimeClassName for the plan's runtime: none today (runc, the node's default).
-    The policy's `runtime: gvisor` maps to "gvisor" here once the plan carries it."""
-    return None
+    """The Pod's runtimeClassName for the plan's runtime: none for runc (the node's default),
+    "gvisor" (the RuntimeClass name gVisor's docs use) for `runtime: gvisor`."""
+    return "gvisor" if plan.probe.kernel == "gvisor" else None
 
 
 def restricted_context(uid: int, gid: int, add: tuple[str, ...] = ()) -> dict:
