@@ -16,7 +16,7 @@ from launcher.copies import store
 from launcher.engine import Engine
 from launcher.egress import proxy
 from launcher.egress.audit import EgressEvent
-from launcher.errors import ProbeFailed, also_failed
+from launcher.errors import EngineError, ProbeFailed, also_failed
 from launcher.plan import PROBE_END, LaunchPlan, MountKind
 from launcher.timings import timed
 from launcher.values import visible
