@@ -258,8 +258,9 @@ x="$(tcp_try fd00::1 80 3)"; case $x in unreachable*) ok "no IPv6 path: $x" ;; *
     _c("host.gateway", "the gateway (host side) does not answer", r'''
 gw="$(default_gateway)" || { ok "no default route"; exit; }
 [ "$MODE" = proxy ] || { escaped "a default route via $gw in a sandbox without network (not tried)"; exit; }
-# Only a private gateway is tried: a public one would be someone else's router.
-case $gw in 10.* | 192.168.* | 172.1[6-9].* | 172.2[0-9].* | 172.3[01].*) host_reach "$LISTEN_PORT" "$gw" ;; *) escaped "gateway $gw is not a private address (not tried)" ;; esac'''),
+# Only a private gateway is tried: a public one would be someone else's router. 198.18.0.0/15
+# (RFC 2544, never routed publicly) is where the launcher puts its own networks (launcher/subnets.py).
+case $gw in 10.* | 192.168.* | 172.1[6-9].* | 172.2[0-9].* | 172.3[01].* | 198.1[89].*) host_reach "$LISTEN_PORT" "$gw" ;; *) escaped "gateway $gw is not a private address (not tried)" ;; esac'''),
     _c("host.loopback", "loopback is the sandbox's own", r'''
 r="$(tcp_try 127.0.0.1 "$LISTEN_PORT" 2)"; case $r in connected) escaped "the host's listener answers on 127.0.0.1" ;; *) ok "own loopback: $r" ;; esac'''),
     # Public and metadata addresses: only where there is no route at all (mode none).
