@@ -64,7 +64,7 @@ def main() -> None:
             os.mkdir(ws)
             if os.geteuid() == 0:
                 os.chown(ws, 1000, 1000)
-            none = SANDBOX + ["run", "-p", "untrusted", "-w", ws, "--", "true"]
+            none = SANDBOX + ["run", "-p", "untrusted", "--workspace-mode", "bind", "-w", ws, "--", "true"]
             proxy = SANDBOX + ["run", "-p", "ci", "-w", ws, "--allow-private", "files.test", "--egress-network", NET, "--"]
             subprocess.run(none, check=True)           # builds what is missing
             cold = timed(proxy + ["true"])             # first proxy-mode run: builds the proxy image if missing
