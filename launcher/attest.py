@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 from datetime import datetime, timezone
 
-from launcher import images
+from launcher import images, runtimes
 from launcher.errors import AttestationInvalid, EngineError
 from launcher.layers import layers_digest
 from launcher.plan import LaunchPlan
@@ -82,17 +82,14 @@ def runtime(plan: LaunchPlan, version: dict, info: dict) -> dict:
 def runtime_version(engine_name: str, version: dict, info: dict) -> str:
     """runc's version as the engine reports it; any other runtime's from its binary (`runsc --version`)."""
     if engine_name == "runc":
-        found = [c.get("Version", "") for c in version.get("Components") or [] if c.get("Name") == "runc"]
-        return found[0] if found else (info.get("RuncCommit") or {}).get("ID", "")
+        return runtimes.runc_version(version) or (info.get("RuncCommit") or {}).get("ID", "")
     path = ((info.get("Runtimes") or {}).get(engine_name) or {}).get("path", "")
     if not path:
         return f"unknown: the engine has no runtime {engine_name}"
     try:
-        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10)
+        return runtimes.binary_version(path) or "unknown"
     except (OSError, subprocess.SubprocessError) as exc:
         return f"unknown: {path} --version failed: {exc}"
-    lines = (done.stdout or done.stderr).strip().splitlines()
-    return lines[0] if lines else "unknown"
 
 
 def _engine_facts(engine, plan: LaunchPlan) -> tuple[dict, dict]:

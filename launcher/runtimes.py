@@ -130,23 +130,36 @@ def fact(info: dict, version: dict, runtime: Runtime, mode: NetworkMode = Networ
     path = (entry or {}).get("path", "")
     args = tuple((entry or {}).get("runtimeArgs") or ())
     if runtime is Runtime.RUNC:
-        found = {c.get("Name", "").lower(): c.get("Version", "") for c in version.get("Components") or []}
-        text = found.get("runc", "")
+        text = runc_version(version)
     else:
         text = run_version(path) if (entry and run_version) else ""
     return RuntimeFact(runtime=runtime.value, name=name, registered=entry is not None, path=path, args=args, version=text)
 
 
+def runc_version(version: dict) -> str:
+    """runc's version as `docker version` lists it among the engine's components ("" if absent)."""
+    found = [c.get("Version", "") for c in version.get("Components") or [] if c.get("Name", "").lower() == "runc"]
+    return found[0] if found else ""
+
+
+def binary_version(path: str) -> str:
+    """The first line `PATH --version` prints (its stdout, else its stderr); OSError or
+    subprocess.SubprocessError when it cannot be run."""
+    import subprocess
+
+    done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10)
+    lines = (done.stdout or done.stderr).strip().splitlines()
+    return lines[0] if lines else ""
+
+
 def runsc_version(path: str) -> str:
-    """The first line of `runsc --version` ("runsc version 0.0~20221219.0" -> "0.0~20221219.0")."""
+    """runsc's version ("runsc version 0.0~20221219.0" -> "0.0~20221219.0"), "" when unknown."""
     import subprocess
 
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
+        return binary_version(path).removeprefix("runsc version ").strip()
     except (OSError, subprocess.SubprocessError):
         return ""
-    first = (out.splitlines() or [""])[0]
-    return first.removeprefix("runsc version ").strip()
 
 
 def describe(engine, runtime: Runtime, mode: NetworkMode = NetworkMode.NONE) -> RuntimeFact:
