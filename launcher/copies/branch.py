@@ -1,36 +1,17 @@
 """`sandbox apply --to BRANCH`: the agent's changes as one commit on a new branch of the host
-repository, on top of the commit the copy was taken from. Only plumbing runs (hash-object,
-read-tree into a private index, write-tree, commit-tree, update-ref): no work tree is touched, no
-hook runs, and the agent's files are only ever data for `git hash-object --no-filters`."""
+repository, on top of the commit the copy was taken from. Git runs only in a private directory
+of ours (hostgit.Private), never in the repository: its config, hooks, filters and promisor
+remotes are not read, so nothing it configures runs. The new objects and the branch's ref are
+then written into the repository as plain files, never overwriting one."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
 
-from launcher import host
+from launcher import hostgit
 from launcher.copies.apply import Exported
 from launcher.errors import PolicyError, Problem
-
-# Whatever the repository's own config says: no fsmonitor, hooks or auto gc run for us. With
-# those off, plumbing is safe in a repository of another owner (root applying a user's copy), so
-# git's safe.directory refusal is lifted for this one path.
-_SAFE = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0",
-         "-c", "maintenance.auto=false", "-c", "core.pager=cat")
-
-
-def _argv(workspace: str, args: list[str]) -> list[str]:
-    return ["git", "-C", workspace, "-c", f"safe.directory={workspace}", *_SAFE, *args]
-
-
-def _git(workspace: str, args: list[str], index: str | None = None, data: bytes | None = None) -> str:
-    env = host.environment_with(GIT_INDEX_FILE=index) if index else None
-    done = subprocess.run(_argv(workspace, args), input=data, capture_output=True, env=env)
-    if done.returncode != 0:
-        raise PolicyError([Problem(file=workspace, path=f"git {args[0]}", expected="success",
-                                   found=done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}")])
-    return done.stdout.decode().strip()
 
 
 def _refuse(found: str, hint: str) -> PolicyError:
@@ -38,37 +19,97 @@ def _refuse(found: str, hint: str) -> PolicyError:
                                 found=found, hint=hint)])
 
 
+def _identity(workspace: str, owner: tuple[int, int]) -> dict[str, str]:
+    """The user's name and e-mail as their own git would take them (read as data), else ours."""
+    try:
+        found = {e.key: e.value for e in hostgit.config_entries(workspace, owner)}
+    except PolicyError:
+        found = {}
+    name, email = found.get("user.name") or "sandbox", found.get("user.email") or "sandbox@localhost"
+    return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_COMMITTER_NAME": name,
+            "GIT_COMMITTER_EMAIL": email}
+
+
+def _branch_exists(common: str, branch: str) -> bool:
+    if os.path.lexists(os.path.join(common, "refs", "heads", branch)):
+        return True
+    try:
+        with open(os.path.join(common, "packed-refs"), "rb") as data:
+            return any(line.rstrip(b"\n").endswith(b" refs/heads/" + branch.encode()) for line in data)
+    except FileNotFoundError:
+        return False
+
+
+def _owned(path: str, owner: tuple[int, int]) -> None:
+    if os.geteuid() == 0 and owner != (0, 0):
+        os.chown(path, *owner, follow_symlinks=False)
+
+
+def _makedirs(top: str, rel: str, owner: tuple[int, int]) -> str:
+    path = top
+    for part in rel.split("/"):
+        path = os.path.join(path, part)
+        if not os.path.isdir(path) or os.path.islink(path):
+            os.mkdir(path, 0o755)   # a link or file there raises: we never write through one
+            _owned(path, owner)
+    return path
+
+
+def _write_new(path: str, data: bytes, mode: int, owner: tuple[int, int]) -> None:
+    """Create path with data; it must not exist (O_EXCL: never overwritten, never through a link)."""
+    temp = tempfile.NamedTemporaryFile(dir=os.path.dirname(path), prefix=".sandbox-", delete=False)
+    try:
+        with temp:
+            temp.write(data)
+        os.chmod(temp.name, mode)
+        _owned(temp.name, owner)
+        os.link(temp.name, path)   # fails if path exists: the one atomic create-if-absent
+    finally:
+        os.unlink(temp.name)
+
+
 def commit_to_branch(workspace: str, exported: Exported, branch: str, message: str) -> str:
     """Create refs/heads/BRANCH with the applicable changes; returns the new commit."""
     base = exported.meta.get("head", "")
     if not base:
         raise _refuse("the copy was not taken from a git commit", "apply it to the tree instead")
-    if subprocess.run(["git", "check-ref-format", "--branch", branch], capture_output=True).returncode != 0:
+    if hostgit.plain("check-ref-format", "--branch", branch).returncode != 0 or branch.startswith("-"):
         raise _refuse(f"{branch!r} is not a valid branch name", "for example agent/fix-tests")
-    if subprocess.run(_argv(workspace, ["rev-parse", "--verify", "-q", f"refs/heads/{branch}"]),
-                      capture_output=True).returncode == 0:
+    repo = hostgit.layout(workspace)
+    if repo is None:
+        raise _refuse(f"{workspace} has no .git", "apply it to the tree instead")
+    config = os.path.join(repo.common_dir, "config")
+    if hostgit.config_file_value(config, "extensions.refstorage") not in ("", "files"):
+        raise _refuse("a repository whose refs are not files (reftable)", "apply it to the tree instead")
+    if _branch_exists(repo.common_dir, branch):
         raise _refuse(f"branch {branch} exists", "choose a new name; nothing is overwritten")
-    with tempfile.TemporaryDirectory(prefix="sandbox-apply-") as tmp:
-        index = os.path.join(tmp, "index")
-        _git(workspace, ["read-tree", base], index)
+    owner = (os.stat(repo.common_dir).st_uid, os.stat(repo.common_dir).st_gid)
+    with hostgit.Private(repo.common_dir, hostgit.config_file_value(config, "extensions.objectformat") or "sha1") as git:
+        index = os.path.join(git.root, "index.private")
+        git.git("read-tree", base, index=index)
         for change in exported.applicable:
-            new = change["new"]
-            if new is None or (change["old"] or {}).get("type") == "dir":
-                if new is None and (change["old"] or {}).get("type") != "dir":
-                    _git(workspace, ["update-index", "--force-remove", "--", change["path"]], index)
+            new, old = change["new"], change["old"] or {}
+            if old.get("type") == "dir" or (new or {}).get("type") == "dir":
+                continue   # a directory is its files
+            if new is None:
+                git.git("update-index", "--force-remove", "--", change["path"], index=index)
                 continue
             blob = (new["target"].encode(errors="surrogateescape") if new["type"] == "symlink"
                     else exported.data[change["path"]])
-            sha = _git(workspace, ["hash-object", "-w", "--no-filters", "--stdin"], data=blob)
+            sha = git.git("hash-object", "-w", "--no-filters", "--stdin", data=blob)
             mode = "120000" if new["type"] == "symlink" else "100755" if new["exec"] else "100644"
-            _git(workspace, ["update-index", "--add", "--cacheinfo", f"{mode},{sha},{change['path']}"], index)
-        tree = _git(workspace, ["write-tree"], index)
-    identity = [] if _has_identity(workspace) else ["-c", "user.name=sandbox", "-c", "user.email=sandbox@localhost"]
-    commit = _git(workspace, [*identity, "commit-tree", tree, "-p", base, "-m", message])
-    _git(workspace, ["update-ref", f"refs/heads/{branch}", commit, ""])   # "": only if it does not exist
+            git.git("update-index", "--add", "--cacheinfo", f"{mode},{sha},{change['path']}", index=index)
+        tree = git.git("write-tree", "--missing-ok", index=index)   # a partial clone lacks blobs: never fetched
+        commit = git.git("commit-tree", tree, "-p", base, "-m", message, **_identity(workspace, owner))
+        for rel in git.new_objects():
+            target = os.path.join(repo.common_dir, rel)
+            _makedirs(repo.common_dir, os.path.dirname(rel), owner)
+            if not os.path.lexists(target):   # the same name is the same content
+                with open(os.path.join(git.root, rel), "rb") as data:
+                    _write_new(target, data.read(), 0o444, owner)
+    refs = _makedirs(repo.common_dir, os.path.dirname(f"refs/heads/{branch}"), owner)
+    try:
+        _write_new(os.path.join(refs, branch.rsplit("/", 1)[-1]), f"{commit}\n".encode(), 0o644, owner)
+    except FileExistsError:
+        raise _refuse(f"branch {branch} exists", "choose a new name; nothing is overwritten") from None
     return commit
-
-
-def _has_identity(workspace: str) -> bool:
-    return all(subprocess.run(_argv(workspace, ["config", key]), capture_output=True).returncode == 0
-               for key in ("user.name", "user.email"))
