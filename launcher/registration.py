@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,12 +24,38 @@ DOCKER_PID = "/var/run/docker.pid"
 FIX = "sudo sandbox doctor --fix"
 
 
+def untrusted(path: str) -> str:
+    """Why root's dockerd must not run the binary at `path`, or "": it and every directory above
+    its resolved path must be root's and writable by no one else (whoever can replace it is root)."""
+    real = os.path.realpath(path)
+    at = real
+    while True:
+        try:
+            st = os.lstat(at)
+        except OSError as exc:
+            return f"{at}: {exc.strerror}"
+        if at == real and not stat.S_ISREG(st.st_mode):
+            return f"{real} is not a regular file"
+        if st.st_uid != 0:
+            return f"{at} is owned by uid {st.st_uid}, not root"
+        if st.st_mode & 0o022:
+            return f"{at} is writable by {'its group' if st.st_mode & 0o020 else 'everyone'} (mode {stat.S_IMODE(st.st_mode):04o})"
+        if at == "/":
+            return ""
+        at = os.path.dirname(at)
+
+
 def findings(info: dict, runsc: str | None) -> list[Finding]:
     """Is runsc installed (`runsc`: its path, or None), and are our runtime names registered?"""
     found = runtimes.registered(info)
     if not runsc:
         return [Finding(status=Status.OK, check="gvisor", detail="runsc not installed (only `runtime: gvisor` needs it)",
                         fix="apt-get install runsc (Debian) or gVisor's release, then " + FIX)]
+    why = untrusted(runsc)
+    if why:
+        return [Finding(status=Status.WARN, check="gvisor", detail=f"runsc at {runsc} is not registered by us: {why}",
+                        fix="install runsc as root into a root-owned directory (apt-get install runsc)")]
+    runsc = os.path.realpath(runsc)
     want = runtimes.registration(runsc)
     wrong = [n for n, entry in want.items() if n not in found or
              list(found[n].get("runtimeArgs") or []) != entry["runtimeArgs"]]
@@ -66,7 +93,13 @@ class Fixed:
 def fix(runsc: str, *, path: str = DAEMON_JSON, pidfile: str = DOCKER_PID, registered: Callable[[], bool],
         wait: float = 10.0) -> Fixed:
     """Register our runtimes in `path` and reload the engine (SIGHUP to the pid in `pidfile`),
-    then wait until `registered()` says the engine sees them. Raises EngineError, naming the step."""
+    then wait until `registered()` says the engine sees them. Raises EngineError, naming the step.
+    Only a root-owned runsc nobody else can replace is registered, by its resolved path."""
+    why = untrusted(runsc)
+    if why:
+        raise EngineError(f"not registering {runsc}: {why}; root's dockerd would run it.\n"
+                          "    hint: install runsc as root into a root-owned directory (apt-get install runsc)")
+    runsc = os.path.realpath(runsc)
     file = Path(path)
     try:
         text = file.read_text() if file.exists() else ""

@@ -4,6 +4,7 @@ the engine names, `sandbox doctor`'s findings and `--fix`'s daemon.json merge.""
 from __future__ import annotations
 
 import json
+import os
 import signal
 
 import pytest
@@ -194,3 +195,29 @@ def test_the_default_selftest_skips_a_gvisor_preset_without_gvisor_except_in_ci(
     runner.run(NoGvisor(), (), said.append)
     assert ("untrusted-gvisor" in ran) is ci and "untrusted" in ran
     assert any("skipping untrusted-gvisor" in m for m in said) is not ci
+
+
+def test_doctor_fix_registers_only_a_runsc_that_only_root_can_replace(tmp_path):
+    """Issue 24 case 11: root's dockerd runs what is registered, so a runsc that someone else owns or
+    can write, or that lies in a directory others can write, is refused, judged by its resolved path."""
+    import shutil
+
+    config, planted, link = tmp_path / "daemon.json", tmp_path / "runsc", tmp_path / "runsc-link"
+    shutil.copy("/bin/true", planted)
+    link.symlink_to(planted)
+    if os.geteuid() == 0:
+        os.chown(planted, 1000, 1000)
+    for path in (str(planted), str(link)):    # not root's (or, run as a user, in a user's directory)
+        assert registration.untrusted(path)
+        with pytest.raises(EngineError, match="not registering"):
+            registration.fix(path, path=str(config), pidfile=str(tmp_path / "pid"), registered=lambda: True)
+        assert "is not registered by us" in registration.findings({"Runtimes": {}}, path)[0].detail
+    assert not config.exists()
+    if os.geteuid() == 0:
+        os.chown(planted, 0, 0)
+        planted.chmod(0o757)
+        assert "writable by everyone" in registration.untrusted(str(link))
+        planted.chmod(0o755)
+        tmp_path.chmod(0o775)
+        assert "writable by its group" in registration.untrusted(str(link))
+    assert registration.untrusted(os.path.realpath(shutil.which("true"))) == ""
