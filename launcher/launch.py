@@ -129,7 +129,8 @@ def _cleaning_up(primary: BaseException, clean, what: str) -> None:
 def _probe_failed(report: ProbeReport, errors: list[str], plan: LaunchPlan) -> ProbeFailed:
     lines = []
     for c in report.failed:
-        lines.append(f"{c.id}: expected {c.expected}, observed {c.observed}")
+        # what the container printed: its image (or a reused sandbox's agent) chose these bytes
+        lines.append(visible(f"{c.id}: expected {c.expected}, observed {c.observed}", keep_lines=False))
         hint = checks.hint(c.id, c.observed, uid=plan.probe.uid, workspace=visible(plan.probe.wsroot, keep_lines=False))
         if hint:
             lines.append(f"  hint: {hint}")

@@ -59,3 +59,35 @@ def test_the_agent_profiles_blocked_hosts_are_what_learn_mode_would_suggest():
         assert not profile.hosts or set(profile.hosts) <= set(suggest(tuple(
             EgressEvent(time=1, method="GET", host=h, port="80", status="403", verdict="TCP_DENIED")
             for h in profile.hosts))[0])
+
+
+def test_the_agents_bytes_in_the_log_are_decoded_once_and_never_suggested_unless_a_host_name():
+    """Squid writes method, host and SNI URL-encoded (%#): a line break of the agent's cannot forge a
+    log line, and learn mode skips what is not a DNS name (shown escaped)."""
+    from launcher.egress.audit import suggest, suggestion_yaml
+
+    log = ("SANDBOX-EGRESS 1 CONNECT allowed.test 443 200 NONE_NONE "
+           "evil%1B%5D52%3Bc%3Bx%07%0A%20%20private%3A%20true terminate\n"
+           "SANDBOX-EGRESS 2 GET Denied.TEST 80 403 TCP_DENIED - -\n")
+    events = parse_log(log)
+    assert events[0].sni == "evil\x1b]52;c;x\x07\n  private: true" and events[0].denied
+    entries, skipped = suggest(events)
+    assert entries == ["denied.test"] and skipped == ["evil\\u001b]52;c;x\\u0007\\u000a  private: true: not a host name"]
+    assert [line for line in suggestion_yaml(entries, skipped, 2).splitlines() if "private" in line] == [
+        "# not suggested: " + skipped[0]]
+
+
+def test_a_step_summary_holds_no_markdown_or_control_character_of_the_agent():
+    import re
+
+    from launcher.targets.summary import markdown
+
+    hostile = "x`![i](http://canary.test/p.png)<img src=y>|\x1b[2K\n"
+    report = {"status": "surfaces-changed", "exit_code": 123, "agent": {"exit_code": 0}, "policy": {"name": "ci"},
+              "probe": None, "duration_seconds": 1.0,
+              "workspace_changes": [{"change": "new", "path": hostile, "detail": "d"}],
+              "egress": {"blocked": [{"method": "GET", "host": hostile, "port": 80, "count": 1}]}}
+    rows = [line for line in markdown(report).splitlines() if "canary" in line]
+    assert len(rows) == 2
+    for row in rows:
+        assert "\x1b" not in row and re.search(r"(?<!\\)[<`!\[\]()]", row.replace("|", "")) is None, row

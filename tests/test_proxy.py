@@ -259,3 +259,42 @@ def test_an_allowed_name_that_resolves_to_a_private_address_is_refused_unless_it
                                       f'echo "plain=$({CURL} http://allowed.test/)"'], capture_output=True, text=True,
                            timeout=120)
     assert opted.returncode == 0 and "plain=200" in opted.stdout, opted.stdout + opted.stderr
+
+
+HELLO = r'''
+import socket, struct, sys
+name = b"evil\x1b]52;c;cHduZWQ=\x07\n    - private.test\n  private: true\n\x1b[2K\rsandbox: applied 0 changes"
+sni = struct.pack(">HBH", len(name) + 3, 0, len(name)) + name
+ext = struct.pack(">HH", 0, len(sni)) + sni
+body = b"\x03\x03" + b"\x11" * 32 + b"\x00" + b"\x00\x02\x00\x2f" + b"\x01\x00" + struct.pack(">H", len(ext)) + ext
+hs = b"\x01" + struct.pack(">I", len(body))[1:] + body
+'''
+
+
+def test_a_hostile_tls_server_name_reaches_no_terminal_and_no_suggestion_raw(engine, internet, workspace):
+    """Issue 24 case 9: the SNI is the agent's bytes. Squid logs it URL-encoded, the audit decodes
+    it, every line shown escapes it and learn mode suggests only host names."""
+    script = HELLO + r'''
+import os, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+s = socket.create_connection((proxy.hostname, proxy.port), timeout=5)
+s.sendall(b"CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n")
+print(s.recv(4096)[:12])
+s.sendall(b"\x16\x03\x01" + struct.pack(">H", len(hs)) + hs)
+try:
+    print(s.recv(4096)[:5])
+except OSError as exc:
+    print(exc)
+'''
+    result, report = run_ci(internet, workspace, ["allowed.test"], f"python3 -c '{script}'")
+    assert result.returncode == 0, result.stderr
+    snis = [e["sni"] for e in report["egress"]["requests"]]
+    assert any(s.startswith("evil\x1b]52") for s in snis), snis
+    shown = subprocess.run(SANDBOX + ["logs", "--egress", "--report", str(workspace.parent / "report.json")],
+                           capture_output=True, text=True)
+    learned = subprocess.run(SANDBOX + ["logs", "--egress", "--suggest", "--report",
+                                        str(workspace.parent / "report.json")], capture_output=True, text=True)
+    for out in (result.stderr, shown.stderr, shown.stdout, learned.stdout, learned.stderr):
+        assert "\x1b" not in out and "\x07" not in out and "\r" not in out
+    assert "private" not in "\n".join(line for line in learned.stdout.splitlines() if not line.startswith("#"))
+    assert "not a host name" in learned.stdout

@@ -119,6 +119,7 @@ def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, suggest: 
     from dataclasses import asdict, fields
 
     from launcher.egress.audit import EgressEvent, suggest as learn, suggestion_yaml, summarize
+    from launcher.values import visible
 
     if bool(name) == bool(report_path):
         raise click.UsageError("give a sandbox NAME or --report FILE")
@@ -142,7 +143,8 @@ def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, suggest: 
         passed = summarize(tuple(e for e in events if not e.denied))
         click.echo(f"sandbox: egress allowed ({sum(p.count for p in passed)} requests):", err=True)
         for p in passed:
-            click.echo(f"  {p.method} {p.host}:{p.port}  x{p.count}", err=True)
+            click.echo(f"  {visible(p.method, keep_lines=False)} {visible(p.host, keep_lines=False)}:{p.port}  x{p.count}",
+                       err=True)
 
 
 @click.group()

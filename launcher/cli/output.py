@@ -9,6 +9,7 @@ import sys
 import click
 
 from launcher.style import BAD, GOOD, WARN, Mark, plain
+from launcher.values import visible
 
 _LOOK = {GOOD: {"fg": "green"}, WARN: {"fg": "yellow"}, BAD: {"fg": "red", "bold": True}}
 # Status lines that open with a verdict; only that word is coloured, the message stays as it is.
@@ -74,7 +75,8 @@ def print_blocked(events) -> None:
         return
     status(f"egress blocked ({sum(b.count for b in blocked)} requests):")
     for b in blocked:
-        click.echo(f"  {b.method} {b.host}:{b.port}  x{b.count}", err=True)
+        click.echo(f"  {visible(b.method, keep_lines=False)} {visible(b.host, keep_lines=False)}:{b.port}  x{b.count}",
+                   err=True)
 
 
 def print_changes(changes, failing: bool) -> None:

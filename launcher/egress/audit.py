@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 MARK = "SANDBOX-EGRESS"
+# A DNS name as learn mode may suggest it: letters, digits and hyphens in dot-separated labels.
+_HOST_NAME = re.compile(r"(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,8 +42,10 @@ def parse_log(text: str) -> tuple[EgressEvent, ...]:
     for line in text.splitlines():
         fields = line.split()
         if len(fields) == 9 and fields[0] == MARK and fields[1].isdigit():
-            events.append(EgressEvent(time=int(fields[1]), method=fields[2], host=fields[3], port=fields[4],
-                                      status=fields[5], verdict=fields[6], sni=fields[7], tls=fields[8]))
+            # URL-decoded (squid.conf's %#): the agent's own bytes, shown only through values.visible
+            method, host, sni = (unquote(f, errors="surrogateescape") for f in (fields[2], fields[3], fields[7]))
+            events.append(EgressEvent(time=int(fields[1]), method=method, host=host, port=fields[4],
+                                      status=fields[5], verdict=fields[6], sni=sni, tls=fields[8]))
     return tuple(events)
 
 
@@ -54,22 +60,27 @@ def summarize(events: tuple[EgressEvent, ...]) -> tuple[EgressSummary, ...]:
 def suggest(events: tuple[EgressEvent, ...]) -> tuple[list[str], list[str]]:
     """Learn mode: the narrowest network.allow entries that would have admitted what was refused
     (each exact host, with its port unless 80 or 443; never a wildcard), and what cannot be
-    allowed by name (IP literals, with the reason). Never applied: the person reads it."""
+    allowed by name (IP literals and anything that is not a host name, with the reason). Never
+    applied: the person reads it."""
     import ipaddress
 
     from launcher.egress.rules import DEFAULT_PORTS
+    from launcher.values import visible
 
     entries, skipped = {}, {}
     for event in events:
         if not event.denied:
             continue
-        host = event.sni if event.sni not in ("-", "") else event.host
+        host = (event.sni if event.sni not in ("-", "") else event.host).lower()
         try:
             ipaddress.ip_address(host.strip("[]"))
             skipped[host] = "an IP literal: no name to allow (network.allow_ip_literals would be needed)"
             continue
         except ValueError:
             pass
+        if not _HOST_NAME.fullmatch(host):
+            skipped[visible(host, keep_lines=False)] = "not a host name"
+            continue
         port = int(event.port) if event.port.isdigit() else 443
         entries[host if port in DEFAULT_PORTS else f"{host}:{port}"] = None
     return sorted(entries), [f"{h}: {why}" for h, why in sorted(skipped.items())]

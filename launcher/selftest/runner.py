@@ -20,6 +20,7 @@ from launcher.errors import ProbeFailed, SandboxError
 from launcher.plan import PROBE_BUSYBOX, LaunchPlan, MountKind
 from launcher.model import WorkspaceMode
 from launcher.selftest.cases import OUTSIDE, PLANTED, Case, for_mode
+from launcher.values import visible
 from launcher.style import BAD, GOOD, Mark, plain
 
 PASS, FAIL, ERROR = "pass", "FAIL", "ERROR"
@@ -345,5 +346,5 @@ def table(result: PresetResult, mark: Mark = plain) -> str:
              f"{'CASE':{width}}  {'VERDICT':7}  {'EXPECTED':40}  OBSERVED"]
     for c in result.cases:
         verdict = mark(c.verdict, _KIND[c.verdict]) + " " * (7 - len(c.verdict))
-        lines.append(f"{c.id:{width}}  {verdict}  {c.expected[:40]:40}  {c.observed}")
+        lines.append(f"{c.id:{width}}  {verdict}  {c.expected[:40]:40}  {visible(c.observed, keep_lines=False)}")
     return "\n".join(lines)

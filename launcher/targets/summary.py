@@ -3,6 +3,10 @@ the probe passed, what egress was blocked, and whose exit status the pipeline se
 
 from __future__ import annotations
 
+import re
+
+from launcher.values import visible
+
 _MEANING = {
     "ok": "the agent ran and succeeded",
     "agent-failed": "the agent ran and failed (its own exit code)",
@@ -16,7 +20,9 @@ _MEANING = {
 
 
 def _cell(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """Text for a table cell: control characters made visible, then every character Markdown
+    gives a meaning backslash-escaped (no link, image, HTML or code span of the agent's)."""
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~&])", r"\\\1", visible(str(text), keep_lines=False))
 
 
 def markdown(report: dict) -> str:
@@ -25,7 +31,7 @@ def markdown(report: dict) -> str:
     lines = [f"### {icon} sandbox: {_MEANING.get(status, status)}", "",
              "| | |", "|---|---|",
              f"| exit status | `{report['exit_code']}` ({'the agent' if report['agent']['exit_code'] is not None else 'sandbox'}) |",
-             f"| policy | `{_cell(policy.get('name', '-'))}` (sha256 `{policy.get('sha256', '-')[:12]}`) |"]
+             f"| policy | {_cell(policy.get('name', '-'))} (sha256 `{policy.get('sha256', '-')[:12]}`) |"]
     probe = report.get("probe")
     if probe is None:
         lines.append("| probe | not run |")
@@ -38,21 +44,21 @@ def markdown(report: dict) -> str:
         lines.append(f"| error | {_cell(report['error'].splitlines()[0])} |")
     if probe and not probe["ok"]:
         lines += ["", "Failed probe checks:", ""]
-        lines += [f"- `{c['id']}`: expected `{_cell(c['expected'])}`, observed `{_cell(c['observed'])}`"
+        lines += [f"- `{c['id']}`: expected {_cell(c['expected'])}, observed {_cell(c['observed'])}"
                   for c in probe["checks"] if not c["ok"]]
     changes = report.get("workspace_changes") or []
     if changes:
         lines += ["", f"**Files host tools run or trust, changed by the agent ({len(changes)}):** review them "
                   "before running git or any tool in this workspace.", "",
                   "| change | path | why it matters |", "|---|---|---|"]
-        lines += [f"| {c['change']} | `{_cell(c['path'])}` | {_cell(c['detail'])} |" for c in changes]
+        lines += [f"| {c['change']} | {_cell(c['path'])} | {_cell(c['detail'])} |" for c in changes]
     egress = report.get("egress")
     if egress is not None:
         blocked = egress["blocked"]
         lines += ["", f"**Egress blocked:** {sum(b['count'] for b in blocked) if blocked else 'nothing'}"]
         if blocked:
             lines += ["", "| method | host | port | requests |", "|---|---|---|---|"]
-            lines += [f"| {b['method']} | {_cell(b['host'])} | {b['port']} | {b['count']} |" for b in blocked]
+            lines += [f"| {_cell(b['method'])} | {_cell(b['host'])} | {b['port']} | {b['count']} |" for b in blocked]
     return "\n".join(lines) + "\n\n"
 
 
