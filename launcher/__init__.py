@@ -12,14 +12,10 @@ def build_commit() -> str:
     if recorded.is_file():
         return recorded.read_text().strip()
     import os
-    import subprocess
+
+    from launcher import hostgit
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if not os.path.isdir(os.path.join(root, ".git")):
         return ""
-    try:
-        found = subprocess.run(["git", "-C", root, "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                               text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return found.stdout.strip() if found.returncode == 0 else ""
+    return hostgit.read_only(os.path.join(root, ".git"), "rev-parse", "--short=12", "HEAD")

@@ -124,6 +124,17 @@ class Private:
         self.close()
 
 
+def read_only(git_dir: str, *args: str) -> str:
+    """Read-only plumbing (`rev-parse`) in a repository of ours, inert like the rest; "" on failure."""
+    with tempfile.TemporaryDirectory(prefix="sandbox-git-") as home:
+        try:
+            done = subprocess.run(["git", f"--git-dir={git_dir}", *_INERT, *args], capture_output=True, cwd=home,
+                                  env=_inert_env(home), timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    return done.stdout.decode(errors="replace").strip() if done.returncode == 0 else ""
+
+
 def plain(*args: str) -> subprocess.CompletedProcess:
     """A git command that needs no repository (check-ref-format), inert all the same."""
     with tempfile.TemporaryDirectory(prefix="sandbox-git-") as home:
