@@ -120,9 +120,10 @@ def test_config_entries_are_gits_own_reading_with_their_origin(tmp_path, monkeyp
 def test_every_git_command_of_the_launcher_goes_through_hostgit():
     """One function family runs git on the host; the selftest's scratch repository plays the user's
     own git on purpose (it checks that the user's git runs nothing planted)."""
+    import re
     from pathlib import Path
 
     package = Path(hostgit.__file__).parent
-    callers = {str(p.relative_to(package)) for p in package.rglob("*.py") if '["git"' in p.read_text()
-               or "'git'," in p.read_text()}
+    callers = {str(p.relative_to(package)) for p in package.rglob("*.py")
+               if re.search(r"""(\(|= |\[)\[?["']git["'],""", p.read_text())}
     assert callers == {"hostgit.py", "selftest/scratch.py"}
