@@ -145,6 +145,16 @@ def test_a_link_lexically_inside_that_resolves_into_git_through_a_host_link_is_r
     assert "resolves to .git/hooks" in found["y"], found["y"]       # `..` after a link is taken physically
 
 
+def test_a_new_link_that_would_send_a_link_the_host_has_outside_is_refused(tmp_path):
+    """Yes by yes over two applies: s0 -> s1/.. was harmless while s1 was missing; s1 -> x/.. is
+    harmless alone, and together they are s0 -> the parent of the workspace."""
+    os.symlink("s1/..", tmp_path / "s0")
+    os.symlink("README.md", tmp_path / "fine")
+    found = verdicts(tmp_path, [link("s1", "x/.."), link("other", "fine")], review.Allowed(symlinks=frozenset({"s1", "other"})))
+    assert "the host's symlink s0" in found["s1"] and "outside the workspace" in found["s1"], found["s1"]
+    assert found["other"] == ""
+
+
 def test_a_loop_of_links_is_refused(tmp_path):
     found = verdicts(tmp_path, [link("a", "b/x"), link("b", "a")], review.Allowed(symlinks=frozenset({"a", "b"})))
     assert "loop" in found["a"] and "loop" in found["b"]

@@ -126,6 +126,14 @@ class _Tree:
         fd = self.dir(rel)
         return None if fd is None else os.listdir(fd)
 
+    def links(self) -> list[str]:
+        """Every symlink below the root (walked without following links)."""
+        root, found = f"/proc/self/fd/{self.fds['']}", []
+        for top, dirs, files in os.walk(root, followlinks=False):
+            inner = os.path.relpath(top, root)
+            found += [os.path.normpath(os.path.join(inner, n)) for n in dirs + files if os.path.islink(os.path.join(top, n))]
+        return found
+
     def files_below(self, rel: str) -> set[str]:
         """Every entry but directories below the directory rel (opened without following links)."""
         root, found = f"/proc/self/fd/{self.dir(rel)}", set()

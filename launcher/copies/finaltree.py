@@ -19,6 +19,7 @@ STEPS = 8192   # with DEPTH, a bound on the work one link costs (PATH_MAX is 409
 class Host(Protocol):
     def state(self, rel: str) -> dict | None: ...    # like copytool's describe, without following links
     def names(self, rel: str) -> list[str] | None: ...   # entries of the directory rel, None if there is none
+    def links(self) -> list[str]: ...    # every symlink in the tree (walked without following any)
 
 
 class _Final:
@@ -77,10 +78,23 @@ def _chain(followed: list[str]) -> str:
     return " -> ".join(shown)
 
 
+def _problem(result: tuple[str | None, list[str], str], protected: tuple[str, ...]) -> str:
+    """What is wrong with where a link leads (see _Final.resolve), or ""."""
+    lands, followed, nowhere = result
+    through = f" (through {_chain(followed)})" if followed else ""
+    if nowhere == "loop":
+        return f"is in a loop, or a chain of more than {FOLLOWS} links or {DEPTH} levels{through}"
+    if nowhere:
+        return f"resolves outside the workspace on the final tree{through}"
+    refused = landing_refusal(lands, protected)
+    return f"resolves to {lands or '.'} on the final tree{through}: {refused}" if refused else ""
+
+
 def check(changes: list[dict], host: Host | None, protected: tuple[str, ...]) -> dict[str, str]:
     """Why each of these changes (the ones going onto the host) may not, by path: a symlink that
-    resolves outside, into a refused path or through a refused link; a symlink where the host has a
-    directory; a new name that folds onto another one the host keeps in that directory."""
+    resolves outside, into a refused path or through a refused link, or that sends a link the host
+    has there; a symlink where the host has a directory; a new name that folds onto another one the
+    host keeps in that directory."""
     final, why, resolved = _Final(changes, host), {}, {}
     for change in changes:
         new, path = change["new"] or {}, change["path"]
@@ -89,17 +103,22 @@ def check(changes: list[dict], host: Host | None, protected: tuple[str, ...]) ->
         if (final.host_state(path) or {}).get("type") == "dir":
             why[path] = f"a symlink where the host has the directory {path} (a directory is never replaced by a link)"
             continue
-        lands, followed, nowhere = final.resolve(path, new["target"])
-        resolved[path] = followed
-        through = f" (through {_chain(followed)})" if followed else ""
-        if nowhere == "loop":
-            why[path] = (f"a symlink (-> {new['target']}) in a loop, or a chain of more than {FOLLOWS} links "
-                         f"or {DEPTH} levels{through}")
-        elif nowhere:
-            why[path] = f"a symlink (-> {new['target']}) that resolves outside the workspace on the final tree{through}"
-        elif landing_refusal(lands, protected):
-            why[path] = (f"a symlink (-> {new['target']}) that resolves to {lands or '.'} on the final tree{through}: "
-                         f"{landing_refusal(lands, protected)}")
+        result = final.resolve(path, new["target"])
+        resolved[path] = result[1]
+        if _problem(result, protected):
+            why[path] = f"a symlink (-> {new['target']}) that {_problem(result, protected)}"
+    if resolved and host is not None:   # a new link can also change where one the host has leads
+        before = _Final([], host)
+        for link in host.links():
+            state = final.host_state(link)
+            if link in final.new or (state or {}).get("type") != "symlink":
+                continue
+            after = final.resolve(link, state["target"])
+            culprits = [f for f in after[1] if f in resolved]
+            if culprits and _problem(after, protected) and not _problem(before.resolve(link, state["target"]), protected):
+                for culprit in culprits:
+                    why.setdefault(culprit, f"a symlink that would make the host's symlink {link} "
+                                            f"(-> {state['target']}) go wrong: it {_problem(after, protected)}")
     # A link resolved through a refused one is refused too: that one will not be there to go through.
     users: dict[str, list[str]] = {}
     for path, followed in resolved.items():
