@@ -53,7 +53,9 @@ def _describe(path):
     with data:
         for block in iter(lambda: data.read(1 << 20), b""):
             digest.update(block)
-    return {"type": "file", "exec": bool(st.st_mode & 0o111), "size": st.st_size, "sha256": digest.hexdigest()}
+    # mode: what diff shows and apply judges (it writes 0644 or 0755 only, and refuses setuid bits)
+    return {"type": "file", "exec": bool(st.st_mode & 0o111), "mode": stat.S_IMODE(st.st_mode), "size": st.st_size,
+            "sha256": digest.hexdigest()}
 
 
 def _below(root):

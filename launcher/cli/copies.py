@@ -25,14 +25,18 @@ def _engine():
 def diff(name: str, as_stat: bool, as_json: bool) -> None:
     """Show what the agent changed in the copy NAME, against the tree it was copied from.
 
-    New, deleted and changed files; binary files summarised; changes `sandbox apply` refuses
-    (the git directory, protected paths, symlinks leaving the workspace) are marked REFUSED.
+    New, deleted and changed files with their modes and sizes, symlinks with their targets; binary
+    files summarised. Changes `sandbox apply` never carries back (git directories and protected
+    paths on any case or Unicode spelling, setuid files, case collisions, symlinks that resolve
+    outside or into those) are marked REFUSED; surfaces at any depth and symlinks are marked NEEDS
+    with the flag that lets `apply` write them.
     """
-    from launcher.copies import review, store
+    from launcher.copies import apply, review, store
 
     eng = _engine()
     copy = store.find(eng, name)
-    found = review.annotated(store.changes(eng, name, patch=True)["changes"], copy.protected)
+    found = apply.judged(copy.workspace, store.changes(eng, name, patch=True)["changes"], copy.protected,
+                         review.Allowed(), preview=True)
     if as_json:
         click.echo(json.dumps({"copy": name, "workspace": copy.workspace, "changes": found}, indent=2))
         return
@@ -48,21 +52,35 @@ def diff(name: str, as_stat: bool, as_json: bool) -> None:
               "repository instead (from the commit the copy was taken from); the work tree stays as it is.")
 @click.option("--message", "-m", default="Changes made in sandbox copy", show_default=True,
               help="Commit message for --to.")
-def apply_(name: str, branch: str | None, message: str) -> None:
+@click.option("--allow-surface", "surfaces", metavar="PATH", multiple=True,
+              help="Also write this file that host tools run or trust (a surface `sandbox diff` marks NEEDS "
+                   "--allow-surface, e.g. packages/x/.npmrc), or everything below this surface directory. "
+                   "Repeat it per path.")
+@click.option("--allow-symlink", "symlinks", metavar="PATH", multiple=True,
+              help="Also write this symlink, if it resolves inside the workspace and out of every refused path "
+                   "on the tree apply leaves. Repeat it per link.")
+def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...], symlinks: tuple[str, ...]) -> None:
     """Write the agent's changes in the copy NAME to the host tree (or a new branch).
 
     All or nothing: where the host tree changed since the copy was taken, nothing is written
     and the conflicts are listed (exit 119). Refused changes (see `sandbox diff`) never leave
-    the copy. The copy stays until `sandbox discard NAME`; applying again is a no-op.
+    the copy; surfaces and symlinks only with a per-path --allow-surface / --allow-symlink, and a
+    yes that cannot be honoured writes nothing (exit 120). The copy stays until `sandbox discard
+    NAME`; applying again is a no-op.
     """
-    from launcher.copies import apply, branch as branches, store
+    from launcher.copies import apply, branch as branches, review, store
+    from launcher.errors import PolicyError, Problem
 
+    if branch and symlinks:   # links are judged on the tree apply leaves; a branch is no such tree
+        raise PolicyError([Problem(file="command line", path="--allow-symlink", expected="no --to",
+                                   found="--to " + branch, hint="apply to the tree, then commit it yourself")])
     eng = _engine()
     copy = store.find(eng, name)
-    exported = apply.read_export(store.export(eng, name), copy.protected)
+    exported = apply.reviewed(copy.workspace, apply.read_export(store.export(eng, name), copy.protected),
+                              copy.protected, review.Allowed.given(surfaces=surfaces, symlinks=symlinks))
     refused = [c for c in exported.changes if c["refused"]]
-    for change in refused:
-        click.echo(f"sandbox: not applied: {change['path']}: {change['refused']}", err=True)
+    for line in review.refusal_lines(refused):
+        click.echo(f"sandbox: {line}", err=True)
     if branch:
         commit = branches.commit_to_branch(copy.workspace, exported, branch, message)
         click.echo(f"sandbox: committed {len(exported.applicable)} changes as {commit[:12]} on branch {branch}", err=True)

@@ -3,7 +3,13 @@
 Each change applies only where the host still holds what the copy started from (or already holds
 the result); anything else is a conflict and nothing is written. Paths are walked one directory
 at a time without following symlinks, so a link planted in the host tree cannot redirect a write;
-new files get plain modes (no setuid) and the workspace owner."""
+new files get plain modes (0644 or 0755, no setuid) and the workspace owner.
+
+What may come back is an allowlist (review.annotated, then finaltree.check in judged()). Symlinks
+are refused unless named one by one (`--allow-symlink PATH`): a link is never needed to build or
+run a project, yet one the host follows later reads or writes wherever it points; and even when
+named, one is written only when it resolves inside the workspace and out of every refused path on
+the final tree, and never over a directory."""
 
 from __future__ import annotations
 
@@ -15,10 +21,12 @@ import json
 import os
 import stat
 import tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from launcher.copies import finaltree, review
 from launcher.copies.review import annotated
-from launcher.errors import CopyConflict
+from launcher.errors import CopyConflict, PolicyError
+from launcher.values import visible
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -100,8 +108,8 @@ class _Tree:
                     fd = os.open(name, _DIR, dir_fd=parent)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise CopyConflict(f"{rel} on the host is not a directory (a symlink or a file)",
-                                       (rel,)) from None
+                    raise CopyConflict(f"{_shown(rel)} on the host is not a directory (a symlink or a file)",
+                                       (_shown(rel),)) from None
                 raise
         self.fds[rel] = fd
         return fd
@@ -113,6 +121,18 @@ class _Tree:
     def state(self, rel: str) -> dict | None:
         up, _, name = rel.rpartition("/")
         return _state(self.dir(up), name)
+
+    def names(self, rel: str) -> list[str] | None:
+        fd = self.dir(rel)
+        return None if fd is None else os.listdir(fd)
+
+    def links(self) -> list[str]:
+        """Every symlink below the root (walked without following links)."""
+        root, found = f"/proc/self/fd/{self.fds['']}", []
+        for top, dirs, files in os.walk(root, followlinks=False):
+            inner = os.path.relpath(top, root)
+            found += [os.path.normpath(os.path.join(inner, n)) for n in dirs + files if os.path.islink(os.path.join(top, n))]
+        return found
 
     def files_below(self, rel: str) -> set[str]:
         """Every entry but directories below the directory rel (opened without following links)."""
@@ -140,8 +160,45 @@ class _Tree:
                 os.close(fd)
 
 
+def _shown(path: str) -> str:   # a path the agent chose, in a message for a terminal
+    return visible(path, keep_lines=False)
+
+
+_COMPARED = ("type", "exec", "size", "sha256", "target")   # what the host's _state describes
+
+
 def _same(host: dict | None, want: dict | None) -> bool:
-    return (host or None) == (want or None)
+    def key(state: dict | None) -> dict | None:
+        return {k: state[k] for k in _COMPARED if k in state} if state else None
+    return key(host) == key(want)
+
+
+def judged(workspace: str, changes: list[dict], protected: tuple[str, ...], allowed: review.Allowed,
+           preview: bool = False) -> list[dict]:
+    """The changes annotated for apply (review.annotated), then checked on the host tree as apply
+    would leave it (finaltree.check). `preview` (diff) puts there every change a yes could let
+    through, so the verdict shown for each is the one it gets however many yeses are given."""
+    found = annotated(changes, protected, allowed)
+    going = [c for c in found if not c["refused"] or (preview and c["needs"])]
+    try:
+        tree = _Tree(workspace)
+    except OSError:   # no host tree (moved away): judged on the changes alone
+        tree = None
+    try:
+        why = finaltree.check(going, tree, protected)
+    finally:
+        if tree is not None:
+            tree.close()
+    return [{**c, "refused": why[c["path"]], "needs": []} if c["path"] in why else c for c in found]
+
+
+def reviewed(workspace: str, exported: Exported, protected: tuple[str, ...], allowed: review.Allowed) -> Exported:
+    """exported with the verdicts of judged(); PolicyError when a yes cannot be honoured."""
+    changes = judged(workspace, list(exported.changes), protected, allowed)
+    problems = review.unhonoured(changes, allowed)
+    if problems:
+        raise PolicyError(problems)
+    return replace(exported, changes=tuple(changes))
 
 
 def plan_apply(tree: _Tree, exported: Exported) -> tuple[list[dict], list[dict], list[str]]:
@@ -158,16 +215,19 @@ def plan_apply(tree: _Tree, exported: Exported) -> tuple[list[dict], list[dict],
             if host is None:
                 already.append(change)
             elif host["type"] != "dir":
-                conflicts.append(f"{change['path']}: the copy had a directory, the host now has a {host['type']}")
+                conflicts.append(f"{_shown(change['path'])}: the copy had a directory, the host now has a {host['type']}")
             else:
                 todo.append(change)
             continue
         if host and host["type"] == "dir" and old is None:
+            if (new or {}).get("type") == "symlink":   # finaltree refuses it; never here either
+                conflicts.append(f"{_shown(change['path'])}: a directory on the host is never replaced by a link")
+                continue
             # a directory the agent replaced with a file: it must be empty once the deletions ran
             gone = {c["path"] for c in exported.applicable if c["new"] is None}
             left = tree.files_below(change["path"]) - gone
             if left:
-                conflicts.append(f"{change['path']}: the host's directory there holds {len(left)} other entries")
+                conflicts.append(f"{_shown(change['path'])}: the host's directory there holds {len(left)} other entries")
                 continue
             host = None
         if _same(host, new):
@@ -175,7 +235,7 @@ def plan_apply(tree: _Tree, exported: Exported) -> tuple[list[dict], list[dict],
         elif _same(host, old):
             todo.append(change)
         else:
-            conflicts.append(f"{change['path']}: changed on the host since the copy was taken "
+            conflicts.append(f"{_shown(change['path'])}: changed on the host since the copy was taken "
                              f"({_what(host)} now, {_what(old)} in the copy)")
     return todo, already, conflicts
 
@@ -189,7 +249,9 @@ def _what(state: dict | None) -> str:
 
 
 def pending(workspace: str, exported: Exported) -> int:
-    """How many applicable changes are not on the host tree yet (conflicting ones included)."""
+    """How many applicable changes are not on the host tree yet (conflicting ones included); one
+    that needs a per-path yes counts too, so gc keeps the work it would take to apply it."""
+    exported = replace(exported, changes=tuple({**c, "refused": ""} if c.get("needs") else c for c in exported.changes))
     if not os.path.isdir(workspace):
         return len(exported.applicable)
     tree = _Tree(workspace)
@@ -211,7 +273,7 @@ def apply_to_tree(workspace: str, exported: Exported) -> tuple[int, int]:
         for change in todo:
             new = change["new"] or {}
             if new.get("type") == "file" and hashlib.sha256(exported.data[change["path"]]).hexdigest() != new["sha256"]:
-                raise CopyConflict(f"{change['path']} changed in the copy while it was read; nothing was written, "
+                raise CopyConflict(f"{_shown(change['path'])} changed in the copy while it was read; nothing was written, "
                                    "run apply again")
         # Deletions first, deepest first, so a directory the agent replaced with a file is empty.
         for change in sorted((c for c in todo if c["new"] is None), key=lambda c: -c["path"].count("/")):

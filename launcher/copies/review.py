@@ -1,39 +1,196 @@
-"""What the agent changed in a copy, for a person: which changes `apply` refuses, a patch, a stat.
-Everything shown comes from the agent, so every line goes through values.visible()."""
+"""What the agent changed in a copy, for a person, and which changes `apply` may carry back: an
+allowlist. Decided on folded names (launcher.names): never .git, a protected path, a case collision
+or anything but a regular file with plain mode bits; a surface at any depth or a symlink only with
+a per-path yes (Allowed). Every string from the agent that is shown goes through values.visible()."""
 
 from __future__ import annotations
 
+import functools
 import posixpath
+from dataclasses import dataclass
 
+from launcher import names
+from launcher.errors import Problem
+from launcher.surfaces import INVENTORY, Surface
 from launcher.values import visible
+
+_SURFACES = {names.fold_name(s.name): s for s in INVENTORY if s.name != ".git"}   # .git is refused outright
+
+
+@dataclass(frozen=True, kw_only=True)
+class Allowed:
+    """The per-path yes of `apply --allow-surface PATH` and `--allow-symlink PATH` (each repeatable)."""
+
+    surfaces: frozenset[str] = frozenset()
+    symlinks: frozenset[str] = frozenset()
+
+    @classmethod
+    def given(cls, surfaces: tuple[str, ...] = (), symlinks: tuple[str, ...] = ()) -> Allowed:
+        """From the command line: `./a/` names what diff shows as `a`."""
+        return cls(surfaces=frozenset(posixpath.normpath(p) for p in surfaces),
+                   symlinks=frozenset(posixpath.normpath(p) for p in symlinks))
+
+
+def surface_at(path: str, added: bool) -> tuple[str, Surface] | None:
+    """(the path of the surface, its inventory entry) when path is a surface or below one, at any
+    depth; a surface that only matters when new (.gitignore) counts only for an added path."""
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        folded = names.fold_name(part)
+        # A dictionary look-up per name; only a possible NTFS short name (`NPMRC~1`) is tried against each.
+        found = ([_SURFACES[folded]] if folded in _SURFACES else
+                 [s for s in _SURFACES.values() if names.same(part, s.name)] if "~" in folded else [])
+        for surface in found:
+            if added or not surface.new_only:
+                return "/".join(parts[:i + 1]), surface
+    return None
+
+
+_ODD = frozenset(("", ".", ".."))   # names that are no name, or a way up
+DEPTH = 256   # no project needs more; apply walks (and opens) every directory on the way
+
+
+@functools.lru_cache(maxsize=8)   # one protected list per copy, asked for each of its changes
+def _entries(protected: tuple[str, ...]) -> names.Entries:
+    return names.Entries(tuple(e for e in protected if e.strip("/.")))
 
 
 def refusal(change: dict, protected: tuple[str, ...]) -> str:
-    """Why `apply` never carries this change back, or "" (it would)."""
+    """Why `apply` never carries this change back, whatever it is told, or "" (it may)."""
     path = change["path"]
-    parts = path.split("/")
-    if path.startswith("/") or ".." in parts or "" in parts:
+    parts = names.parts(path)
+    folded = [names.fold_name(p) for p in parts]
+    if path.startswith("/") or not _ODD.isdisjoint(parts + folded):
         return "not a plain workspace path"
-    if ".git" in parts:
+    if len(parts) > DEPTH:
+        return f"deeper than {DEPTH} directories"
+    if ".git" in folded or ("~" in path and any(names.same(p, ".git") for p in parts)):
         return "a git directory (the host's git runs code from it)"
-    for entry in protected:
-        if path == entry or path.startswith(entry.rstrip("/") + "/"):
-            return f"protected ({entry}: host tools run or trust it)"
+    entry = _entries(protected).holding(path, folded)
+    if entry:
+        return f"protected ({entry}: host tools run or trust it)"
     new = change.get("new") or {}
     if new.get("type") == "other":
         return "not a regular file, directory or symlink"
+    if new.get("type") == "file" and new.get("mode", 0) & 0o7000:
+        return f"mode {new['mode']:04o}: setuid, setgid or sticky (apply writes files 0644 or 0755 only)"
     if new.get("type") == "symlink":
         target = new["target"]
-        lands = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
-        if target.startswith("/") or lands.startswith(".."):
+        lands = posixpath.normpath(posixpath.join(posixpath.dirname(path), target.replace("\\", "/")))
+        if not target or target.startswith(("/", "\\")) or lands == ".." or lands.startswith("../"):
             return f"a symlink leaving the workspace (-> {target})"
-        if refusal({"path": lands, "new": None}, protected):   # a way into .git or a protected path
+        if landing_refusal(lands, protected):   # a way into .git, a protected path or a surface
             return f"a symlink into a refused path (-> {target})"
     return ""
 
 
-def annotated(changes: list[dict], protected: tuple[str, ...]) -> list[dict]:
-    return [{**c, "refused": refusal(c, protected)} for c in changes]
+def landing_refusal(path: str, protected: tuple[str, ...]) -> str:
+    """Why no symlink may point at path ("" or "." the workspace root): a host tool that writes
+    through the link would change a path that is refused or needs a yes."""
+    if path in ("", "."):
+        return ""
+    found = surface_at(path, added=True)
+    return refusal({"path": path, "new": None}, protected) or (f"the surface {found[0]}" if found else "")
+
+
+def _collisions(changes: list[dict]) -> dict[str, str]:
+    """Paths that fold to one name with another change's path (a directory on the way included):
+    on a case-insensitive or normalising filesystem one would overwrite the other."""
+    ids: dict[tuple[int, str], int] = {}             # (directory, name) -> directory: a tree of the names
+    groups: dict[tuple[int, str], set[str]] = {}     # (directory, folded name) -> the names written
+    adding = [c["path"].split("/") for c in changes if c["new"] is not None]   # a deletion frees its name
+    for parts in adding:
+        at = 0
+        for part in parts:
+            if (at, part) not in ids:
+                ids[(at, part)] = len(ids) + 1
+                groups.setdefault((at, names.fold(part)), set()).add(part)
+            at = ids[(at, part)]
+    found = {}
+    for parts in adding if any(len(g) > 1 for g in groups.values()) else ():
+        at = 0
+        for i, part in enumerate(parts):
+            others = groups[(at, names.fold(part))] - {part}
+            if others:
+                found["/".join(parts)] = (f"{'/'.join(parts[:i + 1])} and {'/'.join(parts[:i] + [min(others)])} are "
+                                          "one name on a case-insensitive or normalising filesystem (one would "
+                                          "overwrite the other)")
+                break
+            at = ids[(at, part)]
+    return found
+
+
+def annotated(changes: list[dict], protected: tuple[str, ...], allowed: Allowed = Allowed()) -> list[dict]:
+    """Each change with "refused" (why apply leaves it out, "" it writes it), "needs" (the per-path
+    flags that would let it through, [] when none would) and "surface" (the surface it is in, or "")."""
+    collided, out = _collisions(changes), []
+    for change in changes:
+        path, new = change["path"], change.get("new") or {}
+        found = surface_at(path, added=change.get("old") is None and bool(new))
+        why, needs = refusal(change, protected) or collided.get(path, ""), []
+        if not why:
+            reasons = []
+            if found and path not in allowed.surfaces and found[0] not in allowed.surfaces:
+                needs.append("--allow-surface")
+                reasons.append(f"{found[1].tools} reads {found[1].name} ({found[1].why}); "
+                               f"write it with --allow-surface {path}")
+            if new.get("type") == "symlink" and path not in allowed.symlinks:
+                needs.append("--allow-symlink")
+                reasons.append(f"a symlink (-> {new['target']}); write it with --allow-symlink {path}, "
+                               "if it resolves inside the workspace on the final tree")
+            why = "; ".join(reasons)
+        out.append({**change, "refused": why, "needs": needs, "surface": found[0] if found else ""})
+    return out
+
+
+def unhonoured(changes: list[dict], allowed: Allowed) -> list[Problem]:
+    """A yes that names no change needing it, or a change apply refuses anyway: the command line
+    asked for something that will not happen."""
+    problems = []
+    for flag, given in (("--allow-surface", allowed.surfaces), ("--allow-symlink", allowed.symlinks)):
+        for path in sorted(given):
+            hits = [c for c in changes if (c["path"] == path or (flag == "--allow-surface" and c["surface"] == path))
+                    and (flag == "--allow-surface" or (c["new"] or {}).get("type") == "symlink")]
+            where = f"{flag} {visible(path, keep_lines=False)}"
+            if not hits:
+                problems.append(Problem(file="command line", path=where, expected=f"a change `sandbox diff` marks NEEDS {flag}",
+                                        found="no change there", hint="paths as `sandbox diff` shows them"))
+            for change in (c for c in hits if c["refused"] and not c["needs"]):
+                problems.append(Problem(file="command line", path=where, expected="a change apply may write",
+                                        found=f"{visible(change['path'], keep_lines=False)} is refused: "
+                                              f"{visible(change['refused'], keep_lines=False)}",
+                                        hint="no yes lifts that: apply never carries it back; nothing was written"))
+    return problems
+
+
+def refusal_lines(changes: list[dict]) -> list[str]:
+    return [f"not applied: {visible(c['path'], keep_lines=False)}: {visible(c['refused'], keep_lines=False)}"
+            for c in changes if c["refused"]]
+
+
+def _verdict(change: dict) -> str:
+    if not change["refused"]:
+        return ""
+    if change.get("needs"):
+        return f"NEEDS {', '.join(change['needs'])}: {visible(change['refused'], keep_lines=False)}"
+    return f"REFUSED: {visible(change['refused'], keep_lines=False)}"
+
+
+def _mode(state: dict) -> str:
+    return f"{0o100000 | state.get('mode', 0o755 if state.get('exec') else 0o644):06o}"
+
+
+def _detail(c: dict) -> str:
+    old, new = c.get("old") or {}, c.get("new") or {}
+    if new.get("type") == "symlink":
+        return f"-> {visible(new['target'], keep_lines=False)}"
+    if old.get("type") == "dir" or not new:
+        return "directory" if old.get("type") == "dir" else ""
+    if new.get("type") != "file":
+        return new.get("type", "")
+    mode = _mode(new) if old.get("type") != "file" or _mode(old) == _mode(new) else f"{_mode(old)} -> {_mode(new)}"
+    lines = ("binary" if c.get("binary") else f"+{c['added']} -{c['removed']}") if ("added" in c or c.get("binary")) else ""
+    return f"{mode} {new.get('size', 0)} bytes {lines}".rstrip()
 
 
 _MARK = {"added": "A", "modified": "M", "deleted": "D", "type-changed": "T", "mode-changed": "X"}
@@ -42,14 +199,14 @@ _MARK = {"added": "A", "modified": "M", "deleted": "D", "type-changed": "T", "mo
 def stat_lines(changes: list[dict]) -> list[str]:
     lines = []
     for c in changes:
-        size = ("directory" if (c["old"] or {}).get("type") == "dir" else "binary" if c.get("binary") else
-                f"+{c['added']} -{c['removed']}" if "added" in c else "")
-        refused = f"   REFUSED: {c['refused']}" if c["refused"] else ""
-        lines.append(f" {_MARK.get(c['status'], '?')} {visible(c['path'], keep_lines=False)}  {size}{refused}")
+        verdict = f"   {_verdict(c)}" if c["refused"] else ""
+        lines.append(f" {_MARK.get(c['status'], '?')} {visible(c['path'], keep_lines=False)}  {_detail(c)}{verdict}")
     plus, minus = sum(c.get("added", 0) for c in changes), sum(c.get("removed", 0) for c in changes)
-    refused = sum(1 for c in changes if c["refused"])
+    refused = sum(1 for c in changes if c["refused"] and not c.get("needs"))
+    needs = sum(1 for c in changes if c.get("needs"))
     lines.append(f" {len(changes)} changed ({plus} lines added, {minus} removed)"
-                 + (f"; {refused} refused by `apply`" if refused else ""))
+                 + (f"; {refused} refused by `apply`" if refused else "")
+                 + (f"; {needs} written only with a per-path yes" if needs else ""))
     return lines
 
 
@@ -58,15 +215,17 @@ def patch_lines(changes: list[dict]) -> list[str]:
     out = []
     for c in changes:
         path = visible(c["path"], keep_lines=False)
-        head = f"diff --sandbox a/{path} b/{path}" + (f"   # REFUSED by apply: {c['refused']}" if c["refused"] else "")
-        out.append(head)
+        out.append(f"diff --sandbox a/{path} b/{path}" + (f"   # {_verdict(c)}" if c["refused"] else ""))
         old, new = c.get("old") or {}, c.get("new") or {}
         if "patch" in c:
-            if old.get("exec") != new.get("exec") and old and new:
-                out.append(f"mode {'100755' if old.get('exec') else '100644'} -> {'100755' if new.get('exec') else '100644'}")
+            if old and new and _mode(old) != _mode(new):
+                out.append(f"mode {_mode(old)} -> {_mode(new)}")
+            elif new and not old:
+                out.append(f"new file mode {_mode(new)}, {new.get('size', 0)} bytes")
             out += [visible(line.rstrip("\n"), keep_lines=False) for line in c["patch"].splitlines(keepends=True)]
         elif c.get("binary"):
-            out.append(f"Binary file {c['status']} ({old.get('size', 0)} -> {new.get('size', 0)} bytes)")
+            out.append(f"Binary file {c['status']} ({old.get('size', 0)} -> {new.get('size', 0)} bytes"
+                       + (f", mode {_mode(new)}" if new else "") + ")")
         else:
             def shown(d: dict) -> str:
                 return {"symlink": f"symlink -> {visible(d.get('target', ''), keep_lines=False)}",
