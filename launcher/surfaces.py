@@ -4,9 +4,21 @@ root (also when missing), and the launcher reports any new, changed or removed o
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 
 from launcher.values import visible
+
+# Code points HFS+ ignores in a name (git's is_hfs_dotgit skips the same): `.g\u200cit` is `.git` there.
+_HFS_IGNORED = dict.fromkeys([*range(0x200C, 0x2010), *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF])
+
+
+def fold(name: str) -> str:
+    """A name as the most permissive filesystem compares it: Unicode-decomposed and case-folded
+    (APFS, HFS+, NTFS), without the code points HFS+ ignores, and without the trailing dots and
+    spaces Windows drops. A tree made on Linux is judged as it will be on a Mac or on Windows."""
+    folded = unicodedata.normalize("NFD", name).translate(_HFS_IGNORED).casefold()
+    return folded.rstrip(". ") or folded
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +96,13 @@ INVENTORY = (
 )
 
 BY_NAME = {s.name: s for s in INVENTORY}
+FOLDED = {fold(s.name): s for s in INVENTORY}
+# What git on the host reads beyond the names above: a git directory found anywhere (a gitfile's
+# target, a bare repository, a commondir), a config file in the include graph, a hooks directory or
+# a program that config names (launcher/gitscan.py).
+GIT_READ = Surface(name="git", tools="git on the host, every git-aware prompt and editor",
+                   why="a git directory, or a config file, hooks directory or program git's configuration names: "
+                       "code runs from it on the next git command", protect=True)
 FILE_PLACEHOLDERS = frozenset(s.name for s in INVENTORY if s.file)
 # Read-only at the workspace root whatever the policy says, also when they do not exist yet.
 PROTECTED = tuple(s.name for s in INVENTORY if s.protect and s.name != ".git")
@@ -124,12 +143,23 @@ def compare(before: dict[str, str], after: dict[str, str]) -> tuple[Change, ...]
                                       detail=f"a symlink to {new.split(':', 1)[1]}, outside the workspace: "
                                              "host tools that follow it read or write there"))
             continue
-        surface = BY_NAME[name]
+        surface = FOLDED.get(fold(name), GIT_READ)
         what = "new" if old is None else "removed" if new is None else "changed"
         if surface.new_only and what != "new":
             continue
-        changes.append(Change(path=path, what=what, surface=surface.name, detail=f"{surface.tools}: {surface.why}"))
+        detail = f"{surface.tools}: {surface.why}" + _inside_git(old or "", new or "")
+        changes.append(Change(path=path, what=what, surface=surface.name, detail=detail))
     return tuple(changes)
+
+
+def _inside_git(old: str, new: str, most: int = 6) -> str:
+    """Which files of a git directory changed, from two `gitdir:` fingerprints (see scan.py)."""
+    if not (old.startswith("gitdir:") and new.startswith("gitdir:")):
+        return ""
+    before, after = (dict(line.split("\0", 1) for line in f[7:].split("\n") if "\0" in line) for f in (old, new))
+    names = [f"{p} ({'new' if p not in before else 'removed' if p not in after else 'changed'})"
+             for p in sorted(set(before) | set(after)) if before.get(p) != after.get(p)]
+    return f"; in it: {', '.join(names[:most])}{', …' if len(names) > most else ''}" if names else ""
 
 
 def render(changes: tuple[Change, ...]) -> list[str]:
