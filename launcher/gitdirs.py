@@ -9,7 +9,7 @@ import os
 import stat
 from dataclasses import dataclass
 
-from launcher.surfaces import fold
+from launcher import names
 
 MAX_VISITED = 1000    # git directories followed; a workspace with more is refused (see gitscan)
 _MODULE_DEPTH = 8     # directory levels of a modules/ tree (a submodule's name may hold slashes)
@@ -52,8 +52,8 @@ def read_small(path: str, limit: int = 4096) -> str:
 
 
 def is_dot_git(name: str) -> bool:
-    """`.git` as any filesystem may spell it (.GIT on a Mac, `.git.` on Windows)."""
-    return fold(name) == ".git"
+    """`.git` as any filesystem may spell it (.GIT on a Mac, `.git.` or GIT~1 on Windows)."""
+    return names.same(name, ".git")
 
 
 def dot_git_target(path: str) -> str | None:

@@ -8,7 +8,7 @@ import os
 import stat
 
 from launcher import gitdirs
-from launcher.surfaces import FOLDED, fold
+from launcher.surfaces import named
 
 _HASH_MAX = 4 * 1024 * 1024     # bytes of a file hashed; a larger one is fingerprinted by size and mtime
 _DIR_MAX = 5000                 # entries of a surface directory fingerprinted
@@ -147,7 +147,7 @@ def snapshot(workspace: str, extra: tuple[str, ...] = ()) -> dict[str, str]:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            surface = FOLDED.get(fold(entry.name))
+            surface = named(entry.name)
             if surface:
                 if not rel and surface.protect and _placeholder(st, entry.path, surface.file):
                     continue

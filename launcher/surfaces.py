@@ -4,21 +4,10 @@ root (also when missing), and the launcher reports any new, changed or removed o
 
 from __future__ import annotations
 
-import unicodedata
 from dataclasses import dataclass
 
+from launcher import names
 from launcher.values import visible
-
-# Code points HFS+ ignores in a name (git's is_hfs_dotgit skips the same): `.g\u200cit` is `.git` there.
-_HFS_IGNORED = dict.fromkeys([*range(0x200C, 0x2010), *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF])
-
-
-def fold(name: str) -> str:
-    """A name as the most permissive filesystem compares it: Unicode-decomposed and case-folded
-    (APFS, HFS+, NTFS), without the code points HFS+ ignores, and without the trailing dots and
-    spaces Windows drops. A tree made on Linux is judged as it will be on a Mac or on Windows."""
-    folded = unicodedata.normalize("NFD", name).translate(_HFS_IGNORED).casefold()
-    return folded.rstrip(". ") or folded
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,7 +85,18 @@ INVENTORY = (
 )
 
 BY_NAME = {s.name: s for s in INVENTORY}
-FOLDED = {fold(s.name): s for s in INVENTORY}
+_FOLDED = {names.fold_name(s.name): s for s in INVENTORY}
+
+
+def named(name: str) -> Surface | None:
+    """The surface a file name is on some filesystem (names folded as a Mac or Windows compare
+    them: `.GIT`, `.g\u200cit`, `GIT~1` are `.git` there), or None."""
+    found = _FOLDED.get(names.fold_name(name))
+    if found is None and "~" in name:   # an NTFS short name
+        found = next((s for s in INVENTORY if names.same(name, s.name)), None)
+    return found
+
+
 # What git on the host reads beyond the names above: a git directory found anywhere (a gitfile's
 # target, a bare repository, a commondir), a config file in the include graph, a hooks directory or
 # a program that config names (launcher/gitscan.py).
@@ -143,7 +143,7 @@ def compare(before: dict[str, str], after: dict[str, str]) -> tuple[Change, ...]
                                       detail=f"a symlink to {new.split(':', 1)[1]}, outside the workspace: "
                                              "host tools that follow it read or write there"))
             continue
-        surface = FOLDED.get(fold(name), GIT_READ)
+        surface = named(name) or GIT_READ
         what = "new" if old is None else "removed" if new is None else "changed"
         if surface.new_only and what != "new":
             continue

@@ -18,7 +18,7 @@ from launcher.errors import PolicyError
 from launcher.gitdirs import GitFacts
 from launcher.model import BUILTIN_PROTECTED
 from launcher.plan import MountKind
-from launcher.surfaces import compare, fold
+from launcher.surfaces import compare, named
 
 GIT = ["git", "-c", "user.name=u", "-c", "user.email=u@example.invalid", "-c", "protocol.file.allow=always"]
 
@@ -134,14 +134,16 @@ def test_the_report_sees_a_change_in_any_git_directory_and_every_new_git_entry(w
     (ws / "evil" / "objects").mkdir(parents=True)
     (ws / "evil" / "refs").mkdir()
     (ws / "evil" / "HEAD").write_text("ref: refs/heads/main\n")
-    for name in ("n1", "n2", "n3/.GIT", "n4"):
+    for name in ("n1", "n2", "n3/.GIT", "n4", "n5"):
         (ws / name).mkdir(parents=True)
     (ws / "n1" / ".git").write_text("gitdir: ../evil\n")
     os.symlink("../evil", ws / "n2" / ".git")
     (ws / "n3" / ".GIT" / "config").write_text("[core]\n")
     (ws / "n4" / ".g\u200cit").write_text("gitdir: ../evil\n")        # .git on HFS+
+    (ws / "n5" / "GIT~1").write_text("gitdir: ../evil\n")             # .git's short name on NTFS
     changes = {c.path: c for c in compare(before, scan.snapshot(str(ws)))}
-    assert set(changes) == {".repos/sub", "evil", "n1/.git", "n2/.git", "n3/.GIT", "n4/.g\u200cit"}, changes
+    assert set(changes) == {".repos/sub", "evil", "n1/.git", "n2/.git", "n3/.GIT", "n4/.g\u200cit",
+                            "n5/GIT~1"}, changes
     assert changes[".repos/sub"].what == "changed"
     assert "config (changed)" in changes[".repos/sub"].detail and "worktrees/wtree/config.worktree (new)" in \
         changes[".repos/sub"].detail
@@ -158,9 +160,9 @@ def test_a_file_only_the_include_graph_names_is_fingerprinted_before_and_after(t
     assert [(c.path, c.what, c.surface) for c in compare(before, after)] == [(".githooks", "changed", "git")]
 
 
-def test_fold_is_the_most_permissive_filesystem():
-    assert fold(".GIT") == fold(".git") == fold(".Git.") == fold(".g\u200dit") == fold(".git ")
-    assert fold(".Github") == ".github" and fold("caf\u00e9") == fold("cafe\u0301")
+def test_surface_names_are_folded_the_most_permissive_way():
+    assert all(named(n).name == ".git" for n in (".GIT", ".Git.", ".g\u200dit", ".git ", "GIT~1"))
+    assert named(".Github").name == ".github" and named("readme") is None
 
 
 def test_the_compiler_mounts_discovered_paths_read_only_and_a_missing_config_file_as_an_empty_one():
