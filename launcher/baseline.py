@@ -11,7 +11,9 @@ from launcher import host, scan, surfaces
 
 def changes(workspace: str, before: dict[str, str]) -> tuple[surfaces.Change, ...]:
     """What the agent changed, comparing `before` with the workspace as it is now."""
-    return surfaces.compare(before, scan.snapshot(workspace))
+    # Whatever was fingerprinted before is fingerprinted again, also where only the include graph named it.
+    extra = tuple(p for p, f in before.items() if f.startswith("git:"))
+    return surfaces.compare(before, scan.snapshot(workspace, extra=extra))
 
 
 def _path(name: str) -> str:

@@ -202,13 +202,17 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         problems.append(Problem(file=file, path="home.mode", expected="tmpfs for a sandbox another tool launches",
                                 found="volume", hint="the launcher makes the home volume and hands it to the agent's "
                                 "uid before the start (`sandbox run`, `sandbox up`); use home: {mode: tmpfs}"))
-    for real in host.git_outside if writable_ws else ():
-        for index, (mount, fact) in enumerate(zip(policy.mounts, host.mounts)):
-            if mount.access is Access.READ_WRITE and _under(real, fact.real):
-                problems.append(Problem(file=file, path=f"mounts[{index}]", expected="no writable mount of the "
-                                        "workspace's git directory", found=f"{fact.real} holds {real}, which the "
-                                        "workspace's .git file points to", hint="mount it read-only: git on the host "
-                                        "runs code from that directory's config and hooks"))
+    for index, (mount, fact) in enumerate(zip(policy.mounts, host.mounts)):
+        held = [real for real in host.git.outside if _under(real, fact.real) or _under(fact.real, real)]
+        if writable_ws and mount.access is Access.READ_WRITE and held:
+            problems.append(Problem(file=file, path=f"mounts[{index}]", expected="no writable mount of what git "
+                                    "reads for the workspace", found=f"{fact.real} is or holds {held[0]}, which git "
+                                    "on the host reads for this workspace (a git directory, config file or hooks "
+                                    "path)", hint="mount it read-only: git on the host runs code from it"))
+    for refusal in host.git.refusals if writable_ws and not copy_mode else ():
+        problems.append(Problem(file="command line", path="--workspace", expected="git paths a read-only mount can "
+                                "protect", found=refusal, hint="host git would run what the agent writes there; run "
+                                "on a copy: --workspace-mode copy (or a read-only workspace)"))
     for anchor in host.protected:
         if writable_ws and anchor.kind in ("symlink", "other"):
             problems.append(Problem(file="command line", path="--workspace",
@@ -247,6 +251,10 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
             if anchor.kind == "missing" and anchor.given in FILE_PLACEHOLDERS and host.config_placeholder:
                 # A config file its tool opens even when missing: a read-only file holding {} there.
                 mounts.append(Mount(kind=MountKind.BIND, source=host.config_placeholder, target=at, read_only=True))
+                placeholders.append(anchor.real)
+            elif anchor.kind == "missing" and anchor.given in host.git.files and host.git.placeholder:
+                # A git config file the include graph names: empty, as git reads a missing one.
+                mounts.append(Mount(kind=MountKind.BIND, source=host.git.placeholder, target=at, read_only=True))
                 placeholders.append(anchor.real)
             elif anchor.kind == "missing":
                 # An empty read-only tmpfs takes the name, so nothing can be created there. Docker
@@ -345,7 +353,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         memory_bytes=policy.limits.memory_bytes, nano_cpus=int(policy.limits.cpus * 1e9),
         labels=tuple(sorted(labels.items())), hostname="sandbox",
     )
-    warnings = []
+    warnings = list(host.git.notes if writable_ws and not copy_mode else ())
     if writable_ws and policy.workspace.git is Access.READ_WRITE:
         warnings.append("workspace.git is read-write: the agent can rewrite the index, refs and objects of "
                         f"{ws.real}/.git (skip-worktree hides a changed file from `git status`); review with care")
@@ -374,9 +382,9 @@ def up_main(timeout_seconds: int) -> tuple[str, ...]:
 def _protected(policy: Policy, host: HostFacts) -> tuple[str, ...]:
     """What the probe proves read-only: every protected path, and inside a read-only .git directory
     each file and directory that git on the host reads."""
-    paths = tuple(p for p in policy.workspace.protected + host.git_protect if p not in _unmountable(host))
+    paths = tuple(p for p in policy.workspace.protected + host.git.protect if p not in _unmountable(host))
     root_git = next((a for a in host.protected if a.given == ".git"), None)
-    if root_git and root_git.kind != "file" and policy.workspace.git is Access.READ_ONLY:   # a gitfile: see git_protect
+    if root_git and root_git.kind != "file" and policy.workspace.git is Access.READ_ONLY:   # a gitfile: see git.protect
         paths += GIT_READS
     return tuple(dict.fromkeys(paths))
 

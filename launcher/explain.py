@@ -53,11 +53,12 @@ ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
                                          checks=("mounts.writable", "mounts.workspace", "ws.access")),
     ("workspace.protect", ""): E(mechanism="read-only bind per path; read-only tmpfs if missing",
                                  component=Component.MOUNT, checks=("fs.protected",)),
-    ("workspace.git", "read-only"): E(mechanism="read-only bind of .git (and of a gitfile's target and nested "
-                                              "repositories); read-only tmpfs if missing", component=Component.MOUNT,
+    ("workspace.git", "read-only"): E(mechanism="read-only bind of .git and of every other git directory and "
+                                              "config path git would use (gitscan); read-only tmpfs if missing",
+                                      component=Component.MOUNT,
                                       checks=("fs.protected",)),
     ("workspace.git", "read-write"): E(mechanism="hooks, config, info (and commondir, config.worktree where they "
-                                               "exist) bound read-only; the rest of .git writable",
+                                               "exist) of every git directory bound read-only; the rest writable",
                                        component=Component.MOUNT,
                                        checks=("fs.protected",),
                                        note="widened: the agent can rewrite the index, refs and objects, e.g. "

@@ -14,6 +14,7 @@ from typing import Callable
 
 from launcher.egress.inject import CA_MAX_BYTES
 from launcher.errors import PolicyError, Problem
+from launcher.gitdirs import GitFacts
 from launcher.model import Access, Policy, WorkspaceMode
 from launcher.paths import CREDENTIAL_PATHS, RUNTIME_HOST_PATHS
 
@@ -44,11 +45,9 @@ class HostFacts:
     config_placeholder: str = ""           # the file a missing protected config file is bound from
     ca_certs: tuple[tuple[PathFact, bytes], ...] = ()   # each ca_certificates entry and its first bytes
     ca_store: tuple[str, str] = ("", "")   # trustfiles.store_files: the extras alone, the system CAs plus them
-    # Writable workspaces only: git directories found in it beyond the root .git (nested
-    # repositories, a gitfile's target), workspace-relative; git directories outside it that the
-    # root's gitfile leads to (real paths); and every host-executed surface's fingerprint (scan.py).
-    git_protect: tuple[str, ...] = ()
-    git_outside: tuple[str, ...] = ()
+    # Writable bind workspaces only: what git on the host reads for it (gitscan.py), and every
+    # host-executed surface's fingerprint (scan.py).
+    git: GitFacts = GitFacts()
     surfaces: tuple[tuple[str, str], ...] | None = None   # None: not scanned (read-only workspace)
 
 
@@ -139,19 +138,21 @@ def _shared(anchor: PathFact, placeholders: tuple[str, ...]) -> PathFact:
 
 def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str = "",
            placeholders: tuple[str, ...] = (), config_placeholder: str = "",
-           ca_store: tuple[str, str] = ("", "")) -> HostFacts:
+           ca_store: tuple[str, str] = ("", ""), git_placeholder: str = "") -> HostFacts:
     home = os.path.realpath(os.path.expanduser("~"))
     ws = path_fact(workspace, os.getcwd(), scan=True)
-    surfaces, inside, outside = None, (), ()
+    surfaces, git = None, GitFacts()
     # Not a workspace the compiler refuses anyway (/, a parent of $HOME, a kernel filesystem).
     refused = ws.real == "/" or (home + "/").startswith(ws.real + "/") or ws.real.split("/")[1] in ("proc", "sys", "dev")
     bound = policy.workspace.mode is WorkspaceMode.BIND   # a copy: the agent never reaches the tree itself
     if ws.kind == "dir" and policy.workspace.access is Access.READ_WRITE and bound and not refused:
-        from launcher import scan
+        from launcher import gitscan, scan
 
         surfaces = scan.snapshot(ws.real)
-        inside, outside = scan.git_dirs(ws.real, surfaces)
-    inside = tuple(p for p in inside if p not in policy.workspace.protected)
+        git = gitscan.discover(ws.real, surfaces, writable_git=policy.workspace.git is Access.READ_WRITE,
+                               owner=ws.owner, placeholder=git_placeholder)
+        surfaces.update(scan.extras(ws.real, git.fingerprint, surfaces))   # what the include graph names
+    inside = tuple(p for p in git.protect if p not in policy.workspace.protected)
     return HostFacts(
         home=home,
         env=tuple((name, os.environ[name]) for name in policy.env.pass_names if name in os.environ),
@@ -168,7 +169,7 @@ def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str =
         nonce=os.urandom(3).hex(),
         owner_pid=os.getpid(),
         ca_files=tuple(ca_file(given) for given in dict.fromkeys(s.ca_file for s in policy.secrets if s.ca_file)),
-        git_protect=inside, git_outside=outside,
+        git=git,
         surfaces=None if surfaces is None else tuple(sorted(surfaces.items())),
     )
 
@@ -240,7 +241,7 @@ def bind_source_intact(path: str) -> bool:
     return fact.real == path and fact.kind in ("dir", "file")
 
 
-# ---- policy layers, trust store and git control paths (read here: the one module that reads the host)
+# ---- policy layers and trust store (read here: the one module that reads the host)
 
 ORG_POLICY = "/etc/sandbox/policy.yaml"
 _LAYER_MAX_BYTES = 256 * 1024 + 1   # one byte more than the YAML loader accepts, so it reports the size
@@ -354,44 +355,6 @@ def update_trust_store(change: Callable[[str], str]) -> str:
     finally:
         os.close(lock)   # releases the lock
     return path
-
-
-@dataclass(frozen=True, kw_only=True)
-class GitPath:
-    config: str        # the config file that names it
-    scope: str         # repo (the workspace's .git/config) or global (the user's own)
-    key: str           # core.hooksPath or include.path
-    value: str
-    path: str          # absolute and normalised (symlinks are found later, by protected_anchor)
-
-
-def git_control_paths(workspace: str) -> tuple[GitPath, ...]:
-    """Paths git would run or read config from for this workspace: a hooks directory inside the
-    workspace must stay read-only like .git/hooks."""
-    from launcher.gitconfig import control_paths
-
-    home = os.path.expanduser("~")
-    configs = [(os.path.join(_xdg_dir("XDG_CONFIG_HOME", ".config"), "git", "config"), "global"),
-               (os.path.join(home, ".gitconfig"), "global")]
-    gitdir = os.path.join(workspace, ".git")
-    if os.path.isdir(gitdir) and not os.path.islink(gitdir):
-        configs.insert(0, (os.path.join(gitdir, "config"), "repo"))
-    found = []
-    for config, scope in configs:
-        try:
-            data = _read_regular(config, required=False, follow=scope == "global", limit=1024 * 1024)
-        except PolicyError:   # a config that is no regular file is git's problem, not a path to protect
-            data = None
-        for key, value in control_paths((data or b"").decode("utf-8", errors="replace")):
-            if key != "core.hooksPath" and scope != "repo":
-                continue
-            base = workspace if key == "core.hooksPath" else os.path.dirname(config)
-            expanded = home + value[1:] if value.startswith("~/") else value
-            found.append(GitPath(config=config, scope=scope, key=key, value=value,
-                                 path=os.path.normpath(os.path.join(base, expanded))))
-    return tuple(found)
-
-
 
 
 def environment_with(**extra: str) -> dict[str, str]:

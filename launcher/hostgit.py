@@ -149,6 +149,9 @@ def config_file_value(path: str, key: str) -> str:
     return done.stdout.decode(errors="replace").strip() if done.returncode == 0 else ""
 
 
+_LIST_SECONDS = 20
+
+
 @dataclass(frozen=True, kw_only=True)
 class ConfigEntry:
     scope: str      # system, global, local, worktree, command
@@ -164,24 +167,58 @@ def config_entries(directory: str, owner: tuple[int, int] | None = None) -> tupl
     env = {k: v for k, v in host.environment_with().items() if k not in _REPOSITORY_VARIABLES}
     argv = ["git", "config", "--list", "--show-scope", "--show-origin", "--includes", "-z"]
     done = None
-    if owner is not None and os.geteuid() == 0 and owner[0] != 0:
-        import pwd
-
-        try:
-            home = pwd.getpwuid(owner[0]).pw_dir
-        except KeyError:
-            home = "/nonexistent"
+    if _switch_to(owner):
         as_owner = {k: v for k, v in env.items() if k != "XDG_CONFIG_HOME"}
-        done = subprocess.run(argv, capture_output=True, cwd=directory, env={**as_owner, "HOME": home},
-                              user=owner[0], group=owner[1], extra_groups=[])
+        done = _run(argv, cwd=directory, env={**as_owner, "HOME": owner_home(owner)},
+                    user=owner[0], group=owner[1], extra_groups=[])
     if done is None or done.returncode != 0:
         # Ourselves (the owner cannot reach the directory, or we are the owner): git's ownership
         # check only guards commands that run code, and listing runs none.
-        done = subprocess.run(argv[:1] + ["-c", f"safe.directory={directory}"] + argv[1:], capture_output=True,
-                              cwd=directory, env=env)
+        done = _run(argv[:1] + ["-c", f"safe.directory={directory}"] + argv[1:], cwd=directory, env=env)
     if done.returncode != 0:
         raise _failed("git config --list", done)
+    return _parsed(done.stdout, directory)
+
+
+def _run(argv: list[str], **how) -> subprocess.CompletedProcess:
+    """A config listing, bounded in time: a config file swapped for a FIFO would block git."""
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=_LIST_SECONDS, **how)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 124, b"", f"no answer within {_LIST_SECONDS} s".encode())
+
+
+def _switch_to(owner: tuple[int, int] | None) -> bool:
+    return owner is not None and os.geteuid() == 0 and owner[0] != 0
+
+
+def owner_home(owner: tuple[int, int] | None) -> str:
+    """The home directory git expands `~` to for the workspace owner (ours unless we are root)."""
+    if not _switch_to(owner):
+        return os.path.expanduser("~")
+    import pwd
+
+    try:
+        return pwd.getpwuid(owner[0]).pw_dir
+    except KeyError:
+        return "/nonexistent"
+
+
+def file_entries(path: str) -> tuple[ConfigEntry, ...]:
+    """The entries of one config file as git parses it, includes not followed (the caller follows
+    include and includeIf paths itself, also those whose condition is false now): data only."""
+    with tempfile.TemporaryDirectory(prefix="sandbox-git-") as home:
+        done = _run(["git", "config", "--file", path, "--list", "--show-origin", "--no-includes", "-z"],
+                    cwd=home, env=_inert_env(home))
+    if done.returncode != 0:
+        raise _failed(f"git config --file {path}", done)
     fields = done.stdout.decode("utf-8", errors="surrogateescape").split("\0")
+    return tuple(ConfigEntry(scope="include", origin=origin, key=item.partition("\n")[0], value=item.partition("\n")[2])
+                 for origin, item in zip(fields[0::2], fields[1::2]))
+
+
+def _parsed(stdout: bytes, directory: str) -> tuple[ConfigEntry, ...]:
+    fields = stdout.decode("utf-8", errors="surrogateescape").split("\0")
     found = []
     for scope, origin, item in zip(fields[0::3], fields[1::3], fields[2::3]):
         key, _, value = item.partition("\n")

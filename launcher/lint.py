@@ -13,7 +13,8 @@ import yaml
 from launcher.compiler import refuse_source
 from launcher.egress.rules import AllowRule
 from launcher.errors import PolicyError, Problem
-from launcher.host import GitPath, HostFacts
+from launcher.gitgraph import GitPath
+from launcher.host import HostFacts
 from launcher.secrets import TEXT_PATTERN
 from launcher.layers import FIELDS, Effective, Layer, LayerKind, combine, covers, get, widened
 from launcher.values import show, show_entry
@@ -271,9 +272,9 @@ def lint(docs: list[Doc], *, base: Effective | None, base_problem: PolicyError |
                        f"widened from the preset: {note.asked} -> {note.left}")
         _capped(report, eff, base, layers, by_file)
         _unreachable(report, eff, by_file)
-    for git in git_paths:
+    for git in (g for g in git_paths if g.key and g.kind != "program"):
         inside = git.path.startswith(workspace.rstrip("/") + "/")
-        if git.scope == "repo" and not inside and git.path != workspace:
+        if git.scope in ("local", "worktree") and not inside and git.path != workspace:
             report.add(Severity.WARNING, "hooks-outside", git.config, "", f"{git.key} = {git.value} points outside "
                        f"the workspace ({git.path})", "git runs hooks from there; make sure no mount exposes it")
         elif inside:
@@ -339,9 +340,18 @@ def check(refs: tuple[str, ...], workspace: str, target: str = "run",
                      f"or pass --trust-repo-policy {digest}")
     facts = pipeline.facts_for(base.policy, workspace) if base else None
     findings = lint(docs, base=base, base_problem=base_problem, layers=layers, layer_problems=layer_problems,
-                    facts=facts, workspace=ws, git_paths=host.git_control_paths(ws), repo_state=state,
+                    facts=facts, workspace=ws, git_paths=_git_paths(ws), repo_state=state,
                     target=target, strict=strict)
     return findings, docs
+
+
+def _git_paths(workspace: str) -> tuple[GitPath, ...]:
+    from launcher import gitgraph, host
+
+    try:
+        return gitgraph.paths(workspace, host.path_fact(workspace).owner)
+    except PolicyError:
+        return ()
 
 
 def render(findings: list[Finding], docs: list[Doc], fmt: str = "text", mark: Mark = plain) -> str:

@@ -90,7 +90,8 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions(),
 def facts_for(policy, workspace: str) -> HostFacts:
     shared = workspaces.placeholders(host.workspace_real(workspace))   # other sandboxes' mount points
     return host.gather(policy, workspace, images.probe_volume_name(), images.proxy_image().tag, placeholders=shared,
-                       config_placeholder=workspaces.config_placeholder(), ca_store=_ca_store(policy))
+                       config_placeholder=workspaces.config_placeholder(), ca_store=_ca_store(policy),
+                       git_placeholder=workspaces.git_placeholder())
 
 
 def _ca_store(policy) -> tuple[str, str]:

@@ -7,13 +7,17 @@ import hashlib
 import os
 import stat
 
-from launcher.surfaces import BY_NAME
+from launcher import gitdirs
+from launcher.surfaces import named
 
 _HASH_MAX = 4 * 1024 * 1024     # bytes of a file hashed; a larger one is fingerprinted by size and mtime
 _DIR_MAX = 5000                 # entries of a surface directory fingerprinted
-# In a git directory only what runs code or decides what git shows is fingerprinted (not objects).
+# In a git directory only what runs code, redirects git or resumes a command is fingerprinted (not
+# objects, refs or the index, which `workspace.git: read-write` lets the agent change); modules/
+# and worktrees/ hold git directories of their own, fingerprinted the same way.
 _GIT_FILES = ("config", "config.worktree", "commondir", "gitdir")
-_GIT_DIRS = ("hooks", "info")
+_GIT_DIRS = ("hooks", "info", "remotes", "branches", "rebase-merge", "rebase-apply", "sequencer")
+_GIT_NESTED = ("modules", "worktrees")
 
 
 def _open_regular(path: str) -> int | None:
@@ -76,17 +80,58 @@ def _tree(path: str, names: tuple[str, ...] | None = None) -> str:
     return "dir:" + digest.hexdigest()
 
 
+def _git_entries(path: str, prefix: str = "", depth: int = 0) -> list[tuple[str, str]]:
+    """(path inside the git directory, fingerprint) of what runs code there, and the same for
+    each git directory in its modules/ and worktrees/."""
+    found = []
+    for name in _GIT_FILES + _GIT_DIRS + ("objects/info/alternates",):
+        sub = os.path.join(path, name)
+        try:
+            st = os.lstat(sub)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            if not _placeholder(st, sub, False):   # an empty hooks/ or info/ runs nothing (another sandbox's mount point?)
+                found.append((prefix + name, _tree(sub)))
+        else:
+            found.append((prefix + name, _entry(sub, st)))
+    for nested in _GIT_NESTED if depth < 4 else ():
+        top = os.path.join(path, nested)
+        for child in gitdirs.git_dir_children(top):
+            found += _git_entries(child, f"{prefix}{nested}/{os.path.relpath(child, top)}/", depth + 1)
+    return found
+
+
+def git_fingerprint(path: str) -> str:
+    """A git directory's control files, one line each (surfaces.compare names the changed ones)."""
+    def line(sub: str, fp: str) -> str:   # a line per file: no line break or NUL of a name inside it
+        name = sub.replace("\\", "\\\\").replace("\n", "\\n").replace("\0", "\\0")
+        return f"{name}\0{hashlib.sha256(fp.encode(errors='surrogateescape')).hexdigest()[:32]}"
+
+    return "gitdir:" + "\n".join(line(sub, fp) for sub, fp in sorted(_git_entries(path)))
+
+
 def _fingerprint(path: str, st: os.stat_result, name: str) -> str:
     if stat.S_ISDIR(st.st_mode):
-        return _tree(path, _GIT_FILES + _GIT_DIRS if name == ".git" else None)
+        return git_fingerprint(path) if gitdirs.is_dot_git(name) else _tree(path)
     return _entry(path, st)
 
 
-def snapshot(workspace: str) -> dict[str, str]:
-    """Workspace-relative path -> fingerprint, for every surface and every symlink leaving the
-    workspace. Surface directories are not descended into (their fingerprint covers them); an empty
-    directory at a protected name in the root (an empty file, for a config file's name) is a
-    placeholder mount point, taken as absent."""
+def _placeholder(st: os.stat_result, path: str, file: bool) -> bool:
+    """An empty directory (an empty file, for a config file's name): another sandbox's mount point."""
+    try:
+        return (stat.S_ISDIR(st.st_mode) and not os.listdir(path)) or (file and stat.S_ISREG(st.st_mode) and not st.st_size)
+    except OSError:
+        return False
+
+
+def snapshot(workspace: str, extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """Workspace-relative path -> fingerprint, for every surface (names folded as a Mac or Windows
+    would), every symlink leaving the workspace, every git directory found in it (a bare one, a
+    gitfile's or symlink's target, a commondir, an alternates target) and each of `extra` (paths
+    git's configuration names, see gitscan.py). Surface and git directories are not descended
+    into (their fingerprint covers them); an empty directory at a protected name in the root (an
+    empty file, for a config file's name) is a placeholder mount point, taken as absent."""
     root = os.path.realpath(workspace)
     found: dict[str, str] = {}
     stack = [""]
@@ -102,46 +147,38 @@ def snapshot(workspace: str) -> dict[str, str]:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if entry.name in BY_NAME:
-                if not rel and BY_NAME[entry.name].protect and (
-                        (stat.S_ISDIR(st.st_mode) and not os.listdir(entry.path)) or
-                        (BY_NAME[entry.name].file and stat.S_ISREG(st.st_mode) and st.st_size == 0)):
+            surface = named(entry.name)
+            if surface:
+                if not rel and surface.protect and _placeholder(st, entry.path, surface.file):
                     continue
                 found[sub] = _fingerprint(entry.path, st, entry.name)
             elif stat.S_ISLNK(st.st_mode):
                 target = os.path.realpath(entry.path)
                 if target != root and not target.startswith(root + "/"):
                     found[sub] = "link-out:" + target
+            elif stat.S_ISDIR(st.st_mode) and gitdirs.is_git_dir(entry.path):
+                found[sub] = git_fingerprint(entry.path)   # a repository for git run inside it
             elif stat.S_ISDIR(st.st_mode):
                 stack.append(sub)
-    return found
+    starts = [t for t in (gitdirs.dot_git_target(os.path.join(root, p)) for p in found
+                          if gitdirs.is_dot_git(p.rsplit("/", 1)[-1])) if t]
+    for git_dir in gitdirs.follow(starts + [os.path.join(root, p) for p, f in found.items() if f.startswith("gitdir:")]):
+        rel = gitdirs.inside(root, git_dir.real)
+        if rel and git_dir.role != "objects" and not any(rel == p or rel.startswith(p + "/") for p in found):
+            found[rel] = git_fingerprint(git_dir.real)
+    return found | extras(root, extra, found)
 
 
-
-def _first_line(path: str) -> str:
-    fd = _open_regular(path)
-    if fd is None:
-        return ""
-    with os.fdopen(fd, "rb") as data:
-        return (data.read(4096).decode(errors="replace").splitlines() or [""])[0].strip()
-
-
-def git_dirs(workspace: str, surfaces: dict[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Git directories to keep read-only beyond the root .git: nested repositories (from a
-    snapshot) and, where the root .git is a gitfile (a worktree or submodule), its gitdir and that
-    one's commondir. Returns (workspace-relative ones, real paths outside the workspace)."""
-    root = os.path.realpath(workspace)
-    inside = [p for p in surfaces if p.endswith("/.git")]
-    outside: list[str] = []
-    gitfile = os.path.join(root, ".git")
-    line = _first_line(gitfile)
-    if line.startswith("gitdir:") and line[7:].strip():
-        gitdir = os.path.realpath(os.path.join(root, line[7:].strip()))
-        common = _first_line(os.path.join(gitdir, "commondir"))
-        for real in (gitdir,) + ((os.path.realpath(os.path.join(gitdir, common)),) if common else ()):
-            rel = os.path.relpath(real, root)
-            if rel == ".." or rel.startswith("../"):
-                outside.append(real)
-            elif rel != ".git" and not rel.startswith(".git/"):   # inside the root .git: protected with it
-                inside.append(rel)
-    return tuple(dict.fromkeys(inside)), tuple(dict.fromkeys(outside))
+def extras(workspace: str, paths: tuple[str, ...], found: dict[str, str]) -> dict[str, str]:
+    """Fingerprints (`git:…`) of workspace-relative paths git reads that a snapshot does not list
+    by itself; a missing one, or an empty placeholder, is absent."""
+    root, out = os.path.realpath(workspace), {}
+    for rel in paths:
+        path = os.path.join(root, rel)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if rel not in found and not _placeholder(st, path, True):
+            out[rel] = "git:" + _fingerprint(path, st, "")
+    return out

@@ -168,20 +168,31 @@ def _repo_layer(workspace: str, base: Policy, prior: Effective, so_far: list[Lay
 
 
 def _git_layers(workspace: str, notes: list[str]) -> tuple[list[Layer], list[str]]:
-    """Protect a hooks directory (or included config) inside the workspace like .git/hooks."""
+    """Protect what the root repository's git configuration names inside the workspace (every
+    config file of the include graph, hooks paths, programs) like .git/hooks, in bind and copy
+    mode alike; nested repositories are bind mode's (gitscan.py)."""
+    from launcher import gitgraph
+
     by_config: dict[str, list[str]] = {}
     at_root = []
-    for git in host.git_control_paths(workspace):
-        rel = os.path.relpath(git.path, workspace)
+    try:
+        named = gitgraph.paths(workspace, host.path_fact(workspace).owner)
+    except PolicyError as exc:   # bind mode refuses such a workspace (gitscan); copy mode carries no .git back
+        notes.append(f"git cannot read the configuration of {workspace}: {exc.problems[0].found}")
+        named = ()
+    for git in named:
+        rel = os.path.relpath(os.path.realpath(git.path), workspace)
+        where = f"{git.key} = {git.value} in {git.config}" if git.key else git.config
         if rel == ".":
-            at_root.append(f"{git.key} = {git.value} in {git.config}")
+            if git.kind == "hooks":
+                at_root.append(where)
         elif rel == ".." or rel.startswith("../"):
-            if git.scope == "repo":
-                notes.append(f"{git.key} in {git.config} points outside the workspace ({git.path}); "
+            if git.scope in ("local", "worktree") and git.key and git.kind != "program":
+                notes.append(f"{where} points outside the workspace ({git.path}); "
                              "it is not reachable from the sandbox unless a mount exposes it")
         elif any(c in rel for c in "\n\0,") or rel.startswith("/"):
-            notes.append(f"{git.key} in {git.config} is not a path that can be protected: {rel!r}")
-        else:
+            notes.append(f"{where} is not a path that can be protected: {rel!r}")
+        elif rel != ".git" and not rel.startswith(".git/"):   # .git is protected per workspace.git
             by_config.setdefault(git.config, []).append(posixpath.normpath(rel))
     layers = [Layer(kind=LayerKind.GIT, file=config, digest="", values=(("workspace.protect", tuple(dict.fromkeys(rels))),))
               for config, rels in by_config.items()]
@@ -216,7 +227,7 @@ def build(base: Policy, prior: Effective, workspace: str, *, timeout: str | None
                                    hint="ask for what the org/user policy allows, or change that policy") for n in explicit])
     notes += [f"ceiling: {n}" for n in taken]
     if at_root and eff.policy.workspace.access is Access.READ_WRITE:
-        raise PolicyError([Problem(file=at_root[0].rsplit(" in ", 1)[1], path="core.hooksPath",
+        raise PolicyError([Problem(file=at_root[0].rsplit(" in ", 1)[-1], path="core.hooksPath",
                                    expected="a hooks directory below the workspace root", found=at_root[0],
                                    hint="git would run hooks the agent can write; use a subdirectory such as "
                                         ".githooks, or a read-only workspace")])

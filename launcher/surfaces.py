@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from launcher import names
 from launcher.values import visible
 
 
@@ -84,6 +85,24 @@ INVENTORY = (
 )
 
 BY_NAME = {s.name: s for s in INVENTORY}
+_FOLDED = {names.fold_name(s.name): s for s in INVENTORY}
+
+
+def named(name: str) -> Surface | None:
+    """The surface a file name is on some filesystem (names folded as a Mac or Windows compare
+    them: `.GIT`, `.g\u200cit`, `GIT~1` are `.git` there), or None."""
+    found = _FOLDED.get(names.fold_name(name))
+    if found is None and "~" in name:   # an NTFS short name
+        found = next((s for s in INVENTORY if names.same(name, s.name)), None)
+    return found
+
+
+# What git on the host reads beyond the names above: a git directory found anywhere (a gitfile's
+# target, a bare repository, a commondir), a config file in the include graph, a hooks directory or
+# a program that config names (launcher/gitscan.py).
+GIT_READ = Surface(name="git", tools="git on the host, every git-aware prompt and editor",
+                   why="a git directory, or a config file, hooks directory or program git's configuration names: "
+                       "code runs from it on the next git command", protect=True)
 FILE_PLACEHOLDERS = frozenset(s.name for s in INVENTORY if s.file)
 # Read-only at the workspace root whatever the policy says, also when they do not exist yet.
 PROTECTED = tuple(s.name for s in INVENTORY if s.protect and s.name != ".git")
@@ -124,12 +143,23 @@ def compare(before: dict[str, str], after: dict[str, str]) -> tuple[Change, ...]
                                       detail=f"a symlink to {new.split(':', 1)[1]}, outside the workspace: "
                                              "host tools that follow it read or write there"))
             continue
-        surface = BY_NAME[name]
+        surface = named(name) or GIT_READ
         what = "new" if old is None else "removed" if new is None else "changed"
         if surface.new_only and what != "new":
             continue
-        changes.append(Change(path=path, what=what, surface=surface.name, detail=f"{surface.tools}: {surface.why}"))
+        detail = f"{surface.tools}: {surface.why}" + _inside_git(old or "", new or "")
+        changes.append(Change(path=path, what=what, surface=surface.name, detail=detail))
     return tuple(changes)
+
+
+def _inside_git(old: str, new: str, most: int = 6) -> str:
+    """Which files of a git directory changed, from two `gitdir:` fingerprints (see scan.py)."""
+    if not (old.startswith("gitdir:") and new.startswith("gitdir:")):
+        return ""
+    before, after = (dict(line.split("\0", 1) for line in f[7:].split("\n") if "\0" in line) for f in (old, new))
+    names = [f"{p} ({'new' if p not in before else 'removed' if p not in after else 'changed'})"
+             for p in sorted(set(before) | set(after)) if before.get(p) != after.get(p)]
+    return f"; in it: {', '.join(names[:most])}{', …' if len(names) > most else ''}" if names else ""
 
 
 def render(changes: tuple[Change, ...]) -> list[str]:

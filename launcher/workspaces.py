@@ -86,14 +86,20 @@ def remove_placeholders(paths: tuple[str, ...]) -> None:
             pass
 
 
-def config_placeholder() -> str:
+def config_placeholder(name: str = "empty-config.json", text: str = "{}\n") -> str:
     """A read-only file holding `{}` that a missing protected config file is bound from (see
     surfaces.Surface.file); made once in the state directory."""
-    path = os.path.join(host.state_dir(), "empty-config.json")
+    path = os.path.join(host.state_dir(), name)
     if not os.path.isfile(path):
         os.makedirs(host.state_dir(), mode=0o700, exist_ok=True)
         with open(f"{path}.{os.getpid()}", "w") as out:
-            out.write("{}\n")
+            out.write(text)
         os.chmod(f"{path}.{os.getpid()}", 0o444)
         os.replace(f"{path}.{os.getpid()}", path)
     return path
+
+
+def git_placeholder() -> str:
+    """An empty read-only file a missing git config file of the include graph is bound from (git
+    fails on `{}`, and on a directory)."""
+    return config_placeholder("empty.gitconfig", "")

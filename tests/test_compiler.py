@@ -13,6 +13,7 @@ from conftest import fake_facts, untrusted_bind
 from launcher import resources, runtimes
 from launcher.targets import argv as render
 from launcher.compiler import compile_policy
+from launcher.gitdirs import GitFacts
 from launcher.errors import PolicyError
 from launcher.host import PathFact
 from launcher.model import BUILTIN_PROTECTED, Access
@@ -71,7 +72,8 @@ def test_existing_protected_paths_are_read_only_binds():
 
 def test_a_gitfile_is_protected_with_the_git_directories_it_leads_to():
     extra = ("wt-meta", "vendor/lib/.git")
-    facts = fake_facts(protected_kind="dir", protect=(".git",) + BUILTIN_PROTECTED + extra, git_protect=extra)
+    facts = fake_facts(protected_kind="dir", protect=(".git",) + BUILTIN_PROTECTED + extra,
+                       git=GitFacts(protect=extra))
     facts = replace(facts, protected=tuple(replace(a, kind="file") if a.given == ".git" else a for a in facts.protected))
     plan = compile_policy(untrusted_bind(), facts)
     binds = {m.target: m for m in plan.container.mounts if m.kind is MountKind.BIND}
@@ -85,8 +87,8 @@ def test_a_git_directory_outside_the_workspace_may_not_be_mounted_writable():
     policy = parse_policy(b"version: 1\nname: t\ndescription: d\nworkspace: {access: read-write}\n"
                           b"mounts: [{source: /home/dev/main, target: /main, access: read-write}]\n", "p.yaml")
     mount = PathFact(given="/home/dev/main", real="/home/dev/main", kind="dir")
-    facts = fake_facts(mounts=(mount,), git_outside=("/home/dev/main/.git/worktrees/repo",))
-    with pytest.raises(PolicyError, match=r"mounts\[0\].*the workspace's .git file points to"):
+    facts = fake_facts(mounts=(mount,), git=GitFacts(outside=("/home/dev/main/.git/worktrees/repo",)))
+    with pytest.raises(PolicyError, match=r"mounts\[0\].*which git on the host reads for this workspace"):
         compile_policy(policy, facts)
     read_only = replace(policy, mounts=(replace(policy.mounts[0], access=Access.READ_ONLY),))
     assert compile_policy(read_only, facts).container.mounts

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -251,7 +252,7 @@ def test_a_named_org_policy_that_is_missing_is_an_error(host_env):
 
 def test_hooks_path_inside_the_workspace_is_protected(host_env):
     ws = host_env / "ws"
-    (ws / ".git").mkdir()
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
     (ws / ".git" / "config").write_text('[core]\n\tbare = false\n\thooksPath = "tools/hooks" ; team hooks\n'
                                         "[include]\n\tpath = ../repo.gitconfig\n")
     result = build(ws)
@@ -262,7 +263,7 @@ def test_hooks_path_inside_the_workspace_is_protected(host_env):
 
 def test_hooks_path_outside_the_workspace_is_a_note_and_at_its_root_a_refusal(host_env):
     ws = host_env / "ws"
-    (ws / ".git").mkdir()
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
     (ws / ".git" / "config").write_text("[core]\n\thooksPath = /opt/hooks\n")
     assert any("points outside the workspace" in n for n in build(ws).notes)
     (ws / ".git" / "config").write_text("[core]\n\thooksPath = .\n")

@@ -110,7 +110,7 @@ def test_extra_files_are_layers_after_the_base_and_invalid_ones_are_errors(place
 
 
 def test_git_hooks_path_findings(place):
-    (place / "ws" / ".git").mkdir()
+    subprocess.run(["git", "init", "-q", str(place / "ws")], check=True)   # git reads only a repository's config
     (place / "ws" / ".git" / "config").write_text("[core]\n\thooksPath = /srv/hooks\n")
     assert one(findings(place), "hooks-outside").severity is lint.Severity.WARNING
     (place / "ws" / ".git" / "config").write_text("[core]\n\thooksPath = .githooks\n")

@@ -7,7 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from launcher import scan
+from launcher import gitscan, scan
 from launcher.surfaces import BY_NAME, INVENTORY, PROTECTED, compare
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,12 +63,15 @@ def test_git_dirs_follow_a_worktree_gitfile_out_and_a_submodule_gitfile_in(tmp_p
     subprocess.run(git + ["init", "-q", str(main)], check=True)
     subprocess.run(git + ["-C", str(main), "commit", "-q", "--allow-empty", "-m", "x"], check=True)
     subprocess.run(git + ["-C", str(main), "worktree", "add", "-q", str(tmp_path / "wt")], check=True)
-    inside, outside = scan.git_dirs(str(tmp_path / "wt"), {})
-    assert inside == () and outside == (str(main / ".git" / "worktrees" / "wt"), str(main / ".git"))
+    wt = str(tmp_path / "wt")
+    found = gitscan.discover(wt, scan.snapshot(wt), writable_git=False, owner=None)
+    assert found.protect == () and found.outside[:2] == (str(main / ".git" / "worktrees" / "wt"), str(main / ".git"))
+    assert any("not reachable from the sandbox" in n for n in found.notes)
     (tmp_path / "wt" / "meta").mkdir()
     (tmp_path / "wt" / ".git").unlink()
     (tmp_path / "wt" / ".git").write_text("gitdir: meta\n")
-    assert scan.git_dirs(str(tmp_path / "wt"), {"lib/.git": "dir"}) == (("lib/.git", "meta"), ())
+    (tmp_path / "wt" / "lib" / ".git").mkdir(parents=True)
+    assert gitscan.discover(wt, scan.snapshot(wt), writable_git=False, owner=None).protect == ("lib/.git", "meta")
 
 
 def test_every_protected_name_is_in_the_inventory():
@@ -96,8 +99,9 @@ def test_the_scan_never_blocks_on_a_fifo_nor_follows_a_swapped_symlink(tmp_path)
     os.mkfifo(tmp_path / ".envrc")
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / ".npmrc").symlink_to("/etc/shadow")
-    assert scan.git_dirs(str(tmp_path), {}) == (("meta",), ())
     snap = scan.snapshot(str(tmp_path))
+    found = gitscan.discover(str(tmp_path), snap, writable_git=False, owner=None)
+    assert "meta" in found.protect and any("meta/commondir is neither" in r for r in found.refusals)
     assert snap[".envrc"].startswith("other:") and snap["sub/.npmrc"] == "link:/etc/shadow"
     assert scan._open_regular(str(tmp_path / ".envrc")) is None
     assert scan._open_regular(str(tmp_path / "sub" / ".npmrc")) is None

@@ -103,6 +103,17 @@ mkdir -p "$e" 2>/dev/null && cp -r "$WS/.git/objects" "$WS/.git/refs" "$WS/.git/
   printf '[core]\n\tfsmonitor = "touch %s; false"\n' "$HOST_CANARY" >"$e/config" 2>/dev/null
 err="$( { echo ../evil >"$WS/.git/commondir"; } 2>&1 )" && { escaped "wrote ../evil into .git/commondir: host git runs evil/config"; exit; }
 rm -rf "$e"; ok "$(reason "$err")"'''),
+    # sub/.git is a gitfile (gitdir: ../.repos/sub): host git in sub/ runs that directory's config.
+    _c("git.gitfile_target", "EROFS/EBUSY: a gitfile and the git directory it names stay as they are", r'''
+[ -f "$WS/sub/.git" ] || { error "no gitfile at $WS/sub/.git"; exit; }
+bad=""; for p in .repos/sub/config .repos/sub/hooks/selftest sub/.git; do
+  if [ -e "$WS/$p" ]; then err="$( { : >>"$WS/$p"; } 2>&1 )" && bad="$bad $p"
+  else err="$( { : >"$WS/$p"; } 2>&1 )" && { rm -f "$WS/$p"; bad="$bad $p(created, removed again)"; }; fi; done
+e2="$(mv "$WS/.repos/sub" "$WS/.repos/moved" 2>&1)" && { mv "$WS/.repos/moved" "$WS/.repos/sub"; bad="$bad .repos/sub(renamed)"; }
+[ -z "$bad" ] && ok "$(reason "$err")" || escaped "writable:$bad (host git in sub/ runs what is planted there)"'''),
+    # .git/config includes .gitconfig-shared, which sets core.hooksPath = .githooks (missing).
+    _c("git.include_hooks_path", "read-only (also when missing): the hooks path an included config names",
+       'try_protected "$WS/.githooks"'),
 ]
 
 # Allowed inside (the workspace is writable): each plants a surface for the after-run report, which

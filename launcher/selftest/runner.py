@@ -235,6 +235,7 @@ def git_judgments(workspace: str, before: dict[str, str], git_canary: str) -> li
     planted = tuple(p for p in PLANTED.values() if os.path.lexists(os.path.join(workspace, p)))
     out = [judge_surfaces_reported(planted, reported)]
     modified = scratch.modified(workspace)
+    scratch.host_git(os.path.join(workspace, "sub"), "status")   # the nested repository's git directory
     _, status = scratch.host_git(workspace, "status", "--porcelain", "--untracked-files=all")
     _, diff = scratch.host_git(workspace, "diff")
     out.append(judge_host_git(os.path.lexists(git_canary), modified, status, diff))

@@ -11,6 +11,8 @@ import tempfile
 OWNER = 1000                    # the scratch workspace's owner when we are root, as a developer's would be
 TRACKED = "tracked.txt"         # a committed file the cases change (git diff must show it)
 TRACKED_TEXT = "committed by the selftest\n"
+NESTED_GIT_DIR = ".repos/sub"   # sub/.git says `gitdir: ../.repos/sub`
+HOOKS_PATH = ".githooks"        # core.hooksPath of .gitconfig-shared, which .git/config includes
 
 
 def _git_env(home: str) -> dict[str, str]:
@@ -26,12 +28,23 @@ def scratch_workspace(prefix: str) -> str:
     ws = os.path.join(tempfile.mkdtemp(prefix=prefix), "repo")
     os.chmod(os.path.dirname(ws), 0o755)
     os.makedirs(os.path.join(ws, ".git", "hooks"))
+    os.makedirs(os.path.join(ws, os.path.dirname(NESTED_GIT_DIR)))
     for name, text in (("README.md", "selftest scratch workspace\n"), (TRACKED, TRACKED_TEXT)):
         with open(os.path.join(ws, name), "w") as out:
             out.write(text)
     env = _git_env(os.path.dirname(ws))
-    for args in (("init", "-q", "-b", "main"), ("add", "README.md", TRACKED), ("commit", "-q", "-m", "selftest")):
+    for args in (("init", "-q", "-b", "main"), ("add", "README.md", TRACKED), ("commit", "-q", "-m", "selftest"),
+                 ("init", "-q", f"--separate-git-dir={ws}/{NESTED_GIT_DIR}", "sub")):
         subprocess.run(["git", *args], cwd=ws, env=env, check=True, capture_output=True)
+    # Layouts the host's git uses beyond .git (issue 24): a nested repository whose .git is a
+    # relative gitfile, and hooks named by a config file .git/config includes. Excluded, so that
+    # `git status` of the scratch workspace stays clean.
+    for name, text in (("sub/.git", f"gitdir: ../{NESTED_GIT_DIR}\n"), (".git/info/exclude", "/sub/\n/.repos/\n/.gitconfig-shared\n"),
+                       (".gitconfig-shared", f"[core]\n\thooksPath = {HOOKS_PATH}\n")):
+        with open(os.path.join(ws, name), "w") as out:
+            out.write(text)
+    with open(os.path.join(ws, ".git", "config"), "a") as out:
+        out.write("[include]\n\tpath = ../.gitconfig-shared\n")
     if os.geteuid() == 0:   # after git ran, so everything it wrote is the owner's too
         for base, dirs, files in os.walk(ws):
             for name in (base, *(os.path.join(base, n) for n in dirs + files)):
