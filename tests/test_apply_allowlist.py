@@ -286,3 +286,26 @@ def test_gc_counts_a_change_that_needs_a_yes_as_work_to_keep(tmp_path):
     (tmp_path / "packages" / "x").mkdir(parents=True)
     (tmp_path / "packages" / "x" / ".npmrc").write_bytes(b"x")      # applied with its yes: nothing left
     assert apply.pending(str(tmp_path), data) == 0
+
+
+def test_changes_inside_a_git_directory_of_any_name_are_refused(tmp_path):
+    """Found by the bind-mode discovery work: `sub/.git` is a gitfile to `.repos/sub`, so that
+    directory's config runs on the host's next `git status` in sub/ — whatever its name. A bare
+    repository the agent assembles (HEAD, objects, refs) is one too, on the final tree."""
+    ws = tmp_path / "ws"
+    (ws / ".repos" / "sub" / "objects").mkdir(parents=True)
+    (ws / ".repos" / "sub" / "refs").mkdir()
+    (ws / ".repos" / "sub" / "HEAD").write_text("ref: refs/heads/main\n")
+    (ws / "sub").mkdir()
+    (ws / "sub" / ".git").write_text("gitdir: ../.repos/sub\n")
+    (ws / "mods" / "x").mkdir(parents=True)
+    (ws / "mods" / "x" / "HEAD").write_text("x\n")
+    changes = [{"path": ".repos/sub/config", "status": "modified", "old": file_state(b""), "new": file_state(b"y")},
+               added("mods/x/commondir"), added("mods/x/config"),
+               added("bare/HEAD"), added("bare/objects/keep"), added("bare/REFS/keep"), added("bare/config"),
+               added("plain/HEAD"), added("plain/notes.txt")]
+    found = verdicts(ws, changes)
+    assert {p for p, why in found.items() if "a git directory" in why} == {
+        ".repos/sub/config", "mods/x/commondir", "mods/x/config",
+        "bare/HEAD", "bare/objects/keep", "bare/REFS/keep", "bare/config"}
+    assert found["plain/HEAD"] == found["plain/notes.txt"] == ""

@@ -185,7 +185,7 @@ def judged(workspace: str, changes: list[dict], protected: tuple[str, ...], allo
     except OSError:   # no host tree (moved away): judged on the changes alone
         tree = None
     try:
-        why = finaltree.check(going, tree, protected)
+        why = {**finaltree.in_git_directories(going, tree), **finaltree.check(going, tree, protected)}
     finally:
         if tree is not None:
             tree.close()

@@ -172,3 +172,35 @@ def _host_collisions(changes: list[dict], host: Host | None) -> dict[str, str]:
             if name not in there[0]:
                 break
     return clashes
+
+
+def _is_git_dir(entries: set[str]) -> bool:
+    """git's is_git_directory on folded names: HEAD with objects/ and refs/, or with a commondir
+    (a worktree's or submodule's git directory). Any type counts: stricter only refuses more."""
+    return "head" in entries and ({"objects", "refs"} <= entries or "commondir" in entries)
+
+
+def in_git_directories(changes: list[dict], host: Host | None) -> dict[str, str]:
+    """Changes inside a directory that is a git directory on the host now or on the final tree,
+    whatever its name (`.repos/sub`, the target of a gitfile; a bare repository the agent makes):
+    git run there reads its config and hooks. `.git` itself is refused by name (review)."""
+    below: dict[str, set[str]] = {}
+    for change in changes:
+        parts = change["path"].split("/")
+        for i in range(len(parts)):
+            below.setdefault("/".join(parts[:i]), set()).update(
+                {names.fold_name(parts[i])} if change["new"] is not None or i < len(parts) - 1 else set())
+    git_dirs = []
+    for directory, made in below.items():
+        try:
+            there = (host.names(directory) if host else None) or []
+        except CopyConflict:
+            there = []
+        if _is_git_dir(made | {names.fold_name(n) for n in there}):
+            git_dirs.append(directory)
+    why = {}
+    for change in changes:
+        held = next((d for d in git_dirs if change["path"].startswith(d + "/") or not d), None)
+        if held is not None:
+            why[change["path"]] = f"inside {held or 'the workspace root'}, a git directory (the host's git reads its config and hooks)"
+    return why
