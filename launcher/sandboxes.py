@@ -133,7 +133,7 @@ class CopyVerdict:
 def gc_copies(engine: Engine, force: bool) -> list[CopyVerdict]:
     """Copies no sandbox uses: removed when all their work is on the host tree already (or with
     `force`); otherwise kept, with how much would be lost."""
-    from launcher.copies import apply, store
+    from launcher.copies import apply, export, store
 
     verdicts = []
     for copy in store.all_copies(engine):
@@ -144,7 +144,8 @@ def gc_copies(engine: Engine, force: bool) -> list[CopyVerdict]:
                 store.drop(engine, copy.name)
                 verdicts.append(CopyVerdict(name=copy.name, pending=0, removed=True))
             continue
-        left = apply.pending(copy.workspace, apply.read_export(store.export(engine, copy.name), copy.protected))
+        # the change list only: counting what would be lost reads no file of the agent's
+        left = apply.pending(copy.workspace, export.listing(store.changes(engine, copy.name), copy.protected))
         if force or not left:
             store.discard(engine, copy.name)
         verdicts.append(CopyVerdict(name=copy.name, pending=left, removed=force or not left))
