@@ -121,3 +121,20 @@ def test_a_tools_container_that_overruns_its_time_is_killed_and_removed(engine):
     assert time.monotonic() - started < 30
     left = subprocess.run(["docker", "ps", "-aq", "--filter", f"name={name}-tool-"], capture_output=True, text=True)
     assert left.stdout.strip() == ""
+
+
+def test_gc_removes_a_checkpoint_view_a_killed_launcher_left_and_keeps_a_live_ones(engine):
+    from launcher import labels as label
+
+    names = {f"gone-{os.getpid()}-view-dead00": "999999999", f"live-{os.getpid()}-view-live00": str(os.getpid())}
+    for name, pid in names.items():
+        engine.create_volume(name, {label.MANAGED: "1", label.KIND: "copy-view", label.COPY: name.split("-view")[0],
+                                    label.OWNER_PID: pid})
+    try:
+        assert sandbox("gc").returncode == 0
+        dead, live = names
+        assert engine.volume_info(dead) is None and engine.volume_info(live) is not None
+    finally:
+        for name in names:
+            if engine.volume_info(name) is not None:
+                engine.remove_volume(name)

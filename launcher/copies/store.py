@@ -151,10 +151,11 @@ def find(engine: Engine, name: str) -> Copy:
 def _view(engine: Engine, name: str, number: int) -> Iterator[str]:
     """A volume that is checkpoint `number` laid over the copy as a read-only overlay (two lower
     layers, no upper): the tree as the agent left it then, whiteouts and opaque directories read by
-    the kernel as in the sandbox's own overlay. Removed afterwards (`drop` takes a leftover)."""
+    the kernel as in the sandbox's own overlay. Removed afterwards (`drop` and `gc` take a leftover)."""
     upper, base = (engine.volume_info(f"{name}-{part}")["Mountpoint"] for part in ("upper", "base"))
     view = f"{name}-view-{os.urandom(3).hex()}"
-    engine.create_volume(view, {label.MANAGED: "1", label.KIND: "copy-view", label.COPY: name},
+    engine.create_volume(view, {label.MANAGED: "1", label.KIND: "copy-view", label.COPY: name,
+                                label.OWNER_PID: str(os.getpid())},
                          {"type": "overlay", "device": "overlay",
                           "o": f"lowerdir={upper}/checkpoints/{number}/tree:{base},userxattr"})
     try:
