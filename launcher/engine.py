@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -26,6 +28,45 @@ def _mapped(action: str) -> Iterator[None]:
         raise EngineError(f"{action}: {exc.explanation or exc}") from None
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
         raise EngineError(f"{action}: {exc}") from None
+
+
+class _Frames(io.RawIOBase):
+    """An attached container's stdout as a file; its stderr is kept aside (the last 64 KiB)."""
+
+    def __init__(self, frames: Iterator[tuple[bytes | None, bytes | None]]):
+        self.frames, self.pending, self.stderr = frames, memoryview(b""), bytearray()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self.pending:
+            with _mapped("reading a container's output"):
+                out, err = next(self.frames, (None, None))
+            if out is None and err is None:
+                return 0
+            if err:
+                self.stderr += err
+                del self.stderr[:-65536]
+            self.pending = memoryview(out or b"")
+        count = min(len(buffer), len(self.pending))
+        buffer[:count] = self.pending[:count]
+        self.pending = self.pending[count:]
+        return count
+
+
+class Attached:
+    """A running short-lived container (Engine.run_attached): its stdout as a binary file."""
+
+    def __init__(self, frames: Iterator[tuple[bytes | None, bytes | None]]):
+        self._frames = _Frames(frames)
+        self.stdout = io.BufferedReader(self._frames, 1 << 20)
+        self.exit_code: int | None = None
+        self.timed_out = False      # set from the timer's thread when it killed the container
+
+    @property
+    def stderr(self) -> bytes:
+        return bytes(self._frames.stderr)
 
 
 def connect() -> "Engine":
@@ -259,21 +300,35 @@ class Engine:
         with _mapped(f"waiting for {ref}"):
             return int(self.client.api.wait(ref)["StatusCode"])
 
-    def run_collect(self, spec: ContainerSpec) -> tuple[int, bytes, bytes]:
-        """Create, start and wait for a short-lived container; its exit code, stdout and stderr
-        (attached, so binary output arrives intact and unbounded by the log driver). Always removed."""
+    @contextmanager
+    def run_attached(self, spec: ContainerSpec, timeout: float) -> Iterator["Attached"]:
+        """Create and start a short-lived container and yield its output as it comes (attached, so
+        binary output arrives intact and unbounded by the log driver; nothing is buffered whole).
+        Killed once `timeout` seconds pass; always removed. After a block that ran to its end, the
+        yielded object has the exit code."""
         ref = self.create(spec)
         try:
-            stream = self.output(ref)
+            run = Attached(self.output(ref))
             self.start(ref)
-            out, err = [], []
-            with _mapped(f"reading the output of {spec.name}"):
-                for chunk_out, chunk_err in stream:
-                    out.append(chunk_out or b"")
-                    err.append(chunk_err or b"")
-            return self.wait(ref), b"".join(out), b"".join(err)
+            killer = threading.Timer(timeout, self._kill_late, (ref, run))
+            killer.daemon = True
+            killer.start()
+            try:
+                yield run
+                while run.stdout.read(1 << 20):   # the rest, if the reader stopped early (unread, it blocks
+                    pass                            # the container); dropped, never kept
+                run.exit_code = self.wait(ref)
+            finally:
+                killer.cancel()
         finally:
             self.remove(ref)
+
+    def _kill_late(self, ref: str, run: "Attached") -> None:
+        run.timed_out = True
+        try:
+            self.client.api.kill(ref)
+        except Exception:  # noqa: BLE001 - it ended meanwhile; the removal after the block cleans up anyway
+            pass
 
     def pause(self, ref: str) -> None:
         with _mapped(f"pausing {ref}"):

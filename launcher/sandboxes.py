@@ -8,7 +8,7 @@ from launcher import labels as label
 from launcher import host
 from launcher.egress.audit import EgressEvent, parse_log
 from launcher.engine import Engine
-from launcher.errors import NotFound, Problem
+from launcher.errors import EngineError, NotFound, Problem
 from launcher.launch import Listener, remove_sandbox
 
 SANDBOX_KINDS = ("run", "up", "external")
@@ -133,8 +133,14 @@ class CopyVerdict:
 def gc_copies(engine: Engine, force: bool) -> list[CopyVerdict]:
     """Copies no sandbox uses: removed when all their work is on the host tree already (or with
     `force`); otherwise kept, with how much would be lost."""
-    from launcher.copies import apply, store
+    from launcher.copies import apply, export, store
 
+    for view in engine.list_volumes(label.selector(label.KIND, "copy-view")):   # a killed diff's or apply's
+        if not host.pid_alive(int((view.get("Labels") or {}).get(label.OWNER_PID, "0") or 0)):
+            try:
+                engine.remove_volume(view["Name"])
+            except EngineError:   # still mounted by a leftover tools container: the next gc
+                pass
     verdicts = []
     for copy in store.all_copies(engine):
         if copy.users:
@@ -144,7 +150,8 @@ def gc_copies(engine: Engine, force: bool) -> list[CopyVerdict]:
                 store.drop(engine, copy.name)
                 verdicts.append(CopyVerdict(name=copy.name, pending=0, removed=True))
             continue
-        left = apply.pending(copy.workspace, apply.read_export(store.export(engine, copy.name), copy.protected))
+        # the change list only: counting what would be lost reads no file of the agent's
+        left = apply.pending(copy.workspace, export.listing(store.changes(engine, copy.name), copy.protected))
         if force or not left:
             store.discard(engine, copy.name)
         verdicts.append(CopyVerdict(name=copy.name, pending=left, removed=force or not left))
@@ -153,8 +160,6 @@ def gc_copies(engine: Engine, force: bool) -> list[CopyVerdict]:
 
 def stale_probe_volumes(engine: Engine, current: str) -> list[str]:
     """Remove probe volumes of earlier probe versions that no container uses any more."""
-    from launcher.errors import EngineError
-
     removed = []
     for volume in engine.list_volumes():
         if volume["Name"].startswith("sandbox-probe-") and volume["Name"] != current:

@@ -211,7 +211,7 @@ def test_up_works_on_a_copy_that_down_keeps_and_a_second_up_continues(engine, re
         assert seen.stdout == "from-up\n", seen.stderr
         assert sandbox("rewind", name, "0").returncode == 120           # in use: `down` first
         messages = [c["message"] for c in json.loads(sandbox("checkpoints", name, "--json").stdout)]
-        assert messages == ["the copy was made", "mid-way", "sandbox down"]
+        assert messages == ["the copy was made", "shown by diff", "mid-way", "sandbox down"]   # diff froze what it showed
     finally:
         sandbox("down", name)
         sandbox("discard", name)

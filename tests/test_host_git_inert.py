@@ -11,6 +11,7 @@ import pytest
 
 from launcher import hostgit
 from launcher.copies.apply import Exported
+from launcher.copies.export import spooled
 from launcher.copies.branch import commit_to_branch
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "safe.directory=*"]
@@ -72,7 +73,7 @@ def _hostile_repo(tmp_path):
 
 
 def _exported(head: str, changes: list[dict], data: dict[str, bytes]) -> Exported:
-    return Exported(changes=tuple({**c, "refused": ""} for c in changes), meta={"head": head}, files={}, data=data)
+    return spooled(tuple({**c, "refused": ""} for c in changes), {"head": head}, data)
 
 
 def test_apply_to_a_branch_runs_nothing_the_repository_configures(tmp_path):

@@ -3,12 +3,15 @@ host (launcher/copies/store.py starts it).
 
 Mounts: /src the host workspace (read-only; `copy` only), /base the copy (lower layer), /v the
 changes volume (v/upper and v/work are the overlay's upper and work dirs, v/checkpoints the
-checkpoints, v/meta.json what the copy was taken from), /tree the overlay itself (read-only).
+checkpoints, v/meta.json what the copy was taken from, v/reviewed.json the checkpoint `diff` showed
+last), /tree an overlay (read-only): the sandbox's own, or one of a checkpoint over /base that the
+launcher made for `diff` and `apply` (the kernel reads its whiteouts and opaque dirs, not we).
 Everything it reports is JSON on stdout; `export` writes a tar (changes.json, then the files).
 File names are bytes on Linux: they travel as surrogate-escaped strings (json keeps them).
 """
 
 import difflib
+import errno
 import hashlib
 import io
 import json
@@ -21,6 +24,8 @@ import tarfile
 import time
 
 TEXT_LIMIT = 1 << 20      # larger files are summarised, not diffed
+PATCH_BUDGET = 16 << 20   # bytes of patches in one answer; text files beyond it are summarised too
+HOLE_MERGE = 1 << 20      # holes shorter than this travel as zeros: at most one data run per MiB
 
 
 def _open_regular(path):
@@ -47,15 +52,28 @@ def _describe(path):
         return {"type": "dir"}
     if not stat.S_ISREG(st.st_mode):
         return {"type": "other"}
-    digest, data = hashlib.sha256(), _open_regular(path)
+    data = _open_regular(path)
     if data is None:
         return {"type": "other"}
     with data:
-        for block in iter(lambda: data.read(1 << 20), b""):
+        size = os.fstat(data.fileno()).st_size
+        # mode: what diff shows and apply judges (it writes 0644 or 0755 only, and refuses setuid bits)
+        return {"type": "file", "exec": bool(st.st_mode & 0o111), "mode": stat.S_IMODE(st.st_mode), "size": size,
+                "sha256": _sha256(data, size)}
+
+
+def _sha256(data, size):
+    """Of the file's `size` bytes; its holes are hashed as zeros from memory, never read."""
+    digest, at, zeros = hashlib.sha256(), 0, memoryview(bytes(1 << 20))
+    for offset, length in _runs(data.fileno(), size) + [(size, 0)]:
+        while at < offset:
+            digest.update(zeros[:min(offset - at, len(zeros))])
+            at += min(offset - at, len(zeros))
+        data.seek(offset)
+        for block in iter(lambda: data.read(min(length - (at - offset), 1 << 20)), b""):
             digest.update(block)
-    # mode: what diff shows and apply judges (it writes 0644 or 0755 only, and refuses setuid bits)
-    return {"type": "file", "exec": bool(st.st_mode & 0o111), "mode": stat.S_IMODE(st.st_mode), "size": st.st_size,
-            "sha256": digest.hexdigest()}
+            at += len(block)
+    return digest.hexdigest()
 
 
 def _below(root):
@@ -72,9 +90,11 @@ def _is_whiteout(st):
     return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
 
 
-def changes():
-    """What differs between the copy (/base) and what the agent sees (/tree), found by walking
-    only the upper layer: each entry there is new, changed or a deletion."""
+def changes(upper="/v/upper"):
+    """What differs between the copy (/base) and the overlay of `upper` on it (/tree), found by
+    walking only the upper layer: each entry there is new, changed or a deletion."""
+    if not os.path.ismount("/tree"):   # an empty directory would read as "everything was deleted"
+        sys.exit("no overlay is mounted at /tree")
     out, seen = [], set()
 
     def entry(rel):
@@ -104,8 +124,8 @@ def changes():
             seen.add(rel)
             out.append({"path": rel, "status": "deleted", "old": {"type": "dir"}, "new": None})
 
-    for top, dirs, files in os.walk("/v/upper", followlinks=False):
-        rel_top = os.path.relpath(top, "/v/upper")
+    for top, dirs, files in os.walk(upper, followlinks=False):
+        rel_top = os.path.relpath(top, upper)
         merged, base = os.path.join("/tree", rel_top), os.path.join("/base", rel_top)
         if os.path.isdir(base) and not os.path.islink(base) and os.path.isdir(merged):
             for name in set(os.listdir(base)) - set(os.listdir(merged)):
@@ -143,14 +163,17 @@ def _text(path):
 
 
 def with_patches(found):
+    budget = PATCH_BUDGET
     for change in found:
         kinds = {(change.get(k) or {}).get("type") for k in ("old", "new")} - {None}
         if kinds != {"file"}:
             continue
         old = _text(os.path.join("/base", change["path"])) if change["old"] else []
         new = _text(os.path.join("/tree", change["path"])) if change["new"] else []
-        if old is None or new is None:
+        if old is None or new is None or budget <= 0:
             change["binary"] = True
+            if budget <= 0:
+                change["summarised"] = f"over the {PATCH_BUDGET >> 20} MiB of patches one diff shows"
             continue
         lines = list(difflib.unified_diff(old, new, "a/" + change["path"] if change["old"] else "/dev/null",
                                           "b/" + change["path"] if change["new"] else "/dev/null"))
@@ -158,28 +181,89 @@ def with_patches(found):
                                   for line in lines)
         change["added"] = sum(1 for line in lines[2:] if line.startswith("+"))
         change["removed"] = sum(1 for line in lines[2:] if line.startswith("-"))
+        budget -= len(change["patch"])
     return found
 
 
-def export():
-    """changes.json, then each new or changed file and symlink as files/PATH, in one tar."""
-    found = changes()
-    tar = tarfile.open(fileobj=sys.stdout.buffer, mode="w|")
-    blob = json.dumps({"changes": found, "meta": _meta()}).encode()
+def _runs(fd, size):
+    """The data of a file as (offset, length) runs, from SEEK_DATA/SEEK_HOLE: a sparse file's holes
+    are never read or sent (short ones are, as zeros, to keep the list short)."""
+    runs, at = [], 0
+    try:
+        while at < size:
+            try:
+                start = os.lseek(fd, at, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:   # only a hole is left
+                    break
+                raise
+            end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+            if runs and start - sum(runs[-1]) < HOLE_MERGE:
+                runs[-1] = (runs[-1][0], end - runs[-1][0])
+            else:
+                runs.append((start, end - start))
+            at = end
+    except OSError:                            # no SEEK_DATA here: all of it is data
+        return [(0, size)] if size else []
+    return runs
+
+
+class _Runs:
+    """The bytes of a file's data runs, one after another (what a member of the export holds)."""
+
+    def __init__(self, data, runs):
+        self.data, self.runs = data, list(runs)
+
+    def read(self, count):
+        """Up to count bytes, fewer only at the end (tarfile takes a short read for a broken file)."""
+        parts = []
+        while count and self.runs:
+            offset, length = self.runs[0]
+            if not length:
+                self.runs.pop(0)
+                continue
+            self.data.seek(offset)
+            blob = self.data.read(min(count, length))
+            if not blob:
+                sys.exit("a file of the checkpoint shrank while it was read")
+            self.runs[0] = (offset + len(blob), length - len(blob))
+            parts.append(blob)
+            count -= len(blob)
+        return b"".join(parts)
+
+
+def export(number, file_limit):
+    """changes.json, then each new or changed file of checkpoint `number` as files/PATH, in one
+    tar: only its data runs (pax SANDBOX.runs "offset:length,...", SANDBOX.size the apparent size).
+    A file over `file_limit` bytes is not sent (the launcher refuses it from the list)."""
+    found = changes(f"/v/checkpoints/{number}/tree")
+    tar = tarfile.open(fileobj=sys.stdout.buffer, mode="w|", format=tarfile.PAX_FORMAT)
+    blob = json.dumps({"changes": found, "meta": _meta(), "checkpoint": number}).encode()
     info = tarfile.TarInfo("changes.json")
     info.size = len(blob)
     tar.addfile(info, io.BytesIO(blob))
     for change in found:
-        new, path = change["new"] or {}, os.path.join("/tree", change["path"])
-        if new.get("type") == "symlink":
-            tar.add(path, arcname="files/" + change["path"], recursive=False)
-        elif new.get("type") == "file":
-            data = _open_regular(path)   # never tarfile's own open: it would follow a swapped-in FIFO
-            if data is not None:
-                with data:
-                    info = tar.gettarinfo(arcname="files/" + change["path"], fileobj=data)
-                    tar.addfile(info, data)
+        new = change["new"] or {}
+        if new.get("type") != "file" or new["size"] > file_limit:
+            continue
+        data = _open_regular(os.path.join("/tree", change["path"]))
+        if data is None:
+            sys.exit(f"{change['path']!r} of the checkpoint is no longer a regular file")
+        with data:
+            add_file(tar, "files/" + change["path"], data)
     tar.close()
+
+
+def add_file(tar, arcname, data):
+    """The open file `data` as a member: its data runs one after another, where they go in pax
+    headers (SANDBOX.runs "offset:length,...", SANDBOX.size the apparent size)."""
+    st = os.fstat(data.fileno())
+    runs = _runs(data.fileno(), st.st_size)
+    info = tarfile.TarInfo(arcname)
+    info.size, info.mode = sum(length for _, length in runs), 0o755 if st.st_mode & 0o111 else 0o644
+    info.pax_headers = {"SANDBOX.size": str(st.st_size),
+                        "SANDBOX.runs": ",".join(f"{offset}:{length}" for offset, length in runs)}
+    tar.addfile(info, _Runs(data, runs))
 
 
 def _meta():
@@ -220,35 +304,103 @@ def _checkpoint_ids():
     return sorted(int(n) for n in os.listdir("/v/checkpoints") if n.isdigit())
 
 
-def checkpoint(message):
-    ids = _checkpoint_ids()
-    number = (ids[-1] + 1) if ids else 0
-    temp = f"/v/checkpoints/.{number}.tmp"
-    shutil.rmtree(temp, ignore_errors=True)
-    os.makedirs(temp)
-    subprocess.run(["cp", "-a", "/v/upper", f"{temp}/tree"], check=True)
-    entries = sum(len(f) + len(d) for _, d, f in os.walk(f"{temp}/tree"))
-    meta = {"id": number, "time": int(time.time()), "message": message, "entries": entries}
-    with open(f"{temp}/meta.json", "w") as out:
-        json.dump(meta, out)
-    os.rename(temp, f"/v/checkpoints/{number}")
+def _usage(root):
+    """Bytes on disk below root, each inode once (what a checkpoint's copy of it adds)."""
+    seen, total = set(), 0
+    for top, dirs, files in os.walk(root, followlinks=False):
+        for name in dirs + files:
+            st = os.lstat(os.path.join(top, name))
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+def _digest(root):
+    """A digest of the tree below root as the overlay reads it: names, types, modes, owners, device
+    numbers, xattrs (the overlay's user.overlay.* markers), link targets and content (data runs
+    only: holes are never read). Equal digests: the same tree; timestamps do not count."""
+    digest = hashlib.sha256()
+    for top, dirs, files in os.walk(root, followlinks=False):
+        dirs.sort()
+        for name in sorted(dirs + files) if top != root else [""] + sorted(dirs + files):
+            path = os.path.join(top, name) if name else root
+            st = os.lstat(path)
+            xattrs = sorted((k, os.getxattr(path, k, follow_symlinks=False).hex())
+                            for k in os.listxattr(path, follow_symlinks=False))
+            target = os.fsdecode(os.readlink(path)) if stat.S_ISLNK(st.st_mode) else ""
+            digest.update(json.dumps([os.path.relpath(path, root), st.st_mode, st.st_uid, st.st_gid, st.st_rdev,
+                                      st.st_size if stat.S_ISREG(st.st_mode) else 0, xattrs, target]).encode() + b"\0")
+            if stat.S_ISREG(st.st_mode):
+                with open(path, "rb") as data:
+                    runs = _runs(data.fileno(), st.st_size)
+                    digest.update(json.dumps(runs).encode())
+                    reader = _Runs(data, runs)
+                    for block in iter(lambda: reader.read(1 << 20), b""):
+                        digest.update(block)
+    return digest.hexdigest()
+
+
+def _reviewed():
+    try:
+        with open("/v/reviewed.json") as data:
+            return json.load(data).get("checkpoint")
+    except FileNotFoundError:
+        return None
+
+
+def _review(number):
+    with open("/v/.reviewed.tmp", "w") as out:
+        json.dump({"checkpoint": number, "time": int(time.time())}, out)
+    os.rename("/v/.reviewed.tmp", "/v/reviewed.json")
+
+
+def checkpoint(message, limit=None, reuse=False, reviewed=False):
+    """A copy of the upper layer as checkpoints/N (a quiet tree: the launcher paused its users).
+    `limit`: refuse when the upper layer takes more bytes on disk (the copy would double them);
+    `reuse`: an existing checkpoint of the same tree instead of a new one; `reviewed`: record it
+    as the one `diff` showed."""
+    usage = _usage("/v/upper") if limit is not None else 0
+    if limit is not None and usage > limit:
+        return {"refused": {"usage": usage, "limit": limit}}
+    digest = _digest("/v/upper") if reuse else None
+    same = [c for c in checkpoints() if c.get("digest") == digest] if reuse else []
+    if same:
+        meta = dict(same[-1], reused=True)
+    else:
+        ids = _checkpoint_ids()
+        number = (ids[-1] + 1) if ids else 0
+        temp = f"/v/checkpoints/.{number}.tmp"
+        shutil.rmtree(temp, ignore_errors=True)
+        os.makedirs(temp)
+        subprocess.run(["cp", "-a", "/v/upper", f"{temp}/tree"], check=True)
+        entries = sum(len(f) + len(d) for _, d, f in os.walk(f"{temp}/tree"))
+        meta = {"id": number, "time": int(time.time()), "message": message, "entries": entries,
+                "digest": _digest(f"{temp}/tree")}   # of the copy itself: what a later reuse compares
+        with open(f"{temp}/meta.json", "w") as out:
+            json.dump(meta, out)
+        os.rename(temp, f"/v/checkpoints/{number}")
+    if reviewed:
+        _review(meta["id"])
     return meta
 
 
 def checkpoints():
-    found = []
+    found, reviewed = [], _reviewed()
     for number in _checkpoint_ids():
         with open(f"/v/checkpoints/{number}/meta.json") as data:
-            found.append(json.load(data))
+            found.append(dict(json.load(data), reviewed=number == reviewed))
     return found
 
 
-def rewind(number):
+def rewind(number, limit=None):
     """The upper layer as checkpoint `number` had it (the overlay is not mounted now); what it held
     before becomes a checkpoint of its own first, so a rewind can itself be undone."""
     if number not in _checkpoint_ids():
         sys.exit(f"no checkpoint {number}")
-    before = checkpoint(f"before rewinding to {number}")
+    before = checkpoint(f"before rewinding to {number}", limit)
+    if "refused" in before:
+        return before
     shutil.rmtree("/v/upper.old", ignore_errors=True)
     subprocess.run(["cp", "-a", f"/v/checkpoints/{number}/tree", "/v/upper.new"], check=True)
     os.rename("/v/upper", "/v/upper.old")
@@ -259,21 +411,29 @@ def rewind(number):
     return before
 
 
+def _option(argv, name, default=None):
+    """--name N of the options (after the operation's positional arguments)."""
+    return int(argv[argv.index(name) + 1]) if name in argv else default
+
+
 def main(argv):
     op = argv[0]
     if op == "copy":
         copy(int(argv[1]), int(argv[2]), json.loads(argv[3]))
     elif op == "changes":
-        json.dump({"changes": with_patches(changes()) if "--patch" in argv else changes(), "meta": _meta()},
-                  sys.stdout)
+        number = _option(argv, "--checkpoint")
+        found = changes("/v/upper" if number is None else f"/v/checkpoints/{number}/tree")
+        json.dump({"changes": with_patches(found) if "--patch" in argv else found, "meta": _meta(),
+                   "checkpoint": number}, sys.stdout)
     elif op == "export":
-        export()
+        export(_option(argv, "--checkpoint"), _option(argv, "--file-limit"))
     elif op == "checkpoint":
-        json.dump(checkpoint(argv[1]), sys.stdout)
+        flags = argv[2:]   # argv[1] is the message, whatever it says
+        json.dump(checkpoint(argv[1], _option(flags, "--limit"), "--reuse" in flags, "--reviewed" in flags), sys.stdout)
     elif op == "checkpoints":
         json.dump(checkpoints(), sys.stdout)
     elif op == "rewind":
-        json.dump(rewind(int(argv[1])), sys.stdout)
+        json.dump(rewind(int(argv[1]), _option(argv[2:], "--limit")), sys.stdout)
     else:
         sys.exit(f"unknown operation {op}")
 

@@ -3,11 +3,42 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import click
 
 from launcher.cli.output import Console
+
+
+def _size(ctx, param, value):
+    from launcher.policy import parse_size
+
+    if value is None:
+        return None
+    if not re.fullmatch(r"[0-9]+[kmg]?", value):
+        raise click.BadParameter("expected bytes, or a number with k, m or g (for example 512m, 2g)")
+    return parse_size(value)
+
+
+_MAX_COPY = click.option("--max-copy-size", callback=_size, metavar="SIZE",
+                         help="Refuse when all files apply would write add up to more (apparent sizes), or when the "
+                              "copy's changes take more disk at a checkpoint (default 8g).")
+
+
+def limit_options(command):
+    """--max-file-size and --max-copy-size (diff, apply): what the way back may cost."""
+    return click.option("--max-file-size", callback=_size, metavar="SIZE",
+                        help="Refuse when one file apply would write is larger (apparent size; default 1g).")(
+        _MAX_COPY(command))
+
+
+def _limits(max_file: int | None, max_copy: int | None):
+    from launcher.copies.limits import Limits
+
+    default = Limits()
+    return Limits(file_bytes=default.file_bytes if max_file is None else max_file,
+                  copy_bytes=default.copy_bytes if max_copy is None else max_copy)
 
 
 def _engine():
@@ -22,23 +53,35 @@ def _engine():
 @click.argument("name")
 @click.option("--stat", "as_stat", is_flag=True, help="One line per changed file, then the totals.")
 @click.option("--json", "as_json", is_flag=True, help="Every change as JSON (paths, status, hashes, patch).")
-def diff(name: str, as_stat: bool, as_json: bool) -> None:
+@limit_options
+def diff(name: str, as_stat: bool, as_json: bool, max_file_size: int | None, max_copy_size: int | None) -> None:
     """Show what the agent changed in the copy NAME, against the tree it was copied from.
 
-    New, deleted and changed files with their modes and sizes, symlinks with their targets; binary
-    files summarised. Changes `sandbox apply` never carries back (git directories and protected
-    paths on any case or Unicode spelling, setuid files, case collisions, symlinks that resolve
-    outside or into those) are marked REFUSED; surfaces at any depth and symlinks are marked NEEDS
-    with the flag that lets `apply` write them.
+    What is shown is frozen first: a checkpoint of the copy (a running sandbox is paused while it
+    is taken; an unchanged copy reuses its checkpoint), and `sandbox apply NAME` writes exactly that
+    checkpoint, whatever changes in the copy afterwards. New, deleted and changed files with their
+    modes and sizes, symlinks with their targets; binary files summarised. Changes `sandbox apply`
+    never carries back (git directories and protected paths on any case or Unicode spelling, setuid
+    files, case collisions, symlinks that resolve outside or into those) are marked REFUSED;
+    surfaces at any depth and symlinks are marked NEEDS with the flag that lets `apply` write them.
     """
-    from launcher.copies import apply, review, store
+    from launcher.copies import apply, limits, review, store
 
     eng = _engine()
     copy = store.find(eng, name)
-    found = apply.judged(copy.workspace, store.changes(eng, name, patch=True)["changes"], copy.protected,
-                         review.Allowed(), preview=True)
+    cap = _limits(max_file_size, max_copy_size)
+    frozen = store.checkpoint(eng, name, "shown by diff", cap, reuse=True, reviewed=True)["id"]
+    found = apply.judged(copy.workspace, store.changes(eng, name, patch=True, checkpoint=frozen)["changes"],
+                         copy.protected, review.Allowed(), preview=True)
+    click.echo(f"sandbox: changes of {name} at checkpoint {frozen} (`sandbox apply {name}` writes exactly these)",
+               err=True)
+    too_large = {c["path"]: c["new"] for c in found if (not c["refused"] or c.get("needs"))
+                 and (c["new"] or {}).get("type") == "file"}
+    for problem in limits.problems(name, too_large, cap):
+        click.echo(f"sandbox: apply will refuse: {problem.path}: {problem.found}, over {problem.expected}", err=True)
     if as_json:
-        click.echo(json.dumps({"copy": name, "workspace": copy.workspace, "changes": found}, indent=2))
+        click.echo(json.dumps({"copy": name, "workspace": copy.workspace, "checkpoint": frozen, "changes": found},
+                              indent=2))
         return
     if not found:
         click.echo(f"sandbox: no changes in {name}", err=True)
@@ -59,14 +102,20 @@ def diff(name: str, as_stat: bool, as_json: bool) -> None:
 @click.option("--allow-symlink", "symlinks", metavar="PATH", multiple=True,
               help="Also write this symlink, if it resolves inside the workspace and out of every refused path "
                    "on the tree apply leaves. Repeat it per link.")
-def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...], symlinks: tuple[str, ...]) -> None:
+@click.option("--checkpoint", "number", type=int, metavar="N",
+              help="Apply checkpoint N (`sandbox checkpoints NAME`) instead of the one `sandbox diff` showed last.")
+@limit_options
+def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...], symlinks: tuple[str, ...],
+           number: int | None, max_file_size: int | None, max_copy_size: int | None) -> None:
     """Write the agent's changes in the copy NAME to the host tree (or a new branch).
 
-    All or nothing: where the host tree changed since the copy was taken, nothing is written
-    and the conflicts are listed (exit 119). Refused changes (see `sandbox diff`) never leave
-    the copy; surfaces and symlinks only with a per-path --allow-surface / --allow-symlink, and a
-    yes that cannot be honoured writes nothing (exit 120). The copy stays until `sandbox discard
-    NAME`; applying again is a no-op.
+    What is written is the checkpoint `sandbox diff NAME` showed last (or --checkpoint N); with no
+    diff yet, the copy as it is now, frozen into a new checkpoint first. Nothing the agent changes
+    after that is written. All or nothing: where the host tree changed since the copy was taken,
+    nothing is written and the conflicts are listed (exit 119). Refused changes (see `sandbox diff`)
+    never leave the copy; surfaces and symlinks only with a per-path --allow-surface /
+    --allow-symlink, and a yes that cannot be honoured writes nothing (exit 120), nor do files over
+    the size limits (exit 120). The copy stays until `sandbox discard NAME`; applying again is a no-op.
     """
     from launcher.copies import apply, branch as branches, review, store
     from launcher.errors import PolicyError, Problem
@@ -76,19 +125,44 @@ def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...
                                    found="--to " + branch, hint="apply to the tree, then commit it yourself")])
     eng = _engine()
     copy = store.find(eng, name)
-    exported = apply.reviewed(copy.workspace, apply.read_export(store.export(eng, name), copy.protected),
-                              copy.protected, review.Allowed.given(surfaces=surfaces, symlinks=symlinks))
-    refused = [c for c in exported.changes if c["refused"]]
-    for line in review.refusal_lines(refused):
-        click.echo(f"sandbox: {line}", err=True)
-    if branch:
-        commit = branches.commit_to_branch(copy.workspace, exported, branch, message)
-        click.echo(f"sandbox: committed {len(exported.applicable)} changes as {commit[:12]} on branch {branch}", err=True)
-        return
-    written, already = apply.apply_to_tree(copy.workspace, exported)
-    click.echo(f"sandbox: applied {written} changes to {copy.workspace}"
+    cap = _limits(max_file_size, max_copy_size)
+    allowed = review.Allowed.given(surfaces=surfaces, symlinks=symlinks)
+    number = _to_apply(eng, name, number, cap)
+    with store.exported(eng, copy, number, cap, allowed) as received:
+        exported = apply.reviewed(copy.workspace, received, copy.protected, allowed)
+        refused = [c for c in exported.changes if c["refused"]]
+        for line in review.refusal_lines(refused):
+            click.echo(f"sandbox: {line}", err=True)
+        if branch:
+            commit = branches.commit_to_branch(copy.workspace, exported, branch, message)
+            click.echo(f"sandbox: committed {len(exported.applicable)} changes of checkpoint {number} as {commit[:12]} "
+                       f"on branch {branch}", err=True)
+            return
+        written, already = apply.apply_to_tree(copy.workspace, exported)
+    click.echo(f"sandbox: applied {written} changes of checkpoint {number} to {copy.workspace}"
                + (f" ({already} were there already)" if already else "")
                + (f"; {len(refused)} refused" if refused else ""), err=True)
+
+
+def _to_apply(eng, name: str, number: int | None, cap) -> int:
+    """The checkpoint apply writes: N if given, else the one `diff` showed last (saying so when the
+    copy moved on since), else the copy as it is now, frozen into a checkpoint (or an equal one)."""
+    from launcher.copies import store
+    from launcher.errors import NotFound
+
+    listed = store.checkpoints(eng, name)
+    if number is not None:
+        if number not in [c["id"] for c in listed]:
+            raise NotFound(f"{name} has no checkpoint {number}; it has {', '.join(str(c['id']) for c in listed)}")
+        return number
+    shown = next((c for c in listed if c.get("reviewed")), None)
+    if shown is None:
+        return store.checkpoint(eng, name, "frozen by apply", cap, reuse=True)["id"]
+    newer = [c["id"] for c in listed if c["id"] > shown["id"] and c.get("digest") != shown.get("digest")]
+    if newer:
+        click.echo(f"sandbox: note: the copy changed after checkpoint {shown['id']}, the one `sandbox diff` showed "
+                   f"(checkpoint {newer[-1]} differs); `sandbox diff {name}` shows the newer state", err=True)
+    return shown["id"]
 
 
 @click.command()
@@ -107,11 +181,12 @@ def discard(name: str) -> None:
 @click.command()
 @click.argument("name")
 @click.option("--message", "-m", default="by hand", show_default=True, help="What this checkpoint is.")
-def checkpoint(name: str, message: str) -> None:
+@_MAX_COPY
+def checkpoint(name: str, message: str, max_copy_size: int | None) -> None:
     """Take a checkpoint of the copy NAME now (a running sandbox is paused meanwhile)."""
     from launcher.copies import store
 
-    taken = store.checkpoint(_engine(), name, message)
+    taken = store.checkpoint(_engine(), name, message, _limits(None, max_copy_size))
     click.echo(f"sandbox: checkpoint {taken['id']} of {name}", err=True)
 
 
@@ -129,18 +204,20 @@ def checkpoints(name: str, as_json: bool) -> None:
     click.echo(f"{'ID':>4}  {'TAKEN':19}  {'ENTRIES':>7}  WHAT")
     for c in found:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(c["time"]))
-        click.echo(f"{c['id']:>4}  {when}  {c['entries']:>7}  {c['message']}")
+        mark = "   (shown by the last `sandbox diff`: what `sandbox apply` writes)" if c.get("reviewed") else ""
+        click.echo(f"{c['id']:>4}  {when}  {c['entries']:>7}  {c['message']}{mark}")
 
 
 @click.command()
 @click.argument("name")
 @click.argument("checkpoint_id", metavar="ID", type=int)
-def rewind(name: str, checkpoint_id: int) -> None:
+@_MAX_COPY
+def rewind(name: str, checkpoint_id: int, max_copy_size: int | None) -> None:
     """Put the copy NAME back as it was at checkpoint ID. What it held before becomes a new
     checkpoint first, so a rewind can be undone with another rewind."""
     from launcher.copies import store
 
-    before = store.rewind(_engine(), name, checkpoint_id)
+    before = store.rewind(_engine(), name, checkpoint_id, _limits(None, max_copy_size))
     click.echo(f"sandbox: {name} is back at checkpoint {checkpoint_id}; what it held is checkpoint {before['id']}",
                err=True)
 

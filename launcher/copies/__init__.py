@@ -3,5 +3,6 @@ the host tree only when the user applies them after review.
 
 store.py makes, finds and drops copies and keeps their checkpoints (through a short-lived tools
 container running images/tools/copytool.py, so no host program ever reads the agent's files in place);
-review.py turns what changed into text; apply.py writes it to the host tree or a git branch.
+review.py turns what changed into text; export.py receives a checkpoint's files into a private
+spool, within limits.py's caps; apply.py writes them to the host tree, branch.py to a git branch.
 """

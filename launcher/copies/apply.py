@@ -16,48 +16,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import io
-import json
 import os
 import stat
-import tarfile
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from launcher.copies import finaltree, review
 from launcher.copies.review import annotated
+from launcher.copies.export import Exported, read_export  # noqa: F401 - where callers have always found them
 from launcher.errors import CopyConflict, PolicyError
 from launcher.values import visible
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-@dataclass(frozen=True, kw_only=True)
-class Exported:
-    changes: tuple[dict, ...]       # annotated: "refused" says why apply leaves one out
-    meta: dict
-    files: dict[str, tarfile.TarInfo]
-    data: dict[str, bytes]
-
-    @property
-    def applicable(self) -> tuple[dict, ...]:
-        return tuple(c for c in self.changes if not c["refused"])
-
-
-def read_export(blob: bytes, protected: tuple[str, ...]) -> Exported:
-    files, data, head = {}, {}, None
-    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:") as tar:
-        for member in tar:
-            if member.name == "changes.json":
-                head = json.loads(tar.extractfile(member).read())
-            elif member.name.startswith("files/"):
-                path = member.name[len("files/"):]
-                files[path] = member
-                if member.isfile():
-                    data[path] = tar.extractfile(member).read()
-    if head is None:
-        raise CopyConflict("the copy's export had no change list (a broken tools container?)")
-    return Exported(changes=tuple(annotated(head["changes"], protected)), meta=head.get("meta", {}),
-                    files=files, data=data)
 
 
 def _state(parent: int | None, name: str) -> dict | None:
@@ -272,7 +241,7 @@ def apply_to_tree(workspace: str, exported: Exported) -> tuple[int, int]:
                                + "\n  ".join(conflicts), tuple(conflicts))
         for change in todo:
             new = change["new"] or {}
-            if new.get("type") == "file" and hashlib.sha256(exported.data[change["path"]]).hexdigest() != new["sha256"]:
+            if new.get("type") == "file" and exported.data[change["path"]].sha256 != new["sha256"]:
                 raise CopyConflict(f"{_shown(change['path'])} changed in the copy while it was read; nothing was written, "
                                    "run apply again")
         # Deletions first, deepest first, so a directory the agent replaced with a file is empty.
@@ -308,7 +277,7 @@ def _write(tree: _Tree, change: dict, exported: Exported) -> None:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o755 if new["exec"] else 0o644, dir_fd=parent)
         with os.fdopen(fd, "wb") as out:
-            out.write(blob)
+            blob.write_to(out)                  # streamed from the spool; holes stay holes
             os.fchmod(out.fileno(), 0o755 if new["exec"] else 0o644)   # not the umask's idea
     tree.own(temp, parent)
     os.replace(temp, name, src_dir_fd=parent, dst_dir_fd=parent)

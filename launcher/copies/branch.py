@@ -94,9 +94,11 @@ def commit_to_branch(workspace: str, exported: Exported, branch: str, message: s
             if new is None:
                 git.git("update-index", "--force-remove", "--", change["path"], index=index)
                 continue
-            blob = (new["target"].encode(errors="surrogateescape") if new["type"] == "symlink"
-                    else exported.data[change["path"]])
-            sha = git.git("hash-object", "-w", "--no-filters", "--stdin", data=blob)
+            if new["type"] == "symlink":
+                sha = git.git("hash-object", "-w", "--no-filters", "--stdin",
+                              data=new["target"].encode(errors="surrogateescape"))
+            else:   # git reads the spool file itself: the launcher never holds the file in memory
+                sha = git.git("hash-object", "-w", "--no-filters", "--", exported.data[change["path"]].path)
             mode = "120000" if new["type"] == "symlink" else "100755" if new["exec"] else "100644"
             git.git("update-index", "--add", "--cacheinfo", f"{mode},{sha},{change['path']}", index=index)
         tree = git.git("write-tree", "--missing-ok", index=index)   # a partial clone lacks blobs: never fetched

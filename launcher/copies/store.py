@@ -1,27 +1,35 @@
 """Copies as Docker volumes: NAME-base (the copy of the host tree, the overlay's lower layer),
-NAME-upper (the agent's changes, the overlay's work dir and the checkpoints) and NAME-tree (the
-overlay the sandbox mounts). Every operation on their content runs in a tools container: our
-agent image running images/tools/copytool.py, no network, read-only root, only the volumes it needs; the host never opens the
-agent's files in place (a FIFO, a symlink or a huge file there is the container's problem)."""
+NAME-upper (the agent's changes, the overlay's work dir and the checkpoints), NAME-tree (the
+overlay the sandbox mounts) and, while diff or apply reads one, NAME-view-XXXXXX (a checkpoint laid
+over the copy, read-only). Every operation on their content runs in a tools container: our agent
+image running images/tools/copytool.py, no network, read-only root, only the volumes it needs, a
+time limit; the host never opens the agent's files in place (a FIFO, a symlink or a huge file there
+is the container's problem)."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Iterator
 
 from launcher import labels as label
 from launcher import resources
+from launcher.copies.export import Exported, read_export
+from launcher.copies.limits import Limits, upper_refused
+from launcher.copies.review import Allowed
 from launcher.engine import Engine
 from launcher.errors import EngineError, NotFound, PolicyError, Problem
 from launcher.plan import CopySpec, Mount, MountKind
-from launcher.tools import run_tool
+from launcher.tools import TOOL_SECONDS, run_tool, tool_stream
 
 TOOL = (resources.images_dir() / "tools" / "copytool.py").read_text()
 # root in the tools container: it copies files of any owner into the agent's, and whiteouts (the
 # overlay's deletions, character devices) between checkpoints; never any of the agent's programs.
 TOOL_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "MKNOD")
+COPY_SECONDS = 3600     # copying a workspace in: a large tree may take long, never forever
 
 Progress = Callable[[str], None]
 
@@ -37,13 +45,18 @@ class Copy:
     users: tuple[str, ...] = ()     # sandbox containers using it now
 
 
-def _tool(engine: Engine, copy: str, argv: list[str], mounts: list[Mount], what: str) -> bytes:
+def _tool_args(engine: Engine, copy: str, argv: list[str], mounts: list[Mount], what: str) -> dict:
     for mount in mounts:   # Docker would create a missing one, empty, and we would read "no changes"
         if mount.kind is MountKind.VOLUME and engine.volume_info(mount.source) is None:
             raise NotFound(f"no copy named {copy!r} (volume {mount.source} is missing); `sandbox ls` lists them")
     scratch = Mount(kind=MountKind.TMPFS, target="/tmp", read_only=False, size_bytes=64 << 20)
-    return run_tool(engine, name=copy, entrypoint=("python3", "-c", TOOL), argv=argv, mounts=mounts + [scratch],
-                    caps=TOOL_CAPS, labels={label.COPY: copy}, what=what)
+    return dict(name=copy, entrypoint=("python3", "-c", TOOL), argv=argv, mounts=mounts + [scratch],
+                caps=TOOL_CAPS, labels={label.COPY: copy}, what=what)
+
+
+def _tool(engine: Engine, copy: str, argv: list[str], mounts: list[Mount], what: str,
+          timeout: float = TOOL_SECONDS) -> bytes:
+    return run_tool(engine, **_tool_args(engine, copy, argv, mounts, what), timeout=timeout)
 
 
 def _volume(name: str, target: str, read_only: bool) -> Mount:
@@ -79,7 +92,7 @@ def prepare(engine: Engine, spec: CopySpec, progress: Progress) -> bool:
         out = _tool(engine, spec.name, ["copy", str(spec.uid), str(spec.gid), json.dumps(list(spec.exclude))],
                     [Mount(kind=MountKind.BIND, source=spec.source, target="/src", read_only=True),
                      _volume(spec.base_volume, "/base", False), _volume(spec.upper_volume, "/v", False)],
-                    "copying the workspace")
+                    "copying the workspace", COPY_SECONDS)
         base, upper = (engine.volume_info(v)["Mountpoint"] for v in (spec.base_volume, spec.upper_volume))
         engine.create_volume(spec.tree_volume, labels, {
             "type": "overlay", "device": "overlay",
@@ -134,28 +147,78 @@ def find(engine: Engine, name: str) -> Copy:
     raise NotFound(f"no copy named {name!r}; `sandbox ls` lists them")
 
 
-def changes(engine: Engine, name: str, patch: bool = False) -> dict:
-    """{"changes": [...], "meta": {...}}: what the agent changed in the copy (see copytool.changes)."""
-    return json.loads(_tool(engine, name, ["changes"] + (["--patch"] if patch else []),
-                            _mounts(name, tree=True, write=False), f"reading the changes of {name}"))
+@contextmanager
+def _view(engine: Engine, name: str, number: int) -> Iterator[str]:
+    """A volume that is checkpoint `number` laid over the copy as a read-only overlay (two lower
+    layers, no upper): the tree as the agent left it then, whiteouts and opaque directories read by
+    the kernel as in the sandbox's own overlay. Removed afterwards (`drop` and `gc` take a leftover)."""
+    upper, base = (engine.volume_info(f"{name}-{part}")["Mountpoint"] for part in ("upper", "base"))
+    view = f"{name}-view-{os.urandom(3).hex()}"
+    engine.create_volume(view, {label.MANAGED: "1", label.KIND: "copy-view", label.COPY: name,
+                                label.OWNER_PID: str(os.getpid())},
+                         {"type": "overlay", "device": "overlay",
+                          "o": f"lowerdir={upper}/checkpoints/{number}/tree:{base},userxattr"})
+    try:
+        yield view
+    finally:
+        try:
+            engine.remove_volume(view)
+        except EngineError:
+            pass
 
 
-def export(engine: Engine, name: str) -> bytes:
-    """A tar: changes.json, then every new or changed file (what `apply` writes)."""
-    return _tool(engine, name, ["export"], _mounts(name, tree=True, write=False), f"reading the changes of {name}")
+def _frozen_mounts(name: str, view: str) -> list[Mount]:
+    return _mounts(name, tree=False, write=False) + [_volume(view, "/tree", True)]
 
 
-def checkpoint(engine: Engine, name: str, message: str) -> dict:
-    """Snapshot the agent's changes; a running sandbox is paused meanwhile (a quiet tree)."""
+def changes(engine: Engine, name: str, patch: bool = False, checkpoint: int | None = None) -> dict:
+    """{"changes": [...], "meta": {...}, "checkpoint": N}: what the agent changed in the copy (see
+    copytool.changes) as checkpoint N froze it, or (None) as the copy is now."""
+    if checkpoint is None:
+        return json.loads(_tool(engine, name, ["changes"] + (["--patch"] if patch else []),
+                                _mounts(name, tree=True, write=False), f"reading the changes of {name}"))
+    find(engine, name)
+    with _view(engine, name, checkpoint) as view:
+        return json.loads(_tool(engine, name, ["changes", "--checkpoint", str(checkpoint)] + (["--patch"] if patch else []),
+                                _frozen_mounts(name, view), f"reading the changes of {name} at checkpoint {checkpoint}"))
+
+
+@contextmanager
+def exported(engine: Engine, copy: Copy, number: int, limits: Limits,
+             allowed: Allowed | None = None) -> Iterator[Exported]:
+    """The changes of checkpoint `number` with every file `apply` may write (with the yeses
+    `allowed`), streamed into a private spool (removed afterwards); PolicyError before any file
+    arrives when they are over `limits`."""
+    with _view(engine, copy.name, number) as view:
+        args = _tool_args(engine, copy.name, ["export", "--checkpoint", str(number), "--file-limit",
+                                              str(limits.file_bytes)], _frozen_mounts(copy.name, view),
+                          f"reading the changes of {copy.name} at checkpoint {number}")
+        with tool_stream(engine, **args) as stream:
+            found = read_export(stream, copy.protected, limits, copy.name, allowed)
+    try:
+        yield found
+    finally:
+        found.close()
+
+
+def checkpoint(engine: Engine, name: str, message: str, limits: Limits = Limits(), *, reuse: bool = False,
+               reviewed: bool = False) -> dict:
+    """Snapshot the agent's changes; a running sandbox is paused meanwhile (a quiet tree). Refused
+    (PolicyError) when they take more disk than limits.copy_bytes. `reuse`: an existing checkpoint
+    of the very same tree if there is one; `reviewed`: record it as the one `diff` showed."""
     users = find(engine, name).users
     for user in users:
         engine.pause(user)
     try:
-        return json.loads(_tool(engine, name, ["checkpoint", message], _mounts(name, tree=False, write=True),
-                                f"checkpointing {name}"))
+        taken = json.loads(_tool(engine, name, ["checkpoint", message, "--limit", str(limits.copy_bytes)]
+                                 + (["--reuse"] if reuse else []) + (["--reviewed"] if reviewed else []),
+                                 _mounts(name, tree=False, write=True), f"checkpointing {name}"))
     finally:
         for user in users:
             engine.unpause(user)
+    if "refused" in taken:
+        raise upper_refused(name, taken["refused"]["usage"], limits)
+    return taken
 
 
 def checkpoints(engine: Engine, name: str) -> list[dict]:
@@ -171,14 +234,17 @@ def _unused(copy: Copy, action: str) -> None:
                                    hint=f"`sandbox down {copy.users[0]}` first; the copy stays")])
 
 
-def rewind(engine: Engine, name: str, number: int) -> dict:
+def rewind(engine: Engine, name: str, number: int, limits: Limits = Limits()) -> dict:
     """Put the copy back to checkpoint `number`; returns the checkpoint taken of what it replaced."""
     _unused(find(engine, name), "rewind")
     ids = [c["id"] for c in checkpoints(engine, name)]
     if number not in ids:
         raise NotFound(f"{name} has no checkpoint {number}; it has {', '.join(map(str, ids))}")
-    return json.loads(_tool(engine, name, ["rewind", str(number)], _mounts(name, tree=False, write=True),
-                            f"rewinding {name}"))
+    before = json.loads(_tool(engine, name, ["rewind", str(number), "--limit", str(limits.copy_bytes)],
+                              _mounts(name, tree=False, write=True), f"rewinding {name}"))
+    if "refused" in before:
+        raise upper_refused(name, before["refused"]["usage"], limits)
+    return before
 
 
 def discard(engine: Engine, name: str) -> None:
@@ -188,8 +254,10 @@ def discard(engine: Engine, name: str) -> None:
 
 def drop(engine: Engine, name: str) -> None:
     """Remove whichever of the copy's volumes exist."""
-    for suffix in ("tree", "upper", "base"):   # the overlay first: it refers to the other two
+    views = [v["Name"] for v in engine.list_volumes(label.selector(label.COPY, name))
+             if (v.get("Labels") or {}).get(label.KIND) == "copy-view"]   # a killed diff's or apply's
+    for volume in views + [f"{name}-{suffix}" for suffix in ("tree", "upper", "base")]:   # overlays first
         try:
-            engine.remove_volume(f"{name}-{suffix}")
+            engine.remove_volume(volume)
         except NotFound:
             pass
