@@ -7,7 +7,9 @@ then written into the repository as plain files, never overwriting one."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from typing import BinaryIO
 
 from launcher import hostgit
 from launcher.copies.apply import Exported
@@ -55,12 +57,15 @@ def _makedirs(top: str, rel: str, owner: tuple[int, int]) -> str:
     return path
 
 
-def _write_new(path: str, data: bytes, mode: int, owner: tuple[int, int]) -> None:
-    """Create path with data; it must not exist (O_EXCL: never overwritten, never through a link)."""
+def _write_new(path: str, data: bytes | BinaryIO, mode: int, owner: tuple[int, int]) -> None:
+    """Create path with data (bytes, or a file streamed); it must not exist: never overwritten."""
     temp = tempfile.NamedTemporaryFile(dir=os.path.dirname(path), prefix=".sandbox-", delete=False)
     try:
         with temp:
-            temp.write(data)
+            if isinstance(data, bytes):
+                temp.write(data)
+            else:
+                shutil.copyfileobj(data, temp, 1 << 20)
         os.chmod(temp.name, mode)
         _owned(temp.name, owner)
         os.link(temp.name, path)   # fails if path exists: the one atomic create-if-absent
@@ -108,7 +113,7 @@ def commit_to_branch(workspace: str, exported: Exported, branch: str, message: s
             _makedirs(repo.common_dir, os.path.dirname(rel), owner)
             if not os.path.lexists(target):   # the same name is the same content
                 with open(os.path.join(git.root, rel), "rb") as data:
-                    _write_new(target, data.read(), 0o444, owner)
+                    _write_new(target, data, 0o444, owner)
     refs = _makedirs(repo.common_dir, os.path.dirname(f"refs/heads/{branch}"), owner)
     try:
         _write_new(os.path.join(refs, branch.rsplit("/", 1)[-1]), f"{commit}\n".encode(), 0o644, owner)
