@@ -230,6 +230,8 @@ class Forwarder:
         except Exception as exc:   # noqa: BLE001 - one connection's failure must not end the others
             self.status(f"error: the connection from {relay.peer}: {type(exc).__name__}: {exc}")
         finally:
+            if relay.stream is not None:
+                relay.stream.shutdown()   # EOF on its stdin: a relay still waiting for "go" exits
             if not relay.ended and relay.exec_id:
                 self._end([relay])
             relay.client.close()
@@ -295,8 +297,9 @@ class Forwarder:
     # inside the sandbox
     def _end(self, relays: list[Relay]) -> list[Relay]:
         """Kill those relays whose exec still runs; the ones still running after STOP_WAIT."""
+        running = [r for r in relays if r.exec_id]
         try:
-            running = [r for r in relays if r.exec_id and self.engine.exec_running(r.exec_id)]
+            running = [r for r in running if self.engine.exec_running(r.exec_id)]
             pids = [r.pid for r in running if r.pid]
             if pids:
                 exec_id, stream = self.engine.exec_stream(
@@ -310,6 +313,8 @@ class Forwarder:
                 running = [r for r in running if self.engine.exec_running(r.exec_id)]
         except NotFound:   # the sandbox is gone, and its processes with it
             return []
+        except EngineError:   # the engine could not say or do it (pids limit, engine gone): left as they are
+            pass
         return running
 
     def _check_alive(self) -> None:

@@ -295,3 +295,25 @@ def test_a_sandbox_that_stops_stops_the_forwarder_with_121(served, monkeypatch):
         forwarder.serve()
     assert gone.value.exit_code == ExitCode.ENGINE
     forwarder.close()
+
+
+def test_ctrl_c_stops_the_command_with_0_and_a_port_in_use_gives_120(monkeypatch):
+    from launcher import engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "connect", lambda: Listed())
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(forward.Forwarder, "serve", interrupted)
+    stopped = CliRunner().invoke(main, ["port", "box", "8000:0"])
+    assert stopped.exit_code == 0, stopped.output
+    assert "forwarding 127.0.0.1:" in stopped.output and "stopped forwarding to box (0 connections)" in stopped.output
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        used = CliRunner().invoke(main, ["port", "box", f"8000:{taken.getsockname()[1]}"])
+    assert used.exit_code == ExitCode.POLICY_INVALID and "is in use" in used.output, used.output
+    monkeypatch.setattr(forward, "is_loopback", lambda address: False)   # as if: never listens beyond loopback here
+    wide = CliRunner().invoke(main, ["port", "box", "8000:0", "--address", "127.0.0.2"])
+    assert wide.exit_code == 0 and "warning: listening on 127.0.0.2: whoever reaches" in wide.output, wide.output
