@@ -19,6 +19,7 @@ import urllib.request
 import pytest
 from click.testing import CliRunner
 
+from conftest import external_tool
 from launcher import forward
 from launcher import labels as label
 from launcher.cli import main
@@ -110,7 +111,7 @@ def test_frames_split_anywhere_come_out_whole():
     assert found == [(1, b"hello"), (2, b"12\n"), (1, b""), (1, b"x" * 70000)] and not parser.buffer
 
 
-BUSYBOX = shutil.which("busybox")
+BUSYBOX = shutil.which("busybox") or "busybox"
 
 
 class LocalExec:
@@ -182,8 +183,7 @@ class LocalExec:
 @pytest.fixture
 def served(tmp_path):
     """A local HTTP server with a 3 MiB file (and big.bin, 256 MiB of zeros); (port, the 3 MiB)."""
-    if not BUSYBOX:
-        pytest.skip("no busybox on this host (Debian: busybox or busybox-static)")
+    external_tool("busybox", "Debian: apt-get install busybox-static (.ci/run installs it)")
     blob = os.urandom(3 << 20)
     (tmp_path / "blob.bin").write_bytes(blob)
     with open(tmp_path / "big.bin", "wb") as big:
