@@ -9,6 +9,7 @@ from typing import Callable, Iterator
 
 from launcher import labels as label
 from launcher.errors import EngineError, NotFound
+from launcher.execsocket import ExecSocket
 from launcher.plan import ContainerSpec, MountKind
 from launcher.egress.squid import NetworkSpec, ProxySpec, proxy_env
 
@@ -355,10 +356,23 @@ class Engine:
         with _mapped("listing sandboxes"):
             return self.client.api.containers(all=True, filters={"label": [MANAGED, *filters]})
 
-    def exec_stream(self, ref: str, argv: list[str]) -> tuple[str, Iterator]:
+    def exec_stream(self, ref: str, argv: list[str], user: str = "") -> tuple[str, Iterator]:
         with _mapped(f"running a command in {ref}"):
-            exec_id = self.client.api.exec_create(ref, argv, stdout=True, stderr=True)["Id"]
+            exec_id = self.client.api.exec_create(ref, argv, stdout=True, stderr=True, user=user)["Id"]
             return exec_id, self.client.api.exec_start(exec_id, stream=True, demux=True)
+
+    def exec_socket(self, ref: str, argv: list[str], user: str) -> tuple[str, "ExecSocket"]:
+        """Start `argv` in the running container `ref` as `user`, unprivileged, with no terminal (bytes
+        pass unchanged), on a socket. Output written before it was sent anything may stay in the
+        HTTP reader's buffer and be lost: have it wait for input."""
+        with _mapped(f"starting a relay in {ref}"):
+            exec_id = self.client.api.exec_create(ref, argv, stdin=True, stdout=True, stderr=True, tty=False,
+                                                  privileged=False, user=user)["Id"]
+            return exec_id, ExecSocket(self.client.api.exec_start(exec_id, socket=True))
+
+    def exec_running(self, exec_id: str) -> bool:
+        with _mapped("inspecting a relay"):
+            return bool(self.client.api.exec_inspect(exec_id)["Running"])
 
     def exec_exit_code(self, exec_id: str) -> int:
         with _mapped("reading the exit code"):

@@ -1,0 +1,335 @@
+"""`sandbox port`: a port on the host's loopback forwarded to one on an `up` sandbox's loopback,
+each connection relayed by the probe's busybox `nc` over an exec stream of the engine. The sandbox
+gets no network, no interface and no published port: every probe check still holds."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from launcher import labels as label
+from launcher import sandboxes
+from launcher.engine import Engine
+from launcher.execsocket import ExecSocket
+from launcher.errors import EngineError, NotFound, PolicyError, Problem
+from launcher.plan import PROBE_BUSYBOX
+from launcher.values import visible
+
+# Inside, run by the probe's own busybox (the image may have no shell or nc): wait for the first
+# line (so no output can precede the hijacked stream; see Engine.exec_socket), say the pid (the
+# engine cannot stop an exec; we kill it by pid), then become `nc`, which half-closes towards the
+# server at stdin's EOF and exits when the server closes.
+RELAY = 'read -r go || exit 0; echo "$$" >&2; exec "$0" nc 127.0.0.1 "$1"'
+# Kills only what is still a relay to this port (a pid may have been reused meanwhile).
+KILL = ('port=$1; shift; for p in "$@"; do [ "$("$0" tr "\\0" " " < /proc/$p/cmdline 2>/dev/null)" = '
+        '"$0 nc 127.0.0.1 $port " ] && "$0" kill -9 "$p" 2>/dev/null; done; true')
+REFUSED = "Connection refused"
+CHUNK = 1 << 16
+STOP_WAIT = 5.0         # seconds for relays to end after their streams closed
+LIVENESS_EVERY = 5.0    # seconds between checks that the sandbox still runs
+
+
+@dataclass(frozen=True, kw_only=True)
+class PortSpec:
+    port: int           # on the sandbox's loopback
+    host_port: int      # on the host; 0: any free one
+    address: str = "127.0.0.1"
+
+
+def parse_spec(text: str, address: str = "127.0.0.1") -> PortSpec:
+    """PORT[:HOST_PORT] (HOST_PORT defaults to PORT; 0 picks a free one); ValueError says why not."""
+    inside, colon, outside = text.partition(":")
+    port = _port(inside, "PORT", text, low=1)
+    return PortSpec(port=port, host_port=_port(outside, "HOST_PORT", text, low=0) if colon else port,
+                    address=parse_address(address))
+
+
+def parse_address(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise ValueError(f"expected an IP address such as 127.0.0.1 or ::1, found {text!r}") from None
+
+
+def _port(part: str, what: str, text: str, low: int) -> int:
+    if not (part.isascii() and part.isdigit()) or not low <= int(part) <= 65535:
+        raise ValueError(f"expected PORT[:HOST_PORT] with {what} a number from {low} to 65535, found {text!r}")
+    return int(part)
+
+
+def is_loopback(address: str) -> bool:
+    return ipaddress.ip_address(address).is_loopback
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    name: str
+    ref: str
+    user: str       # the sandbox's own user: the relay runs as it, never as root
+
+
+def target(engine: Engine, name: str) -> Target:
+    """The running `up` sandbox NAME, or an error that says what it is instead."""
+    item = sandboxes.find(engine, name)
+    kind = item["Labels"].get(label.KIND)
+    if kind != "up":
+        raise PolicyError([Problem(file="command line", path="NAME", expected="a sandbox `sandbox up` started",
+                                   found=f"{name} is a `{kind}` sandbox",
+                                   hint="`sandbox up DIR --name N` starts one that stays")])
+    if item.get("State") != "running":
+        raise EngineError(f"{name} is {item.get('State', '?')}, not running; `sandbox down {name}` and "
+                          f"`sandbox up` start it again")
+    return Target(name=name, ref=item["Id"], user=engine.inspect(item["Id"])["Config"].get("User") or "")
+
+
+class Frames:
+    """The engine's multiplexed stream, parsed: feed bytes, take (stream, payload) pairs (1 stdout,
+    2 stderr)."""
+
+    def __init__(self):
+        self.buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        self.buffer += data
+        found = []
+        while len(self.buffer) >= 8:
+            kind, size = struct.unpack(">BxxxL", self.buffer[:8])
+            if len(self.buffer) < 8 + size:
+                break
+            found.append((kind, bytes(self.buffer[8:8 + size])))
+            del self.buffer[:8 + size]
+        return found
+
+
+@dataclass(kw_only=True, eq=False)
+class Relay:
+    """One accepted connection and the exec that carries it."""
+
+    client: socket.socket
+    peer: str
+    exec_id: str = ""
+    stream: ExecSocket | None = None
+    pid: str = ""              # inside the sandbox, once the relay said it
+    stderr: bytearray = field(default_factory=bytearray)
+    sent: int = 0              # bytes from the server to the client
+    ended: bool = False        # the exec's stream ended: the relay process has exited
+
+    def take_stderr(self, data: bytes) -> None:
+        self.stderr += data
+        del self.stderr[4096:]   # a line or two is all we show
+        if not self.pid and b"\n" in self.stderr:
+            first, _, rest = bytes(self.stderr).partition(b"\n")
+            if first.strip().isdigit():
+                self.pid, self.stderr[:] = first.strip().decode(), rest
+
+
+class Forwarder:
+    """Listens on spec.address:spec.host_port; each connection gets its own relay (a thread).
+    `status` is told what goes wrong with one connection; the caller prints it."""
+
+    def __init__(self, engine: Engine, where: Target, spec: PortSpec, status: Callable[[str], None]):
+        self.engine, self.where, self.spec, self.status = engine, where, spec, status
+        self.listener: socket.socket | None = None
+        self.relays: set[Relay] = set()
+        self.threads: list[threading.Thread] = []
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.failure: EngineError | None = None
+        self.served = 0
+
+    def __enter__(self) -> "Forwarder":
+        self.listen()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        left = self.close()
+        if left and exc[0] is None:
+            raise EngineError(f"{left} relay process(es) may still run in {self.where.name}; "
+                              f"`sandbox down {self.where.name}` ends them")
+
+    @property
+    def port(self) -> int:
+        """The host port listened on (the one picked when spec.host_port was 0)."""
+        return self.listener.getsockname()[1]
+
+    def listen(self) -> None:
+        family = socket.AF_INET6 if ipaddress.ip_address(self.spec.address).version == 6 else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # a restart right after a stop; never shares
+        try:
+            sock.bind((self.spec.address, self.spec.host_port))
+            sock.listen(64)
+        except OSError as exc:
+            sock.close()
+            used = exc.errno == 98   # EADDRINUSE
+            raise PolicyError([Problem(
+                file="command line", path="HOST_PORT", expected=f"a port free on {self.spec.address}",
+                found=f"{self.spec.host_port} is in use" if used else f"{self.spec.host_port}: {exc.strerror}",
+                hint=f"another host port: `sandbox port {self.where.name} {self.spec.port}:PORT` (0 picks a free one)"
+                     if used else "a port above 1023 needs no privileges")]) from None
+        sock.settimeout(0.5)    # to notice stop() and a sandbox that went away
+        self.listener = sock
+
+    def serve(self) -> None:
+        """Accept until stop(), Ctrl-C (KeyboardInterrupt), or the sandbox is gone (EngineError)."""
+        checked = time.monotonic()
+        while not self.stopping.is_set():
+            try:
+                client, peer = self.listener.accept()
+            except TimeoutError:
+                if time.monotonic() - checked > LIVENESS_EVERY:
+                    checked = time.monotonic()
+                    self._check_alive()
+                continue
+            except OSError:
+                if self.stopping.is_set():
+                    break
+                raise
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            relay = Relay(client=client, peer=f"{peer[0]}:{peer[1]}")
+            with self.lock:
+                self.relays.add(relay)
+                self.served += 1
+            thread = threading.Thread(target=self._carry, args=(relay,), daemon=True, name=f"relay {relay.peer}")
+            self.threads = [t for t in self.threads if t.is_alive()] + [thread]
+            thread.start()
+        if self.failure:
+            raise self.failure
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def close(self) -> int:
+        """Stop listening, end every connection and its relay; the number of relays that may be
+        left running inside (0 when all are gone)."""
+        self.stopping.set()
+        if self.listener is not None:
+            self.listener.close()
+        with self.lock:
+            relays = list(self.relays)
+        for relay in relays:
+            if relay.stream is not None:
+                relay.stream.shutdown()
+            _shutdown(relay.client)
+        deadline = time.monotonic() + STOP_WAIT
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        with self.lock:
+            relays = list(self.relays)
+        return len(self._end(relays))
+
+    # one connection
+    def _carry(self, relay: Relay) -> None:
+        try:
+            self._relay(relay)
+        except Exception as exc:   # noqa: BLE001 - one connection's failure must not end the others
+            self.status(f"error: the connection from {relay.peer}: {type(exc).__name__}: {exc}")
+        finally:
+            if relay.stream is not None:
+                relay.stream.shutdown()   # EOF on its stdin: a relay still waiting for "go" exits
+            if not relay.ended and relay.exec_id:
+                self._end([relay])
+            relay.client.close()
+            if relay.stream is not None:
+                relay.stream.close()
+            with self.lock:
+                self.relays.discard(relay)
+
+    def _relay(self, relay: Relay) -> None:
+        argv = [PROBE_BUSYBOX, "sh", "-c", RELAY, PROBE_BUSYBOX, str(self.spec.port)]
+        try:
+            relay.exec_id, relay.stream = self.engine.exec_socket(self.where.ref, argv, self.where.user)
+        except EngineError as exc:
+            self._check_alive()
+            if not self.failure:
+                self.status(f"error: could not start a relay in {self.where.name}: {exc}")
+            return
+        if self.stopping.is_set():
+            return
+        relay.stream.send(b"go\n")
+        upstream = threading.Thread(target=self._upstream, args=(relay,), daemon=True)
+        upstream.start()
+        frames = Frames()
+        try:
+            while True:
+                data = relay.stream.recv(CHUNK)
+                if not data:
+                    relay.ended = True
+                    break
+                for kind, payload in frames.feed(data):
+                    if kind == 1:
+                        relay.client.sendall(payload)
+                        relay.sent += len(payload)
+                    elif kind == 2:
+                        relay.take_stderr(payload)
+        except OSError:   # the client went away, or close() shut the stream
+            relay.stream.shutdown()
+        if relay.ended:   # the server's answer is complete: EOF to the client after the last byte
+            _shutdown(relay.client, socket.SHUT_WR)
+            upstream.join(STOP_WAIT)
+        _shutdown(relay.client)
+        upstream.join(STOP_WAIT)
+        self._say_why(relay)
+
+    def _upstream(self, relay: Relay) -> None:
+        try:
+            while data := relay.client.recv(CHUNK):
+                relay.stream.send(data)
+            relay.stream.close_stdin()
+        except OSError:   # either side is gone; the other loop sees it too
+            relay.stream.shutdown()
+
+    def _say_why(self, relay: Relay) -> None:
+        text = bytes(relay.stderr).decode(errors="replace").strip()
+        if self.stopping.is_set() or not text:
+            return
+        if REFUSED in text and not relay.sent:
+            self.status(f"nothing is listening on 127.0.0.1:{self.spec.port} inside {self.where.name}: "
+                        f"closed the connection from {relay.peer}")
+        else:
+            self.status(f"relay for {relay.peer}: {visible(text.splitlines()[-1], keep_lines=False)}")
+
+    # inside the sandbox
+    def _end(self, relays: list[Relay]) -> list[Relay]:
+        """Kill those relays whose exec still runs; the ones still running after STOP_WAIT."""
+        running = [r for r in relays if r.exec_id]
+        try:
+            running = [r for r in running if self.engine.exec_running(r.exec_id)]
+            pids = [r.pid for r in running if r.pid]
+            if pids:
+                exec_id, stream = self.engine.exec_stream(
+                    self.where.ref, [PROBE_BUSYBOX, "sh", "-c", KILL, PROBE_BUSYBOX, str(self.spec.port), *pids],
+                    user=self.where.user)
+                for _ in stream:
+                    pass
+            deadline = time.monotonic() + STOP_WAIT
+            while running and time.monotonic() < deadline:
+                time.sleep(0.1)
+                running = [r for r in running if self.engine.exec_running(r.exec_id)]
+        except NotFound:   # the sandbox is gone, and its processes with it
+            return []
+        except EngineError:   # the engine could not say or do it (pids limit, engine gone): left as they are
+            pass
+        return running
+
+    def _check_alive(self) -> None:
+        try:
+            running = self.engine.inspect(self.where.ref)["State"].get("Running", False)
+        except NotFound:
+            running = False
+        if not running and not self.failure:
+            self.failure = EngineError(f"{self.where.name} is not running any more (`sandbox down`, or its "
+                                       f"limits.timeout passed); stopped forwarding")
+            self.stopping.set()
+
+
+def _shutdown(sock: socket.socket, how: int = socket.SHUT_RDWR) -> None:
+    try:
+        sock.shutdown(how)
+    except OSError:   # not connected any more
+        pass
