@@ -31,6 +31,10 @@ def _mapped(action: str) -> Iterator[None]:
         raise EngineError(f"{action}: {exc}") from None
 
 
+def _over(path: str, limit: int):
+    raise EngineError(f"reading {path}: over {limit} bytes; refused rather than held in memory")
+
+
 class _Frames(io.RawIOBase):
     """An attached container's stdout as a file; its stderr is kept aside (the last 64 KiB)."""
 
@@ -330,6 +334,34 @@ class Engine:
             self.client.api.kill(ref)
         except Exception:  # noqa: BLE001 - it ended meanwhile; the removal after the block cleans up anyway
             pass
+
+    def read_file(self, ref: str, path: str, limit: int) -> bytes | None:
+        """The regular file at `path` of a container (created is enough: the engine mounts its
+        volumes for the archive API), None when there is none or it is not a regular file;
+        EngineError beyond `limit` bytes (nothing more is read)."""
+        import tarfile
+
+        import docker.errors
+
+        with _mapped(f"reading {path} of {ref}"):
+            try:
+                stream, info = self.client.api.get_archive(ref, path, chunk_size=1 << 16)
+            except docker.errors.NotFound:
+                return None
+            if info.get("mode", 0) & 0xFFF00000:   # Go's file type bits: a directory, link, device...
+                return None
+            if info.get("size", 0) > limit:
+                _over(path, limit)
+            data = b""
+            for chunk in stream:
+                data += chunk
+                if len(data) > limit + (64 << 10):    # the tar's headers and padding, then the bound
+                    _over(path, limit)
+            with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+                member = tar.next()
+                if member is None or not member.isreg() or member.size > limit:
+                    return None
+                return tar.extractfile(member).read()
 
     def pause(self, ref: str) -> None:
         with _mapped(f"pausing {ref}"):

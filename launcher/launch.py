@@ -42,6 +42,8 @@ class Outcome:
     timed_out: bool
     egress: tuple[EgressEvent, ...] = ()
     copy: str | None = None         # copy mode: where the agent's changes are
+    copy_changes: int | None = None  # how many it holds (None: not known)
+    copy_dropped: bool = False      # it held none, nor did any checkpoint: dropped at the end
 
 
 class _Output:
@@ -233,7 +235,8 @@ def require_runtime(engine: Engine, plan: LaunchPlan) -> None:
 
 def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
     """Run the agent to completion (or timeout) in a probed sandbox; always remove it. In copy
-    mode the copy stays (with a checkpoint of the run's end) for `sandbox diff` and `apply`."""
+    mode the copy stays (with a checkpoint of the run's end) for `sandbox diff` and `apply`, unless
+    it holds no change and never did: then it goes too."""
     timed_out, code, started = False, None, False
     require_runtime(engine, plan)
     made_home = _prepare_home(engine, plan, listener)
@@ -268,10 +271,13 @@ def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
         raise
     with timed(listener, "remove"):
         remove_sandbox(engine, plan.container.name)
+    counted, dropped = None, False
     if plan.copy:
-        store.checkpoint(engine, plan.copy.name, "run timed out" if timed_out else f"run ended (exit {code})")
+        taken = store.checkpoint(engine, plan.copy.name, "run timed out" if timed_out else f"run ended (exit {code})")
+        counted = taken.get("changes")
+        dropped = store.drop_if_clean(engine, plan.copy.name, taken)   # nothing to review: no clutter
     return Outcome(container=plan.container.name, probe=report, exit_code=code, timed_out=timed_out, egress=egress,
-                   copy=plan.copy.name if plan.copy else None)
+                   copy=plan.copy.name if plan.copy else None, copy_changes=counted, copy_dropped=dropped)
 
 
 def _prepare_copy(engine: Engine, plan: LaunchPlan, listener: Listener) -> bool:

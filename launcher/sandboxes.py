@@ -22,6 +22,7 @@ class SandboxInfo:
     policy: str
     workspace: str
     created: int
+    changes: int | None = None      # copies: changes at the last checkpoint (None: not known, or not a copy)
 
 
 def _name(item: dict) -> str:
@@ -65,25 +66,37 @@ def ls(engine: Engine) -> list[SandboxInfo]:
                          workspace=i["Labels"].get(label.WORKSPACE, "?"), created=i.get("Created", 0))
              for i in _sandboxes(engine)]
     return found + [SandboxInfo(name=c.name, kind="copy", state="in use" if c.users else "kept", policy=c.policy,
-                                workspace=c.workspace, created=0) for c in store.all_copies(engine)] + [
+                                workspace=c.workspace, created=0, changes=c.changes)
+                    for c in store.states(engine, store.all_copies(engine))] + [
         SandboxInfo(name=h.name, kind="home", state="in use" if h.users else "kept", policy=f"({h.profile})",
                     workspace=h.workspace, created=0) for h in home.all_homes(engine)]
 
 
-def down(engine: Engine, name: str, purge: bool = False) -> tuple[str | None, list[str], list[str]]:
-    """Remove the sandbox; in copy mode checkpoint its copy, which stays. With `purge`, also the
-    home volumes of its workspace that no other sandbox uses. Returns the copy's name, and the
-    home volumes removed and kept (in use)."""
+@dataclass(frozen=True, kw_only=True)
+class Down:
+    copy: str | None = None         # copy mode: the sandbox's copy
+    changes: int | None = None      # how many changes it holds (its last checkpoint's count)
+    dropped: bool = False           # it held none, nor did any checkpoint: dropped
+    removed: tuple[str, ...] = ()   # home volumes removed (--purge)
+    kept: tuple[str, ...] = ()      # and kept (another sandbox uses them)
+
+
+def down(engine: Engine, name: str, purge: bool = False) -> Down:
+    """Remove the sandbox; in copy mode checkpoint its copy, which stays while it holds a change
+    (or a checkpoint does) and goes otherwise. With `purge`, also the home volumes of its workspace
+    that no other sandbox uses."""
     from launcher import home
     from launcher.copies import store
 
     labels = find(engine, name)["Labels"]
     copy = labels.get(label.COPY)
     remove_sandbox(engine, name)
+    changes, dropped = None, False
     if copy:
-        store.checkpoint(engine, copy, "sandbox down")
+        taken = store.checkpoint(engine, copy, "sandbox down")
+        changes, dropped = taken.get("changes"), store.drop_if_clean(engine, copy, taken)
     removed, kept = home.remove_unused(engine, labels.get(label.WORKSPACE, "?")) if purge else ([], [])
-    return copy, removed, kept
+    return Down(copy=copy, changes=changes, dropped=dropped, removed=tuple(removed), kept=tuple(kept))
 
 
 def gc(engine: Engine, everything: bool) -> list[str]:

@@ -252,7 +252,7 @@ def test_in_untrusted_the_real_cli_has_no_network_and_says_so(engine, tmp_path):
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 1 and "Not logged in" in done.stdout + done.stderr, done.stderr[-2000:]
         assert "probe passed" in done.stderr and "no model key for claude-code" in done.stderr
-        assert f"changes are in the copy {name} (0 changed)" in done.stderr
+        assert f"no changes: copy {name} dropped" in done.stderr
         assert sorted(os.listdir(workspace)) == ["README.md"]
     finally:
         subprocess.run([*SANDBOX, "discard", name], capture_output=True, timeout=120)

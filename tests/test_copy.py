@@ -196,8 +196,14 @@ def test_gc_leaves_a_container_someone_ran_from_our_image(engine):
 
 
 def test_up_works_on_a_copy_that_down_keeps_and_a_second_up_continues(engine, repo):
+    """And `down` drops a copy that holds no change; `up --fresh` starts on a new copy beside one
+    that holds changes, which stays (and is said to)."""
     name = f"copy-up-{os.getpid()}"
     try:
+        assert sandbox("up", str(repo), "--name", name, "--no-shell").returncode == 0
+        clean = sandbox("down", name)
+        assert clean.returncode == 0 and f"no changes: copy {name} dropped" in clean.stderr, clean.stderr
+        assert engine.volume_info(f"{name}-upper") is None
         assert sandbox("up", str(repo), "--name", name, "--no-shell").returncode == 0
         assert sandbox("exec", name, "--", "sh", "-c", "echo from-up > up.txt").returncode == 0
         live = json.loads(sandbox("diff", name, "--json").stdout)          # while it runs
@@ -212,9 +218,19 @@ def test_up_works_on_a_copy_that_down_keeps_and_a_second_up_continues(engine, re
         assert sandbox("rewind", name, "0").returncode == 120           # in use: `down` first
         messages = [c["message"] for c in json.loads(sandbox("checkpoints", name, "--json").stdout)]
         assert messages == ["the copy was made", "shown by diff", "mid-way", "sandbox down"]   # diff froze what it showed
+        assert sandbox("up", str(repo), "--name", name, "--fresh", "--no-shell").returncode == 120   # in use
+        assert "(1 changed)" in sandbox("down", name).stderr
+        fresh = sandbox("up", str(repo), "--name", name, "--fresh", "--no-shell")
+        assert fresh.returncode == 0, fresh.stderr
+        assert f"--fresh: the copy {name} holds 1 changes and stays" in fresh.stderr
+        assert f"the new sandbox and its copy are {name}-2" in fresh.stderr
+        assert sandbox("exec", f"{name}-2", "--", "test", "!", "-e", "up.txt").returncode == 0   # a new copy
+        assert f"no changes: copy {name}-2 dropped" in sandbox("down", f"{name}-2").stderr
+        assert json.loads(sandbox("diff", name, "--json").stdout)["changes"][0]["path"] == "up.txt"   # kept
     finally:
-        sandbox("down", name)
-        sandbox("discard", name)
+        for sandbox_name in (name, f"{name}-2"):
+            sandbox("down", sandbox_name)
+            sandbox("discard", sandbox_name)
 
 
 def test_excluded_paths_are_not_copied(engine, repo, tmp_path):
@@ -228,7 +244,7 @@ def test_excluded_paths_are_not_copied(engine, repo, tmp_path):
                      "sh", "-c", "ls -A; test ! -e node_modules && test ! -e build.o && test -e README.md")
     try:
         assert result.returncode == 0, result.stdout + result.stderr
-        assert json.loads(sandbox("diff", "copy-t8", "--json").stdout)["changes"] == []   # left out is no deletion
+        assert "no changes: copy copy-t8 dropped" in result.stderr   # left out is no deletion
     finally:
         sandbox("discard", "copy-t8")
 

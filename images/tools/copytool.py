@@ -4,8 +4,9 @@ host (launcher/copies/store.py starts it).
 Mounts: /src the host workspace (read-only; `copy` only), /base the copy (lower layer), /v the
 changes volume (v/upper and v/work are the overlay's upper and work dirs, v/checkpoints the
 checkpoints, v/meta.json what the copy was taken from, v/reviewed.json the checkpoint `diff` showed
-last), /tree an overlay (read-only): the sandbox's own, or one of a checkpoint over /base that the
-launcher made for `diff` and `apply` (the kernel reads its whiteouts and opaque dirs, not we).
+last, v/state.json how many changes the copy held at its last checkpoint), /tree an overlay
+(read-only): the sandbox's own, or one of a checkpoint over /base that the launcher made for `diff`
+and `apply` (the kernel reads its whiteouts and opaque dirs, not we).
 Everything it reports is JSON on stdout; `export` writes a tar (changes.json, then the files).
 File names are bytes on Linux: they travel as surrogate-escaped strings (json keeps them).
 """
@@ -355,14 +356,58 @@ def _review(number):
     os.rename("/v/.reviewed.tmp", "/v/reviewed.json")
 
 
+def _only_own_dirs(upper="/v/upper"):
+    """Whether the upper layer holds nothing but the overlay's own directories: ones it copied up
+    on the way to a file made and removed again (the probe's write tests do that), each a
+    directory of the copy too and not opaque. That is no change, known without reading a file."""
+    for top, dirs, files in os.walk(upper, followlinks=False):
+        if files or any(os.path.islink(os.path.join(top, d)) for d in dirs):
+            return False
+        rel = os.path.relpath(top, upper)
+        base = os.path.join("/base", rel)
+        if rel != "." and (os.path.islink(base) or not os.path.isdir(base)):
+            return False
+        if any(k.endswith("overlay.opaque") for k in os.listxattr(top, follow_symlinks=False)):
+            return False                    # it hides what the copy has below it
+    return True
+
+
+def _count():
+    """How many changes the upper layer holds (see changes()), None when that cannot be known here
+    (no overlay at /tree, and more than the overlay's own directories in the upper layer)."""
+    if _only_own_dirs():
+        return 0
+    return len(changes()) if os.path.ismount("/tree") else None
+
+
+def _unchanged(meta):
+    """Whether a checkpoint surely holds no change (older ones did not record their count)."""
+    return meta.get("changes") == 0 or ("changes" not in meta and meta.get("entries") == 0)
+
+
+def _state(count, number):
+    """v/state.json: the copy's change count as of its last checkpoint, and whether any checkpoint
+    ever held a change ("clean": dropping the copy loses nothing). The launcher reads it through the
+    engine's archive API for `sandbox ls` (no tools container per copy); the agent never reaches
+    it (the sandbox mounts only the overlay, whose upper layer is v/upper)."""
+    state = {"changes": count, "checkpoint": number, "time": int(time.time()),
+             "clean": count == 0 and all(_unchanged(c) for c in checkpoints())}
+    with open("/v/.state.tmp", "w") as out:
+        json.dump(state, out)
+    os.rename("/v/.state.tmp", "/v/state.json")
+    return state
+
+
 def checkpoint(message, limit=None, reuse=False, reviewed=False):
     """A copy of the upper layer as checkpoints/N (a quiet tree: the launcher paused its users).
     `limit`: refuse when the upper layer takes more bytes on disk (the copy would double them);
     `reuse`: an existing checkpoint of the same tree instead of a new one; `reviewed`: record it
-    as the one `diff` showed."""
+    as the one `diff` showed. Its answer says how many changes the copy holds ("changes") and
+    whether no checkpoint ever held one ("clean"); v/state.json keeps both."""
     usage = _usage("/v/upper") if limit is not None else 0
     if limit is not None and usage > limit:
         return {"refused": {"usage": usage, "limit": limit}}
+    count = _count()
     digest = _digest("/v/upper") if reuse else None
     same = [c for c in checkpoints() if c.get("digest") == digest] if reuse else []
     if same:
@@ -376,13 +421,15 @@ def checkpoint(message, limit=None, reuse=False, reviewed=False):
         subprocess.run(["cp", "-a", "/v/upper", f"{temp}/tree"], check=True)
         entries = sum(len(f) + len(d) for _, d, f in os.walk(f"{temp}/tree"))
         meta = {"id": number, "time": int(time.time()), "message": message, "entries": entries,
-                "digest": _digest(f"{temp}/tree")}   # of the copy itself: what a later reuse compares
+                "digest": _digest(f"{temp}/tree"),   # of the copy itself: what a later reuse compares
+                "changes": count}
         with open(f"{temp}/meta.json", "w") as out:
             json.dump(meta, out)
         os.rename(temp, f"/v/checkpoints/{number}")
     if reviewed:
         _review(meta["id"])
-    return meta
+    state = _state(count, meta["id"])
+    return dict(meta, changes=count, clean=state["clean"])
 
 
 def checkpoints():
@@ -408,6 +455,8 @@ def rewind(number, limit=None):
     shutil.rmtree("/v/upper.old")
     shutil.rmtree("/v/work")
     os.makedirs("/v/work")
+    with open(f"/v/checkpoints/{number}/meta.json") as data:
+        _state(json.load(data).get("changes"), number)   # the upper layer is that checkpoint's now
     return before
 
 

@@ -32,14 +32,19 @@ def _engine_and_images(launch_plan, console: output.Console):
     return eng
 
 
-def _tell_copy(eng, name: str) -> None:
-    """Where the agent's work is, and the commands that take it further."""
-    from launcher.copies import store
-
-    count = len(store.changes(eng, name)["changes"])
-    output.status(f"the agent's changes are in the copy {name} ({count} changed); the host tree is as it was."
-                  + (f"\n  review: sandbox diff {name}   apply: sandbox apply {name}   drop: sandbox discard {name}"
-                     if count else f"\n  `sandbox discard {name}` drops it"))
+def _tell_copy(outcome) -> None:
+    """Where the agent's work is, and the commands that take it further (what the run's last
+    checkpoint counted: no second look at the copy)."""
+    name, count = outcome.copy, outcome.copy_changes
+    if outcome.copy_dropped:
+        output.status(f"no changes: copy {name} dropped")
+    elif count == 0:
+        output.status(f"no changes in the copy {name} now; it stays for its checkpoints "
+                      f"(`sandbox checkpoints {name}`; `sandbox discard {name}` drops it)")
+    else:
+        counted = f"{count} changed" if count is not None else "changes not counted"
+        output.status(f"the agent's changes are in the copy {name} ({counted}); the host tree is as it was."
+                      f"\n  review: sandbox diff {name}   apply: sandbox apply {name}   drop: sandbox discard {name}")
 
 
 @click.command()
@@ -125,7 +130,7 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
     if outcome and launch_plan.proxy:
         output.print_blocked(outcome.egress)
     if outcome and outcome.copy:
-        _tell_copy(eng, outcome.copy)
+        _tell_copy(outcome)
     output.print_changes(changes, failing=status == "surfaces-changed")
     if line is not None:
         output.print_timings(line)
@@ -145,14 +150,17 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
 @click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP)
 @click.option("--name", help="Sandbox name (default: sandbox-<directory name>).")
 @click.option("--no-shell", is_flag=True, help="Start the sandbox but do not open a shell in it.")
+@click.option("--fresh", is_flag=True, help="Copy mode: start on a new copy of WORKSPACE instead of continuing the "
+              "kept one. A kept copy with changes stays (the new sandbox then gets a name of its own); one without "
+              "goes.")
 @click.option("--timeout", callback=duration,
               help="Stop the sandbox this long after it starts, whoever is attached (can only shorten the policy's).")
 @egress_options
 @agent_options
 @layer_options
 @timings_option
-def up(workspace: str, policy: str, name: str | None, no_shell: bool, timeout: str | None, allow: tuple[str, ...],
-       egress_network: str | None, timings: bool) -> None:
+def up(workspace: str, policy: str, name: str | None, no_shell: bool, fresh: bool, timeout: str | None,
+       allow: tuple[str, ...], egress_network: str | None, timings: bool) -> None:
     """Start a long-lived sandbox on WORKSPACE and open an interactive shell in it.
 
     The sandbox stays after the shell ends: `sandbox ls`, `sandbox exec NAME -- CMD`,
@@ -169,6 +177,9 @@ def up(workspace: str, policy: str, name: str | None, no_shell: bool, timeout: s
                    egress_network=egress_network, timings=line)
     launch_plan, sandbox = planned.plan, planned.plan.container.name
     eng = _engine_and_images(launch_plan, console)
+    if fresh and launch_plan.copy:
+        planned = _fresh(eng, planned, workspace, egress_network, line)
+        launch_plan, sandbox = planned.plan, planned.plan.container.name
     try:
         found = sandboxes.find(eng, sandbox)
     except NotFound:
@@ -200,6 +211,45 @@ def up(workspace: str, policy: str, name: str | None, no_shell: bool, timeout: s
         return
     # An interactive TTY needs raw-mode terminal plumbing the docker CLI already does well.
     os.execvp("docker", ["docker", "exec", "-it", sandbox, *planned.policy.command])
+
+
+def _fresh(eng, planned, workspace: str, egress_network: str | None, line):
+    """`up --fresh`: the kept copy of this name goes when it holds no change (nor does any of its
+    checkpoints); otherwise it stays, said so, and the plan is made again under the next free
+    name (NAME-2, NAME-3…), whose copy is new. Never while a sandbox uses the copy."""
+    from itertools import count
+
+    from launcher import pipeline, sandboxes
+    from launcher.copies import store
+    from launcher.errors import NotFound, PolicyError, Problem
+
+    name = planned.plan.copy.name
+    try:
+        copy = store.find(eng, name)
+    except NotFound:
+        return planned                       # no copy yet: the one made now is fresh
+    if copy.users:   # the running sandbox of this name among them
+        raise PolicyError([Problem(file="command line", path="--fresh", expected="a copy no sandbox uses",
+                                   found=f"{name} is in use by {', '.join(copy.users)}",
+                                   hint=f"`sandbox down {copy.users[0]}` first (the copy stays if it holds changes)")])
+    taken = store.checkpoint(eng, name, "before up --fresh")
+    if store.drop_if_clean(eng, name, taken):
+        output.status(f"--fresh: the copy {name} held no changes: dropped")
+        return planned
+
+    def free(candidate: str) -> bool:
+        try:
+            sandboxes.find(eng, candidate)
+            return False
+        except NotFound:
+            return all(eng.volume_info(f"{candidate}-{part}") is None for part in ("base", "upper", "tree"))
+
+    new = next(f"{name}-{n}" for n in count(2) if free(f"{name}-{n}"))
+    held = f"{taken['changes']} changes" if taken.get("changes") else "checkpoints with changes"
+    output.status(f"--fresh: the copy {name} holds {held} and stays (`sandbox diff {name}`, `sandbox apply {name}`, "
+                  f"`sandbox discard {name}`); the new sandbox and its copy are {new}")
+    return pipeline.compiled(planned.layered, workspace, (), kind="up", name=new, egress_network=egress_network,
+                             agent=agent_choice(), timings=line)
 
 
 COMMANDS = (run, up)

@@ -25,7 +25,11 @@ def exec_(name: str, command: tuple[str, ...]) -> None:
 @click.command(name="ls")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def ls_(as_json: bool) -> None:
-    """List sandboxes (and leftovers) created by this tool."""
+    """List sandboxes (and leftovers) created by this tool.
+
+    For copies, CHANGES is what their last checkpoint counted (the end of a run, `sandbox down`,
+    `diff`, `checkpoint`): read from the copies' volumes at once, without a tools container.
+    """
     from dataclasses import asdict
 
     from launcher import engine, sandboxes
@@ -34,9 +38,18 @@ def ls_(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([asdict(i) for i in items], indent=2))
         return
-    click.echo(f"{'NAME':40} {'KIND':8} {'STATE':9} {'POLICY':12} WORKSPACE")
+    click.echo(f"{'NAME':40} {'KIND':8} {'STATE':9} {'POLICY':12} {'CHANGES':10} WORKSPACE")
     for i in items:
-        click.echo(f"{i.name:40} {i.kind:8} {i.state:9} {i.policy:12} {i.workspace}")
+        click.echo(f"{i.name:40} {i.kind:8} {i.state:9} {i.policy:12} {_changes(i):10} {i.workspace}")
+
+
+def _changes(item) -> str:
+    """A copy's changes as its last checkpoint counted them (a copy in use may hold others by now)."""
+    if item.kind != "copy":
+        return "-"
+    if item.changes is None:
+        return "?"
+    return "none" if not item.changes else f"{item.changes} file" + ("s" if item.changes > 1 else "")
 
 
 def _report_changes(names, failing: bool) -> None:
@@ -66,13 +79,17 @@ def down(name: str, purge: bool, strict: bool) -> None:
     changed among the files host tools run or trust (exit 123 for that under CI=true or --strict)."""
     from launcher import engine, host, sandboxes
 
-    copy, removed, kept = sandboxes.down(engine.connect(), name, purge=purge)
-    click.echo(f"sandbox: removed {name}" + "".join(f", {v}" for v in removed), err=True)
-    for volume in kept:
+    done = sandboxes.down(engine.connect(), name, purge=purge)
+    click.echo(f"sandbox: removed {name}" + "".join(f", {v}" for v in done.removed), err=True)
+    for volume in done.kept:
         click.echo(f"sandbox: kept the home volume {volume}", err=True)
-    if copy:
-        click.echo(f"sandbox: its work stays in the copy {copy}: `sandbox diff {copy}`, `sandbox apply {copy}`, "
-                   f"`sandbox discard {copy}`", err=True)
+    copy = done.copy
+    if copy and done.dropped:
+        click.echo(f"sandbox: no changes: copy {copy} dropped", err=True)
+    elif copy:
+        counted = "" if done.changes is None else f" ({done.changes} changed)"
+        click.echo(f"sandbox: its work stays in the copy {copy}{counted}: `sandbox diff {copy}`, "
+                   f"`sandbox apply {copy}`, `sandbox discard {copy}`", err=True)
     _report_changes((name,), strict or host.in_ci())
 
 

@@ -23,7 +23,7 @@ from launcher.copies.review import Allowed
 from launcher.engine import Engine
 from launcher.errors import EngineError, NotFound, PolicyError, Problem
 from launcher.plan import CopySpec, Mount, MountKind
-from launcher.tools import TOOL_SECONDS, run_tool, tool_stream
+from launcher.tools import TOOL_SECONDS, read_files, run_tool, tool_stream
 
 TOOL = (resources.images_dir() / "tools" / "copytool.py").read_text()
 # root in the tools container: it copies files of any owner into the agent's, and whiteouts (the
@@ -43,6 +43,8 @@ class Copy:
     created: str
     maker: int                      # pid of the launcher that made it
     users: tuple[str, ...] = ()     # sandbox containers using it now
+    changes: int | None = None      # changes it held at its last checkpoint (None: not known, see states)
+    checkpoint: int | None = None   # that checkpoint
 
 
 def _tool_args(engine: Engine, copy: str, argv: list[str], mounts: list[Mount], what: str) -> dict:
@@ -210,9 +212,11 @@ def checkpoint(engine: Engine, name: str, message: str, limits: Limits = Limits(
     for user in users:
         engine.pause(user)
     try:
+        # the overlay too: the tool counts the changes ("changes"; "clean" when no checkpoint ever
+        # held one), so whoever checkpoints learns whether there is anything to keep, at no extra cost
         taken = json.loads(_tool(engine, name, ["checkpoint", message, "--limit", str(limits.copy_bytes)]
                                  + (["--reuse"] if reuse else []) + (["--reviewed"] if reviewed else []),
-                                 _mounts(name, tree=False, write=True), f"checkpointing {name}"))
+                                 _mounts(name, tree=True, write=True), f"checkpointing {name}"))
     finally:
         for user in users:
             engine.unpause(user)
@@ -245,6 +249,41 @@ def rewind(engine: Engine, name: str, number: int, limits: Limits = Limits()) ->
     if "refused" in before:
         raise upper_refused(name, before["refused"]["usage"], limits)
     return before
+
+
+def drop_if_clean(engine: Engine, name: str, taken: dict) -> bool:
+    """Drop the copy when the checkpoint just `taken` found no change in it and none in any
+    checkpoint before (dropping it loses nothing) and no sandbox uses it. True if dropped."""
+    if not taken.get("clean") or find(engine, name).users:
+        return False
+    drop(engine, name)
+    return True
+
+
+def states(engine: Engine, copies: list[Copy]) -> list[Copy]:
+    """The copies with what their last checkpoint counted (v/state.json), read through one created,
+    never started container for all of them (the archive API): no tools container per copy.
+    A copy without the file (made by an older launcher, or incomplete) keeps changes=None."""
+    upper = {v["Name"] for v in engine.list_volumes(label.selector(label.KIND, "copy"))}
+    looked = [c for c in copies if f"{c.name}-upper" in upper]
+    if not looked:
+        return copies
+    mounts = [_volume(f"{c.name}-upper", f"/c/{i}", True) for i, c in enumerate(looked)]
+    try:
+        found = read_files(engine, name="sandbox-copies", mounts=mounts,
+                           paths=[f"/c/{i}/state.json" for i in range(len(looked))], labels={})
+    except EngineError:   # no tools image, say: `ls` still lists them, without counts
+        return copies
+    known = {}
+    for i, copy in enumerate(looked):
+        try:
+            state = json.loads(found.get(f"/c/{i}/state.json") or b"null")
+        except ValueError:
+            state = None
+        if isinstance(state, dict) and isinstance(state.get("changes"), int):
+            number = state.get("checkpoint")
+            known[copy.name] = replace(copy, changes=state["changes"], checkpoint=number if isinstance(number, int) else None)
+    return [known.get(c.name, c) for c in copies]
 
 
 def discard(engine: Engine, name: str) -> None:

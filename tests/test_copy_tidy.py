@@ -1,0 +1,133 @@
+"""Copies without clutter: a run or an `up` whose copy holds no change leaves nothing behind, a copy
+with changes stays and says how to review it, `up --fresh` never discards work, `sandbox ls` shows
+which copies hold changes (read from their volumes at once, no tools container per copy)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from launcher import labels as label
+from launcher.copies import store
+
+SANDBOX = [sys.executable, "-m", "launcher"]
+
+
+def sandbox(*args, timeout=300):
+    return subprocess.run(SANDBOX + list(args), capture_output=True, text=True, timeout=timeout)
+
+
+class Volumes:
+    """Just enough of an Engine for the copies' volumes: what was removed, created, read."""
+
+    def __init__(self, copies=(), users=(), states=None):
+        self.volumes = {f"{c}-{p}": {"Name": f"{c}-{p}", "Labels": {label.MANAGED: "1", label.KIND: "copy",
+                                                                  label.COPY: c, label.WORKSPACE: "/ws"}}
+                        for c in copies for p in ("base", "upper", "tree")}
+        self.users, self.states, self.removed, self.created = list(users), states or {}, [], []
+
+    def volume_info(self, name):
+        return self.volumes.get(name)
+
+    def list_volumes(self, *filters):
+        wanted = dict(f.split("=", 1) for f in filters)
+        return [v for v in self.volumes.values() if all(v["Labels"].get(k) == w for k, w in wanted.items())]
+
+    def remove_volume(self, name):
+        self.removed.append(name)
+        self.volumes.pop(name, None)
+
+    def list(self, *filters):
+        return [{"Names": [f"/{u}"], "Labels": {label.KIND: "up"}} for u in self.users]
+
+    def create(self, spec):
+        self.created.append(spec)
+        self.mounts = {m.target: m.source for m in spec.mounts}
+        return "look"
+
+    def read_file(self, ref, path, limit):
+        return self.states.get(self.mounts[path.rsplit("/", 1)[0]].rsplit("-", 1)[0])
+
+    def remove(self, ref):
+        self.removed.append(ref)
+
+
+def test_only_a_copy_that_never_held_a_change_is_dropped_and_never_one_in_use():
+    held = Volumes(["c1"])
+    assert not store.drop_if_clean(held, "c1", {"changes": 2, "clean": False}) and held.removed == []
+    history = Volumes(["c1"])   # no change now, but a checkpoint holds some: rewind could bring them back
+    assert not store.drop_if_clean(history, "c1", {"changes": 0, "clean": False}) and history.removed == []
+    used = Volumes(["c1"], users=["sandbox-up"])
+    assert not store.drop_if_clean(used, "c1", {"changes": 0, "clean": True}) and used.removed == []
+    clean = Volumes(["c1"])
+    assert store.drop_if_clean(clean, "c1", {"changes": 0, "clean": True})
+    assert clean.removed == ["c1-tree", "c1-upper", "c1-base"] and clean.volumes == {}   # the overlay first
+
+
+def test_ls_reads_every_copys_count_through_one_created_container():
+    eng = Volumes(["a", "b", "c"], states={"a": json.dumps({"changes": 3, "checkpoint": 2}).encode(),
+                                           "b": b"not json"})
+    found = {c.name: (c.changes, c.checkpoint) for c in store.states(eng, store.all_copies(eng))}
+    assert found == {"a": (3, 2), "b": (None, None), "c": (None, None)}   # unreadable or missing: not known
+    assert len(eng.created) == 1 and eng.created[0].command == () and eng.created[0].network_mode == "none"
+    assert all(m.read_only for m in eng.created[0].mounts) and "look" in eng.removed
+
+
+def test_what_a_run_says_of_its_copy_comes_from_its_last_checkpoint(capsys):
+    from launcher.cli.launch import _tell_copy
+    from launcher.launch import Outcome
+
+    def told(**kw):
+        _tell_copy(Outcome(container="s", probe=None, exit_code=0, timed_out=False, copy="cp", **kw))
+        return capsys.readouterr().err
+
+    assert "no changes: copy cp dropped" in told(copy_changes=0, copy_dropped=True)
+    kept = told(copy_changes=2)
+    assert "(2 changed)" in kept and "review: sandbox diff cp" in kept
+    assert "it stays for its checkpoints" in told(copy_changes=0)
+
+
+def test_ls_shows_a_copys_changes():
+    from launcher.cli.manage import _changes
+    from launcher.sandboxes import SandboxInfo
+
+    def shown(kind, changes):
+        return _changes(SandboxInfo(name="n", kind=kind, state="kept", policy="p", workspace="/w", created=0,
+                                    changes=changes))
+
+    assert [shown("copy", n) for n in (None, 0, 1, 5)] == ["?", "none", "1 file", "5 files"]
+    assert shown("up", None) == "-"
+
+
+def copy_volumes(engine, ws) -> list[str]:
+    return sorted(v["Name"] for v in engine.list_volumes(label.selector(label.KIND, "copy"),
+                                                           label.selector(label.WORKSPACE, os.path.realpath(ws))))
+
+
+@pytest.mark.engine
+def test_a_run_that_changes_nothing_leaves_nothing_and_one_that_changes_stays_listed_with_its_count(engine, workspace):
+    for _ in range(2):   # the issue's measure: twice, and not one volume left
+        nothing = sandbox("run", "--policy", "untrusted", "-w", str(workspace), "--", "true")
+        assert nothing.returncode == 0 and "no changes: copy sandbox-untrusted-" in nothing.stderr, nothing.stderr
+    assert copy_volumes(engine, workspace) == []
+    name = f"tidy-keep-{os.getpid()}"
+    try:
+        kept = sandbox("run", "--name", name, "-w", str(workspace), "--", "sh", "-c", "echo x > new.txt")
+        assert kept.returncode == 0 and f"copy {name} (1 changed)" in kept.stderr, kept.stderr
+        assert f"review: sandbox diff {name}" in kept.stderr
+        listed = {i["name"]: i for i in json.loads(sandbox("ls", "--json").stdout)}
+        assert listed[name]["kind"] == "copy" and listed[name]["changes"] == 1, listed.get(name)
+        row = next(line for line in sandbox("ls").stdout.splitlines() if line.startswith(name))
+        assert " 1 file " in row, row
+        # continued by name, and the change undone: none now, but its checkpoints hold it, so it stays
+        undone = sandbox("run", "--name", name, "-w", str(workspace), "--", "rm", "new.txt")
+        assert undone.returncode == 0 and f"no changes in the copy {name} now; it stays" in undone.stderr, undone.stderr
+        assert len(copy_volumes(engine, workspace)) == 3
+        assert json.loads(sandbox("checkpoints", name, "--json").stdout)[-1]["changes"] == 0
+    finally:
+        sandbox("discard", name)
+    assert copy_volumes(engine, workspace) == []
