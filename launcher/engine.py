@@ -10,6 +10,7 @@ from typing import Callable, Iterator
 from launcher import labels as label
 from launcher.errors import EngineError, NotFound
 from launcher.execsocket import ExecSocket
+from launcher.streams import Attached
 from launcher.plan import ContainerSpec, MountKind
 from launcher.egress.squid import NetworkSpec, ProxySpec, proxy_env
 
@@ -33,45 +34,6 @@ def _mapped(action: str) -> Iterator[None]:
 
 def _over(path: str, limit: int):
     raise EngineError(f"reading {path}: over {limit} bytes; refused rather than held in memory")
-
-
-class _Frames(io.RawIOBase):
-    """An attached container's stdout as a file; its stderr is kept aside (the last 64 KiB)."""
-
-    def __init__(self, frames: Iterator[tuple[bytes | None, bytes | None]]):
-        self.frames, self.pending, self.stderr = frames, memoryview(b""), bytearray()
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        while not self.pending:
-            with _mapped("reading a container's output"):
-                out, err = next(self.frames, (None, None))
-            if out is None and err is None:
-                return 0
-            if err:
-                self.stderr += err
-                del self.stderr[:-65536]
-            self.pending = memoryview(out or b"")
-        count = min(len(buffer), len(self.pending))
-        buffer[:count] = self.pending[:count]
-        self.pending = self.pending[count:]
-        return count
-
-
-class Attached:
-    """A running short-lived container (Engine.run_attached): its stdout as a binary file."""
-
-    def __init__(self, frames: Iterator[tuple[bytes | None, bytes | None]]):
-        self._frames = _Frames(frames)
-        self.stdout = io.BufferedReader(self._frames, 1 << 20)
-        self.exit_code: int | None = None
-        self.timed_out = False      # set from the timer's thread when it killed the container
-
-    @property
-    def stderr(self) -> bytes:
-        return bytes(self._frames.stderr)
 
 
 def connect() -> "Engine":
@@ -313,7 +275,7 @@ class Engine:
         yielded object has the exit code."""
         ref = self.create(spec)
         try:
-            run = Attached(self.output(ref))
+            run = Attached(self.output(ref), _mapped)
             self.start(ref)
             killer = threading.Timer(timeout, self._kill_late, (ref, run))
             killer.daemon = True
