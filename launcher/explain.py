@@ -104,6 +104,14 @@ ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
     ("network.allow_ip_literals", "proxy"): E(mechanism="proxy ACL (IP entries only if on)", component=Component.PROXY,
                                               checks=("egress.denied",),
                                               note="the probe shows default deny for a name, not for an IP"),
+    ("network.model", "none"): E(mechanism="nothing to reach: no interface but lo", component=Component.NAMESPACE,
+                                 checks=("net.interfaces",),
+                                 note="with --agent NAME and a model key (and model on), proxy mode for that model "
+                                      "API alone"),
+    ("network.model", "proxy"): E(mechanism="--agent with a key: a proxy endpoint to the agent's model API, the key "
+                                            "added on the way out; no allow entry", component=Component.PROXY,
+                                  checks=("egress.proxy", "egress.direct", "env.secrets"),
+                                  note="off: the model API's secret is dropped and --model-key-env is refused"),
     ("env.pass", ""): E(mechanism="--env NAME=VALUE from the host", component=Component.LAUNCHER,
                         checks=("env.secrets", "env.runtime"),
                         note="the environment is built from nothing; the probe proves no secret-shaped variable"),

@@ -58,6 +58,7 @@ FIELDS: dict[str, tuple[tuple[str, ...], str]] = {
     "network.mode": (("network", "mode"), "none-wins"),
     "network.allow": (("network", "allow"), "intersect"),
     "network.allow_ip_literals": (("network", "allow_ip_literals"), "false-wins"),
+    "network.model": (("network", "model"), "false-wins"),
     "env.pass": (("env", "pass_names"), "intersect"),
     "env.set": (("env", "set_values"), "intersect"),
     "limits.pids": (("limits", "pids"), "minimum"),
@@ -205,8 +206,10 @@ def apply_rule(field: str, a, b):
 
 def _consistent(policy: Policy) -> Policy:
     """Values a narrower neighbour field took away: no allow-list without a proxy, no IP rules once
-    IP literals are off."""
+    IP literals are off, no model API once network.model is off."""
     allow = policy.network.allow
+    if not policy.network.model and any(s.model for s in policy.secrets):
+        policy = put(policy, "secrets", tuple(s for s in policy.secrets if not s.model))
     if policy.network.mode is NetworkMode.NONE:
         allow = ()
         if policy.secrets:   # no proxy, nothing to inject a secret
@@ -325,8 +328,10 @@ def combine(base: Policy, layers: Sequence[Layer], *, prior: Effective | None = 
             if after != before:
                 policy, deciders[field] = put(policy, field, after), layer.label
         narrowed = _consistent(policy)
-        if narrowed != policy:
-            policy, deciders["network.allow"] = narrowed, layer.label
+        for field in ("network.allow", "secrets"):
+            if get(narrowed, field) != get(policy, field):
+                deciders[field] = layer.label
+        policy = narrowed
         lost = [r for r in requested if not any(covers(x, r) for x in policy.network.allow)]
         if lost:
             notes.append(Note(layer=layer.label, field="network.allow", asked=f"{', '.join(map(str, lost))} (--allow)",

@@ -272,6 +272,12 @@ def lint(docs: list[Doc], *, base: Effective | None, base_problem: PolicyError |
                        f"widened from the preset: {note.asked} -> {note.left}")
         _capped(report, eff, base, layers, by_file)
         _unreachable(report, eff, by_file)
+        model = next((d for d in eff.decisions if d.field == "network.model"), None)
+        if eff.policy.network.model and model:
+            report.add(Severity.INFO, "model-api", by_file.get(model.decided_by.split(" ", 1)[-1]) or base_doc or base.policy.source,
+                       "network.model", "with --agent NAME and a model key, the agent reaches its model API through "
+                       "the proxy (and nothing else it was not allowed)", "network.model: false in an org or user "
+                       "policy forbids it")
     for git in (g for g in git_paths if g.key and g.kind != "program"):
         inside = git.path.startswith(workspace.rstrip("/") + "/")
         if git.scope in ("local", "worktree") and not inside and git.path != workspace:

@@ -87,6 +87,7 @@ class NetworkPolicy:
     mode: NetworkMode
     allow: tuple[AllowRule, ...]   # proxy mode only; empty in none mode
     allow_ip_literals: bool
+    model: bool = True             # --agent with a key may reach that agent's model API (proxy-injected)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +114,7 @@ class SecretPolicy:
     upstream: str     # scheme://host[:port] the proxy forwards the endpoint to
     header: str       # "Name: template" with {value} where the secret goes
     ca_file: str = ""  # https only: host PEM file of the CA(s) the proxy trusts for the upstream, or "" (system CAs)
+    model: bool = False  # the agent's model API, added by --agent with a key: network.model governs it
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -82,9 +82,15 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions(),
         policy = with_agent(policy, choice.profile, choice.image(policy.image), key_env=choice.key_env,
                             key_file=choice.key_file, upstream=choice.upstream)
     with timed(timings, "layers"):
-        return stack.build(policy, base, workspace, timeout=options.timeout, pin=options.pin,
-                           ignore_repo=options.ignore_repo, ask=options.ask, approved_only=options.approved_only,
-                           strict=options.strict)
+        result = stack.build(policy, base, workspace, timeout=options.timeout, pin=options.pin,
+                             ignore_repo=options.ignore_repo, ask=options.ask, approved_only=options.approved_only,
+                             strict=options.strict)
+    if options.agent:
+        from launcher.agents.wiring import model_key_kept
+
+        model_key_kept(result.effective.policy, options.agent.keyed,
+                       {d.field: d.decided_by for d in result.effective.decisions})
+    return result
 
 
 def facts_for(policy, workspace: str) -> HostFacts:

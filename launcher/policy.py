@@ -213,7 +213,7 @@ def _build(doc: dict, file: str, digest: str) -> Policy:
         network=NetworkPolicy(mode=NetworkMode(doc["network"]["mode"]),
                               allow=tuple(dict.fromkeys(parse_rule(e, doc["network"]["allow_ip_literals"])
                                                         for e in doc["network"]["allow"])),
-                              allow_ip_literals=doc["network"]["allow_ip_literals"]),
+                              allow_ip_literals=doc["network"]["allow_ip_literals"], model=doc["network"]["model"]),
         env=EnvPolicy(pass_names=tuple(doc["env"]["pass"]), set_values=tuple(doc["env"]["set"].items())),
         limits=Limits(pids=doc["limits"]["pids"], memory_bytes=parse_size(doc["limits"]["memory"]),
                       cpus=float(doc["limits"]["cpus"]), timeout_seconds=parse_duration(doc["limits"]["timeout"])),

@@ -4,6 +4,7 @@ version, and a profile never carries a secret or widens anything (no engine need
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -94,8 +95,8 @@ def test_agent_flag_sets_image_and_variables_and_the_key_only_as_a_proxy_secret(
     secret = ci.secrets[-1]
     assert (secret.name, secret.env, secret.upstream) == ("model", "MODEL_KEY", "https://api.anthropic.com")
     assert not any("KEY" in name for name, _ in ci.env.set_values)     # no secret-shaped variable goes in
-    with pytest.raises(PolicyError, match="network mode proxy"):
-        with_agent(load_policy("untrusted"), profile, "img", key_env="MODEL_KEY")
+    with pytest.raises(PolicyError, match="an agent with a model API"):
+        with_agent(load_policy("ci"), replace(profile, model=None), "img", key_env="MODEL_KEY")
     _, argv = wrapped(profile, ("claude", "-p", "hi"), keyed=True)
     assert argv[-3:] == ("claude", "-p", "hi") and argv[3].endswith('exec "$@"')
     assert "$SANDBOX_ENDPOINT_MODEL" in argv[3] and "apiKeyHelper" in argv[3]

@@ -158,6 +158,47 @@ def test_agent_flag_runs_the_real_cli_with_its_key_injected(name, preset, engine
 
 
 @pytest.mark.parametrize("name", ["claude-code", "codex"])
+def test_in_the_default_preset_a_key_reaches_the_model_api_alone_and_the_work_lands_in_a_copy(
+        name, engine, upstream, tmp_path):
+    """`sandbox run --agent NAME --model-key-env VAR` with no --policy: untrusted, on a copy, proxy mode
+    for the model endpoint alone (probed as proxy mode); the marker reaches the host tree only by
+    `sandbox apply`; the key reaches only the stand-in."""
+    network, key, log, reset = upstream
+    profile = agents.get(name)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "README.md").write_text("x\n")
+    os.chown(workspace, 1000, 1000)
+    os.chown(workspace / "README.md", 1000, 1000)
+    os.chmod(tmp_path, 0o755)
+    copy = f"sandbox-test-model-api-{name}-{os.getpid()}"
+    task = [a.replace("{task}", "Create the marker file.") for a in profile.headless]
+    reset()
+    try:
+        done = subprocess.run([*SANDBOX, "run", "--agent", name, "--model-key-env", "MODEL_KEY", "--name", copy,
+                               "--model-upstream", f"http://{UPSTREAM}", "--egress-network", network,
+                               "--json", "-w", str(workspace), "--", *task],
+                              env={**os.environ, "MODEL_KEY": key}, capture_output=True, text=True, timeout=600)
+        said = done.stdout[-2000:] + done.stderr[-3000:]
+        assert done.returncode == 0, said
+        report = json.loads(done.stdout)
+        checks = {c["id"]: c["ok"] for c in report["probe"]["checks"]}
+        assert report["policy"]["name"] == "untrusted" and report["probe"]["ok"], said
+        assert checks["egress.direct"] and checks["egress.proxy"] and checks["env.secrets"], said
+        header, _, template = profile.model.header.partition(": ")
+        api = [r for r in log() if r["method"] == "POST"]
+        assert api and all(r["headers"].get(header.lower()) == template.format(value=key) for r in api), said
+        assert key not in done.stdout + done.stderr
+        marker = f"marker-{name}.txt"
+        assert not (workspace / marker).exists()      # a copy: nothing reached the host tree yet
+        applied = subprocess.run([*SANDBOX, "apply", copy], capture_output=True, text=True, timeout=300)
+        assert applied.returncode == 0, applied.stderr[-2000:]
+        assert (workspace / marker).is_file()
+    finally:
+        subprocess.run([*SANDBOX, "discard", copy], capture_output=True, timeout=120)
+
+
+@pytest.mark.parametrize("name", ["claude-code", "codex"])
 def test_the_github_workflow_runs_a_real_cli_headless_step_by_step(name, engine, upstream, tmp_path):
     """examples/ci/github-actions.yml's real-CLI step, as the runner would run it (bash -e), with
     `sandbox` this checkout's launcher and the stand-in model API as the internet."""
@@ -188,8 +229,9 @@ def test_the_github_workflow_runs_a_real_cli_headless_step_by_step(name, engine,
 
 
 def test_up_with_the_agent_flag_gives_a_shell_where_claude_works(engine, upstream, tmp_path):
-    """`sandbox up --agent claude-code` through a pty: the shell has the CLI, its home files and its
-    endpoint; its TUI starts without a dialog and a typed task gets done, the key only in the proxy."""
+    """`sandbox up --agent claude-code --model-key-env VAR` in the default preset, through a pty: the
+    shell has the CLI, its home files and its endpoint; its TUI starts without a dialog and a typed
+    task gets done in the copy, the key only in the proxy."""
     import fcntl
     import pty
     import struct
@@ -204,7 +246,7 @@ def test_up_with_the_agent_flag_gives_a_shell_where_claude_works(engine, upstrea
     os.chmod(tmp_path, 0o755)
     name = f"sandbox-test-up-agent-{os.getpid()}"
     reset()
-    command = [*SANDBOX, "up", "-p", "ci", "--agent", "claude-code", "--model-key-env", "MODEL_KEY",
+    command = [*SANDBOX, "up", "--agent", "claude-code", "--model-key-env", "MODEL_KEY",
                "--model-upstream", f"http://{UPSTREAM}", "--egress-network", network, "--name", name, str(workspace)]
     pid, fd = pty.fork()
     if pid == 0:
@@ -222,11 +264,13 @@ def test_up_with_the_agent_flag_gives_a_shell_where_claude_works(engine, upstrea
         os.write(fd, b"Create the marker file.")
         time.sleep(1)
         os.write(fd, b"\r")
-        marker = workspace / "marker-claude-code.txt"
+        def marked() -> bool:   # in the copy: the host tree gets it only by `sandbox apply`
+            return subprocess.run(["docker", "exec", name, "test", "-f", "/workspace/marker-claude-code.txt"]).returncode == 0
+
         deadline = time.monotonic() + 90
-        while not marker.exists() and time.monotonic() < deadline:
+        while not marked() and time.monotonic() < deadline:
             shown += read_until(fd, b"\x00never", 1)
-        assert marker.is_file(), shown[-3000:].decode(errors="replace")
+        assert marked() and not (workspace / "marker-claude-code.txt").exists(), shown[-3000:].decode(errors="replace")
         assert any(r["headers"].get("x-api-key") == key for r in log() if r["method"] == "POST")
         inspect = subprocess.run(["docker", "inspect", name], capture_output=True, text=True).stdout
         environ = subprocess.run(["docker", "exec", name, "sh", "-c", "cat /proc/*/environ; cat ~/.claude.json "
@@ -234,6 +278,7 @@ def test_up_with_the_agent_flag_gives_a_shell_where_claude_works(engine, upstrea
         assert key not in inspect and key not in environ and key not in shown.decode(errors="replace")
     finally:
         subprocess.run([*SANDBOX, "down", name], capture_output=True, timeout=120)
+        subprocess.run([*SANDBOX, "discard", name], capture_output=True, timeout=120)
         os.kill(pid, 9)
         os.waitpid(pid, 0)
         os.close(fd)

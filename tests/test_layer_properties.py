@@ -62,7 +62,7 @@ def documents(draw, base: bool):
         "home": {"mode": draw(st.sampled_from(["tmpfs", "volume"])), "target": draw(st.sampled_from(["/home/agent", "/home/me"])),
                  "size": draw(st.sampled_from(["64m", "512m", "1g"]))},
         "network": {"mode": mode, "allow": draw(subset(HOSTS)) if mode == "proxy" else [],
-                    "allow_ip_literals": draw(st.booleans())},
+                    "allow_ip_literals": draw(st.booleans()), "model": draw(st.booleans())},
         "env": {"pass": draw(subset(["TERM", "LANG", "EDITOR"])),
                 "set": {k: draw(st.sampled_from(SETS[k])) for k in draw(subset(list(SETS)))}},
         "limits": {"pids": draw(st.integers(16, 1024)), "memory": draw(st.sampled_from(["64m", "512m", "1g", "2g"])),
@@ -126,7 +126,7 @@ def no_wider(field: str, got, earlier) -> bool:
         return got is Runtime.GVISOR or earlier is Runtime.RUNC
     if field == "network.allow":
         return all(any(e.matches(h, p) for e in earlier) for h, p in SAMPLES if any(r.matches(h, p) for r in got))
-    if field == "network.allow_ip_literals":
+    if field in ("network.allow_ip_literals", "network.model"):
         return not got or earlier
     if field in ("env.pass", "env.set", "capabilities", "secrets", "ca_certificates"):
         return set(got) <= set(earlier)

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from launcher.agents import AgentProfile
 from launcher.errors import PolicyError, Problem
-from launcher.model import NetworkMode, Policy, SecretPolicy
+from launcher.model import NetworkMode, NetworkPolicy, Policy, SecretPolicy
 from launcher.plan import PROBE_BUSYBOX
 
 
@@ -49,21 +49,36 @@ def wrapped(profile: AgentProfile, argv: tuple[str, ...], keyed: bool, shells: b
 
 def with_agent(policy: Policy, profile: AgentProfile, image: str, *, key_env: str = "", key_file: str = "",
                upstream: str = "") -> Policy:
-    """The base policy with the profile's image and variables, and the model key's secret entry
-    when a key is given (proxy mode only)."""
+    """The base policy with the profile's image and variables and, when a key is given, the model
+    API's secret entry: the proxy reaches that one endpoint and adds the key. A policy without a
+    network gets proxy mode for it alone (no allow entry), unless it says network.model: false."""
     keyed = bool(key_env or key_file)
-    secrets = policy.secrets
+    secrets, network = policy.secrets, policy.network
     if keyed:
         if profile.model is None:
             raise _problem("--agent", "an agent with a model API", f"{profile.name} has none", "")
-        if policy.network.mode is not NetworkMode.PROXY:
-            raise _problem("--model-key-env", "a policy in network mode proxy", f"{policy.name} has no network",
-                           "the proxy injects the key: use --policy ci, or a policy with network: {mode: proxy}")
-        secrets += (SecretPolicy(name=profile.model.secret, env=key_env, file=key_file,
+        if not network.model:
+            raise _problem("--model-key-env", "a policy that lets the agent reach its model API",
+                           f"{policy.name} sets network.model: false", "run without a key, or with a policy "
+                           "that leaves network.model on")
+        if network.mode is NetworkMode.NONE:   # the model endpoint alone: nothing else is allowed
+            network = NetworkPolicy(mode=NetworkMode.PROXY, allow=(), allow_ip_literals=False)
+        secrets += (SecretPolicy(name=profile.model.secret, env=key_env, file=key_file, model=True,
                                  upstream=(upstream or profile.model.upstream).rstrip("/"), header=profile.model.header),)
     static, _ = wrapped(profile, (), keyed)
     env = replace(policy.env, set_values=tuple({**dict(policy.env.set_values), **static}.items()))
-    return replace(policy, image=image, env=env, secrets=secrets)
+    return replace(policy, image=image, env=env, secrets=secrets, network=network)
+
+
+def model_key_kept(policy: Policy, keyed: bool, decided_by: dict[str, str]) -> None:
+    """After the layers: a model key the command line gave must still have its way out; a ceiling
+    that took it (network.mode none, network.model false) is an error, not a silent "Not logged in"."""
+    if keyed and not any(s.model for s in policy.secrets):
+        field, value = (("network.model", "false") if not policy.network.model else
+                        ("network.mode", "none") if policy.network.mode is NetworkMode.NONE else ("secrets", "a list without it"))
+        raise _problem("--model-key-env", "a policy that lets the agent reach its model API",
+                       f"{decided_by.get(field, 'a layer')} sets {field}: {value}",
+                       "that layer is a ceiling: run without a key, or have it allow the model API")
 
 
 def _problem(path: str, expected: str, found: str, hint: str) -> PolicyError:

@@ -72,8 +72,10 @@ def agent_options(command):
     """--agent and the model key's reference (run, up, compile)."""
     for flag, name, metavar, text in reversed((
             ("--agent", "agent", "NAME", "An agent profile (`sandbox agents`): its image, environment and home files."),
-            ("--model-key-env", "key_env", "VAR", "Proxy mode: the host variable holding the agent's model API key; "
-                                                  "only the proxy ever holds it (the sandbox gets an endpoint)."),
+            ("--model-key-env", "key_env", "VAR", "The host variable holding the agent's model API key: the sandbox "
+                                                  "reaches that model API alone, through the proxy, which alone holds "
+                                                  "the key (a policy without a network gets proxy mode for it, "
+                                                  "unless network.model: false)."),
             ("--model-key-file", "key_file", "FILE", "Like --model-key-env, from a file."),
             ("--model-upstream", "upstream", "URL", "The model API to send the agent to instead of the profile's "
                                                      "(a company gateway)."))):
@@ -161,8 +163,13 @@ def plan(policy_ref: str, workspace: str, command: tuple[str, ...], *, kind: str
     tell(result)
     agent = agent_choice()
     if agent and not agent.keyed and agent.profile.model:
-        output.status(f"note: no model key for {agent.name} (--model-key-env VAR in proxy mode): "
-                      "its CLI cannot reach a model API")
+        network, model = result.effective.policy.network, agent.profile.model
+        said = f"note: no model key for {agent.name}: " + \
+            ("the sandbox has no network, so " if network.mode.value == "none" else "") + "its CLI cannot reach a model API"
+        if network.model:
+            said += (f"; with --model-key-env {model.key_env or 'VAR'} it reaches {model.upstream.partition('://')[2]} "
+                     "alone (the key stays on the host)")
+        output.status(said)
     planned = pipeline.compiled(result, workspace, command, kind=kind, name=name, egress_network=egress_network,
                                 agent=agent, timings=timings)
     for warning in planned.plan.warnings:

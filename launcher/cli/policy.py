@@ -89,6 +89,7 @@ def check(policies: tuple[str, ...], workspace: str, fmt: str, as_json: bool, ta
               help="How the sandbox is started: run, up (and exec into it), the argv or compose files, a dev container. "
                    "Rows this target cannot enforce are marked.")
 @layer_options
+@agent_options
 def explain(policy: str, workspace: str, fmt: str, as_json: bool, target: str) -> None:
     """For every effective field: value, Docker mechanism, enforcing component and the probe check
     that proves it, for one target; fields enforced by nothing or not probed are flagged. Never
