@@ -1,6 +1,7 @@
-"""Benchmark (not a test): time from `sandbox run --agent claude-code` to the stand-in model API's
-first request, against the same CLI in a plain `docker run` (same image, a writable tmpfs home, the
-key in its environment, straight to the model API) in one run, alternating:
+"""Benchmark (not a test): time from `sandbox run --agent claude-code --model-key-env VAR` to the
+stand-in model API's first request, in the default preset (untrusted: a copy, proxy mode for the
+model API alone) and in `ci` (bind mode), against the same CLI in a plain `docker run` (same image,
+a writable tmpfs home, the key in its environment, straight to the model API) in one run, alternating:
     python bench/agents.py [--rounds 5] [--agent claude-code]
 The stand-in (images/model-api) logs each request with its wall-clock time; both runs start on the
 same host, so the difference of the two clocks is the time to the first request.
@@ -53,11 +54,11 @@ def main() -> None:
                "-e", f"MODEL_API_EXPECTED_KEY={key}", images.model_api_image().tag)
         time.sleep(1)
         plain_env = {**profile.environment(f"http://{UPSTREAM}"), profile.model.key_env or "MODEL_KEY": key}
-        plain, sandboxed = [], []
+        times_of: dict[str, list[float]] = {"plain": [], "untrusted": [], "ci": []}
         with tempfile.TemporaryDirectory(prefix="sandbox-bench-agents-") as tmp:
             os.chmod(tmp, 0o755)
             for n in range(args.rounds):
-                for kind, times in (("plain", plain), ("sandbox", sandboxed)):
+                for kind, times in times_of.items():
                     ws = os.path.join(tmp, f"{kind}{n}")
                     os.mkdir(ws)
                     os.chown(ws, 1000, 1000)
@@ -70,18 +71,22 @@ def main() -> None:
                                 "-v", f"{ws}:/workspace", "-w", "/workspace", image, *task]
                         env = None
                     else:
-                        argv = [sys.executable, "-m", "launcher", "run", "--policy", "ci", "--agent", args.agent,
+                        argv = [sys.executable, "-m", "launcher", "run", "--policy", kind, "--agent", args.agent,
                                 "--model-key-env", "MODEL_KEY", "--model-upstream", f"http://{UPSTREAM}",
-                                "--egress-network", network, "-w", ws, "--", *task]
+                                "--name", f"{network}-{n}", "--egress-network", network, "-w", ws, "--", *task]
                         env = {**os.environ, "MODEL_KEY": key}
                     subprocess.run(argv, check=True, capture_output=True, env=env)
                     times.append(first_request(model_api, started))
+                    if kind == "untrusted":   # the copy holds the marker: drop it
+                        subprocess.run([sys.executable, "-m", "launcher", "discard", f"{network}-{n}"],
+                                       check=True, capture_output=True)
     finally:
         docker("rm", "-f", model_api, check=False)
         docker("network", "rm", network, check=False)
-    plain_s, sandbox_s = statistics.median(plain), statistics.median(sandboxed)
-    print(json.dumps({"agent": args.agent, "rounds": args.rounds, "plain_docker_run_first_request_s": round(plain_s, 2),
-                      "sandbox_run_first_request_s": round(sandbox_s, 2), "ratio": round(sandbox_s / plain_s, 2)},
+    medians = {kind: statistics.median(times) for kind, times in times_of.items()}
+    print(json.dumps({"agent": args.agent, "rounds": args.rounds,
+                      **{f"{kind}_first_request_s": round(s, 2) for kind, s in medians.items()},
+                      **{f"{kind}_ratio": round(medians[kind] / medians["plain"], 2) for kind in ("untrusted", "ci")}},
                      indent=2))
 
 

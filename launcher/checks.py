@@ -29,7 +29,7 @@ def _ws_access_hint(seen: dict[str, str], uid: int, workspace: str) -> str:
     owner = f"uid {seen['owner']} mode {seen['mode'].rjust(4, '0')}" if "owner" in seen and "mode" in seen \
         else "someone else"
     return (f"the agent (uid {uid}) cannot {cannot} {workspace}, which belongs to {owner}: set `user:` in the "
-            "policy to a uid that can, or use copy mode (`workspace: {mode: copy}`, coming); the agent never "
+            "policy to a uid that can, or use copy mode (`--workspace-mode copy`: the agent works on a copy); the agent never "
             "runs as root")
 
 

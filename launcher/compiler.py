@@ -74,11 +74,15 @@ def effective_digest(policy: Policy) -> str:
     return hashlib.sha256(repr(replace(policy, source="", digest="")).encode()).hexdigest()
 
 
+# The main process only waits and the agent comes by `exec`; both are labelled up (`sandbox exec`, `ls`).
+LONG_LIVED = ("up", "devcontainer")
+
+
 def _container_name(policy: Policy, host: HostFacts, kind: str, name: str | None) -> str:
     if name:
         return name
     base = re.sub(r"[^a-z0-9-]+", "-", posixpath.basename(host.workspace.real).lower()).strip("-") or "ws"
-    if kind == "up":
+    if kind in LONG_LIVED:
         return f"sandbox-{base[:40]}"
     return f"sandbox-{policy.name}-{base[:30]}-{host.nonce}"
 
@@ -169,8 +173,9 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
                    kind: str = "run", name: str | None = None, egress_network: str | None = None,
                    profile: str = HOME_PROFILE) -> LaunchPlan:
     """Compile the effective policy for this host into a LaunchPlan, or raise PolicyError.
-    kind: "run" (we launch it and wait), "up" (kept alive for `exec`), or "external" (another tool
-    such as docker-compose or plain `docker run` launches it; `gc` leaves it alone). profile: the
+    kind: "run" (we launch it and wait), "up" (kept alive for `exec`), "external" (another tool
+    such as docker-compose or plain `docker run` launches it; `gc` leaves it alone) or "devcontainer"
+    (another tool launches it and keeps it alive, like `up`). profile: the
     agent profile whose home volume a `home.mode: volume` policy uses."""
     file = policy.source
     problems: list[Problem] = []
@@ -193,12 +198,14 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
                                     hint=f"unset {name_} or remove it from env.pass"))
     writable_ws = policy.workspace.access is Access.READ_WRITE
     copy_mode = policy.workspace.mode is WorkspaceMode.COPY
-    if copy_mode and kind == "external":
+    external = kind in ("external", "devcontainer")
+    if copy_mode and external:
         problems.append(Problem(file=file, path="workspace.mode", expected="bind for a sandbox another tool launches",
                                 found="copy", hint="copy mode needs `sandbox run` or `sandbox up` (they make the copy "
-                                "and keep it for `sandbox diff`); use a policy with workspace: {mode: bind}"))
+                                "and keep it for `sandbox diff`); add --workspace-mode bind, or use a policy "
+                                "with workspace: {mode: bind}"))
     home_volume = policy.home.mode is HomeMode.VOLUME
-    if home_volume and kind == "external":
+    if home_volume and external:
         problems.append(Problem(file=file, path="home.mode", expected="tmpfs for a sandbox another tool launches",
                                 found="volume", hint="the launcher makes the home volume and hands it to the agent's "
                                 "uid before the start (`sandbox run`, `sandbox up`); use home: {mode: tmpfs}"))
@@ -292,7 +299,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
 
     writable = tuple(m.target for m in mounts if not m.read_only)
     labels = {
-        label.MANAGED: "1", label.KIND: kind, label.POLICY: policy.name,
+        label.MANAGED: "1", label.KIND: "up" if kind in LONG_LIVED else kind, label.POLICY: policy.name,
         label.POLICY_DIGEST: policy.digest, label.WORKSPACE: ws.real,
         label.EFFECTIVE_DIGEST: effective_digest(policy),
         label.OWNER_PID: str(host.owner_pid), label.SANDBOX: container_name,
@@ -326,7 +333,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
            if proxy else {}),
     )
     agent = tuple(command) or policy.command
-    main = up_main(policy.limits.timeout_seconds) if kind == "up" else agent
+    main = up_main(policy.limits.timeout_seconds) if kind in LONG_LIVED else agent
     labels[label.PLACEHOLDERS] = json.dumps(placeholders)
     home_spec = None
     if home_volume:

@@ -120,7 +120,7 @@ def test_up_keeps_an_egress_log_and_down_removes_proxy_and_networks(engine, inte
         subprocess.run(SANDBOX + ["exec", name, "--", "sh", "-c", f"{CURL} http://denied.test/a; {CURL} http://allowed.test/"],
                        capture_output=True, text=True)
         logs = subprocess.run(SANDBOX + ["logs", name, "--egress", "--allowed"], capture_output=True, text=True)
-        assert "GET denied.test:80  x1" in logs.stderr and "GET allowed.test:80  x1" in logs.stderr
+        assert "GET denied.test:80  x1" in logs.stdout and "GET allowed.test:80  x1" in logs.stdout
     finally:
         subprocess.run(SANDBOX + ["down", name], capture_output=True)
     assert leftovers(engine, workspace) == []

@@ -51,7 +51,7 @@ def record(path: str, recorder, planned, engine, report: dict) -> str | None:
 
 
 @click.command(name="verify-attestation")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
 def verify_attestation(file: str) -> None:
     """Re-check every digest in FILE, a record written by `sandbox run --attest`.
 

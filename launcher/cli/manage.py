@@ -124,7 +124,7 @@ def gc(everything: bool, force: bool, volumes: bool) -> None:
 
 @click.command()
 @click.argument("name", required=False)
-@click.option("--egress", is_flag=True, required=True, help="Show the egress proxy's record (the only log kept).")
+@click.option("--egress", is_flag=True, help="The egress proxy's record (the only log kept, so the default).")
 @click.option("--allowed", is_flag=True, help="List allowed requests too, not only the blocked ones.")
 @click.option("--json", "as_json", is_flag=True, help="Every request as JSON.")
 @click.option("--suggest", is_flag=True, help="Learn mode: print the narrowest network.allow entries that would have "
@@ -132,18 +132,19 @@ def gc(everything: bool, force: bool, volumes: bool) -> None:
 @click.option("--report", "report_path", type=click.Path(exists=True, dir_okay=False),
               help="Read the requests from a `sandbox run --report` file instead (the sandbox is gone after a run).")
 def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, suggest: bool, report_path: str | None) -> None:
-    """Show what the sandbox NAME (or a run's report) tried to reach through its egress proxy."""
-    from dataclasses import asdict, fields
+    """Show what the sandbox NAME (or a run's report) tried to reach through its egress proxy: the
+    blocked requests (with --allowed, the allowed ones too) on stdout.
 
-    from launcher.egress.audit import EgressEvent, suggest as learn, suggestion_yaml, summarize
+    Example: sandbox logs sandbox-myrepo --allowed"""
+    from dataclasses import asdict
+
+    from launcher.egress.audit import from_report, suggest as learn, suggestion_yaml, summarize
     from launcher.values import visible
 
     if bool(name) == bool(report_path):
         raise click.UsageError("give a sandbox NAME or --report FILE")
     if report_path:
-        keys = {f.name for f in fields(EgressEvent)}
-        requests = ((json.loads(open(report_path).read()).get("egress") or {}).get("requests")) or []
-        events = tuple(EgressEvent(**{k: v for k, v in r.items() if k in keys}) for r in requests)
+        events = from_report(report_path)
     else:
         from launcher import engine, sandboxes
 
@@ -155,13 +156,12 @@ def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, suggest: 
     if as_json:
         click.echo(json.dumps([asdict(e) | {"denied": e.denied} for e in events], indent=2))
         return
-    print_blocked(events)
+    print_blocked(events, data=True)
     if allowed:
         passed = summarize(tuple(e for e in events if not e.denied))
-        click.echo(f"sandbox: egress allowed ({sum(p.count for p in passed)} requests):", err=True)
+        click.echo(f"egress allowed ({sum(p.count for p in passed)} requests):")
         for p in passed:
-            click.echo(f"  {visible(p.method, keep_lines=False)} {visible(p.host, keep_lines=False)}:{p.port}  x{p.count}",
-                       err=True)
+            click.echo(f"  {visible(p.method, keep_lines=False)} {visible(p.host, keep_lines=False)}:{p.port}  x{p.count}")
 
 
 @click.group()

@@ -66,17 +66,19 @@ class Console:
         target.flush()
 
 
-def print_blocked(events) -> None:
+def print_blocked(events, data: bool = False) -> None:
+    """The blocked requests: a status line on stderr after a run; `data` (sandbox logs): on stdout."""
     from launcher.egress.audit import summarize
 
     blocked = summarize(tuple(e for e in events if e.denied))
+    say = (lambda text: click.echo(text)) if data else status
     if not blocked:
-        status("egress: nothing was blocked")
+        say("egress: nothing was blocked")
         return
-    status(f"egress blocked ({sum(b.count for b in blocked)} requests):")
+    say(f"egress blocked ({sum(b.count for b in blocked)} requests):")
     for b in blocked:
         click.echo(f"  {visible(b.method, keep_lines=False)} {visible(b.host, keep_lines=False)}:{b.port}  x{b.count}",
-                   err=True)
+                   err=not data)
 
 
 def print_changes(changes, failing: bool) -> None:

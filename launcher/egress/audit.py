@@ -90,3 +90,32 @@ def suggestion_yaml(entries: list[str], skipped: list[str], requests: int) -> st
     head = [f"# learned from {requests} refused requests: review each host before adding it, every one is a way out"]
     body = ["network:", "  allow:", *[f"    - {e}" for e in entries]] if entries else ["# nothing to allow by name"]
     return "\n".join(head + body + [f"# not suggested: {s}" for s in skipped])
+
+
+def from_report(path: str) -> tuple[EgressEvent, ...]:
+    """The requests a `sandbox run --report` file recorded; PolicyError for a file that is not one."""
+    import json
+
+    from launcher.errors import PolicyError, Problem
+
+    def refuse(found: str) -> PolicyError:
+        return PolicyError([Problem(file=path, path="egress.requests", expected="a report written by "
+                                    "`sandbox run --report FILE`", found=found, hint="give the file that run wrote")])
+    try:
+        with open(path, encoding="utf-8") as handle:
+            report = json.load(handle)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise refuse(f"a file that cannot be read ({exc.__class__.__name__})") from None
+    except ValueError as exc:
+        raise refuse(f"no JSON ({exc})") from None
+    if not isinstance(report, dict) or "sandbox_version" not in report:
+        raise refuse("JSON that is not a run report (no sandbox_version)")
+    egress = report.get("egress") or {"requests": []}    # none mode: no proxy, nothing recorded
+    requests = egress.get("requests") if isinstance(egress, dict) else None
+    if not isinstance(requests, list):
+        raise refuse("a report without an egress.requests list")
+    names = {f for f in EgressEvent.__dataclass_fields__}
+    try:
+        return tuple(EgressEvent(**{k: v for k, v in r.items() if k in names}) for r in requests)
+    except (AttributeError, TypeError):
+        raise refuse("requests that are not egress records") from None

@@ -1,0 +1,52 @@
+"""Bad input to the commands that need no engine: a clear message and the documented exit code,
+never an internal error (125) or a success that hides the mistake (issue 26)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+SANDBOX = [sys.executable, "-m", "launcher"]
+
+
+def run(*argv: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([*SANDBOX, *argv], capture_output=True, text=True, cwd=cwd, timeout=60,
+                          env={**os.environ, "XDG_CONFIG_HOME": str(cwd / "config")})
+
+
+@pytest.fixture
+def place(tmp_path):
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "not-json.json").write_text("nope\n")
+    (tmp_path / "other.json").write_text("{}\n")
+    (tmp_path / "none-mode.json").write_text(json.dumps({"sandbox_version": "0", "egress": None}))
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv, code, said", [
+    (["devcontainer", "--policy", "untrusted", "ws"], 120, "add --workspace-mode bind"),
+    (["compile", "--policy", "untrusted", "-w", "ws", "--format", "argv"], 120, "add --workspace-mode bind"),
+    (["logs", "--report", "not-json.json"], 120, "found no JSON"),
+    (["logs", "--report", "other.json"], 120, "not a run report"),
+    (["verify-attestation", "missing.json"], 2, "does not exist"),
+])
+def test_bad_input_gets_its_exit_code_and_a_sentence(argv, code, said, place):
+    done = run(*argv, cwd=place)
+    assert done.returncode == code and said in done.stderr, done.stderr
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_logs_writes_its_data_on_stdout_and_needs_no_egress_flag(place):
+    done = run("logs", "--report", "none-mode.json", "--allowed", cwd=place)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "egress: nothing was blocked\negress allowed (0 requests):\n"
+
+
+def test_a_devcontainer_for_the_bind_variant_is_written(place):
+    done = run("devcontainer", "--policy", "untrusted", "--workspace-mode", "bind", "ws", cwd=place)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((place / "ws" / ".devcontainer" / "devcontainer.json").read_text())["name"] == "sandbox: untrusted"
