@@ -22,7 +22,8 @@ from launcher.plan import (HOME_PROFILE, PROBE_BUSYBOX, PROBE_DIR, PROBE_SCRIPT,
 from launcher.policy import CAPABILITY_BITS
 from launcher.egress.squid import (INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_ALIAS, PROXY_PORT, NetworkSpec,
                             ProxySpec, SecretEndpoint, render_squid)
-from launcher import checks, runtimes
+from launcher import checks, runtimes, trustfiles
+from launcher.trustfiles import CA_DIR, CA_VARIABLES
 from launcher.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS
 from launcher.secrets import RUNTIME_NAMES, SECRET_NAMES, SECRET_VALUES, caseless, secret_value
 from launcher.surfaces import FILE_PLACEHOLDERS, GIT_BY_EXISTENCE, GIT_READS
@@ -127,48 +128,6 @@ def _endpoint(index: int, secret: SecretPolicy, ip_literals: bool, cas: dict[str
                           ca_file=ca_file, ca_pem=ca_pem)
 
 
-def _pem(fact: PathFact, data: bytes) -> str:
-    """The certificates of a CA file host.py read; ValueError says why it is unusable."""
-    if fact.kind != "file":
-        raise ValueError({"missing": "no such file", "dir": "a directory, not a file"}.get(
-            fact.kind, f"a {'socket' if fact.kind == 'socket' else 'FIFO or device'}, not a regular file"))
-    return inject.ca_bundle(data)
-
-
-_CA_PROBLEM = dict(expected=f"a PEM file of CA certificates (at most {inject.CA_MAX_BYTES // 1024} KiB)",
-                   hint="the CA certificate(s) that sign the upstream's certificate, e.g. ~/certs/company-ca.pem")
-
-
-def _ca_bundles(policy: Policy, host: HostFacts) -> tuple[dict[str, tuple[str, str]], list[Problem]]:
-    """secrets[].ca_file -> (real path, its certificates) from the bytes host.py read, and a
-    problem for each one that is no usable PEM bundle; ca_certificates[] are checked the same way."""
-    facts = {fact.given: (fact, data) for fact, data in host.ca_files}
-    found, problems = {}, []
-    for index, secret in enumerate(policy.secrets):
-        if not secret.ca_file:
-            continue
-        fact, data = facts[secret.ca_file]
-        try:
-            found[secret.ca_file] = (fact.real, _pem(fact, data))
-        except ValueError as exc:
-            problems.append(Problem(file=policy.source, path=f"secrets[{index}].ca_file", found=f"{fact.real}: {exc}",
-                                    **_CA_PROBLEM))
-    for index, (fact, data) in enumerate(host.ca_certs):
-        try:
-            _pem(fact, data)
-        except ValueError as exc:
-            problems.append(Problem(file=policy.source, path=f"ca_certificates[{index}]", found=f"{fact.real}: {exc}",
-                                    **_CA_PROBLEM))
-    return found, problems
-
-
-# Where the sandbox finds ca_certificates, and the variables that name them (which one a tool reads:
-# launcher/agents/README.md). The first replace a tool's store, so they name the system CAs plus ours.
-CA_DIR = "/etc/sandbox-ca"
-CA_VARIABLES = {"SSL_CERT_FILE": "bundle", "REQUESTS_CA_BUNDLE": "bundle", "CURL_CA_BUNDLE": "bundle",
-                "GIT_SSL_CAINFO": "bundle", "NODE_EXTRA_CA_CERTS": "extra"}
-
-
 def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] = (),
                    kind: str = "run", name: str | None = None, egress_network: str | None = None,
                    profile: str = HOME_PROFILE) -> LaunchPlan:
@@ -226,7 +185,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
                                     expected="protected paths that are plain files or directories",
                                     found=f"{anchor.real} is a {anchor.kind}",
                                     hint="remove it; a link there could redirect a read-only mount"))
-    cas, ca_problems = _ca_bundles(policy, host)
+    cas, ca_problems = trustfiles.ca_bundles(policy, host)
     problems += ca_problems
     problems += [Problem(file=file, path=p, expected=e, found=f, hint=h) for p, e, f, h in
                  runtimes.refusals(policy.runtime, policy.capabilities)]

@@ -251,7 +251,7 @@ def test_verify_attestation_says_ok_and_unsigned_or_each_mismatch_with_exit_118(
     assert "does not match its digests" in result.stderr and "subject" in result.stderr and "unsigned" in result.stderr
     assert "Traceback" not in result.stderr
     result = invoke("verify-attestation", str(tmp_path / "missing.json"))
-    assert result.exit_code == 118 and "cannot read it" in result.stderr
+    assert result.exit_code == 2 and "does not exist" in result.stderr   # a usage error, not a digest mismatch
 
 
 def test_the_record_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
