@@ -18,7 +18,7 @@ from launcher.host import HostFacts
 from launcher.secrets import TEXT_PATTERN
 from launcher.layers import FIELDS, Effective, Layer, LayerKind, combine, covers, get, widened
 from launcher.values import show, show_entry
-from launcher.model import Access, NetworkMode, Policy, Runtime
+from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime
 from launcher.style import BAD, WARN, Mark, plain
 
 
@@ -180,6 +180,9 @@ def _per_file(report: _Report, doc: Doc, layer: Layer, policy: Policy) -> None:
     if doc.kind is LayerKind.REPO and "image" in values and "@sha256:" not in values["image"]:
         report.add(Severity.WARNING, "image-digest", doc, "image", f"{values['image']} is not pinned to a digest",
                    "a repository layer may only pin the image (image@sha256:…); without one it does nothing")
+    if "home.size" in values and "home.size" not in layer.defaulted and policy.home.mode is HomeMode.VOLUME:
+        report.add(Severity.WARNING, "ignored", doc, "home.size", "ignored: a home volume has no size limit",
+                   "drop home.size, or use home: {mode: tmpfs}")
     passed, set_names = values.get("env.pass", ()), dict(values.get("env.set", ()))
     for i, name in enumerate(passed):
         if name in set_names:
@@ -267,9 +270,10 @@ def lint(docs: list[Doc], *, base: Effective | None, base_problem: PolicyError |
                 _per_file(report, doc, layer, base.policy)
         eff, conflicts = combine(base.policy, layers, prior=base)
         report.problems(Severity.ERROR, "conflict", tuple(conflicts), by_file)
-        for note in base.notes:   # what the base policy widened compared with the presets it extends
-            report.add(Severity.INFO, "widened", by_file.get(base.policy.source) or base.policy.source, note.field,
-                       f"widened from the preset: {note.asked} -> {note.left}")
+        for note in base.notes:   # what the base file widened over its presets, or a later preset narrowed
+            said = "widened from the preset" if note.kind == "widened" else f"narrowed by {note.layer}"
+            report.add(Severity.INFO, note.kind, by_file.get(base.policy.source) or base.policy.source, note.field,
+                       f"{said}: {note.asked} -> {note.left}")
         _capped(report, eff, base, layers, by_file)
         _unreachable(report, eff, by_file)
         model = next((d for d in eff.decisions if d.field == "network.model"), None)

@@ -42,6 +42,9 @@ def parse_size(text: str) -> int:
     return int(number) * _UNITS[unit]
 
 
+MAX_TIMEOUT_SECONDS = 7 * 24 * 3600
+
+
 def parse_duration(text: str) -> int:
     number, unit = re.fullmatch(r"([0-9]+)([smh]?)", text).groups()
     return int(number) * _SECONDS[unit]
@@ -162,6 +165,9 @@ def _semantic_problems(doc: dict, file: str) -> list[Problem]:
         bad("limits.memory", "at least 16m", repr(doc["limits"]["memory"]))
     if parse_duration(doc["limits"]["timeout"]) == 0:
         bad("limits.timeout", "a duration above zero", repr(doc["limits"]["timeout"]))
+    elif parse_duration(doc["limits"]["timeout"]) > MAX_TIMEOUT_SECONDS:
+        bad("limits.timeout", "at most 168h (a week)", repr(doc["limits"]["timeout"]),
+            "a sandbox is not a server: for longer work, `sandbox up` again")
     if doc["user"] != "auto" and (doc["user"].startswith("0:") or doc["user"].endswith(":0")):
         bad("user", "a non-root uid:gid", repr(doc["user"]), "the agent never runs as root or group 0")
     for i, cap in enumerate(doc["capabilities"]):

@@ -26,12 +26,18 @@ def policy_schema() -> dict:
 
 def _kind(value) -> str:
     if value is None:
-        return "nothing (null)"
+        return "null (an empty value, or a bare ~)"
     if isinstance(value, bool):
         return f"a boolean ({value})"
     names = {dict: "a mapping", list: "a list", str: "a string", int: "an integer", float: "a number"}
     label = names.get(type(value), type(value).__name__)
     return f"{label} ({value!r})" if isinstance(value, (str, int, float)) else label
+
+
+def _example(schema: dict, bare: bool = False) -> str:
+    """A valid value (every pattern in the schema has one: tests/test_schema.py)."""
+    example = schema.get("x-example", "")
+    return example if bare or not example else f"for example {example}"
 
 
 def _join(path: str, key) -> str:
@@ -59,13 +65,15 @@ def check(value, schema: dict, file: str, path: str = "", depth: int = 0) -> tup
         ok = isinstance(value, _TYPES[wanted]) and (wanted == "boolean" or not isinstance(value, bool))
         if not ok:
             article = {"object": "a mapping", "array": "a list", "integer": "an integer", "boolean": "true or false"}
-            bad(article.get(wanted, f"a {wanted}"), _kind(value))
+            bad(article.get(wanted, f"a {wanted}"), _kind(value),
+                "YAML reads an empty value or ~ as null: write the value, quoted if it is '~'" if value is None
+                else _example(schema))
             return value, problems
     if wanted == "string":
         if len(value) < schema.get("minLength", 0):
             bad("a non-empty string", "an empty string")
         if "pattern" in schema and not re.search(schema["pattern"], value):
-            bad(f"a string matching {schema['pattern']}", _kind(value), schema.get("description", ""))
+            bad(schema["x-expected"], _kind(value), _example(schema))
     elif wanted in ("integer", "number"):
         if "minimum" in schema and value < schema["minimum"]:
             bad(f"at least {schema['minimum']}", _kind(value))
@@ -100,8 +108,8 @@ def _check_object(value: dict, schema: dict, file: str, path: str, depth: int):
             problems.append(Problem(file=file, path=at, expected="a string key", found=_kind(key)))
             continue
         if names and not re.search(names["pattern"], key):
-            problems.append(Problem(file=file, path=at, expected=f"a name matching {names['pattern']}",
-                                    found=repr(key)))
+            problems.append(Problem(file=file, path=at, expected=names["x-expected"], found=repr(key),
+                                    hint=_example(names)))
         if key in props:
             out[key], sub = check(item, props[key], file, at, depth + 1)
         elif isinstance(extra, dict):
@@ -118,7 +126,7 @@ def _check_object(value: dict, schema: dict, file: str, path: str, depth: int):
     for key in schema.get("required", []):
         if key not in value:
             problems.append(Problem(file=file, path=_join(path, key), expected="this key", found="nothing",
-                                    hint=props.get(key, {}).get("description", "")))
+                                    hint=f"add it, e.g. {key}: {_example(props.get(key, {}), bare=True) or '…'}"))
     for key, sub_schema in props.items():
         if key not in out and "default" in sub_schema:
             out[key], sub = check(copy.deepcopy(sub_schema["default"]), sub_schema, file, _join(path, key), depth + 1)

@@ -56,14 +56,35 @@ def load_yaml(data: bytes, file: str):
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - _StrictLoader is a SafeLoader
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
-        raise PolicyError([Problem(file=file, path=where, expected="valid YAML",
-                                   found=str(exc.problem))]) from None
+        raise PolicyError([_yaml_problem(file, text, exc)]) from None
     except (yaml.YAMLError, RecursionError) as exc:
         detail = str(exc).splitlines()[0] if isinstance(exc, yaml.YAMLError) and str(exc) else ""
         raise PolicyError([Problem(file=file, path="", expected="valid YAML",
                                    found=f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__)]) from None
+
+
+# What the usual YAML mistakes look like to PyYAML, and their fix.
+_FIXES = (("'\\t'", "YAML indents with spaces only: replace the tab"),
+          ("mapping values are not allowed", "a value holding ': ' needs quotes, or the line is indented too far"),
+          ("found character '@'", "a value starting with @ or ` needs quotes"),
+          ("found character '`'", "a value starting with @ or ` needs quotes"),
+          ("expected <block end>", "the keys of one mapping must line up: check this line's indentation"),
+          ("could not find expected ':'", "each key needs ': ' after it; a value with a line break needs quotes"),
+          ("duplicate key", "each key once per mapping"))
+
+
+def _yaml_problem(file: str, text: str, exc: yaml.MarkedYAMLError) -> Problem:
+    """The parser's complaint in words, the line with a caret under the place, the usual fix."""
+    mark = exc.problem_mark
+    problem = str(exc.problem or exc).removeprefix("found ")
+    if mark is None:
+        return Problem(file=file, path="", expected="valid YAML", found=problem)
+    line = text.splitlines()[mark.line] if mark.line < len(text.splitlines()) else ""
+    shown = line.replace("\t", " ")[:120]
+    hint = next((fix for needle, fix in _FIXES if needle in problem or needle in str(exc)),
+                "check the indentation (spaces, keys lined up) and quote values with : # @ ` { } [ ] in them")
+    return Problem(file=file, path=f"line {mark.line + 1}, column {mark.column + 1}", expected="valid YAML",
+                   found=f"{problem}:\n      {shown}\n      {' ' * min(mark.column, 120)}^", hint=hint)
 
 
 def _flow_depth(text: str) -> int:

@@ -50,3 +50,32 @@ def test_a_devcontainer_for_the_bind_variant_is_written(place):
     done = run("devcontainer", "--policy", "untrusted", "--workspace-mode", "bind", "ws", cwd=place)
     assert done.returncode == 0, done.stderr
     assert json.loads((place / "ws" / ".devcontainer" / "devcontainer.json").read_text())["name"] == "sandbox: untrusted"
+
+
+def policy_file(place, body: str):
+    (place / "p.yaml").write_text("version: 1\nname: x\ndescription: d\n" + body)
+    return run("check", "./p.yaml", cwd=place)
+
+
+@pytest.mark.parametrize("body, said", [
+    ("network: {mode: proxy, allow: [localhost]}\n", "no loopback name"),
+    ("network: {mode: proxy, allow: ['*.localhost']}\n", "no loopback name"),
+    ("network: {mode: proxy, allow: [metadata.google.internal]}\n", "no cloud metadata service"),
+    ("limits: {timeout: 100000h}\n", "at most 168h"),
+    ("image: ubuntu latest\n", "an image reference"),
+    ("\tname: y\n", "YAML indents with spaces only"),
+    ("mounts:\n  - {source: ~, target: /x}\n", "quoted if it is '~'"),
+])
+def test_check_refuses_what_the_proxy_or_the_engine_would_and_says_why(body, said, place):
+    done = policy_file(place, body)
+    assert done.returncode == 120 and said in done.stdout, done.stdout
+
+
+def test_a_home_size_a_volume_ignores_is_a_warning(place):
+    done = policy_file(place, "home: {mode: volume, size: 1g}\n")
+    assert done.returncode == 0 and "home.size: ignored: a home volume has no size limit" in done.stdout
+
+
+def test_a_later_preset_narrows_and_check_says_narrowed(place):
+    done = policy_file(place, "extends: [ci, read-only]\n")
+    assert "network.mode: narrowed by preset" in done.stdout and "widened" not in done.stdout

@@ -108,8 +108,12 @@ def strict_option(command):
 
 
 def duration(ctx, param, value):
+    from launcher.policy import MAX_TIMEOUT_SECONDS, parse_duration
+
     if value is not None and not re.fullmatch(r"[0-9]+[smh]?", value):
         raise click.BadParameter("expected seconds, or a number with s, m or h (for example 90s, 10m)")
+    if value is not None and not 0 < parse_duration(value) <= MAX_TIMEOUT_SECONDS:
+        raise click.BadParameter("expected a duration above zero and at most 168h (a week)")
     return value
 
 

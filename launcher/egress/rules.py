@@ -45,6 +45,12 @@ class AllowRule:
         return host.endswith("." + self.host) if self.wildcard else host == self.host
 
 
+# Names of cloud instance metadata services (credentials live there). They resolve to link-local
+# addresses, which the proxy refuses whatever the rule, so allowing one only looks like it works.
+METADATA_NAMES = frozenset({"metadata", "metadata.google.internal", "metadata.goog", "instance-data",
+                            "instance-data.ec2.internal", "metadata.azure.internal"})
+
+
 def parse_rule(entry, allow_ip_literals: bool = False) -> AllowRule:
     """Parse `host`, `*.suffix`, either with `:port`, or `{host: ..., private: true}`. Raises
     ValueError with a hint-ready message."""
@@ -83,6 +89,12 @@ def parse_rule(entry, allow_ip_literals: bool = False) -> AllowRule:
     labels = name.split(".")
     if "*" in name or not all(_LABEL.match(label) for label in labels):
         raise ValueError("a valid host name, or *. followed by one (a wildcard only as the first label)")
+    if name == "localhost" or name.endswith(".localhost"):
+        raise ValueError("no loopback name: localhost and *.localhost always mean the machine itself, where the "
+                         "proxy never connects")
+    if name in METADATA_NAMES:
+        raise ValueError(f"no cloud metadata service: {name} answers on a link-local address, where the proxy "
+                         "never connects")
     if wildcard and (len(labels) < 2 or name in PUBLIC_SUFFIXES):
         raise ValueError(f"a narrower wildcard: *.{name} covers names anyone can register")
     if not wildcard and name in PUBLIC_SUFFIXES:
