@@ -273,15 +273,19 @@ def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
         remove_sandbox(engine, plan.container.name)
     counted, dropped = None, False
     if plan.copy:
-        taken = store.checkpoint(engine, plan.copy.name, "run timed out" if timed_out else f"run ended (exit {code})")
-        counted = taken.get("changes")
-        dropped = store.drop_if_clean(engine, plan.copy.name, taken)   # nothing to review: no clutter
+        # nothing to review: no clutter
+        with timed(listener, "copy end"):
+            counted, dropped = store.settle(engine, plan.copy.name,
+                                            "run timed out" if timed_out else f"run ended (exit {code})", made)
     return Outcome(container=plan.container.name, probe=report, exit_code=code, timed_out=timed_out, egress=egress,
                    copy=plan.copy.name if plan.copy else None, copy_changes=counted, copy_dropped=dropped)
 
 
 def _prepare_copy(engine: Engine, plan: LaunchPlan, listener: Listener) -> bool:
-    return bool(plan.copy) and store.prepare(engine, plan.copy, listener.status)
+    if not plan.copy:
+        return False
+    with timed(listener, "copy"):
+        return store.prepare(engine, plan.copy, listener.status)
 
 
 def _prepare_home(engine: Engine, plan: LaunchPlan, listener: Listener) -> bool:

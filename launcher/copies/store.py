@@ -8,27 +8,31 @@ is the container's problem)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import tarfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 from launcher import labels as label
-from launcher import resources
+from launcher import overlap, resources
+from launcher.copies import fill
 from launcher.copies.export import Exported, read_export
 from launcher.copies.limits import Limits, upper_refused
 from launcher.copies.review import Allowed
 from launcher.engine import Engine
 from launcher.errors import EngineError, NotFound, PolicyError, Problem
 from launcher.plan import CopySpec, Mount, MountKind
-from launcher.tools import TOOL_SECONDS, read_files, run_tool, tool_stream
+from launcher.tools import TOOL_SECONDS, created, read_files, run_tool, tool_stream
 
 TOOL = (resources.images_dir() / "tools" / "copytool.py").read_text()
 # root in the tools container: it copies files of any owner into the agent's, and whiteouts (the
 # overlay's deletions, character devices) between checkpoints; never any of the agent's programs.
 TOOL_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "MKNOD")
+EMPTY_DIR_LIMIT = 4096  # bytes read of v/upper's tar: an empty directory's header (and a pax one), the end
 COPY_SECONDS = 3600     # copying a workspace in: a large tree may take long, never forever
 
 Progress = Callable[[str], None]
@@ -84,34 +88,45 @@ def prepare(engine: Engine, spec: CopySpec, progress: Progress) -> bool:
         progress(f"working on the existing copy {spec.name} (`sandbox checkpoints {spec.name}` lists its history)")
         return False
     labels = dict(spec.labels)
-    made: list[str] = []
     started = time.monotonic()
+    progress(f"copying {spec.source} into volume {spec.base_volume} (the host tree is only read)")
     try:
-        for volume in (spec.base_volume, spec.upper_volume):
-            engine.create_volume(volume, labels)
-            made.append(volume)
-        progress(f"copying {spec.source} into volume {spec.base_volume} (the host tree is only read)")
-        out = _tool(engine, spec.name, ["copy", str(spec.uid), str(spec.gid), json.dumps(list(spec.exclude))],
-                    [Mount(kind=MountKind.BIND, source=spec.source, target="/src", read_only=True),
-                     _volume(spec.base_volume, "/base", False), _volume(spec.upper_volume, "/v", False)],
-                    "copying the workspace", COPY_SECONDS)
-        base, upper = (engine.volume_info(v)["Mountpoint"] for v in (spec.base_volume, spec.upper_volume))
+        made = {}
+        overlap.each(lambda volume: made.__setitem__(volume, engine.create_volume(volume, labels)),
+                     (spec.base_volume, spec.upper_volume))
+        head = _fill(engine, spec)
+        base, upper = (made[v]["Mountpoint"] for v in (spec.base_volume, spec.upper_volume))
         engine.create_volume(spec.tree_volume, labels, {
             "type": "overlay", "device": "overlay",
             # userxattr: the overlay's own markers are user.* attributes, so copying a checkpoint keeps them
             "o": f"lowerdir={base},upperdir={upper}/upper,workdir={upper}/work,userxattr"})
-        made.append(spec.tree_volume)
     except BaseException:
-        for volume in reversed(made):   # nothing of the user's is in a copy that was never used
-            try:
+        for volume in (spec.tree_volume, spec.upper_volume, spec.base_volume):   # nothing of the user's is
+            try:                                                                   # in a copy never used
                 engine.remove_volume(volume)
             except EngineError:
                 pass
         raise
-    head = json.loads(out or b"{}").get("head")
     progress(f"copied in {time.monotonic() - started:.1f} s ({f'at commit {head[:12]}' if head else 'no git commit'}); "
              "checkpoint 0 taken")
     return True
+
+
+def _fill(engine: Engine, spec: CopySpec) -> str:
+    """The host tree into the copy with checkpoint 0 (see fill.py): unpacked by the engine into a
+    created container's volumes when fill.plan can, else by the tools container. Its git HEAD."""
+    base, upper = _volume(spec.base_volume, "/base", False), _volume(spec.upper_volume, "/v", False)
+    found = fill.plan(spec)
+    if found is not None:
+        # never started, so its root may be writable: the archive unpacks at / into /base and /v
+        with created(engine, name=spec.name, mounts=[base, upper], labels={label.COPY: spec.name},
+                     writable_root=True) as ref:
+            engine.put_archive(ref, "/", fill.chunks(found))
+        return found.head
+    out = _tool(engine, spec.name, ["copy", str(spec.uid), str(spec.gid), json.dumps(list(spec.exclude))],
+                [Mount(kind=MountKind.BIND, source=spec.source, target="/src", read_only=True), base, upper],
+                "copying the workspace", COPY_SECONDS)
+    return json.loads(out or b"{}").get("head") or ""
 
 
 def _copy_of(volume: dict) -> Copy:
@@ -258,6 +273,39 @@ def drop_if_clean(engine: Engine, name: str, taken: dict) -> bool:
         return False
     drop(engine, name)
     return True
+
+
+def settle(engine: Engine, name: str, message: str, made: bool) -> tuple[int | None, bool]:
+    """At the end of a run: (changes, dropped). A copy this run made whose upper layer is still an
+    empty directory, with no checkpoint but its first and no user, is dropped without a tools
+    container (nothing was ever changed in it); any other is checkpointed (drop_if_clean)."""
+    if made and _untouched(engine, name) and not find(engine, name).users:
+        drop(engine, name)
+        return 0, True
+    taken = checkpoint(engine, name, message)
+    return taken.get("changes"), drop_if_clean(engine, name, taken)
+
+
+def _untouched(engine: Engine, name: str) -> bool:
+    """Whether v/upper is an empty directory and v/checkpoints/1 does not exist, seen through the
+    archive API of one created container: the first bytes of the engine's tar of v/upper, which
+    for an empty directory are its one header and the archive's end. Only headers are parsed, and
+    only the first two; no file of the agent's is opened on the host, its content never looked at."""
+    with created(engine, name=name, mounts=[_volume(f"{name}-upper", "/v", True)], labels={label.COPY: name}) as ref:
+        if engine.exists(ref, "/v/checkpoints/1"):
+            return False
+        head = engine.archive_head(ref, "/v/upper", EMPTY_DIR_LIMIT)
+    if not head:
+        return False
+    try:   # a zero block ends the archive (the engine may pad it): a second member or a cut one is a change
+        with tarfile.open(fileobj=io.BytesIO(head), mode="r:") as tar:
+            members = tar.getmembers()
+    except tarfile.TarError:
+        return False
+    if len(members) != 1 or not members[0].isdir() or members[0].name.rstrip("/") != "upper":
+        return False
+    after = head[members[0].offset_data:members[0].offset_data + 512]   # read, not just cut off: the end
+    return len(after) == 512 and not any(after)
 
 
 def states(engine: Engine, copies: list[Copy]) -> list[Copy]:
