@@ -16,9 +16,10 @@ import os
 import re
 import stat
 import tarfile
+import threading
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, ContextManager, Iterator
 
 from launcher.errors import EngineError
 from launcher.plan import CopySpec
@@ -26,6 +27,7 @@ from launcher.plan import CopySpec
 MAX_ENTRIES = 20_000      # beyond, the tools container's tar|tar is as fast and its start cost is noise
 MAX_BYTES = 256 << 20
 BLOCK = 512
+Phase = Callable[[], ContextManager]
 
 
 def _pattern(text: str) -> re.Pattern[bytes] | None:
@@ -237,3 +239,34 @@ def chunks(fill: Fill) -> Iterator[bytes]:
     yield from _tree(fill)
     yield from _layout(fill)
     yield bytes(2 * BLOCK)
+
+
+class Filling:
+    """A new copy whose volumes exist (a sandbox mounting them can be created) while its content
+    goes in on a thread; `wait` returns once the copy is complete, or raises what the fill raised."""
+
+    def __init__(self, fill: Callable[[], str], done: Callable[[str], None], phase: Phase):
+        self._head: str | None = None
+        self._error: BaseException | None = None
+        self._done = done
+
+        def work() -> None:
+            try:
+                with phase():
+                    self._head = fill()
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits
+                self._error = exc
+        self._thread = threading.Thread(target=work, daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        if self._done is not None:   # said once
+            done, self._done = self._done, None
+            done(self._head or "")
+
+    def settle(self) -> None:
+        """Wait for the fill however it ends (before the copy is removed after a failure)."""
+        self._thread.join()

@@ -13,7 +13,7 @@ import json
 import os
 import tarfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
@@ -76,6 +76,15 @@ def _mounts(spec_name: str, *, tree: bool, write: bool) -> list[Mount]:
 
 def prepare(engine: Engine, spec: CopySpec, progress: Progress) -> bool:
     """Make the copy, or reuse the one of that name (a second `up`, `run --name`). True if made."""
+    filling = begin(engine, spec, progress)
+    if filling is not None:
+        filling.wait()
+    return filling is not None
+
+
+def begin(engine: Engine, spec: CopySpec, progress: Progress, phase: fill.Phase = nullcontext) -> fill.Filling | None:
+    """`prepare`, the copy's content going in on a thread (see Filling); None when an existing
+    copy is reused. The caller waits for it before it starts a sandbox on it."""
     found = engine.volume_info(spec.upper_volume)
     if found is not None:
         have = (found.get("Labels") or {}).get(label.WORKSPACE)
@@ -86,7 +95,7 @@ def prepare(engine: Engine, spec: CopySpec, progress: Progress) -> bool:
         if engine.volume_info(spec.tree_volume) is None or engine.volume_info(spec.base_volume) is None:
             raise EngineError(f"copy {spec.name} is incomplete (a volume is missing); `sandbox discard {spec.name}`")
         progress(f"working on the existing copy {spec.name} (`sandbox checkpoints {spec.name}` lists its history)")
-        return False
+        return None
     labels = dict(spec.labels)
     started = time.monotonic()
     progress(f"copying {spec.source} into volume {spec.base_volume} (the host tree is only read)")
@@ -94,22 +103,28 @@ def prepare(engine: Engine, spec: CopySpec, progress: Progress) -> bool:
         made = {}
         overlap.each(lambda volume: made.__setitem__(volume, engine.create_volume(volume, labels)),
                      (spec.base_volume, spec.upper_volume))
-        head = _fill(engine, spec)
         base, upper = (made[v]["Mountpoint"] for v in (spec.base_volume, spec.upper_volume))
+        # mounted when a sandbox starts (its mount is no_copy: not at its create), once the fill made upper/, work/
         engine.create_volume(spec.tree_volume, labels, {
             "type": "overlay", "device": "overlay",
             # userxattr: the overlay's own markers are user.* attributes, so copying a checkpoint keeps them
             "o": f"lowerdir={base},upperdir={upper}/upper,workdir={upper}/work,userxattr"})
     except BaseException:
-        for volume in (spec.tree_volume, spec.upper_volume, spec.base_volume):   # nothing of the user's is
-            try:                                                                   # in a copy never used
-                engine.remove_volume(volume)
-            except EngineError:
-                pass
+        _remove_new(engine, spec)
         raise
-    progress(f"copied in {time.monotonic() - started:.1f} s ({f'at commit {head[:12]}' if head else 'no git commit'}); "
-             "checkpoint 0 taken")
-    return True
+
+    def copied(head: str) -> None:
+        progress(f"copied in {time.monotonic() - started:.1f} s ({f'at commit {head[:12]}' if head else 'no git commit'}); "
+                 "checkpoint 0 taken")
+    return fill.Filling(lambda: _fill(engine, spec), copied, phase)
+
+
+def _remove_new(engine: Engine, spec: CopySpec) -> None:
+    for volume in (spec.tree_volume, spec.upper_volume, spec.base_volume):   # nothing of the user's is in a
+        try:                                                                   # copy that was never used
+            engine.remove_volume(volume)
+        except EngineError:
+            pass
 
 
 def _fill(engine: Engine, spec: CopySpec) -> str:
@@ -275,26 +290,33 @@ def drop_if_clean(engine: Engine, name: str, taken: dict) -> bool:
     return True
 
 
-def settle(engine: Engine, name: str, message: str, made: bool) -> tuple[int | None, bool]:
+def settle(engine: Engine, name: str, message: str, made: bool, looked: bool | None = None) -> tuple[int | None, bool]:
     """At the end of a run: (changes, dropped). A copy this run made whose upper layer is still an
     empty directory, with no checkpoint but its first and no user, is dropped without a tools
-    container (nothing was ever changed in it); any other is checkpointed (drop_if_clean)."""
-    if made and _untouched(engine, name) and not find(engine, name).users:
+    container (nothing was ever changed in it); any other is checkpointed (drop_if_clean).
+    `looked`: what `untouched` said (while the run's sandbox was being removed)."""
+    if made and (untouched(engine, name) if looked is None else looked) and not find(engine, name).users:
         drop(engine, name)
         return 0, True
     taken = checkpoint(engine, name, message)
     return taken.get("changes"), drop_if_clean(engine, name, taken)
 
 
-def _untouched(engine: Engine, name: str) -> bool:
-    """Whether v/upper is an empty directory and v/checkpoints/1 does not exist, seen through the
-    archive API of one created container: the first bytes of the engine's tar of v/upper, which
-    for an empty directory are its one header and the archive's end. Only headers are parsed, and
-    only the first two; no file of the agent's is opened on the host, its content never looked at."""
-    with created(engine, name=name, mounts=[_volume(f"{name}-upper", "/v", True)], labels={label.COPY: name}) as ref:
-        if engine.exists(ref, "/v/checkpoints/1"):
+def untouched(engine: Engine, name: str, ignoring: str = "") -> bool:
+    """Whether no sandbox but `ignoring` uses the copy, v/upper is an empty directory and
+    v/checkpoints/1 does not exist, seen through the archive API of one created container: the
+    first bytes of the engine's tar of v/upper, which for an empty directory are its one header
+    and the archive's end. Only headers are parsed, and only the first two; no file of the
+    agent's is opened on the host, its content never looked at. False when it cannot tell."""
+    try:
+        if set(find(engine, name).users) - {ignoring}:
             return False
-        head = engine.archive_head(ref, "/v/upper", EMPTY_DIR_LIMIT)
+        with created(engine, name=name, mounts=[_volume(f"{name}-upper", "/v", True)], labels={label.COPY: name}) as ref:
+            if engine.exists(ref, "/v/checkpoints/1"):
+                return False
+            head = engine.archive_head(ref, "/v/upper", EMPTY_DIR_LIMIT)
+    except EngineError:   # the checkpoint says what is wrong
+        return False
     if not head:
         return False
     try:   # a zero block ends the archive (the engine may pad it): a second member or a cut one is a change
@@ -343,8 +365,11 @@ def drop(engine: Engine, name: str) -> None:
     """Remove whichever of the copy's volumes exist."""
     views = [v["Name"] for v in engine.list_volumes(label.selector(label.COPY, name))
              if (v.get("Labels") or {}).get(label.KIND) == "copy-view"]   # a killed diff's or apply's
-    for volume in views + [f"{name}-{suffix}" for suffix in ("tree", "upper", "base")]:   # overlays first
+    def remove(volume: str) -> None:
         try:
             engine.remove_volume(volume)
         except NotFound:
             pass
+    for volume in views + [f"{name}-tree"]:   # the overlays first: they hold the other two
+        remove(volume)
+    overlap.each(remove, [f"{name}-upper", f"{name}-base"])
