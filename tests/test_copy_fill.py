@@ -10,7 +10,9 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
+import time
 
 import pytest
 
@@ -275,3 +277,32 @@ def test_the_archive_copy_is_the_tools_containers_copy(engine, tmp_path, monkeyp
         for name in made:
             store.drop(engine, name)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def started_tools(name: str, since: float) -> list[str]:
+    """Names of the tools containers of copy `name` the engine started since `since`."""
+    found = subprocess.run(["docker", "events", "--since", f"{since:.3f}", "--until", f"{time.time():.3f}",
+                            "--filter", "type=container", "--filter", "event=start", "--filter",
+                            f"label={label.COPY}={name}", "--filter", f"label={label.KIND}=tool",
+                            "--format", "{{.Actor.Attributes.name}}"], capture_output=True, text=True, check=True)
+    return found.stdout.split()
+
+
+@pytest.mark.engine
+def test_a_run_that_changes_nothing_starts_no_tools_container_and_a_deletion_keeps_its_copy(engine, workspace):
+    run = [sys.executable, "-m", "launcher", "run", "--policy", "untrusted", "-w", str(workspace)]
+    name, kept = f"fill-run-{os.getpid()}", f"fill-keep-{os.getpid()}"
+    try:
+        since = time.time()
+        nothing = subprocess.run(run + ["--name", name, "--", "sh", "-c", "echo x > a && rm a"], capture_output=True,
+                                 text=True, timeout=300)
+        assert nothing.returncode == 0 and f"no changes: copy {name} dropped" in nothing.stderr, nothing.stderr
+        assert started_tools(name, since) == [] and engine.volume_info(f"{name}-upper") is None
+        since = time.time()
+        deleted = subprocess.run(run + ["--name", kept, "--", "rm", "README.md"], capture_output=True, text=True,
+                                 timeout=300)   # a whiteout only: the upper layer is not empty
+        assert deleted.returncode == 0 and f"copy {kept} (1 changed)" in deleted.stderr, deleted.stderr
+        assert len(started_tools(kept, since)) == 1   # the checkpoint at the end
+    finally:
+        for copy in (name, kept):
+            store.drop(engine, copy)

@@ -1,10 +1,12 @@
 """Copies as Docker volumes: NAME-base (the copy of the host tree, the overlay's lower layer),
 NAME-upper (the agent's changes, the overlay's work dir and the checkpoints), NAME-tree (the
 overlay the sandbox mounts) and, while diff or apply reads one, NAME-view-XXXXXX (a checkpoint laid
-over the copy, read-only). Every operation on their content runs in a tools container: our agent
-image running images/tools/copytool.py, no network, read-only root, only the volumes it needs, a
-time limit; the host never opens the agent's files in place (a FIFO, a symlink or a huge file there
-is the container's problem)."""
+over the copy, read-only). Every operation on the agent's files runs in a tools container: our
+agent image running images/tools/copytool.py, no network, read-only root, only the volumes it
+needs, a time limit; the host never opens the agent's files in place (a FIFO, a symlink or a huge
+file there is the container's problem). Two things need none: the user's tree goes in as a tar
+through the engine's archive API (fill.py: reading the user's tree is not the risky direction),
+and a run's end looks whether the upper layer is still an empty directory (`untouched`)."""
 
 from __future__ import annotations
 
@@ -77,9 +79,14 @@ def _mounts(spec_name: str, *, tree: bool, write: bool) -> list[Mount]:
 def prepare(engine: Engine, spec: CopySpec, progress: Progress) -> bool:
     """Make the copy, or reuse the one of that name (a second `up`, `run --name`). True if made."""
     filling = begin(engine, spec, progress)
-    if filling is not None:
+    if filling is None:
+        return False
+    try:
         filling.wait()
-    return filling is not None
+    except BaseException:
+        _remove_new(engine, spec)
+        raise
+    return True
 
 
 def begin(engine: Engine, spec: CopySpec, progress: Progress, phase: fill.Phase = nullcontext) -> fill.Filling | None:
