@@ -10,7 +10,9 @@ busy machine slows every figure alike):
   none     sandbox run --policy untrusted --workspace-mode bind -- true
   proxy    sandbox run --policy ci --workspace-mode bind --allow files.test -- true (proxy mode;
            the proxy's outside network is one this script made, internal, unless --default-egress)
-and prints medians, the ratios none/plain and proxy/none, and the median of each launch phase
+  copy     sandbox run --policy untrusted -- true (copy mode: the copy made, then dropped unchanged)
+on a small repository (examples/untrusted-repo with one commit), and prints medians, the ratios
+none/plain, proxy/none and copy/none, and the median of each launch phase
 (SANDBOX_TIMINGS=1). --compare DIR runs the launcher in DIR (a checkout of another commit) in the
 same rounds as well, for before/after figures from one run. The launcher runs byte-compiled, as an
 installed one does (PYTHONDONTWRITEBYTECODE is dropped for it).
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,7 +42,10 @@ def env_for(tree: Path) -> dict[str, str]:
 
 def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
     start = time.perf_counter()
-    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    # run in the launcher's own tree: `python -m` puts the working directory first on sys.path,
+    # before PYTHONPATH, so from another checkout's root --compare would measure that checkout
+    cwd = env["PYTHONPATH"] if env and "PYTHONPATH" in env else None
+    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"failed ({done.returncode}): {shlex.join(argv)}\n{done.stderr}")
@@ -56,6 +62,17 @@ def phases(stderr: str) -> dict[str, float]:
             parts = line.split()
             table["total" if parts[0] == "total" else " ".join(parts[:-2])] = float(parts[-1])
     return table
+
+
+def small_repository(ws: str) -> None:
+    """examples/untrusted-repo with one commit, owned by the agent's uid (bind mode writes there)."""
+    shutil.copytree(ROOT / "examples" / "untrusted-repo", ws)
+    git = ["git", "-C", ws, "-c", "user.name=bench", "-c", "user.email=bench@example.invalid"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-qm", "start"], check=True)
+    if os.geteuid() == 0:
+        subprocess.run(["chown", "-R", "1000:1000", ws], check=True)
 
 
 def docker_argvs(sandbox: list[str], env: dict[str, str], common: list[str]) -> tuple[list[str], list[str]]:
@@ -84,17 +101,18 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             ws = os.path.join(tmp, "ws")
-            os.mkdir(ws)
-            os.chown(ws, 1000, 1000) if os.geteuid() == 0 else None
+            small_repository(ws)
             none = ["run", "--policy", "untrusted", "--workspace-mode", "bind", "--workspace", ws, "--", "true"]
             proxy = ["run", "--policy", "ci", "--workspace-mode", "bind", "--workspace", ws, "--allow", "files.test",
                      *([] if args.default_egress else ["--egress-network", NET]), "--", "true"]
             plain, probed = docker_argvs(sandbox, env_for(ROOT), none[1:7])
             runs: dict[str, tuple[list[str], dict | None]] = {"docker plain": (plain, None),
                                                               "docker probed": (probed, None)}
+            copy = ["run", "--policy", "untrusted", "--workspace-mode", "copy", "--workspace", ws, "--", "true"]
             for label, tree in trees.items():
                 runs[f"{label}none"] = (sandbox + none, env_for(tree))
                 runs[f"{label}proxy"] = (sandbox + proxy, env_for(tree))
+                runs[f"{label}copy"] = (sandbox + copy, env_for(tree))
             for argv, env in runs.values():   # builds images, writes byte code
                 timed(argv, env)
             wall: dict[str, list[float]] = {name: [] for name in runs}
@@ -124,7 +142,8 @@ def main() -> None:
     for label in trees:
         print(f"{label or 'this '}tree: none / docker plain  {med[label + 'none'] / med['docker plain']:.2f}   "
               f"none / docker probed  {med[label + 'none'] / med['docker probed']:.2f}   "
-              f"proxy / none  {med[label + 'proxy'] / med[label + 'none']:.2f}")
+              f"proxy / none  {med[label + 'proxy'] / med[label + 'none']:.2f}   "
+              f"copy / none  {med[label + 'copy'] / med[label + 'none']:.2f}")
     print("phase medians, ms (proxy-mode phases overlap; 'total' is the launcher's own clock):")
     names = [n for n in runs if table[n] and table[n][0]]
     keys = list(dict.fromkeys(k for n in names for row in table[n] for k in row))

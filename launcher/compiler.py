@@ -198,7 +198,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     if copy_mode:
         copy = CopySpec(name=container_name, source=ws.real, uid=_user(policy, host)[0], gid=_user(policy, host)[1],
                         exclude=policy.workspace.exclude, protected=policy.workspace.protected, labels=())
-        mounts = [Mount(kind=MountKind.VOLUME, source=copy.tree_volume, target=target, read_only=not writable_ws)]
+        mounts = [Mount(kind=MountKind.VOLUME, source=copy.tree_volume, target=target, read_only=not writable_ws, no_copy=True)]
     else:
         mounts = [Mount(kind=MountKind.BIND, source=ws.real, target=target, read_only=not writable_ws)]
     placeholders: list[str] = []

@@ -142,10 +142,10 @@ class Engine:
                 self.client.api.remove_volume(name, force=True)
                 raise
 
-    def create_volume(self, name: str, labels: dict, options: dict | None = None) -> None:
-        """A local volume; `options`: the local driver's mount options (type, device, o)."""
+    def create_volume(self, name: str, labels: dict, options: dict | None = None) -> dict:
+        """A local volume (its `docker volume inspect`); `options`: the local driver's mount options."""
         with _mapped(f"creating volume {name}"):
-            self.client.api.create_volume(name, driver="local", driver_opts=options or None, labels=labels)
+            return self.client.api.create_volume(name, driver="local", driver_opts=options or None, labels=labels)
 
     def volume_info(self, name: str) -> dict | None:
         """`docker volume inspect` (Labels, Mountpoint, Options), or None when there is none."""
@@ -303,6 +303,28 @@ class Engine:
         EngineError beyond `limit` bytes (nothing more is read)."""
         import tarfile
 
+        def regular(info: dict) -> bool:   # no Go file type bits: not a directory, link, device...
+            return not info.get("mode", 0) & 0xFFF00000 and (info.get("size", 0) <= limit or _over(path, limit))
+
+        data = self.archive_head(ref, path, limit + (64 << 10) + 1, regular)
+        if data is None:
+            return None
+        if len(data) > limit + (64 << 10):    # the tar's headers and padding, then the bound
+            _over(path, limit)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            member = tar.next()
+            if member is None or not member.isreg() or member.size > limit:
+                return None
+            return tar.extractfile(member).read()
+
+    def put_archive(self, ref: str, path: str, chunks: Iterator[bytes]) -> None:
+        """Unpack the tar `chunks` stream at `path` of a container (created is enough)."""
+        with _mapped(f"writing into {path} of {ref}"):
+            self.client.api.put_archive(ref, path, chunks)
+
+    def archive_head(self, ref: str, path: str, limit: int, wanted: Callable[[dict], bool] = lambda _: True) -> bytes | None:
+        """The first `limit` bytes of the tar the engine makes of `path` (all of it if shorter),
+        None when there is no such path or `wanted` refuses its stat; nothing more is read."""
         import docker.errors
 
         with _mapped(f"reading {path} of {ref}"):
@@ -310,20 +332,23 @@ class Engine:
                 stream, info = self.client.api.get_archive(ref, path, chunk_size=1 << 16)
             except docker.errors.NotFound:
                 return None
-            if info.get("mode", 0) & 0xFFF00000:   # Go's file type bits: a directory, link, device...
+            if not wanted(info):
                 return None
-            if info.get("size", 0) > limit:
-                _over(path, limit)
             data = b""
             for chunk in stream:
                 data += chunk
-                if len(data) > limit + (64 << 10):    # the tar's headers and padding, then the bound
-                    _over(path, limit)
-            with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-                member = tar.next()
-                if member is None or not member.isreg() or member.size > limit:
-                    return None
-                return tar.extractfile(member).read()
+                if len(data) >= limit:
+                    break
+            return data[:limit]
+
+    def exists(self, ref: str, path: str) -> bool:
+        """Whether `path` exists in a container (a stat: HEAD of the archive API, no tar is made)."""
+        api = self.client.api
+        with _mapped(f"looking at {path} of {ref}"):
+            answer = api.head(api._url("/containers/{0}/archive", ref), params={"path": path})
+            if answer.status_code not in (200, 404):
+                answer.raise_for_status()
+            return answer.status_code == 200
 
     def pause(self, ref: str) -> None:
         with _mapped(f"pausing {ref}"):

@@ -13,6 +13,7 @@ from typing import Protocol
 from launcher import labels as label
 from launcher import checks, home, host, overlap, runtimes, workspaces
 from launcher.copies import store
+from launcher.copies.fill import Filling
 from launcher.engine import Engine
 from launcher.egress import proxy
 from launcher.egress.audit import EgressEvent
@@ -155,12 +156,16 @@ def _create(engine: Engine, plan: LaunchPlan, listener: Listener) -> tuple[str, 
     return ref, output
 
 
-def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener) -> tuple[str, _Output, ProbeReport, bytes]:
+def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener,
+                     filling: Filling | None) -> tuple[str, _Output, ProbeReport, bytes]:
     try:
         if plan.proxy:   # the container is made while the proxy starts; it starts once the proxy is ready
             ref, output = proxy.start(engine, plan, listener, lambda: _create(engine, plan, listener))
         else:
             ref, output = _create(engine, plan, listener)
+        if filling is not None:   # made while the copy went in; started on a complete one
+            with timed(listener, "copy wait"):
+                filling.wait()
         with timed(listener, "start"):
             engine.start(ref)
         with timed(listener, "probe"):
@@ -241,13 +246,14 @@ def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
     require_runtime(engine, plan)
     made_home = _prepare_home(engine, plan, listener)
     try:
-        made = _prepare_copy(engine, plan, listener)
+        filling = _prepare_copy(engine, plan, listener)
     except BaseException as primary:
         _drop_new_home(engine, plan, made_home, primary)
         raise
+    made = filling is not None
     try:
         # Inside the try: a signal right after the probe passed must not leave the sandbox behind.
-        ref, output, report, rest = _start_and_probe(engine, plan, listener)
+        ref, output, report, rest = _start_and_probe(engine, plan, listener, filling)
         started = True
         if rest:
             listener.output("stdout", rest)
@@ -265,23 +271,41 @@ def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
     except BaseException as primary:
         _cleaning_up(primary, lambda: remove_sandbox(engine, plan.container.name), f"removing {plan.container.name}")
         if made and not started:   # the agent never ran: nothing of its work is lost
-            _cleaning_up(primary, lambda: store.discard(engine, plan.copy.name), f"removing copy {plan.copy.name}")
+            _discard_new(engine, plan, filling, primary)
         if not started:
             _drop_new_home(engine, plan, made_home, primary)
         raise
+    looked: list[bool] = []
     with timed(listener, "remove"):
-        remove_sandbox(engine, plan.container.name)
+        if made and not timed_out:   # the agent has exited: its copy is looked at while its container goes
+            overlap.each(lambda job: job(), [lambda: remove_sandbox(engine, plan.container.name),
+                                             lambda: looked.append(store.untouched(engine, plan.copy.name,
+                                                                                   plan.container.name))])
+        else:
+            remove_sandbox(engine, plan.container.name)
     counted, dropped = None, False
     if plan.copy:
-        taken = store.checkpoint(engine, plan.copy.name, "run timed out" if timed_out else f"run ended (exit {code})")
-        counted = taken.get("changes")
-        dropped = store.drop_if_clean(engine, plan.copy.name, taken)   # nothing to review: no clutter
+        # nothing to review: no clutter
+        with timed(listener, "copy end"):
+            counted, dropped = store.settle(engine, plan.copy.name,
+                                            "run timed out" if timed_out else f"run ended (exit {code})", made,
+                                            looked[0] if looked else None)
     return Outcome(container=plan.container.name, probe=report, exit_code=code, timed_out=timed_out, egress=egress,
                    copy=plan.copy.name if plan.copy else None, copy_changes=counted, copy_dropped=dropped)
 
 
-def _prepare_copy(engine: Engine, plan: LaunchPlan, listener: Listener) -> bool:
-    return bool(plan.copy) and store.prepare(engine, plan.copy, listener.status)
+def _prepare_copy(engine: Engine, plan: LaunchPlan, listener: Listener) -> Filling | None:
+    """A new copy going in while the sandbox is created (None: no copy, or an existing one)."""
+    if not plan.copy:
+        return None
+    with timed(listener, "copy volumes"):
+        return store.begin(engine, plan.copy, listener.status, lambda: timed(listener, "copy"))
+
+
+def _discard_new(engine: Engine, plan: LaunchPlan, filling: Filling, primary: BaseException) -> None:
+    """The copy this launch made, once its fill has ended (its container holds the volumes)."""
+    filling.settle()
+    _cleaning_up(primary, lambda: store.discard(engine, plan.copy.name), f"removing copy {plan.copy.name}")
 
 
 def _prepare_home(engine: Engine, plan: LaunchPlan, listener: Listener) -> bool:
@@ -298,13 +322,13 @@ def up(engine: Engine, plan: LaunchPlan, listener: Listener) -> ProbeReport:
     """Start a long-lived sandbox; it stays until `sandbox down` (a copy stays after that too)."""
     require_runtime(engine, plan)
     made_home = _prepare_home(engine, plan, listener)
-    made = False
+    filling = None
     try:
-        made = _prepare_copy(engine, plan, listener)
-        _, _, report, _ = _start_and_probe(engine, plan, listener)
+        filling = _prepare_copy(engine, plan, listener)
+        _, _, report, _ = _start_and_probe(engine, plan, listener, filling)
     except BaseException as primary:
-        if made:
-            _cleaning_up(primary, lambda: store.discard(engine, plan.copy.name), f"removing copy {plan.copy.name}")
+        if filling is not None:
+            _discard_new(engine, plan, filling, primary)
         _drop_new_home(engine, plan, made_home, primary)
         raise
     return report

@@ -20,11 +20,11 @@ OUTPUT_LIMIT = 64 << 20                    # bytes of a job's answer (JSON) the 
 
 
 def _spec(name: str, entrypoint: tuple[str, ...], argv: list[str], mounts: list[Mount], caps: tuple[str, ...],
-          labels: dict[str, str]) -> ContainerSpec:
+          labels: dict[str, str], read_only_root: bool = True) -> ContainerSpec:
     return ContainerSpec(
         name=name, image=TOOL_IMAGE, user="0:0", entrypoint=entrypoint,
         command=tuple(argv), env=(("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),), working_dir="/",
-        mounts=tuple(mounts), network_mode="none", read_only_root=True, cap_drop=("ALL",), cap_add=caps,
+        mounts=tuple(mounts), network_mode="none", read_only_root=read_only_root, cap_drop=("ALL",), cap_add=caps,
         security_opt=("no-new-privileges",), pids_limit=256, memory_bytes=1 << 30, nano_cpus=None,
         labels=tuple(sorted({label.MANAGED: "1", label.KIND: "tool", label.SANDBOX: name,
                              label.OWNER_PID: str(os.getpid()), **labels}.items())), hostname="sandbox-tools")
@@ -70,16 +70,16 @@ def run_tool(engine: Engine, *, name: str, entrypoint: tuple[str, ...], argv: li
     return answer
 
 
-def read_files(engine: Engine, *, name: str, mounts: list[Mount], paths: list[str], labels: dict[str, str],
-               limit: int = 1 << 16) -> dict[str, bytes | None]:
-    """Small files of our volumes through one created, never started container (the archive API):
-    no process runs, so one look at many volumes costs a create and a remove. Each path's bytes,
-    None where there is no regular file. A volume that vanished meanwhile, which the engine would
-    create empty for the mount, is removed again."""
-    spec = _spec(f"{name}-look-{os.urandom(3).hex()}", ("true",), [], mounts, (), labels)
-    ref = engine.create(spec)
+@contextmanager
+def created(engine: Engine, *, name: str, mounts: list[Mount], labels: dict[str, str],
+            writable_root: bool = False) -> Iterator[str]:
+    """A container of our volumes that is created and never started, for the archive API (no
+    process runs: a look or a fill costs a create and a remove). A volume that vanished meanwhile,
+    which the engine would create empty for the mount, is removed again afterwards."""
+    ref = engine.create(_spec(f"{name}-look-{os.urandom(3).hex()}", ("true",), [], mounts, (), labels,
+                              read_only_root=not writable_root))
     try:
-        return {path: engine.read_file(ref, path, limit) for path in paths}
+        yield ref
     finally:
         engine.remove(ref)
         for mount in mounts:
@@ -89,3 +89,11 @@ def read_files(engine: Engine, *, name: str, mounts: list[Mount], paths: list[st
                     engine.remove_volume(mount.source)
                 except EngineError:
                     pass
+
+
+def read_files(engine: Engine, *, name: str, mounts: list[Mount], paths: list[str], labels: dict[str, str],
+               limit: int = 1 << 16) -> dict[str, bytes | None]:
+    """Small files of our volumes through one created, never started container (see `created`):
+    each path's bytes, None where there is no regular file."""
+    with created(engine, name=name, mounts=mounts, labels=labels) as ref:
+        return {path: engine.read_file(ref, path, limit) for path in paths}

@@ -1,34 +1,40 @@
 """Copies as Docker volumes: NAME-base (the copy of the host tree, the overlay's lower layer),
 NAME-upper (the agent's changes, the overlay's work dir and the checkpoints), NAME-tree (the
 overlay the sandbox mounts) and, while diff or apply reads one, NAME-view-XXXXXX (a checkpoint laid
-over the copy, read-only). Every operation on their content runs in a tools container: our agent
-image running images/tools/copytool.py, no network, read-only root, only the volumes it needs, a
-time limit; the host never opens the agent's files in place (a FIFO, a symlink or a huge file there
-is the container's problem)."""
+over the copy, read-only). Every operation on the agent's files runs in a tools container: our
+agent image running images/tools/copytool.py, no network, read-only root, only the volumes it
+needs, a time limit; the host never opens the agent's files in place (a FIFO, a symlink or a huge
+file there is the container's problem). Two things need none: the user's tree goes in as a tar
+through the engine's archive API (fill.py: reading the user's tree is not the risky direction),
+and a run's end looks whether the upper layer is still an empty directory (`untouched`)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import tarfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 from launcher import labels as label
-from launcher import resources
+from launcher import overlap, resources
+from launcher.copies import fill
 from launcher.copies.export import Exported, read_export
 from launcher.copies.limits import Limits, upper_refused
 from launcher.copies.review import Allowed
 from launcher.engine import Engine
 from launcher.errors import EngineError, NotFound, PolicyError, Problem
 from launcher.plan import CopySpec, Mount, MountKind
-from launcher.tools import TOOL_SECONDS, read_files, run_tool, tool_stream
+from launcher.tools import TOOL_SECONDS, created, read_files, run_tool, tool_stream
 
 TOOL = (resources.images_dir() / "tools" / "copytool.py").read_text()
 # root in the tools container: it copies files of any owner into the agent's, and whiteouts (the
 # overlay's deletions, character devices) between checkpoints; never any of the agent's programs.
 TOOL_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "MKNOD")
+EMPTY_DIR_LIMIT = 4096  # bytes read of v/upper's tar: an empty directory's header (and a pax one), the end
 COPY_SECONDS = 3600     # copying a workspace in: a large tree may take long, never forever
 
 Progress = Callable[[str], None]
@@ -72,6 +78,20 @@ def _mounts(spec_name: str, *, tree: bool, write: bool) -> list[Mount]:
 
 def prepare(engine: Engine, spec: CopySpec, progress: Progress) -> bool:
     """Make the copy, or reuse the one of that name (a second `up`, `run --name`). True if made."""
+    filling = begin(engine, spec, progress)
+    if filling is None:
+        return False
+    try:
+        filling.wait()
+    except BaseException:
+        _remove_new(engine, spec)
+        raise
+    return True
+
+
+def begin(engine: Engine, spec: CopySpec, progress: Progress, phase: fill.Phase = nullcontext) -> fill.Filling | None:
+    """`prepare`, the copy's content going in on a thread (see Filling); None when an existing
+    copy is reused. The caller waits for it before it starts a sandbox on it."""
     found = engine.volume_info(spec.upper_volume)
     if found is not None:
         have = (found.get("Labels") or {}).get(label.WORKSPACE)
@@ -82,36 +102,53 @@ def prepare(engine: Engine, spec: CopySpec, progress: Progress) -> bool:
         if engine.volume_info(spec.tree_volume) is None or engine.volume_info(spec.base_volume) is None:
             raise EngineError(f"copy {spec.name} is incomplete (a volume is missing); `sandbox discard {spec.name}`")
         progress(f"working on the existing copy {spec.name} (`sandbox checkpoints {spec.name}` lists its history)")
-        return False
+        return None
     labels = dict(spec.labels)
-    made: list[str] = []
     started = time.monotonic()
+    progress(f"copying {spec.source} into volume {spec.base_volume} (the host tree is only read)")
     try:
-        for volume in (spec.base_volume, spec.upper_volume):
-            engine.create_volume(volume, labels)
-            made.append(volume)
-        progress(f"copying {spec.source} into volume {spec.base_volume} (the host tree is only read)")
-        out = _tool(engine, spec.name, ["copy", str(spec.uid), str(spec.gid), json.dumps(list(spec.exclude))],
-                    [Mount(kind=MountKind.BIND, source=spec.source, target="/src", read_only=True),
-                     _volume(spec.base_volume, "/base", False), _volume(spec.upper_volume, "/v", False)],
-                    "copying the workspace", COPY_SECONDS)
-        base, upper = (engine.volume_info(v)["Mountpoint"] for v in (spec.base_volume, spec.upper_volume))
+        made = {}
+        overlap.each(lambda volume: made.__setitem__(volume, engine.create_volume(volume, labels)),
+                     (spec.base_volume, spec.upper_volume))
+        base, upper = (made[v]["Mountpoint"] for v in (spec.base_volume, spec.upper_volume))
+        # mounted when a sandbox starts (its mount is no_copy: not at its create), once the fill made upper/, work/
         engine.create_volume(spec.tree_volume, labels, {
             "type": "overlay", "device": "overlay",
             # userxattr: the overlay's own markers are user.* attributes, so copying a checkpoint keeps them
             "o": f"lowerdir={base},upperdir={upper}/upper,workdir={upper}/work,userxattr"})
-        made.append(spec.tree_volume)
     except BaseException:
-        for volume in reversed(made):   # nothing of the user's is in a copy that was never used
-            try:
-                engine.remove_volume(volume)
-            except EngineError:
-                pass
+        _remove_new(engine, spec)
         raise
-    head = json.loads(out or b"{}").get("head")
-    progress(f"copied in {time.monotonic() - started:.1f} s ({f'at commit {head[:12]}' if head else 'no git commit'}); "
-             "checkpoint 0 taken")
-    return True
+
+    def copied(head: str) -> None:
+        progress(f"copied in {time.monotonic() - started:.1f} s ({f'at commit {head[:12]}' if head else 'no git commit'}); "
+                 "checkpoint 0 taken")
+    return fill.Filling(lambda: _fill(engine, spec), copied, phase)
+
+
+def _remove_new(engine: Engine, spec: CopySpec) -> None:
+    for volume in (spec.tree_volume, spec.upper_volume, spec.base_volume):   # nothing of the user's is in a
+        try:                                                                   # copy that was never used
+            engine.remove_volume(volume)
+        except EngineError:
+            pass
+
+
+def _fill(engine: Engine, spec: CopySpec) -> str:
+    """The host tree into the copy with checkpoint 0 (see fill.py): unpacked by the engine into a
+    created container's volumes when fill.plan can, else by the tools container. Its git HEAD."""
+    base, upper = _volume(spec.base_volume, "/base", False), _volume(spec.upper_volume, "/v", False)
+    found = fill.plan(spec)
+    if found is not None:
+        # never started, so its root may be writable: the archive unpacks at / into /base and /v
+        with created(engine, name=spec.name, mounts=[base, upper], labels={label.COPY: spec.name},
+                     writable_root=True) as ref:
+            engine.put_archive(ref, "/", fill.chunks(found))
+        return found.head
+    out = _tool(engine, spec.name, ["copy", str(spec.uid), str(spec.gid), json.dumps(list(spec.exclude))],
+                [Mount(kind=MountKind.BIND, source=spec.source, target="/src", read_only=True), base, upper],
+                "copying the workspace", COPY_SECONDS)
+    return json.loads(out or b"{}").get("head") or ""
 
 
 def _copy_of(volume: dict) -> Copy:
@@ -260,6 +297,46 @@ def drop_if_clean(engine: Engine, name: str, taken: dict) -> bool:
     return True
 
 
+def settle(engine: Engine, name: str, message: str, made: bool, looked: bool | None = None) -> tuple[int | None, bool]:
+    """At the end of a run: (changes, dropped). A copy this run made whose upper layer is still an
+    empty directory, with no checkpoint but its first and no user, is dropped without a tools
+    container (nothing was ever changed in it); any other is checkpointed (drop_if_clean).
+    `looked`: what `untouched` said (while the run's sandbox was being removed)."""
+    if made and (untouched(engine, name) if looked is None else looked) and not find(engine, name).users:
+        drop(engine, name)
+        return 0, True
+    taken = checkpoint(engine, name, message)
+    return taken.get("changes"), drop_if_clean(engine, name, taken)
+
+
+def untouched(engine: Engine, name: str, ignoring: str = "") -> bool:
+    """Whether no sandbox but `ignoring` uses the copy, v/upper is an empty directory and
+    v/checkpoints/1 does not exist, seen through the archive API of one created container: the
+    first bytes of the engine's tar of v/upper, which for an empty directory are its one header
+    and the archive's end. Only headers are parsed, and only the first two; no file of the
+    agent's is opened on the host, its content never looked at. False when it cannot tell."""
+    try:
+        if set(find(engine, name).users) - {ignoring}:
+            return False
+        with created(engine, name=name, mounts=[_volume(f"{name}-upper", "/v", True)], labels={label.COPY: name}) as ref:
+            if engine.exists(ref, "/v/checkpoints/1"):
+                return False
+            head = engine.archive_head(ref, "/v/upper", EMPTY_DIR_LIMIT)
+    except EngineError:   # the checkpoint says what is wrong
+        return False
+    if not head:
+        return False
+    try:   # a zero block ends the archive (the engine may pad it): a second member or a cut one is a change
+        with tarfile.open(fileobj=io.BytesIO(head), mode="r:") as tar:
+            members = tar.getmembers()
+    except tarfile.TarError:
+        return False
+    if len(members) != 1 or not members[0].isdir() or members[0].name.rstrip("/") != "upper":
+        return False
+    after = head[members[0].offset_data:members[0].offset_data + 512]   # read, not just cut off: the end
+    return len(after) == 512 and not any(after)
+
+
 def states(engine: Engine, copies: list[Copy]) -> list[Copy]:
     """The copies with what their last checkpoint counted (v/state.json), read through one created,
     never started container for all of them (the archive API): no tools container per copy.
@@ -295,8 +372,11 @@ def drop(engine: Engine, name: str) -> None:
     """Remove whichever of the copy's volumes exist."""
     views = [v["Name"] for v in engine.list_volumes(label.selector(label.COPY, name))
              if (v.get("Labels") or {}).get(label.KIND) == "copy-view"]   # a killed diff's or apply's
-    for volume in views + [f"{name}-{suffix}" for suffix in ("tree", "upper", "base")]:   # overlays first
+    def remove(volume: str) -> None:
         try:
             engine.remove_volume(volume)
         except NotFound:
             pass
+    for volume in views + [f"{name}-tree"]:   # the overlays first: they hold the other two
+        remove(volume)
+    overlap.each(remove, [f"{name}-upper", f"{name}-base"])
