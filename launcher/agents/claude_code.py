@@ -26,6 +26,9 @@ PROFILE = AgentProfile(
     command="claude",
     headless=("claude", "-p", "{task}", "--dangerously-skip-permissions"),
     interactive=("claude", "--dangerously-skip-permissions"),
+    # Sessions: ~/.claude/projects/-workspace/<id>.jsonl (the directory named after the working
+    # directory); --continue takes the newest there and resends the whole conversation.
+    resume=("claude", "--continue", "-p", "{task}", "--dangerously-skip-permissions"),
     # ~/.claude.json is replaced by temp file + rename: the home must be a directory mount, never a
     # bind-mounted single file (EBUSY). It also writes /tmp/claude-<uid>/ (needs a writable /tmp).
     home_paths=(".claude", ".claude.json"),
