@@ -55,5 +55,7 @@ PROFILE = AgentProfile(
     # api.github.com, chatgpt.com and ab.chatgpt.com; nothing else was tried.
     blocked=(),
     verified="0.171.0: one exec_command tool call + final answer against images/model-api, plain docker run "
-             "(read-only root, tmpfs home), exit 0, no other host tried (tests/test_agents_real.py)",
+             "(read-only root, tmpfs home), exit 0, no other host tried (tests/test_agents_real.py); `resume` in a new "
+             "sandbox with home.mode volume resends the first session and its tool call runs, through run and "
+             "through up after down (tests/test_agents_state.py)",
 )
