@@ -16,7 +16,7 @@ import pytest
 
 from launcher import agents
 from launcher.plan import home_volume_name
-from test_agents_launcher import UPSTREAM, upstream  # noqa: F401  (the stand-in fixture)
+from test_agents_launcher import UPSTREAM, owned_workspace, upstream  # noqa: F401  (the stand-in fixture)
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 SANDBOX = [sys.executable, "-m", "launcher"]
@@ -38,10 +38,7 @@ def task(argv: tuple[str, ...], text: str) -> list[str]:
 def test_the_next_sandbox_on_the_workspace_continues_the_cli_session(name, how, engine, upstream, tmp_path):  # noqa: F811
     network, key, log, reset = upstream
     profile = agents.get(name)
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    os.chown(workspace, 1000, 1000)
-    os.chmod(tmp_path, 0o755)
+    workspace = owned_workspace(tmp_path)
     policy = tmp_path / "agentstate.yaml"
     policy.write_text(POLICY)
     volume = home_volume_name(os.path.realpath(workspace), name)
