@@ -56,6 +56,15 @@ def upstream(engine):
         docker("network", "rm", network, check=False)
 
 
+def owned_workspace(tmp_path):
+    """An empty workspace of uid 1000 (the agent's, as a developer's checkout would be)."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    os.chown(workspace, 1000, 1000)
+    os.chmod(tmp_path, 0o755)
+    return workspace
+
+
 def policy(profile: agents.AgentProfile, tag: str, static_env: dict[str, str]) -> dict:
     header = profile.model.header
     return {"version": 1, "name": f"{profile.name}-real", "description": f"The real {profile.name} CLI, its key injected by the proxy.",
@@ -91,10 +100,7 @@ def test_real_cli_through_the_launcher_gets_the_key_from_the_proxy(name, key_in_
     network, key, log, reset = upstream
     profile = agents.get(name)
     image = images.build_agent(engine, profile.image, lambda line: None, images.extra_ca_files())
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    os.chown(workspace, 1000, 1000)
-    os.chmod(tmp_path, 0o755)
+    workspace = owned_workspace(tmp_path)
     static, argv = command(profile, key_in_file)
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(json.dumps(policy(profile, image.tag, static)))   # JSON is YAML
@@ -134,10 +140,7 @@ def test_agent_flag_runs_the_real_cli_with_its_key_injected(name, preset, engine
     only in the proxy; the CLI's own exit code; the marker in the host workspace, the owner's."""
     network, key, log, reset = upstream
     profile = agents.get(name)
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    os.chown(workspace, 1000, 1000)
-    os.chmod(tmp_path, 0o755)
+    workspace = owned_workspace(tmp_path)
     task = [a.replace("{task}", "Create the marker file.") for a in profile.headless]
     reset()
     done = subprocess.run([*SANDBOX, "run", "--policy", preset, "--agent", name, "--model-key-env", "MODEL_KEY",
@@ -240,10 +243,7 @@ def test_up_with_the_agent_flag_gives_a_shell_where_claude_works(engine, upstrea
     from conftest import read_until
 
     network, key, log, reset = upstream
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    os.chown(workspace, 1000, 1000)
-    os.chmod(tmp_path, 0o755)
+    workspace = owned_workspace(tmp_path)
     name = f"sandbox-test-up-agent-{os.getpid()}"
     reset()
     command = [*SANDBOX, "up", "--agent", "claude-code", "--model-key-env", "MODEL_KEY",

@@ -3,7 +3,9 @@
 One conversation per agent CLI: the first request that offers a shell tool gets a call of that tool
 running `echo done > marker-<agent>.txt`; a request carrying the tool's result gets a final text
 answer; anything else (titles, token counts, side questions) gets a short text. aider has no shell
-tool: its first answer writes the marker through aider's whole-file edit format instead.
+tool: its first answer writes the marker through aider's whole-file edit format instead. A new
+prompt in a conversation that already holds a tool call (a resumed session: `claude --continue`,
+`codex exec resume`) gets a second call, `echo continued >> marker-<agent>.txt`, answered "continued".
 
 Every request is appended to $MODEL_API_LOG (JSON lines: method, path, headers, body, what was
 answered) so tests can check which key header arrived. With $MODEL_API_EXPECTED_KEY set, a request
@@ -28,8 +30,9 @@ def marker(agent: str) -> str:
     return os.environ.get("MODEL_API_MARKER", f"marker-{agent}.txt")
 
 
-def command(agent: str) -> str:
-    return f"echo done > {marker(agent)}"
+def command(agent: str, calls: int = 0) -> str:
+    """The shell command of the conversation's next tool call, after `calls` earlier ones."""
+    return f"echo continued >> {marker(agent)}" if calls else f"echo done > {marker(agent)}"
 
 
 def fill(schema: dict):
@@ -148,12 +151,14 @@ class Handler(BaseHTTPRequestHandler):
         last = messages[-1].get("content") if messages else None
         has_result = isinstance(last, list) and any(b.get("type") == "tool_result" for b in last if isinstance(b, dict))
         tools = {t.get("name") for t in body.get("tools") or []}
+        calls = sum(isinstance(b, dict) and b.get("type") == "tool_use" for m in messages
+                    if m.get("role") == "assistant" and isinstance(m.get("content"), list) for b in m["content"])
         if has_result:
             answer, block = "final", {"type": "text", "text": FINAL}
         elif "Bash" in tools or "bash" in tools:   # Claude Code's, opencode's
-            answer, agent = "tool_call", "claude-code" if "Bash" in tools else "opencode"
-            block = {"type": "tool_use", "id": "toolu_stand_in_1", "name": "Bash" if "Bash" in tools else "bash",
-                     "input": {"command": command(agent), "description": "Write the marker file"}}
+            answer, agent = "continued" if calls else "tool_call", "claude-code" if "Bash" in tools else "opencode"
+            block = {"type": "tool_use", "id": f"toolu_stand_in_{calls + 1}", "name": "Bash" if "Bash" in tools else "bash",
+                     "input": {"command": command(agent, calls), "description": "Write the marker file"}}
         else:
             answer, block = "text", {"type": "text", "text": "stand-in"}
         stop = "tool_use" if block["type"] == "tool_use" else "end_turn"
@@ -182,35 +187,39 @@ class Handler(BaseHTTPRequestHandler):
     # --- OpenAI Responses (Codex) ---------------------------------------------------------
     def openai_responses(self, body, path):
         items = body.get("input") if isinstance(body.get("input"), list) else []
-        has_result = any(isinstance(i, dict) and str(i.get("type", "")).endswith("_output") for i in items)
+        outputs = [n for n, i in enumerate(items) if isinstance(i, dict) and str(i.get("type", "")).endswith("_output")]
+        prompts = [n for n, i in enumerate(items) if isinstance(i, dict) and i.get("role") == "user"]
+        calls = sum(isinstance(i, dict) and i.get("type") in ("function_call", "custom_tool_call", "local_shell_call")
+                    for i in items)
+        has_result = bool(outputs) and prompts[-1:] < outputs[-1:]   # not a new prompt after the result
         tools = {t.get("name") or t.get("type") for t in body.get("tools") or [] if isinstance(t, dict)}
         # Codex's own models get "code mode" instead: an input item listing namespaces of tools, the
         # shell reached only from JavaScript given to the custom tool `exec`.
         nested = {t.get("name") for i in items if isinstance(i, dict) and i.get("type") == "additional_tools"
                   for ns in i.get("tools") or [] for t in ns.get("tools") or [] if isinstance(t, dict)}
-        cmd = command("codex")
+        cmd, n = command("codex", calls), calls + 1
         if has_result:
             answer = "final"
             item = {"type": "message", "id": "msg_stand_in", "role": "assistant", "status": "completed",
                     "content": [{"type": "output_text", "text": FINAL, "annotations": []}]}
         elif "shell_command" in tools:
-            answer, item = "tool_call", self._call("shell_command", {"command": cmd})
+            item = self._call("shell_command", {"command": cmd}, n)
         elif "exec_command" in tools:
-            answer, item = "tool_call", self._call("exec_command", {"cmd": cmd})
+            item = self._call("exec_command", {"cmd": cmd}, n)
         elif "shell" in tools:
-            answer, item = "tool_call", self._call("shell", {"command": ["bash", "-lc", cmd]})
+            item = self._call("shell", {"command": ["bash", "-lc", cmd]}, n)
         elif "exec" in nested:
-            answer = "tool_call"
-            item = {"type": "custom_tool_call", "id": "ctc_stand_in", "call_id": "call_stand_in_1", "name": "exec",
+            item = {"type": "custom_tool_call", "id": f"ctc_stand_in_{n}", "call_id": f"call_stand_in_{n}", "name": "exec",
                     "status": "completed", "input": f"await tools.exec_command({json.dumps({'cmd': cmd})});"}
         elif "local_shell" in tools:
-            answer = "tool_call"
-            item = {"type": "local_shell_call", "id": "lsh_stand_in", "call_id": "call_stand_in_1", "status": "completed",
-                    "action": {"type": "exec", "command": ["bash", "-lc", cmd]}}
+            item = {"type": "local_shell_call", "id": f"lsh_stand_in_{n}", "call_id": f"call_stand_in_{n}",
+                    "status": "completed", "action": {"type": "exec", "command": ["bash", "-lc", cmd]}}
         else:
             answer = "text"
             item = {"type": "message", "id": "msg_stand_in", "role": "assistant", "status": "completed",
                     "content": [{"type": "output_text", "text": "stand-in", "annotations": []}]}
+        if item["type"] != "message":
+            answer = "continued" if calls else "tool_call"
         self._record(body, answer, 200)
         usage = {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 20,
                  "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 120}
@@ -232,8 +241,8 @@ class Handler(BaseHTTPRequestHandler):
         self._sse(events)
 
     @staticmethod
-    def _call(name: str, arguments: dict) -> dict:
-        return {"type": "function_call", "id": "fc_stand_in", "call_id": "call_stand_in_1", "name": name,
+    def _call(name: str, arguments: dict, n: int) -> dict:
+        return {"type": "function_call", "id": f"fc_stand_in_{n}", "call_id": f"call_stand_in_{n}", "name": name,
                 "arguments": json.dumps(arguments), "status": "completed"}
 
     # --- OpenAI chat completions (aider) --------------------------------------------------

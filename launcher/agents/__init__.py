@@ -51,6 +51,9 @@ class AgentProfile:
     command: str                       # the CLI on PATH
     headless: tuple[str, ...]          # a non-interactive run; "{task}" is the task
     interactive: tuple[str, ...] = ()  # the CLI in a terminal (sandbox up), verified through a pty
+    # A headless run continuing the last session in this workspace: it needs a kept home
+    # (home.mode volume) and the same workspace.target (each CLI files sessions by working directory).
+    resume: tuple[str, ...] = ()
     exec_tmp: bool = False             # it loads native code it unpacks into $TMPDIR: /tmp without noexec
     home_paths: tuple[str, ...]        # what it writes under $HOME (relative), for the writable home
     # Written into the home only when missing (a persisted home keeps the CLI's own later state):

@@ -26,6 +26,9 @@ PROFILE = AgentProfile(
     command="claude",
     headless=("claude", "-p", "{task}", "--dangerously-skip-permissions"),
     interactive=("claude", "--dangerously-skip-permissions"),
+    # Sessions: ~/.claude/projects/-workspace/<id>.jsonl (the directory named after the working
+    # directory); --continue takes the newest there and resends the whole conversation.
+    resume=("claude", "--continue", "-p", "{task}", "--dangerously-skip-permissions"),
     # ~/.claude.json is replaced by temp file + rename: the home must be a directory mount, never a
     # bind-mounted single file (EBUSY). It also writes /tmp/claude-<uid>/ (needs a writable /tmp).
     home_paths=(".claude", ".claude.json"),
@@ -54,5 +57,7 @@ PROFILE = AgentProfile(
     hosts=(),
     blocked=(),
     verified="2.1.332: one Bash tool call + final answer against images/model-api, plain docker run "
-             "(read-only root, tmpfs home), exit 0, no other host tried (tests/test_agents_real.py)",
+             "(read-only root, tmpfs home), exit 0, no other host tried (tests/test_agents_real.py); `resume` in a new "
+             "sandbox with home.mode volume resends the first session and its tool call runs, through run and "
+             "through up after down (tests/test_agents_state.py)",
 )

@@ -33,6 +33,10 @@ PROFILE = AgentProfile(
     # The TUI otherwise starts a background app-server from a copy of itself in ~/.codex/packages:
     # on a noexec home "Permission denied", on an exec one it then wants `ps` (not in the image).
     interactive=("codex", "--no-daemon", "--sandbox", "danger-full-access"),
+    # Sessions: ~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl; --last takes the newest whose cwd is
+    # this one. `exec resume` has no --sandbox flag and resumes read-only (its tool calls then fail
+    # quietly): the config override restores what `headless` runs with.
+    resume=("codex", "exec", "resume", "--last", "--skip-git-repo-check", "-c", 'sandbox_mode="danger-full-access"', "{task}"),
     # $CODEX_HOME (default ~/.codex): sqlite state, sessions, logs, installation_id. If CODEX_HOME is
     # set it must already exist ("CODEX_HOME points to ... but that path does not exist"), so the
     # profile leaves it unset and lets Codex create ~/.codex.
@@ -51,5 +55,7 @@ PROFILE = AgentProfile(
     # api.github.com, chatgpt.com and ab.chatgpt.com; nothing else was tried.
     blocked=(),
     verified="0.171.0: one exec_command tool call + final answer against images/model-api, plain docker run "
-             "(read-only root, tmpfs home), exit 0, no other host tried (tests/test_agents_real.py)",
+             "(read-only root, tmpfs home), exit 0, no other host tried (tests/test_agents_real.py); `resume` in a new "
+             "sandbox with home.mode volume resends the first session and its tool call runs, through run and "
+             "through up after down (tests/test_agents_state.py)",
 )

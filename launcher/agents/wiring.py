@@ -34,7 +34,9 @@ def wrapped(profile: AgentProfile, argv: tuple[str, ...], keyed: bool, shells: b
     env = profile.environment(endpoint, key_in_file=True)
     static = {k: v for k, v in env.items() if not endpoint or endpoint not in v}
     exports = "".join(f"export {k}={_quoted(v, endpoint)}; " for k, v in env.items() if k not in static)
-    script = exports + (f"echo {shlex.quote(exports)} >> \"$HOME\"/.bashrc; " if shells and exports else "")
+    # Once: a kept home (home.mode volume) would gain the same line at every `sandbox up`.
+    script = exports + (f"line={shlex.quote(exports)}; {PROBE_BUSYBOX} grep -qxF \"$line\" \"$HOME\"/.bashrc 2>/dev/null "
+                        f"|| echo \"$line\" >> \"$HOME\"/.bashrc; " if shells and exports else "")
     wiring = set(profile.model.home_files) | set(profile.model.key_files) if profile.model and keyed else set()
     seeds = set(profile.seed_files) - wiring        # written only where missing (a kept home keeps its own)
     for path, text in profile.home_files(endpoint, key_in_file=True).items():

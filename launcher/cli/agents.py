@@ -12,7 +12,7 @@ import click
 def agents(as_json: bool) -> None:
     """List the agent profiles `--agent NAME` selects: the CLI and its pinned version, its image,
     the home paths it writes, the variables it gets, the model API its key is injected for, the
-    hosts it needs in proxy mode, and what was run for real."""
+    hosts it needs in proxy mode, how it continues its last session, and what was run for real."""
     from dataclasses import asdict
 
     from launcher import agents as profiles
@@ -25,7 +25,7 @@ def agents(as_json: bool) -> None:
                      "image": images.agent_profile_image(p.image).tag if p.image else images.AGENT_IMAGE,
                      "home": list(p.home_paths), "env": sorted(p.environment("$ENDPOINT", key_in_file=True)),
                      "model": asdict(p.model) if p.model else None, "hosts": list(p.hosts),
-                     "headless": " ".join(p.headless), "verified": p.verified})
+                     "headless": " ".join(p.headless), "resume": " ".join(p.resume), "verified": p.verified})
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
         return
@@ -37,6 +37,8 @@ def agents(as_json: bool) -> None:
         click.echo(f"  env     {', '.join(r['env']) or '-'}")
         click.echo(f"  model   {model['upstream'] + ' (' + model['header'].split(':')[0] + ' injected by the proxy)' if model else '-'}")
         click.echo(f"  hosts   {', '.join(r['hosts']) or '-'}   run: {r['headless']}")
+        if r["resume"]:
+            click.echo(f"  resume  {r['resume']} (home: {{mode: volume}} keeps the session)")
         click.echo(f"  checked {r['verified'] or '-'}")
 
 
