@@ -168,12 +168,9 @@ def test_in_the_default_preset_a_key_reaches_the_model_api_alone_and_the_work_la
     `sandbox apply`; the key reaches only the stand-in."""
     network, key, log, reset = upstream
     profile = agents.get(name)
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
+    workspace = owned_workspace(tmp_path)
     (workspace / "README.md").write_text("x\n")
-    os.chown(workspace, 1000, 1000)
     os.chown(workspace / "README.md", 1000, 1000)
-    os.chmod(tmp_path, 0o755)
     copy = f"sandbox-test-model-api-{name}-{os.getpid()}"
     task = [a.replace("{task}", "Create the marker file.") for a in profile.headless]
     reset()
