@@ -310,6 +310,16 @@ def workspace_real(workspace: str) -> str:
     return os.path.realpath(os.path.join(os.getcwd(), os.path.expanduser(workspace)))
 
 
+def existing_workspace(workspace: str) -> str:
+    """The workspace's real path, or the PolicyError every command gives for one that is no directory."""
+    real = workspace_real(workspace)
+    if not os.path.isdir(real):
+        kind = "missing" if not os.path.lexists(real) else "not a directory"
+        raise PolicyError([Problem(file="command line", path="--workspace", expected="an existing directory",
+                                   found=f"{real} ({kind})")])
+    return real
+
+
 def repo_policy_file(workspace: str) -> LayerFile | None:
     """`.sandbox.yaml` at the workspace root, never through a symlink."""
     path = os.path.join(workspace, ".sandbox.yaml")

@@ -4,7 +4,6 @@ carry the file, the key path and the line; nothing here reads the host (facts ar
 from __future__ import annotations
 
 import enum
-import functools
 import re
 from dataclasses import dataclass
 
@@ -15,7 +14,8 @@ from launcher.egress.rules import AllowRule
 from launcher.errors import PolicyError, Problem
 from launcher.gitgraph import GitPath
 from launcher.host import HostFacts
-from launcher.secrets import TEXT_PATTERN
+from launcher.secrets import literals_in
+from launcher.yamlsafe import NO_SECRET
 from launcher.layers import FIELDS, Effective, Layer, LayerKind, combine, covers, get, widened
 from launcher.values import show, show_entry
 from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime
@@ -95,7 +95,7 @@ def line_of(data: bytes, path: str) -> int | None:
     return line if line is not None else (1 if node is not None else None)
 
 
-class _Report:
+class Report:
     def __init__(self):
         self.findings: list[Finding] = []
 
@@ -107,23 +107,20 @@ class _Report:
                                      message=message, hint=hint))
 
     def problems(self, severity, code, problems: tuple[Problem, ...], docs: dict[str, Doc], prefix=""):
-        for p in problems:
+        for p in (p for p in problems if p.expected != NO_SECRET):   # _secrets says those, line by line
             doc = docs.get(p.file)
             self.add(severity, code, doc or p.file, p.path.replace("(top level)", ""),
                      f"{prefix}expected {p.expected}, found {p.found}", p.hint)
 
 
-def _secrets(report: _Report, doc: Doc) -> None:
-    for number, line in enumerate(doc.data.decode("utf-8", errors="replace").splitlines(), 1):
-        match = TEXT_PATTERN.search(line)
-        if match:
-            shape = match.group(1) or ("a URL with a password" if "://" in match.group(0) else "a private key")
-            report.findings.append(Finding(severity=Severity.ERROR, code="secret", file=doc.file, path="", line=number,
-                                           message=f"secret-shaped literal ({shape}…; the value is not shown)",
-                                           hint="secrets never belong in a policy file; remove it and rotate it"))
+def _secrets(report: Report, doc: Doc) -> None:
+    for number, shape in literals_in(doc.data.decode("utf-8", errors="replace")):
+        report.findings.append(Finding(severity=Severity.ERROR, code="secret", file=doc.file, path="", line=number,
+                                       message=f"secret-shaped literal ({shape}…; the value is not shown)",
+                                       hint="secrets never belong in a policy file; remove it and rotate it"))
 
 
-def _egress(report: _Report, doc: Doc, rules: tuple[AllowRule, ...], ip_literals: bool) -> None:
+def _egress(report: Report, doc: Doc, rules: tuple[AllowRule, ...], ip_literals: bool) -> None:
     if ip_literals:
         report.add(Severity.WARNING, "egress-broad", doc, "network.allow_ip_literals",
                    "IP literals are allowed: the proxy cannot tell who answers at an address")
@@ -147,7 +144,7 @@ def _egress(report: _Report, doc: Doc, rules: tuple[AllowRule, ...], ip_literals
                 break
 
 
-def _mounts(report: _Report, doc: Doc, policy: Policy, facts: HostFacts | None, workspace: str) -> None:
+def _mounts(report: Report, doc: Doc, policy: Policy, facts: HostFacts | None, workspace: str) -> None:
     for i, mount in enumerate(policy.mounts):
         fact = facts.mounts[i] if facts and i < len(facts.mounts) else None
         if fact is not None:
@@ -175,7 +172,7 @@ def _mounts(report: _Report, doc: Doc, policy: Policy, facts: HostFacts | None, 
                    "network: {mode: none} keeps every system call in gVisor")
 
 
-def _per_file(report: _Report, doc: Doc, layer: Layer, policy: Policy) -> None:
+def _per_file(report: Report, doc: Doc, layer: Layer, policy: Policy) -> None:
     values = dict(layer.values)
     if doc.kind is LayerKind.REPO and "image" in values and "@sha256:" not in values["image"]:
         report.add(Severity.WARNING, "image-digest", doc, "image", f"{values['image']} is not pinned to a digest",
@@ -209,7 +206,7 @@ def _survives(field: str, entry, value: tuple) -> bool:
     return entry in value
 
 
-def _unreachable(report: _Report, eff: Effective, docs: dict[str, Doc]) -> None:
+def _unreachable(report: Report, eff: Effective, docs: dict[str, Doc]) -> None:
     """Entries a layer allows that a later layer took away: they never take effect here."""
     for i, layer in enumerate(eff.layers):
         doc = docs.get(layer.file)
@@ -225,7 +222,7 @@ def _unreachable(report: _Report, eff: Effective, docs: dict[str, Doc]) -> None:
                                f"{show_entry(field, entry)} never applies: {eff.layers[gone].label} removes it")
 
 
-def _capped(report: _Report, eff: Effective, base: Effective, layers: list[Layer], by_file: dict) -> None:
+def _capped(report: Report, eff: Effective, base: Effective, layers: list[Layer], by_file: dict) -> None:
     """A layer asking for more than the layers before it allow is capped (a ceiling), never
     refused: said as a note, and so is everything a ceiling took away."""
     offset = len(base.steps) - 1
@@ -248,7 +245,7 @@ def lint(docs: list[Doc], *, base: Effective | None, base_problem: PolicyError |
     what `target` cannot enforce is a warning, an error with `strict`."""
     from launcher.explain import not_enforced
 
-    report = _Report()
+    report = Report()
     for name, why in not_enforced(target):
         report.add(Severity.ERROR if strict else Severity.WARNING, "not-enforced", f"--target {target}", name,
                    f"not enforced by {target}: {why}", "use `sandbox run` or `sandbox up` where it matters")
@@ -293,75 +290,13 @@ def lint(docs: list[Doc], *, base: Effective | None, base_problem: PolicyError |
     if repo_state:
         repo = next((d for d in docs if d.kind is LayerKind.REPO), None)
         report.add(Severity.INFO, "repo-trust", repo.file if repo else workspace, "", repo_state)
-    order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
-    return sorted(report.findings, key=lambda f: (order[f.severity], f.file, f.line or 0))
+    return in_order(report.findings)
 
 
-def check(refs: tuple[str, ...], workspace: str, target: str = "run",
-          strict: bool = False) -> tuple[list[Finding], list[Doc]]:
-    """Read the stack `sandbox run` would apply (plus the files named after the base) and lint it."""
-    from launcher import host, pipeline, stack, trust
-    from launcher.policy import read_policy
+def in_order(findings: list[Finding]) -> list[Finding]:
+    rank = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+    return sorted(findings, key=lambda f: (rank[f.severity], f.file, f.line or 0))
 
-    ws = host.workspace_real(workspace)
-    docs, layers, layer_problems, base, base_problem = [], [], [], None, None
-    try:
-        file, data = read_policy(refs[0])
-        docs.append(Doc(kind=LayerKind.BASE, file=file, data=data))
-        base = stack.load_base(refs[0])
-    except PolicyError as exc:
-        base_problem = exc
-    # Files named after the base, then what `sandbox run` would add: org, user, the workspace's.
-    pending: list[tuple[LayerKind, object]] = [
-        (LayerKind.REPO if ref.rstrip("/").endswith(".sandbox.yaml") else LayerKind.EXTRA, ref) for ref in refs[1:]]
-    pending += [(LayerKind.ORG, host.org_policy_file), (LayerKind.USER, host.user_policy_file),
-                (LayerKind.REPO, functools.partial(host.repo_policy_file, ws))]
-    seen = {host.workspace_real(d.file) for d in docs}
-    for kind, source in pending:
-        try:
-            if isinstance(source, str):
-                file, data = read_policy(source)
-            else:
-                found = source()
-                if found is None:
-                    continue
-                file, data = found.path, found.data
-        except PolicyError as exc:
-            layer_problems.append((None, exc))
-            continue
-        if host.workspace_real(file) in seen:
-            continue
-        seen.add(host.workspace_real(file))
-        doc = Doc(kind=kind, file=file, data=data)
-        docs.append(doc)
-        try:
-            layers.append(stack.parse_layer(doc.data, doc.file, kind))
-        except PolicyError as exc:
-            layer_problems.append((doc, exc))
-    repo = next((d for d in docs if d.kind is LayerKind.REPO and d.file == f"{ws}/.sandbox.yaml"), None)
-    state = ""
-    if repo:
-        digest = trust.sha256(repo.data)
-        store_path, text = host.read_trust_store()
-        if trust.status(trust.parse_store(text, store_path), ws, repo.data, None) is trust.Status.APPROVED:
-            state = f"approved on this machine (sha256 {digest})"
-        else:
-            state = (f"not approved on this machine (sha256 {digest}); after review, approve it in a terminal "
-                     f"or pass --trust-repo-policy {digest}")
-    facts = pipeline.facts_for(base.policy, workspace) if base else None
-    findings = lint(docs, base=base, base_problem=base_problem, layers=layers, layer_problems=layer_problems,
-                    facts=facts, workspace=ws, git_paths=_git_paths(ws), repo_state=state,
-                    target=target, strict=strict)
-    return findings, docs
-
-
-def _git_paths(workspace: str) -> tuple[GitPath, ...]:
-    from launcher import gitgraph, host
-
-    try:
-        return gitgraph.paths(workspace, host.path_fact(workspace).owner)
-    except PolicyError:
-        return ()
 
 
 def render(findings: list[Finding], docs: list[Doc], fmt: str = "text", mark: Mark = plain) -> str:

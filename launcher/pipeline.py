@@ -70,6 +70,7 @@ class Planned:
 def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions(),
             timings: Timeline | None = None) -> stack.Stack:
     """The effective policy for `ref` on `workspace`: the base, then every layer after it."""
+    host.existing_workspace(workspace)
     with timed(timings, "load"):
         base = stack.load_base(ref)
     policy = with_allowed(base.policy, options.allow) if options.allow else base.policy

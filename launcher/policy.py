@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import posixpath
 import re
 from pathlib import Path
@@ -16,7 +17,7 @@ from launcher.model import (BUILTIN_PROTECTED, Access, EnvPolicy, HomeMode, Home
                             WorkspacePolicy)
 from launcher.schema import check, policy_schema
 from launcher.secrets import secret_name, secret_value
-from launcher.yamlsafe import load_yaml
+from launcher.yamlsafe import load_yaml, refuse_secret_literals
 
 CAPABILITY_BITS = {name: bit for bit, name in enumerate((
     "CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP LINUX_IMMUTABLE "
@@ -95,18 +96,21 @@ def with_allowed(policy: Policy, entries: tuple) -> Policy:
 
 def parse_policy(data: bytes, file: str) -> Policy:
     raw = load_yaml(data, file)
-    return policy_from_raw({} if raw is None else raw, file, hashlib.sha256(data).hexdigest())
+    return policy_from_raw({} if raw is None else raw, file, data)
 
 
-def policy_from_raw(raw, file: str, digest: str) -> Policy:
-    """Validate a parsed document (the schema, then what it cannot say) and build the typed model."""
+def policy_from_raw(raw, file: str, data: bytes | None) -> Policy:
+    """Validate a parsed document (the schema, what it cannot say, then the file's text: `data`, its
+    bytes, also give the digest) and build the typed model."""
     filled, problems = check(raw, policy_schema(), file)
     if problems:
         raise PolicyError(problems)
     problems = _semantic_problems(filled, file)
     if problems:
         raise PolicyError(problems)
-    return _build(filled, file, digest)
+    if data is not None:
+        refuse_secret_literals(data, file)
+    return _build(filled, file, hashlib.sha256(data).hexdigest() if data is not None else "")
 
 
 def _semantic_problems(doc: dict, file: str) -> list[Problem]:
@@ -201,6 +205,14 @@ def _semantic_problems(doc: dict, file: str) -> list[Problem]:
     return problems
 
 
+def _host_path(value: str, file: str) -> str:
+    """A host path as a policy file gives it: relative ones are relative to that file (as compose and
+    devcontainer.json do), so a policy works from any directory; ~ stays for the host to expand."""
+    if not value or value.startswith(("/", "~")):
+        return value
+    return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(file)), value))
+
+
 def _build(doc: dict, file: str, digest: str) -> Policy:
     ws = doc["workspace"]
     extra = [posixpath.normpath(p) for p in ws["protect"] if posixpath.normpath(p) not in BUILTIN_PROTECTED]
@@ -210,7 +222,7 @@ def _build(doc: dict, file: str, digest: str) -> Policy:
         workspace=WorkspacePolicy(target=posixpath.normpath(ws["target"]), access=Access(ws["access"]),
                                   protect=BUILTIN_PROTECTED + tuple(dict.fromkeys(extra)), git=Access(ws["git"]),
                                   mode=WorkspaceMode(ws["mode"]), exclude=tuple(dict.fromkeys(ws["exclude"]))),
-        mounts=tuple(MountPolicy(source=m["source"], target=posixpath.normpath(m["target"]),
+        mounts=tuple(MountPolicy(source=_host_path(m["source"], file), target=posixpath.normpath(m["target"]),
                                  access=Access(m["access"])) for m in doc["mounts"]),
         tmpfs=tuple(TmpfsPolicy(target=posixpath.normpath(t["target"]), size_bytes=parse_size(t["size"]),
                                 mode=int(t["mode"], 8)) for t in doc["tmpfs"]),
@@ -226,8 +238,9 @@ def _build(doc: dict, file: str, digest: str) -> Policy:
         user=user,
         capabilities=tuple(sorted({c.removeprefix("CAP_") for c in doc["capabilities"]})),
         command=tuple(doc["command"]),
-        secrets=tuple(SecretPolicy(name=e["name"], env=e["env"], file=e["file"], upstream=e["upstream"].rstrip("/"),
-                                   header=e["header"], ca_file=e["ca_file"]) for e in doc["secrets"]),
-        ca_certificates=tuple(dict.fromkeys(doc["ca_certificates"])),
+        secrets=tuple(SecretPolicy(name=e["name"], env=e["env"], file=_host_path(e["file"], file),
+                                   upstream=e["upstream"].rstrip("/"), header=e["header"],
+                                   ca_file=_host_path(e["ca_file"], file)) for e in doc["secrets"]),
+        ca_certificates=tuple(dict.fromkeys(_host_path(c, file) for c in doc["ca_certificates"])),
         runtime=Runtime(doc["runtime"]),
     )

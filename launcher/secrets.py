@@ -22,7 +22,7 @@ SECRET_VALUE_PREFIXES = ("ghp_", "gho_", "ghs_", "ghu_", "ghr_", "github_pat_", 
 PRIVATE_KEY = "-----BEGIN *PRIVATE KEY-----"
 SECRET_VALUES = tuple(p + "*" for p in SECRET_VALUE_PREFIXES) + (f"*{PRIVATE_KEY}*",)
 
-# The same, found anywhere in a file (comments included), for `sandbox check`.
+# The same, found anywhere in a policy file (comments included): every loader refuses them.
 TEXT_PATTERN = re.compile(
     r"(?<![A-Za-z0-9])(" + "|".join(map(re.escape, SECRET_VALUE_PREFIXES)) + r")[A-Za-z0-9_\-]{8,}"
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|://[^/\s:@'\"]+:[^/\s@'\"]+@")
@@ -41,3 +41,13 @@ def secret_value(value: str) -> bool:
 def caseless(pattern: str) -> str:
     """A shell glob matching `pattern` in any letter case (busybox ash has no nocasematch)."""
     return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in pattern)
+
+
+def literals_in(text: str) -> list[tuple[int, str]]:
+    """(line number, what it looks like) for each secret-shaped literal in a file: never the value."""
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        match = TEXT_PATTERN.search(line)
+        if match:
+            found.append((number, match.group(1) or ("a URL with a password" if "://" in match.group(0) else "a private key")))
+    return found

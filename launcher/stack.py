@@ -68,7 +68,7 @@ def _partial(raw, data: bytes, file: str, kind: LayerKind, *, named: bool) -> tu
         # Likewise for secrets: only a proxy injects them; under mode none they are dropped.
         doc["network"] = {**(net if isinstance(net, dict) else {}), "mode": "proxy"}
     try:
-        policy = policy_from_raw(doc, file, trust.sha256(data))
+        policy = policy_from_raw(doc, file, data)
     except PolicyError as exc:
         problems += exc.problems
     if problems:
@@ -94,7 +94,7 @@ def load_base(ref: str, *, _seen: tuple[str, ...] = ()) -> Effective:
     kind = LayerKind.PRESET if _seen else LayerKind.BASE
     extends = raw.get("extends") if isinstance(raw, dict) else None
     if not extends:
-        policy = policy_from_raw({} if raw is None else raw, file, trust.sha256(data))
+        policy = policy_from_raw({} if raw is None else raw, file, data)
         defaulted = {f for f in FIELDS if not present(raw or {}, f)}
         return effective(policy, [full_layer(kind, policy, defaulted)])
     own, layer = _partial(raw, data, file, kind, named=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import yaml
 
 from launcher.errors import PolicyError, Problem
+from launcher.secrets import literals_in
 
 MAX_BYTES = 256 * 1024
 MAX_DEPTH = 32          # a policy needs four or five levels
@@ -85,6 +86,20 @@ def _yaml_problem(file: str, text: str, exc: yaml.MarkedYAMLError) -> Problem:
                 "check the indentation (spaces, keys lined up) and quote values with : # @ ` { } [ ] in them")
     return Problem(file=file, path=f"line {mark.line + 1}, column {mark.column + 1}", expected="valid YAML",
                    found=f"{problem}:\n      {shown}\n      {' ' * min(mark.column, 120)}^", hint=hint)
+
+
+NO_SECRET = "no secret in a policy file"
+
+
+def refuse_secret_literals(data: bytes, file: str) -> None:
+    """Never a secret in a policy, not even in a comment (it is committed, copied and shown): every
+    loader calls this once the document is otherwise valid, so a field's own check speaks first."""
+    literals = literals_in(data.decode("utf-8", errors="replace"))
+    if literals:
+        raise PolicyError([Problem(file=file, path=f"line {number}", expected=NO_SECRET,
+                                   found=f"a secret-shaped literal ({shape}…; the value is not shown)",
+                                   hint="remove it and rotate it; give the sandbox a secrets: entry by reference")
+                           for number, shape in literals])
 
 
 def _flow_depth(text: str) -> int:

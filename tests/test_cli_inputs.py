@@ -79,3 +79,66 @@ def test_a_home_size_a_volume_ignores_is_a_warning(place):
 def test_a_later_preset_narrows_and_check_says_narrowed(place):
     done = policy_file(place, "extends: [ci, read-only]\n")
     assert "network.mode: narrowed by preset" in done.stdout and "widened" not in done.stdout
+
+
+HEAD = "version: 1\nname: x\ndescription: d\nworkspace: {mode: bind}\n"
+BAD_POLICIES = {
+    "memory-unit": HEAD + "limits: {memory: 2GB}\n",
+    "extends-path": HEAD + "extends: [./other.yaml]\n",
+    "image-space": HEAD + "image: ubuntu latest\n",
+    "allow-localhost": HEAD + "network: {mode: proxy, allow: [localhost]}\n",
+    "allow-in-none": HEAD + "network: {mode: none, allow: [api.example.com]}\n",
+    "timeout-huge": HEAD + "limits: {timeout: 100000h}\n",
+    "secret-comment": HEAD + "# ghp_abcdefghijklmnopqrstu\n",
+    "tab": HEAD + "\tcommand: [bash]\n",
+    "null-source": HEAD + "mounts:\n  - {source: ~, target: /x}\n",
+    "missing-source": HEAD + "mounts:\n  - {source: not-here, target: /x}\n",
+    "unknown-key": HEAD + "limitz: {}\n",
+    "capability-case": HEAD + "capabilities: [net_admin]\n",
+    "capability-escape": HEAD + "capabilities: [SYS_ADMIN]\n",
+    "reserved-target": HEAD + "tmpfs: [{target: /proc/x, size: 1m}]\n",
+    "no-name": "version: 1\ndescription: d\n",
+}
+NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}   # nothing can launch, whatever passes
+
+
+def every_command(policy: str, ws: str) -> dict[str, list[str]]:
+    return {"check": ["check", policy, "-w", ws], "explain": ["explain", policy, "-w", ws],
+            "compile": ["compile", "--policy", policy, "-w", ws], "devcontainer": ["devcontainer", "--policy", policy, ws],
+            "run": ["run", "--policy", policy, "-w", ws, "--", "true"], "up": ["up", "--policy", policy, ws]}
+
+
+def verdicts(place, policy: str, ws: str = "ws") -> dict[str, int]:
+    return {name: subprocess.run([*SANDBOX, *argv], capture_output=True, text=True, cwd=place, timeout=60,
+                                 env={**os.environ, **NO_ENGINE, "XDG_CONFIG_HOME": str(place / "config")}).returncode
+            for name, argv in every_command(policy, ws).items()}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_POLICIES))
+def test_every_command_gives_a_bad_policy_the_same_verdict(case, place):
+    """One validation path: what one command refuses, every command refuses, before any engine."""
+    (place / "p.yaml").write_text(BAD_POLICIES[case])
+    assert set(verdicts(place, "./p.yaml").values()) == {120}, case
+
+
+def test_a_missing_workspace_is_refused_by_every_command(place):
+    (place / "p.yaml").write_text(HEAD)
+    assert set(verdicts(place, "./p.yaml", ws="nowhere").values()) == {120}
+
+
+def test_the_control_passes_validation_everywhere(place):
+    (place / "p.yaml").write_text(HEAD)
+    os.chown(place / "ws", 1000, 1000)
+    found = verdicts(place, "./p.yaml")
+    assert found == {"check": 0, "explain": 0, "compile": 0, "devcontainer": 0, "run": 121, "up": 121}, found
+
+
+def test_relative_paths_in_a_policy_are_relative_to_its_file(place, tmp_path_factory):
+    (place / "policies").mkdir()
+    (place / "data").mkdir()
+    (place / "policies" / "p.yaml").write_text(HEAD + "mounts:\n  - {source: ../data, target: /data}\n")
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    done = subprocess.run([*SANDBOX, "compile", "--policy", str(place / "policies" / "p.yaml"), "-w", str(place / "ws")],
+                          capture_output=True, text=True, cwd=elsewhere, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert any(m["source"] == str(place / "data") for m in json.loads(done.stdout)["container"]["mounts"])

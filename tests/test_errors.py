@@ -35,7 +35,7 @@ def test_every_command_maps_errors_and_signals_to_their_codes(monkeypatch, tmp_p
         raise raised
 
     monkeypatch.setattr(pipeline, "layered", fail)
-    monkeypatch.setattr("launcher.lint.check", fail)
+    monkeypatch.setattr("launcher.lintstack.check", fail)
     monkeypatch.chdir(tmp_path)
     result = invoke(*command)
     assert result.exit_code == code, (result.stdout, result.stderr)

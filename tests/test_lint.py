@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from launcher import lint
+from launcher import lint, lintstack
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,7 +31,7 @@ def place(tmp_path, monkeypatch):
 
 
 def findings(place, *files: str, workspace="ws") -> list[lint.Finding]:
-    return lint.check(tuple(files) or ("untrusted",), str(place / workspace))[0]
+    return lintstack.check(tuple(files) or ("untrusted",), str(place / workspace))[0]
 
 
 def one(found, code) -> lint.Finding:

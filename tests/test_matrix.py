@@ -59,15 +59,17 @@ def test_every_enforced_cell_names_a_test_that_exists():
 @pytest.mark.parametrize("target", ["argv", "compose", "devcontainer"])
 def test_explain_and_check_say_what_a_target_does_not_enforce(target):
     runner = CliRunner()
-    text = runner.invoke(main, ["explain", "--target", target, "-w", "."]).output
-    data = json.loads(runner.invoke(main, ["explain", "--target", target, "--json", "-w", "."]).output)
+    # read-only: a bind workspace, which another tool can launch (a copy needs run or up: refused)
+    text = runner.invoke(main, ["explain", "read-only", "--target", target, "-w", "."]).output
+    data = json.loads(runner.invoke(main, ["explain", "read-only", "--target", target, "--json", "-w", "."]).output)
     for row, why in explain.not_enforced(target):
         assert f"not enforced for {target} (`run` enforces it): {row}: {why}" in text
     assert {n["field"] for n in data["not_enforced_here"]} == {row for row, _ in explain.not_enforced(target)}
     assert "limits.timeout" in {n["field"] for n in data["not_enforced_here"]} or target == "devcontainer"
-    strict = runner.invoke(main, ["check", "--target", target, "--strict", "-w", "."])
+    strict = runner.invoke(main, ["check", "read-only", "--target", target, "--strict", "-w", "."])
     assert strict.exit_code == 120 and "not enforced by" in strict.output
-    assert runner.invoke(main, ["check", "--target", target, "-w", "."]).exit_code == 0
+    assert runner.invoke(main, ["check", "read-only", "--target", target, "-w", "."]).exit_code == 0
+    assert runner.invoke(main, ["check", "untrusted", "--target", target, "-w", "."]).exit_code == 120   # a copy
 
 
 def test_run_and_up_enforce_everything_the_table_knows():

@@ -33,10 +33,10 @@ def test_the_proxy_refuses_private_addresses_for_every_rule_that_does_not_opt_in
 
 
 def test_check_flags_a_private_rule(tmp_path):
-    from launcher import lint
+    from launcher import lintstack
 
     policy = tmp_path / "p.yaml"
     policy.write_text("version: 1\nname: p\ndescription: d\nnetwork: {mode: proxy, allow: [{host: git.internal, "
                       "private: true}]}\n")
-    findings, _ = lint.check((str(policy),), str(tmp_path))
+    findings, _ = lintstack.check((str(policy),), str(tmp_path))
     assert any(f.code == "egress-private" and f.path == "network.allow[0]" for f in findings)

@@ -126,11 +126,11 @@ def test_fix_says_when_dockerd_did_not_pick_it_up(tmp_path, monkeypatch):
 
 
 def test_lint_warns_that_proxy_mode_under_gvisor_uses_the_host_network_stack(tmp_path):
-    from launcher import lint
+    from launcher import lintstack
 
     path = tmp_path / "p.yaml"
     path.write_text("version: 1\nname: p\ndescription: d\nruntime: gvisor\nnetwork: {mode: proxy, allow: [a.test]}\n")
-    found = [f for f in lint.check((str(path),), str(tmp_path))[0] if f.code == "gvisor-hostinet"]
+    found = [f for f in lintstack.check((str(path),), str(tmp_path))[0] if f.code == "gvisor-hostinet"]
     assert len(found) == 1 and found[0].path == "runtime"
 
 

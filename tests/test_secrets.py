@@ -132,11 +132,11 @@ def test_explain_says_the_proxy_enforces_secrets():
 
 
 def test_check_warns_about_a_secret_sent_without_tls(tmp_path):
-    from launcher import lint
+    from launcher import lintstack
 
     path = tmp_path / "p.yaml"
     path.write_bytes(BASE)
-    findings, _ = lint.check((str(path),), str(tmp_path))
+    findings, _ = lintstack.check((str(path),), str(tmp_path))
     warned = [f for f in findings if f.code == "secret-cleartext"]
     assert [f.path for f in warned] == ["secrets[1].upstream"] and "search" in warned[0].message
 

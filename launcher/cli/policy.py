@@ -10,7 +10,7 @@ import click
 from launcher.cli import output
 from launcher.cli.options import POLICY_HELP, agent_options, egress_options, layer_options, plan, show_layers_option
 from launcher.errors import ExitCode
-from launcher.targets import FORMAT_KIND, FORMATS, TARGETS
+from launcher.targets import FORMAT_KIND, FORMATS, TARGET_KIND, TARGETS
 
 
 @click.command()
@@ -73,9 +73,9 @@ def check(policies: tuple[str, ...], workspace: str, fmt: str, as_json: bool, ta
     """Lint POLICIES without running anything: the first is the base (default: untrusted), further
     files are layers after it; the org, user and repository layers follow as `run` applies them.
     Exit code 120 when there is an error."""
-    from launcher import lint
+    from launcher import lint, lintstack
 
-    findings, docs = lint.check(policies or ("untrusted",), workspace, target=target, strict=strict)
+    findings, docs = lintstack.check(policies or ("untrusted",), workspace, target=target, strict=strict)
     click.echo(lint.render(findings, docs, "json" if as_json else fmt, mark=output.marker()))
     sys.exit(ExitCode.POLICY_INVALID if any(f.severity is lint.Severity.ERROR for f in findings) else ExitCode.OK)
 
@@ -100,6 +100,7 @@ def explain(policy: str, workspace: str, fmt: str, as_json: bool, target: str) -
     fmt = "json" if as_json else fmt
     result = pipeline.layered(policy, workspace, layer_settings(approved_only=True))
     tell(result)
+    pipeline.compiled(result, workspace, kind=TARGET_KIND[target])   # refused as `compile` would refuse it
     eff = result.effective
     click.echo(json.dumps(table.to_json(eff, target), indent=2) if fmt == "json"
                else table.render(eff, fmt == "markdown", target))

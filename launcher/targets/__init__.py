@@ -13,6 +13,9 @@ if TYPE_CHECKING:   # imported by the CLI at start: only names here, the rendere
 # How a sandbox comes to exist: launched by us (`run`, `up`; `exec` enters an `up` one), or by
 # another tool from the files we write (`compile --format argv|compose|kubernetes`, `sandbox devcontainer`).
 TARGETS = ("run", "up", "argv", "compose", "kubernetes", "devcontainer")
+# The compiler's `kind` for each: what `check --target T` and `explain --target T` validate against.
+TARGET_KIND = {"run": "run", "up": "up", "argv": "external", "compose": "external", "kubernetes": "kubernetes",
+               "devcontainer": "devcontainer"}
 
 
 def _json(plan: "LaunchPlan") -> str:
