@@ -75,7 +75,7 @@ def test_compile_gives_the_same_bytes_in_two_fresh_processes(setup, policy, fmt)
     args = ["compile", "--policy", policy, "-w", "ws", "--format", fmt, "--workspace-mode", "bind"]
     first, second = [_output(p) for p in [_start(setup, args, seed) for seed in (1, 2)]]   # at once: quicker
     assert first == second
-    assert "owner-pid" not in first and str(os.getpid()) not in first
+    assert "owner-pid" not in first
 
 
 def _devcontainer(setup, policy: str, seed: int) -> dict[str, bytes]:
