@@ -72,8 +72,8 @@ class Recorder:
 
 
 def runtime(plan: LaunchPlan, version: dict, info: dict) -> dict:
-    """The runtime the sandbox runs under and its version: the one place that says which (wire the
-    policy's `runtime:` field here)."""
+    """The runtime the sandbox runs under (the policy's `runtime:`, as the plan's probe expects it)
+    and its version."""
     name = "gvisor" if plan.probe.kernel == "gvisor" else "runc"
     engine_name = plan.container.runtime   # HostConfig.Runtime: runc, sandbox-runsc, sandbox-runsc-hostinet
     return {"name": name, "engine_runtime": engine_name, "version": runtime_version(engine_name, version, info)}

@@ -85,7 +85,14 @@ def _container_name(policy: Policy, host: HostFacts, kind: str, name: str | None
     base = re.sub(r"[^a-z0-9-]+", "-", posixpath.basename(host.workspace.real).lower()).strip("-") or "ws"
     if kind in LONG_LIVED:
         return f"sandbox-{base[:40]}"
-    return f"sandbox-{policy.name}-{base[:30]}-{host.nonce}"
+    # Files for another tool are named by what they launch, so compiling twice gives the same bytes.
+    suffix = host.nonce or hashlib.sha256(f"{effective_digest(policy)}\0{host.workspace.real}".encode()).hexdigest()[:6]
+    return f"sandbox-{policy.name}-{base[:30]}-{suffix}"
+
+
+def _owner(host: HostFacts) -> dict[str, str]:
+    """The launcher's pid for `sandbox gc`, on what this process launches (no files for another tool)."""
+    return {label.OWNER_PID: str(host.owner_pid)} if host.owner_pid else {}
 
 
 def _user(policy: Policy, host: HostFacts) -> tuple[int, int]:
@@ -261,7 +268,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         label.MANAGED: "1", label.KIND: "up" if kind in LONG_LIVED else kind, label.POLICY: policy.name,
         label.POLICY_DIGEST: policy.digest, label.WORKSPACE: ws.real,
         label.EFFECTIVE_DIGEST: effective_digest(policy),
-        label.OWNER_PID: str(host.owner_pid), label.SANDBOX: container_name,
+        label.SANDBOX: container_name, **_owner(host),
     }
     networks, proxy, proxy_env = (), None, {}
     if policy.network.mode is NetworkMode.PROXY:
@@ -304,8 +311,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         labels[label.COPY] = copy.name
         copy = replace(copy, labels=tuple(sorted({label.MANAGED: "1", label.KIND: "copy", label.COPY: copy.name,
                                                   label.WORKSPACE: ws.real, label.POLICY: policy.name,
-                                                  label.OWNER_PID: str(host.owner_pid),
-                                                  label.PROTECTED: json.dumps(copy.protected)}.items())))
+                                                  **_owner(host), label.PROTECTED: json.dumps(copy.protected)}.items())))
     container = ContainerSpec(
         name=container_name, image=policy.image, user=f"{uid}:{gid}",
         entrypoint=(PROBE_BUSYBOX, "sh", PROBE_SCRIPT), command=probe.to_args() + ("--",) + main,

@@ -39,8 +39,10 @@ class HostFacts:
     credential_paths: tuple[str, ...]      # real paths of credential locations
     probe_volume: str
     proxy_image: str
-    nonce: str                             # makes container names unique
-    owner_pid: int                         # the launcher process, for `sandbox gc`
+    # A launch's own: a unique container name and the launcher's pid (for `sandbox gc`). Files for
+    # another tool (compile, devcontainer) have neither, so the same inputs give the same bytes.
+    nonce: str = ""                        # "": the name comes from the policy and the workspace
+    owner_pid: int = 0                     # 0: no owner-pid label
     ca_files: tuple[tuple[PathFact, bytes], ...] = ()   # each secrets[].ca_file (given) and its first bytes
     config_placeholder: str = ""           # the file a missing protected config file is bound from
     ca_certs: tuple[tuple[PathFact, bytes], ...] = ()   # each ca_certificates entry and its first bytes
@@ -138,7 +140,7 @@ def _shared(anchor: PathFact, placeholders: tuple[str, ...]) -> PathFact:
 
 def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str = "",
            placeholders: tuple[str, ...] = (), config_placeholder: str = "",
-           ca_store: tuple[str, str] = ("", ""), git_placeholder: str = "") -> HostFacts:
+           ca_store: tuple[str, str] = ("", ""), git_placeholder: str = "", launched: bool = True) -> HostFacts:
     home = os.path.realpath(os.path.expanduser("~"))
     ws = path_fact(workspace, os.getcwd(), scan=True)
     surfaces, git = None, GitFacts()
@@ -166,8 +168,8 @@ def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str =
         config_placeholder=config_placeholder, ca_store=ca_store,
         ca_certs=tuple(ca_file(given) for given in policy.ca_certificates),
         proxy_image=proxy_image,
-        nonce=os.urandom(3).hex(),
-        owner_pid=os.getpid(),
+        nonce=os.urandom(3).hex() if launched else "",
+        owner_pid=os.getpid() if launched else 0,
         ca_files=tuple(ca_file(given) for given in dict.fromkeys(s.ca_file for s in policy.secrets if s.ca_file)),
         git=git,
         surfaces=None if surfaces is None else tuple(sorted(surfaces.items())),

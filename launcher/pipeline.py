@@ -94,11 +94,11 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions(),
     return result
 
 
-def facts_for(policy, workspace: str) -> HostFacts:
+def facts_for(policy, workspace: str, launched: bool = True) -> HostFacts:
     shared = workspaces.placeholders(host.workspace_real(workspace))   # other sandboxes' mount points
     return host.gather(policy, workspace, images.probe_volume_name(), images.proxy_image().tag, placeholders=shared,
                        config_placeholder=workspaces.config_placeholder(), ca_store=_ca_store(policy),
-                       git_placeholder=workspaces.git_placeholder())
+                       git_placeholder=workspaces.git_placeholder(), launched=launched)
 
 
 def _ca_store(policy) -> tuple[str, str]:
@@ -118,11 +118,12 @@ def _ca_store(policy) -> tuple[str, str]:
 
 def compiled(result: stack.Stack, workspace: str, command: tuple[str, ...] = (), *, kind: str = "run",
              name: str | None = None, egress_network: str | None = None, agent: AgentChoice | None = None,
-             timings: Timeline | None = None) -> Planned:
+             timings: Timeline | None = None, launched: bool = True) -> Planned:
     """Host facts and the compiled plan for an effective policy; raises PolicyError (exit 120).
-    With `agent`, the command runs behind the profile's start-up wrapper (its home files)."""
+    With `agent`, the command runs behind the profile's start-up wrapper (its home files).
+    launched=False: files for another tool, the same bytes on every compile (no nonce, no pid)."""
     with timed(timings, "host facts"):
-        facts = facts_for(result.effective.policy, workspace)
+        facts = facts_for(result.effective.policy, workspace, launched)
     if agent and command:
         from launcher.agents.wiring import wrapped
 

@@ -80,8 +80,9 @@ def test_docker_compose_brings_up_a_probed_sandbox_equal_to_the_plan(engine, com
     api, egress = engine.client.api, f"sandbox-test-compose-egress-{os.getpid()}"
     api.create_network(egress, driver="bridge", internal=True)   # stands in for the internet: leads nowhere
     policy = with_allowed(load_policy("ci"), ({"host": "allowed.test", "private": True},))
-    facts = host.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag)
-    plan = compile_policy(policy, facts, egress_network=egress, kind="external",   # as `compile --format compose`
+    facts = host.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag,
+                        launched=False)   # as `compile --format compose`: no nonce, no owner pid
+    plan = compile_policy(policy, facts, egress_network=egress, kind="external",
                           command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
     path = tmp_path / "compose.yaml"
     path.write_text(compose_text(plan))

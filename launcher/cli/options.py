@@ -155,8 +155,9 @@ def tell(layered) -> None:
 
 def plan(policy_ref: str, workspace: str, command: tuple[str, ...], *, kind: str = "run", name: str | None = None,
          timeout: str | None = None, allow: tuple[str, ...] = (), egress_network: str | None = None,
-         strict: bool = False, timings=None):
-    """The pipeline for a command that launches or writes a sandbox; says its notes and warnings."""
+         strict: bool = False, timings=None, launched: bool = True):
+    """The pipeline for a command that launches or writes a sandbox (launched=False: writes files
+    for another tool); says its notes and warnings."""
     from launcher import pipeline
 
     if timings is not None:   # the CLI's imports end here, once the pipeline is in
@@ -175,7 +176,7 @@ def plan(policy_ref: str, workspace: str, command: tuple[str, ...], *, kind: str
                      "alone (the key stays on the host)")
         output.status(said)
     planned = pipeline.compiled(result, workspace, command, kind=kind, name=name, egress_network=egress_network,
-                                agent=agent, timings=timings)
+                                agent=agent, timings=timings, launched=launched)
     for warning in planned.plan.warnings:
         output.status(f"warning: {warning}")
     return planned

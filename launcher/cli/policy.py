@@ -39,7 +39,8 @@ def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: s
     """Compile a policy into a launch plan, without touching the Docker engine."""
     render, external = FORMATS[fmt]
     kind = FORMAT_KIND.get(fmt, "external" if external else "run")
-    launch_plan = plan(policy, workspace, command, kind=kind, allow=allow, egress_network=egress_network).plan
+    launch_plan = plan(policy, workspace, command, kind=kind, allow=allow, egress_network=egress_network,
+                       launched=False).plan
     if fmt == "kubernetes":
         from launcher.targets.kubernetes import losses
 

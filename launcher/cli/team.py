@@ -67,9 +67,11 @@ def devcontainer(workspace: str, policy: str, force: bool, allow: tuple[str, ...
 
     from launcher.cli.policy import warn_not_enforced
 
-    launch_plan = plan(policy, workspace, (), kind="devcontainer", allow=allow, egress_network=egress_network).plan
-    warn_not_enforced("devcontainer")
-    written = dc.write(workspace, dc.files(launch_plan), force)
+    with dc.folder(workspace):
+        launch_plan = plan(policy, workspace, (), kind="devcontainer", allow=allow, egress_network=egress_network,
+                           launched=False).plan
+        warn_not_enforced("devcontainer")
+        written = dc.write(workspace, dc.files(launch_plan), force)
     for path in written:
         click.echo(f"sandbox: wrote {path}", err=True)
 

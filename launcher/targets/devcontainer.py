@@ -4,6 +4,7 @@ own shell, which then execs the image's), and a compose file in proxy mode."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -80,6 +81,22 @@ def files(plan: LaunchPlan) -> dict[str, str]:
             doc, sort_keys=False, width=1000)
     out["devcontainer.json"] = json.dumps(config, indent=2) + "\n"
     return out
+
+
+@contextlib.contextmanager
+def folder(directory: str):
+    """DIRECTORY/.devcontainer exists while the plan is made: the files protect it read-only, and
+    a plan made before it existed would differ from every later one (an empty tmpfs there instead).
+    Removed again if nothing was written into it."""
+    target = os.path.join(directory, ".devcontainer")
+    made = os.path.isdir(directory) and not os.path.lexists(target)
+    if made:
+        os.mkdir(target)
+    try:
+        yield
+    finally:
+        if made and not os.listdir(target):
+            os.rmdir(target)
 
 
 def write(directory: str, content: dict[str, str], force: bool) -> list[str]:

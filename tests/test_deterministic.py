@@ -1,0 +1,113 @@
+"""Files for another tool are the same bytes for the same inputs (issue 26): every `compile`
+format and `sandbox devcontainer`, each run twice in a fresh process with a different hash seed.
+`sandbox run` keeps a unique name per launch; that is tested here too, on the compiled plan."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from launcher import pipeline
+from tests.test_secrets import TEST_CA
+
+# Something of every kind that reaches the files: proxy networks and allow list, both kinds of
+# secret, a CA file, an extra mount, passed and set variables, a capability.
+POLICY = """\
+version: 1
+name: every-part
+description: Something of every kind that reaches the files.
+extends: [ci]
+mounts:
+  - {source: tools, target: /opt/tools}
+network:
+  mode: proxy
+  allow: [pypi.org, "*.pythonhosted.org", "registry.npmjs.org:443", files.example.com]
+secrets:
+  - {name: model, env: MODEL_KEY, upstream: https://api.example.com, header: "Authorization: Bearer {value}"}
+  - {name: other, file: key.txt, upstream: https://other.example.com, header: "X-Key: {value}"}
+ca_certificates: [ca.pem]
+env:
+  pass: [LANG, TERM]
+  set: {B: "2", A: "1", Z: "$literal"}
+capabilities: [CHOWN]
+"""
+
+
+@pytest.fixture
+def setup(tmp_path):
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "README").write_text("hello\n")
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "key.txt").write_text("secret\n")
+    (tmp_path / "ca.pem").write_text(TEST_CA)
+    (tmp_path / "every.yaml").write_text(POLICY)
+    # A Pod under the restricted profile reads no host path: the same without the mount and CA file.
+    (tmp_path / "every-pod.yaml").write_text(POLICY.replace("  - {source: tools, target: /opt/tools}\n", "")
+                                             .replace("mounts:", "mounts: []").replace("[ca.pem]", "[]"))
+    return tmp_path
+
+
+def _start(cwd, args: tuple[str, ...], seed: int) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONHASHSEED": str(seed), "MODEL_KEY": "k", "LANG": "C.UTF-8", "TERM": "xterm"}
+    return subprocess.Popen([sys.executable, "-m", "launcher", *args], cwd=cwd, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _output(process: subprocess.Popen) -> str:
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    return out
+
+
+def _sandbox(cwd, *args: str, seed: int) -> str:
+    return _output(_start(cwd, args, seed))
+
+
+CASES = [(policy, fmt) for policy in ("untrusted", "every.yaml") for fmt in ("json", "argv", "compose")] + \
+    [(policy, "kubernetes") for policy in ("untrusted", "every-pod.yaml")]
+
+
+@pytest.mark.parametrize("policy,fmt", CASES)
+def test_compile_gives_the_same_bytes_in_two_fresh_processes(setup, policy, fmt):
+    args = ["compile", "--policy", policy, "-w", "ws", "--format", fmt, "--workspace-mode", "bind"]
+    first, second = [_output(p) for p in [_start(setup, args, seed) for seed in (1, 2)]]   # at once: quicker
+    assert first == second
+    assert "owner-pid" not in first
+
+
+def _devcontainer(setup, policy: str, seed: int) -> dict[str, bytes]:
+    _sandbox(setup, "devcontainer", "--policy", policy, "--force", "ws", seed=seed)
+    folder = setup / "ws" / ".devcontainer"
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("policy", ["devcontainer", "every.yaml"])
+def test_devcontainer_files_are_the_same_bytes_in_two_fresh_processes(setup, policy):
+    first = _devcontainer(setup, policy, seed=3)
+    assert first == _devcontainer(setup, policy, seed=4)
+    assert not any(b"owner-pid" in text for text in first.values())
+
+
+def test_the_name_follows_the_policy_and_the_workspace(setup, monkeypatch):
+    monkeypatch.chdir(setup)
+    (setup / "other").mkdir()
+    options = pipeline.LayerOptions(workspace_mode="bind")
+
+    def name(policy: str, workspace: str) -> str:
+        return pipeline.plan(policy, workspace, options=options, launched=False).plan.container.name
+
+    assert name("untrusted", "ws") == name("untrusted", str(setup / "ws"))
+    assert len({name("untrusted", "ws"), name("untrusted", "other"), name("untrusted-gvisor", "ws")}) == 3
+
+
+def test_a_launch_keeps_a_unique_name_and_its_owner(setup, monkeypatch):
+    monkeypatch.chdir(setup)
+    monkeypatch.setenv("MODEL_KEY", "k")
+    options = pipeline.LayerOptions(workspace_mode="bind")
+    names = {pipeline.plan("untrusted", "ws", options=options).plan.container.name for _ in range(2)}
+    assert len(names) == 2
+    labels = dict(pipeline.plan("untrusted", "ws", options=options).plan.container.labels)
+    assert labels["dev.sandbox.owner-pid"] == str(os.getpid())
