@@ -188,6 +188,14 @@ def read_secret(name: str, env: str, file: str) -> str:
     return data.decode("utf-8", errors="replace").removesuffix("\n")
 
 
+def peek_secret(env: str, file: str) -> str | None:
+    """A model key's value to recognise its kind by (never kept), or None when it is not there yet."""
+    try:
+        return read_secret("model", env, file)
+    except PolicyError:
+        return None
+
+
 def ca_file(given: str) -> tuple[PathFact, bytes]:
     """A secret's CA bundle (public data, checked by the compiler): where it is, and its first bytes."""
     fact = path_fact(given, os.getcwd())

@@ -75,6 +75,9 @@ def agent_options(command):
             ("--model-key-env", "key_env", "VAR", "Proxy mode: the host variable holding the agent's model API key; "
                                                   "only the proxy ever holds it (the sandbox gets an endpoint)."),
             ("--model-key-file", "key_file", "FILE", "Like --model-key-env, from a file."),
+            ("--model-key-kind", "kind", "KIND", "api-key, or a subscription login the proxy brokers (`sandbox agents` "
+                                                 "lists them: Claude Code's oauth, sk-ant-oat01-… from `claude "
+                                                 "setup-token`); by default recognised by the key's shape."),
             ("--model-upstream", "upstream", "URL", "The model API to send the agent to instead of the profile's "
                                                      "(a company gateway)."))):
         command = click.option(flag, name, metavar=metavar, expose_value=False, callback=_agent_option,
@@ -88,13 +91,15 @@ def agent_choice():
 
     opts = click.get_current_context().meta.get(_AGENT, {})
     if not opts.get("agent"):
-        if opts.get("key_env") or opts.get("key_file") or opts.get("upstream"):
-            raise click.UsageError("--model-key-env, --model-key-file and --model-upstream go with --agent")
+        if opts.get("key_env") or opts.get("key_file") or opts.get("upstream") or opts.get("kind"):
+            raise click.UsageError("--model-key-env, --model-key-file, --model-key-kind and --model-upstream go with --agent")
         return None
     if opts.get("key_env") and opts.get("key_file"):
         raise click.UsageError("--model-key-env and --model-key-file exclude each other")
+    if opts.get("kind") and not (opts.get("key_env") or opts.get("key_file")):
+        raise click.UsageError("--model-key-kind goes with --model-key-env or --model-key-file")
     return AgentChoice(name=opts["agent"], key_env=opts.get("key_env") or "", key_file=opts.get("key_file") or "",
-                       upstream=opts.get("upstream") or "")
+                       upstream=opts.get("upstream") or "", kind=opts.get("kind") or "")
 
 
 def strict_option(command):
