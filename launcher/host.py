@@ -196,6 +196,20 @@ def peek_secret(env: str, file: str) -> str | None:
         return None
 
 
+def codex_refresh_url() -> str:
+    """Where a Codex ChatGPT login is refreshed: $SANDBOX_CODEX_REFRESH_URL (a test's stand-in) or Codex's own."""
+    return os.environ.get("SANDBOX_CODEX_REFRESH_URL", "") or "https://auth.openai.com/oauth/token"
+
+
+def replace_secret_file(path: str, text: str) -> None:
+    """A login file rewritten after a refresh: a new owner-only file beside it, renamed over it."""
+    real = os.path.realpath(os.path.expanduser(path))
+    temp = f"{real}.sandbox-{os.getpid()}"
+    with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600), "w") as out:
+        out.write(text)
+    os.replace(temp, real)
+
+
 def ca_file(given: str) -> tuple[PathFact, bytes]:
     """A secret's CA bundle (public data, checked by the compiler): where it is, and its first bytes."""
     fact = path_fact(given, os.getcwd())

@@ -113,6 +113,9 @@ class SecretPolicy:
     upstream: str     # scheme://host[:port] the proxy forwards the endpoint to
     header: str       # "Name: template" with {value} where the secret goes
     ca_file: str = ""  # https only: host PEM file of the CA(s) the proxy trusts for the upstream, or "" (system CAs)
+    # Set by --agent for a subscription login (launcher/agents/logins.py), not in policy files:
+    login: str = ""   # how the value is read at launch: "" as it is; "codex-chatgpt" a Codex auth.json (refreshed on the host)
+    path: str = ""    # only requests whose path starts with this reach the upstream ("" any)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import subprocess
+import shlex
 import sys
 import time
 import uuid
@@ -22,9 +23,13 @@ from launcher import agents, images
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 SANDBOX = [sys.executable, "-m", "launcher"]
 UPSTREAM = "api.test"
-# After the CLI: what the sandbox holds, printed for the test to search (the CLI's exit code kept).
-DUMP = ('rc=$?; echo "== environment"; cat /proc/[0-9]*/environ 2>/dev/null | tr "\\0" "\\n"; '
-        'echo "== files"; find "$HOME" /workspace /tmp -type f -size -4096k -exec cat {} + 2>/dev/null; exit $rc')
+# After the CLI: what the sandbox holds, written into the workspace for the test to search (not
+# printed: the file does not depend on the output stream's tail), the CLI's exit code kept. A moment
+# first: Claude's leftover helpers still rewrite ~/.claude just after it exits, and a directory
+# changing under `find` loses entries.
+DUMP = ('rc=$?; sleep 2; { echo "== environment"; cat /proc/[0-9]*/environ 2>/dev/null | tr "\\0" "\\n"; '
+        'echo "== files"; find "$HOME" /workspace /tmp -type f -size -4096k ! -name sandbox-dump.txt | '
+        'while read -r f; do echo "-- $f"; cat "$f"; echo; done; } > /workspace/sandbox-dump.txt; exit $rc')
 
 
 def docker(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -61,14 +66,16 @@ def model_api_image(engine):
     images.build(engine, images.model_api_image(), lambda line: None)
 
 
-def run_agent(name: str, network: str, workspace, report, env: dict[str, str], *flags: str) -> tuple[int, str]:
+def run_agent(name: str, network: str, workspace, report, env: dict[str, str], *flags: str, after: str = ""
+              ) -> tuple[int, str]:
     profile = agents.get(name)
-    task = " ".join(__import__("shlex").quote(a.replace("{task}", "Create the marker file.")) for a in profile.headless)
+    task = " ".join(shlex.quote(a.replace("{task}", "Create the marker file.")) for a in profile.headless)
     done = subprocess.run([*SANDBOX, "run", "--policy", "ci", "--agent", name, *flags,
                            "--model-upstream", f"http://{UPSTREAM}", "--egress-network", network,
-                           "--report", str(report), "-w", str(workspace), "--", "sh", "-c", f"{task}; {DUMP}"],
+                           "--report", str(report), "-w", str(workspace), "--", "sh", "-c", f"{task}; {DUMP.replace('rc=$?; ', 'rc=$?; ' + after, 1)}"],
                           env={**os.environ, **env}, capture_output=True, timeout=600)
-    return done.returncode, done.stdout.decode(errors="replace") + "\n" + done.stderr.decode(errors="replace")
+    dump = (workspace / "sandbox-dump.txt").read_text(errors="replace") if (workspace / "sandbox-dump.txt").exists() else ""
+    return done.returncode, done.stdout.decode(errors="replace") + "\n" + done.stderr.decode(errors="replace") + dump
 
 
 def workspace_for(tmp_path):
@@ -99,9 +106,9 @@ def test_claude_code_with_a_setup_token_signs_in_as_a_subscriber_through_the_pro
         assert "x-api-key" not in r["headers"]
         assert "oauth-2025-04-20" in r["headers"].get("anthropic-beta", "").split(",")
     assert [r for r in requests if r["method"] == "CONNECT"] == []   # no profile fetch, nothing else tried
-    assert "== environment" in said and "== files" in said and "claudeAiOauth" in said   # the dump ran
-    assert agents.PLACEHOLDER_KEY in said   # the placeholder login is what the sandbox holds ...
-    assert token not in said   # ... and the token is in no variable, file or line printed
+    assert "== environment" in said and "== files" in said, said[-3000:]   # the dump ran
+    assert "-- /home/agent/.claude/.credentials.json\n" in said, said[-3000:]   # the placeholder login
+    assert token not in said   # the token is in no variable, file or line printed
     assert token not in report.read_text() and json.loads(report.read_text())["probe"]["ok"]
 
 
@@ -116,3 +123,102 @@ def test_claude_code_an_api_key_still_goes_as_x_api_key(engine, model_api_image,
     assert rc == 0, said[-4000:]
     assert api and all(r["headers"].get("x-api-key") == key and "authorization" not in r["headers"] for r in api)
     assert key not in said
+
+
+def jwt(claims: dict) -> str:
+    import base64
+
+    def part(data) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'RS256', 'typ': 'JWT'})}.{part(claims)}.{uuid.uuid4().hex}"
+
+
+def codex_auth(exp: float, account: str) -> dict:
+    """An auth.json as `codex login` writes it (the tokens made up here)."""
+    return {"OPENAI_API_KEY": None, "last_refresh": "2026-11-30T10:00:00Z", "tokens": {
+        "id_token": jwt({"email": "user@example.invalid", "https://api.openai.com/auth": {
+            "chatgpt_plan_type": "plus", "chatgpt_account_id": account}}),
+        "access_token": jwt({"exp": int(exp), "n": uuid.uuid4().hex}), "refresh_token": "rt-" + uuid.uuid4().hex,
+        "account_id": account}}
+
+
+@contextlib.contextmanager
+def refresh_stand_in(answer: dict):
+    """The ChatGPT sign-in's token endpoint on the host's loopback: answers `answer`, records bodies."""
+    import http.server
+    import threading
+
+    seen: list[dict] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            seen.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+            data = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/oauth/token", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# From inside, after the CLI: the endpoint forwards only the Codex API's paths (the token is good for
+# all of chatgpt.com/backend-api, the user's conversations too).
+OUTSIDE = ('curl -s -o /dev/null -w "outside=%{http_code}\\n" "$SANDBOX_ENDPOINT_MODEL/backend-api/conversations"; '
+           'curl -s --path-as-is -o /dev/null -w "dots=%{http_code}\\n" '
+           '"$SANDBOX_ENDPOINT_MODEL/backend-api/codex/../conversations"; ')
+
+
+@pytest.mark.parametrize("expired", [False, True])
+def test_codex_with_a_chatgpt_sign_in_is_brokered_and_refreshed_on_the_host(expired, engine, model_api_image, tmp_path):
+    """--model-key-file auth.json of a ChatGPT sign-in: upstream Authorization: Bearer <access token>
+    and chatgpt-account-id, only under /backend-api/codex/; inside, placeholder JWTs. An expired
+    token is refreshed on the host first (the stand-in sign-in on loopback) and the new tokens are
+    written back to the file; the old ones go nowhere."""
+    account = "acct-" + uuid.uuid4().hex
+    auth = codex_auth(time.time() + (-60 if expired else 10 * 86400), account)
+    fresh = {"id_token": jwt({"https://api.openai.com/auth": {"chatgpt_account_id": account}}),
+             "access_token": jwt({"exp": int(time.time()) + 10 * 86400}), "refresh_token": "rt-" + uuid.uuid4().hex}
+    auth_file = tmp_path / "auth.json"
+    auth_file.write_text(json.dumps(auth))
+    auth_file.chmod(0o600)
+    old = auth["tokens"]
+    token = fresh["access_token"] if expired else old["access_token"]
+    workspace = workspace_for(tmp_path)
+    report = tmp_path / "report.json"
+    with refresh_stand_in(fresh) as (url, refreshes), stand_in(token) as (network, log):
+        rc, said = run_agent("codex", network, workspace, report, {"SANDBOX_CODEX_REFRESH_URL": url},
+                             "--model-key-file", str(auth_file), after=OUTSIDE)
+        requests = log()
+    assert rc == 0, said[-4000:]
+    assert (workspace / "marker-codex.txt").is_file(), said[-4000:]
+    api = [r for r in requests if r["method"] == "POST"]
+    assert api and all(r["status"] == 200 and r["path"].startswith("/backend-api/codex/") for r in requests), said[-4000:]
+    for r in requests:
+        assert r["headers"].get("authorization") == f"Bearer {token}"
+        assert r["headers"].get("chatgpt-account-id") == account
+    assert "outside=403" in said and "dots=403" in said   # refused by the proxy, never forwarded
+    assert ("== files" in said and "sandbox-placeholder-account" in said)   # the dump ran; placeholders inside
+    secrets = [account, old["access_token"], old["refresh_token"], old["id_token"], *fresh.values()]
+    for value in secrets:   # the real login is in no variable, file or line printed, nor in the report
+        assert value not in said and value not in report.read_text()
+    written = json.loads(auth_file.read_text())
+    if expired:
+        assert refreshes == [{"client_id": "app_EMoamEEZ73f0CkXaXp7hrann", "grant_type": "refresh_token",
+                              "refresh_token": old["refresh_token"]}]
+        assert {k: written["tokens"][k] for k in fresh} == fresh and written["tokens"]["account_id"] == account
+        assert written["last_refresh"] != auth["last_refresh"] and auth_file.stat().st_mode & 0o777 == 0o600
+    else:
+        assert refreshes == [] and written == auth

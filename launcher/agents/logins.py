@@ -27,6 +27,8 @@ class Login:
     header: str                               # toward the upstream, with {value}
     recognise: Callable[[str], bool]          # the host's value has this kind's shape
     upstream: str = ""                        # "" keeps the profile's
+    path: str = ""                            # only these upstream paths are forwarded (the token is good for more)
+    reader: str = ""                          # how the proxy's values are read at launch ("" the value as it is)
     key_files: Mapping[str, str] = field(default_factory=dict)    # placeholder credentials, written every run
     home_files: Mapping[str, str] = field(default_factory=dict)   # over the profile's model home files
 
@@ -53,6 +55,7 @@ def _claude_oauth() -> Login:
         summary="a subscription's OAuth token from `claude setup-token` (sk-ant-oat01-…), sent as Authorization: Bearer",
         header="Authorization: Bearer {value}",
         recognise=lambda value: value.startswith("sk-ant-oat"),
+        path="/v1/",   # the Messages API; the token also reads the account (/api/oauth/...)
         # The CLI then signs in with the placeholder as a subscriber does (Authorization: Bearer and
         # its own anthropic-beta: oauth-2025-04-20); CLAUDE_CODE_OAUTH_TOKEN would do the same but is
         # a secret-shaped variable. settings.json is rewritten without apiKeyHelper: a kept home from
@@ -73,9 +76,74 @@ GEMINI_GOOGLE = Unbrokered(
         "use a Gemini API key (--model-key-env)")
 
 
+def _jwt(payload: dict) -> str:
+    """An unsigned JWT: a placeholder the CLI can decode (Codex parses its id_token's claims)."""
+    import base64
+
+    def part(data: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(payload)}.{part({'sandbox': 'placeholder'})}"
+
+
+def _is_codex_auth(value: str) -> bool:
+    try:
+        return isinstance(json.loads(value).get("tokens"), dict)
+    except (ValueError, AttributeError):
+        return False
+
+
+# Inside, Codex is signed in with placeholders: a provider that "requires OpenAI auth" sends the
+# auth.json access token as Authorization: Bearer and its account_id as chatgpt-account-id to our
+# endpoint, which is the ChatGPT backend's Codex API. An access token whose exp lies in the year 3000
+# is never refreshed from inside (Codex refreshes when exp has passed, manager.rs). `apps`: the
+# ChatGPT connectors (an MCP server at chatgpt.com/backend-api/ps/mcp) stay off.
+CODEX_ACCOUNT = "sandbox-placeholder-account"
+CODEX_AUTH = {"OPENAI_API_KEY": None, "last_refresh": "2026-01-01T00:00:00Z", "tokens": {
+    "id_token": _jwt({"email": "sandbox@placeholder.invalid", "https://api.openai.com/auth": {
+        "chatgpt_plan_type": "pro", "chatgpt_account_id": CODEX_ACCOUNT, "chatgpt_user_id": "sandbox-placeholder"}}),
+    "access_token": _jwt({"exp": NEVER_EXPIRES_MS // 1000}), "refresh_token": PLACEHOLDER_KEY,
+    "account_id": CODEX_ACCOUNT}}
+CODEX_CONFIG = """\
+model_provider = "sandbox"
+
+[model_providers.sandbox]
+name = "sandbox proxy"
+base_url = "{endpoint}/backend-api/codex"
+wire_api = "responses"
+requires_openai_auth = true
+
+[features]
+apps = false
+"""
+
+CODEX_CHATGPT = Login(
+    kind="chatgpt",
+    summary="a ChatGPT sign-in (`codex login`: --model-key-file ~/.codex/auth.json), refreshed on the host; "
+            "Authorization: Bearer and chatgpt-account-id toward chatgpt.com/backend-api/codex only",
+    header="Authorization: Bearer {value}",
+    recognise=_is_codex_auth,
+    upstream="https://chatgpt.com",
+    path="/backend-api/codex/",
+    reader="codex-chatgpt",
+    key_files={".codex/auth.json": json.dumps(CODEX_AUTH, indent=2) + "\n"},
+    home_files={".codex/config.toml": CODEX_CONFIG},
+)
+
+
+def proxy_values(reader: str, value: str, where: str, file: str) -> tuple[str, ...]:
+    """The values of a login's headers (the first goes into {value}), read from the host's value."""
+    from launcher.agents import chatgpt
+
+    if reader == "codex-chatgpt":
+        return chatgpt.read(value, where, file)
+    raise ValueError(f"no login reader {reader!r}")
+
+
 def _registry() -> Mapping[str, tuple[Login | Unbrokered, ...]]:
     return MappingProxyType({
         "claude-code": (_claude_oauth(),),
+        "codex": (CODEX_CHATGPT,),
         "gemini-cli": (GEMINI_GOOGLE,),
     })
 
@@ -107,6 +175,6 @@ def applied(profile: AgentProfile, kind: str) -> AgentProfile:
         why = f"{login.kind} cannot be brokered: {login.why}" if login else f"{profile.name} has no {kind} login"
         raise ValueError(f"{why} (possible: {possible})")
     model = replace(profile.model, header=login.header, upstream=login.upstream or profile.model.upstream,
-                    key_env=None, key_files=login.key_files,
-                    home_files={**profile.model.home_files, **login.home_files})
+                    key_env=None, key_files=login.key_files, home_files={**profile.model.home_files, **login.home_files},
+                    login=login.reader, path=login.path)
     return check(replace(profile, model=model))

@@ -60,7 +60,8 @@ def with_agent(policy: Policy, profile: AgentProfile, image: str, *, key_env: st
             raise _problem("--model-key-env", "a policy in network mode proxy", f"{policy.name} has no network",
                            "the proxy injects the key: use --policy ci, or a policy with network: {mode: proxy}")
         secrets += (SecretPolicy(name=profile.model.secret, env=key_env, file=key_file,
-                                 upstream=(upstream or profile.model.upstream).rstrip("/"), header=profile.model.header),)
+                                 upstream=(upstream or profile.model.upstream).rstrip("/"), header=profile.model.header,
+                                 login=profile.model.login, path=profile.model.path),)
     static, _ = wrapped(profile, (), keyed)
     env = replace(policy.env, set_values=tuple({**dict(policy.env.set_values), **static}.items()))
     return replace(policy, image=image, env=env, secrets=secrets)
