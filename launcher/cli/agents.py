@@ -40,7 +40,8 @@ def agents(as_json: bool) -> None:
         click.echo(f"  package {r['package'] or '-'}   image {r['image']}")
         click.echo(f"  home    {', '.join(r['home']) or '-'}")
         click.echo(f"  env     {', '.join(r['env']) or '-'}")
-        click.echo(f"  model   {model['upstream'] + ' (' + model['header'].split(':')[0] + ' injected by the proxy)' if model else '-'}")
+        injected = f"{model['upstream']} ({model['header'].split(':')[0]} injected by the proxy)" if model else "-"
+        click.echo(f"  model   {injected}")
         for s in r["logins"][1:]:   # the API key is the model line above
             click.echo(f"  login   {s['kind']}: {s['summary']}" if s["brokered"] else
                        f"  login   {s['kind']}: not brokered: {s['summary']}: {s['why']}")
