@@ -222,3 +222,53 @@ def test_codex_with_a_chatgpt_sign_in_is_brokered_and_refreshed_on_the_host(expi
         assert written["last_refresh"] != auth["last_refresh"] and auth_file.stat().st_mode & 0o777 == 0o600
     else:
         assert refreshes == [] and written == auth
+
+
+def test_up_with_a_setup_token_gives_claudes_tui_signed_in_as_a_subscriber(engine, model_api_image, tmp_path):
+    """`sandbox up --agent claude-code --model-key-env CLAUDE_CODE_OAUTH_TOKEN` through a pty: the TUI
+    starts without a login or dialog, a typed task gets done, and the token is only in the proxy."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    from conftest import read_until
+
+    token = "sk-ant-oat01-" + uuid.uuid4().hex
+    workspace = workspace_for(tmp_path)
+    name = f"sandbox-test-up-login-{os.getpid()}"
+    with stand_in(token) as (network, log):
+        command = [*SANDBOX, "up", "-p", "ci", "--agent", "claude-code", "--model-key-env", "CLAUDE_CODE_OAUTH_TOKEN",
+                   "--model-upstream", f"http://{UPSTREAM}", "--egress-network", network, "--name", name, str(workspace)]
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.environ["CLAUDE_CODE_OAUTH_TOKEN"] = token
+            os.execvp(command[0], command)
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        try:
+            shown = read_until(fd, b"is up until", 300)
+            assert b"probe passed" in shown, shown[-3000:].decode(errors="replace")
+            time.sleep(2)
+            os.write(fd, b"claude --dangerously-skip-permissions\r")
+            shown += read_until(fd, b"agents", 60)
+            assert b"agents" in shown and b"Not logged in" not in shown and b"/login" not in shown, shown[-3000:].decode(errors="replace")
+            time.sleep(1)
+            os.write(fd, b"Create the marker file.")
+            time.sleep(1)
+            os.write(fd, b"\r")
+            marker = workspace / "marker-claude-code.txt"
+            deadline = time.monotonic() + 90
+            while not marker.exists() and time.monotonic() < deadline:
+                shown += read_until(fd, b"\x00never", 1)
+            assert marker.is_file(), shown[-3000:].decode(errors="replace")
+            api = [r for r in log() if r["method"] == "POST"]
+            assert api and all(r["headers"].get("authorization") == f"Bearer {token}" for r in api)
+            inspect = docker("inspect", name).stdout
+            inside = docker("exec", name, "sh", "-c", "cat /proc/*/environ; find ~ -type f -exec cat {} +").stdout
+            assert "claudeAiOauth" in inside
+            assert token not in inspect and token not in inside and token not in shown.decode(errors="replace")
+        finally:
+            subprocess.run([*SANDBOX, "down", name], capture_output=True, timeout=120)
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            os.close(fd)
