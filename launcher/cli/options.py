@@ -72,12 +72,15 @@ def agent_options(command):
     """--agent and the model key's reference (run, up, compile)."""
     for flag, name, metavar, text in reversed((
             ("--agent", "agent", "NAME", "An agent profile (`sandbox agents`): its image, environment and home files."),
-            ("--model-key-env", "key_env", "VAR", "Proxy mode: the host variable holding the agent's model API key; "
-                                                  "only the proxy ever holds it (the sandbox gets an endpoint)."),
-            ("--model-key-file", "key_file", "FILE", "Like --model-key-env, from a file."),
-            ("--model-key-kind", "kind", "KIND", "api-key, or a subscription login the proxy brokers (`sandbox agents` "
-                                                 "lists them: Claude Code's oauth, sk-ant-oat01-… from `claude "
-                                                 "setup-token`); by default recognised by the key's shape."),
+            ("--model-key-env", "key_env", "VAR", "Proxy mode: the host variable holding the agent's model API key "
+                                                  "or subscription token; only the proxy ever holds it (the sandbox "
+                                                  "gets an endpoint and, for a login, placeholders)."),
+            ("--model-key-file", "key_file", "FILE", "Like --model-key-env, from a file (Codex's ChatGPT sign-in: "
+                                                     "~/.codex/auth.json, refreshed on the host)."),
+            ("--model-key-kind", "kind", "KIND", "api-key, oauth (Claude Code: sk-ant-oat01-… from `claude setup-token`) "
+                                                 "or chatgpt (Codex's auth.json): a subscription login the proxy "
+                                                 "brokers. By default recognised by the key's shape; `sandbox agents` "
+                                                 "lists each agent's logins."),
             ("--model-upstream", "upstream", "URL", "The model API to send the agent to instead of the profile's "
                                                      "(a company gateway)."))):
         command = click.option(flag, name, metavar=metavar, expose_value=False, callback=_agent_option,
