@@ -37,28 +37,13 @@ def docker(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 @contextlib.contextmanager
-def stand_in(expected: str, extra_env: dict[str, str] | None = None):
+def stand_in(expected: str):
     """The stand-in model API as api.test on an internal network of its own, accepting only `expected`."""
+    from conftest import model_api_network
+
     network = f"sandbox-test-logins-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    docker("network", "create", "--internal", "--label", "dev.sandbox.test=logins",
-           "-o", "com.docker.network.bridge.inhibit_ipv4=true", network)
-    name = f"{network}-model-api"
-    env = [f"--env={k}={v}" for k, v in {"MODEL_API_EXPECTED_KEY": expected, **(extra_env or {})}.items()]
-    try:
-        docker("run", "-d", "--name", name, "--network", network, "--network-alias", UPSTREAM, *env,
-               images.model_api_image().tag)
-        deadline = time.monotonic() + 30
-        while "READY" not in docker("logs", name).stdout and time.monotonic() < deadline:
-            time.sleep(0.2)
-
-        def log() -> list[dict]:
-            out = docker("exec", name, "cat", "/tmp/requests.jsonl", check=False).stdout
-            return [json.loads(line) for line in out.splitlines()]
-
+    with model_api_network(network, UPSTREAM, "dev.sandbox.test=logins", expected) as (log, _):
         yield network, log
-    finally:
-        docker("rm", "-f", name, check=False)
-        docker("network", "rm", network, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -227,12 +212,7 @@ def test_codex_with_a_chatgpt_sign_in_is_brokered_and_refreshed_on_the_host(expi
 def test_up_with_a_setup_token_gives_claudes_tui_signed_in_as_a_subscriber(engine, model_api_image, tmp_path):
     """`sandbox up --agent claude-code --model-key-env CLAUDE_CODE_OAUTH_TOKEN` through a pty: the TUI
     starts without a login or dialog, a typed task gets done, and the token is only in the proxy."""
-    import fcntl
-    import pty
-    import struct
-    import termios
-
-    from conftest import read_until
+    from conftest import claude_tui_task, up_in_a_pty
 
     token = "sk-ant-oat01-" + uuid.uuid4().hex
     workspace = workspace_for(tmp_path)
@@ -240,35 +220,15 @@ def test_up_with_a_setup_token_gives_claudes_tui_signed_in_as_a_subscriber(engin
     with stand_in(token) as (network, log):
         command = [*SANDBOX, "up", "-p", "ci", "--agent", "claude-code", "--model-key-env", "CLAUDE_CODE_OAUTH_TOKEN",
                    "--model-upstream", f"http://{UPSTREAM}", "--egress-network", network, "--name", name, str(workspace)]
-        pid, fd = pty.fork()
-        if pid == 0:
-            os.environ["CLAUDE_CODE_OAUTH_TOKEN"] = token
-            os.execvp(command[0], command)
-        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
         try:
-            shown = read_until(fd, b"is up until", 300)
-            assert b"probe passed" in shown, shown[-3000:].decode(errors="replace")
-            time.sleep(2)
-            os.write(fd, b"claude --dangerously-skip-permissions\r")
-            shown += read_until(fd, b"agents", 60)
-            assert b"agents" in shown and b"Not logged in" not in shown and b"/login" not in shown, shown[-3000:].decode(errors="replace")
-            time.sleep(1)
-            os.write(fd, b"Create the marker file.")
-            time.sleep(1)
-            os.write(fd, b"\r")
-            marker = workspace / "marker-claude-code.txt"
-            deadline = time.monotonic() + 90
-            while not marker.exists() and time.monotonic() < deadline:
-                shown += read_until(fd, b"\x00never", 1)
-            assert marker.is_file(), shown[-3000:].decode(errors="replace")
-            api = [r for r in log() if r["method"] == "POST"]
-            assert api and all(r["headers"].get("authorization") == f"Bearer {token}" for r in api)
-            inspect = docker("inspect", name).stdout
-            inside = docker("exec", name, "sh", "-c", "cat /proc/*/environ; find ~ -type f -exec cat {} +").stdout
-            assert "claudeAiOauth" in inside
-            assert token not in inspect and token not in inside and token not in shown.decode(errors="replace")
+            with up_in_a_pty(command, {"CLAUDE_CODE_OAUTH_TOKEN": token}) as (fd, shown):
+                shown = claude_tui_task(fd, workspace, shown)
+                assert b"Not logged in" not in shown and b"/login" not in shown
+                api = [r for r in log() if r["method"] == "POST"]
+                assert api and all(r["headers"].get("authorization") == f"Bearer {token}" for r in api)
+                inspect = docker("inspect", name).stdout
+                inside = docker("exec", name, "sh", "-c", "cat /proc/*/environ; find ~ -type f -exec cat {} +").stdout
+                assert "claudeAiOauth" in inside
+                assert token not in inspect and token not in inside and token not in shown.decode(errors="replace")
         finally:
             subprocess.run([*SANDBOX, "down", name], capture_output=True, timeout=120)
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            os.close(fd)
