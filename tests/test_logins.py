@@ -153,6 +153,17 @@ def test_a_stale_codex_login_is_refreshed_on_the_host_and_written_back(exp, last
     assert path.stat().st_mode & 0o777 == 0o600 and os.listdir(tmp_path) == ["auth.json"]
 
 
+def test_a_refreshed_login_file_keeps_its_owner(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to hand the file to another user")
+    path = tmp_path / "auth.json"
+    path.write_text(json.dumps(auth_json(NOW - 1)))
+    os.chown(path, 1000, 1000)   # the user's file, the launcher run under sudo
+    new = {"access_token": jwt({"exp": NOW + 864000}), "refresh_token": "rt-new"}
+    chatgpt.read(path.read_text(), str(path), str(path), now=NOW, post=lambda url, body: new)
+    assert (path.stat().st_uid, path.stat().st_gid) == (1000, 1000)
+
+
 def test_codex_login_refusals_say_what_is_wrong(tmp_path):
     def refused(text: str, file: str = "", post=None) -> str:
         with pytest.raises(PolicyError) as caught:
@@ -168,7 +179,8 @@ def test_codex_login_refusals_say_what_is_wrong(tmp_path):
     def failing(url, body):
         raise ValueError("HTTP 401 from " + url)
 
-    said = refused(json.dumps(auth_json(NOW - 1)), str(tmp_path / "auth.json"), failing)
+    (tmp_path / "auth.json").write_text(json.dumps(auth_json(NOW - 1)))
+    said = refused((tmp_path / "auth.json").read_text(), str(tmp_path / "auth.json"), failing)
     assert "refresh failed: HTTP 401" in said and "codex login" in said
 
 
@@ -202,3 +214,13 @@ def test_sandbox_agents_lists_each_agents_logins():
     assert set(rows["aider"]) == {"api-key"}
     text = subprocess.run([*SANDBOX, "agents"], capture_output=True, text=True, timeout=60).stdout
     assert "  login   google: not brokered: " in text and "  login   oauth: " in text
+
+
+def test_a_codex_login_that_cannot_be_written_back_is_not_refreshed(tmp_path):
+    """Refresh tokens are used once: a file the new ones cannot replace is refused before the refresh."""
+    text = json.dumps(auth_json(NOW - 1))
+    calls = []
+    with pytest.raises(PolicyError, match="can be written back"):
+        chatgpt.read(text, "auth.json", str(tmp_path / "gone" / "auth.json"), now=NOW,
+                     post=lambda url, body: calls.append(body))
+    assert calls == [] and os.listdir(tmp_path) == []

@@ -85,6 +85,10 @@ def read(text: str, where: str, file: str, now: float | None = None,
                            "refresh tokens are used once: give the file (--model-key-file ~/.codex/auth.json)")
         if not isinstance(refresh, str) or not refresh:
             raise _problem(where, "tokens.refresh_token", "a refresh token", repr(refresh))
+        try:   # before the refresh uses the refresh token up: can its successor be written back?
+            host.replace_secret_file(file, text)
+        except OSError as exc:
+            raise _problem(where, "", "a file the refreshed tokens can be written back to", str(exc)) from None
         url = host.codex_refresh_url()
         try:
             fresh = post(url, {"client_id": CLIENT_ID, "grant_type": "refresh_token", "refresh_token": refresh})
@@ -95,7 +99,11 @@ def read(text: str, where: str, file: str, now: float | None = None,
             raise _problem(where, "tokens.refresh_token", "new tokens from the refresh", "an answer without access_token")
         tokens.update({k: fresh[k] for k in ("id_token", "access_token", "refresh_token") if isinstance(fresh.get(k), str)})
         auth["last_refresh"] = datetime.fromtimestamp(now, timezone.utc).isoformat().replace("+00:00", "Z")
-        host.replace_secret_file(file, json.dumps(auth, indent=2) + "\n")
+        try:
+            host.replace_secret_file(file, json.dumps(auth, indent=2) + "\n")
+        except OSError as exc:
+            raise _problem(where, "", "the refreshed tokens written back", str(exc),
+                           "the old refresh token is used up: sign in again with `codex login`") from None
     signed_in = claims(tokens.get("id_token") or "").get("https://api.openai.com/auth")
     account = tokens.get("account_id") or (signed_in.get("chatgpt_account_id") if isinstance(signed_in, dict) else None)
     if not isinstance(account, str) or not account:
