@@ -131,8 +131,8 @@ def _endpoint(index: int, secret: SecretPolicy, ip_literals: bool, cas: dict[str
     ca_file, ca_pem = cas.get(secret.ca_file, ("", ""))
     return SecretEndpoint(name=secret.name, var=f"{inject.PROXY_VAR}{index}", from_env=secret.env,
                           from_file=secret.file, port=inject.FIRST_PORT + index, scheme=upstream.scheme,
-                          host=upstream.host, upstream_port=upstream.port, header=header, template=template,
-                          ca_file=ca_file, ca_pem=ca_pem)
+                          host=upstream.host, upstream_port=upstream.port, header=header, template=template, ca_file=ca_file,
+                          ca_pem=ca_pem, login=secret.login, path=secret.path, extra=inject.login_headers(secret.login, index))
 
 
 def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] = (),

@@ -115,6 +115,9 @@ class SecretPolicy:
     header: str       # "Name: template" with {value} where the secret goes
     ca_file: str = ""  # https only: host PEM file of the CA(s) the proxy trusts for the upstream, or "" (system CAs)
     model: bool = False  # the agent's model API, added by --agent with a key: network.model governs it
+    # Set by --agent for a subscription login (launcher/agents/logins.py), not in policy files:
+    login: str = ""   # how the value is read at launch: "" as it is; "codex-chatgpt" a Codex auth.json (refreshed on the host)
+    path: str = ""    # only requests whose path starts with this reach the upstream ("" any)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -37,16 +37,31 @@ class AgentChoice:
     key_env: str = ""        # --model-key-env: the host variable holding the model API key
     key_file: str = ""       # --model-key-file
     upstream: str = ""       # --model-upstream: instead of the profile's API (a gateway, a test's stand-in)
+    kind: str = ""           # --model-key-kind: api-key or a subscription login; "" recognises it by its shape
 
     @property
     def profile(self):
+        """The agent's profile, wired for the model key's kind (agents/logins.py)."""
         from launcher import agents
+        from launcher.agents import logins
 
         try:
-            return agents.get(self.name)
+            profile = agents.get(self.name)
         except KeyError as exc:
             raise PolicyError([Problem(file="command line", path="--agent", expected="an agent profile",
                                        found=repr(self.name), hint=str(exc).strip("'\""))]) from None
+        if not self.keyed:
+            return profile
+        try:   # the value only tells its kind (never kept); not there yet: the launch says so
+            value = host.read_secret("model", self.key_env, self.key_file) if not self.kind else None
+        except PolicyError:
+            value = None
+        kind = self.kind or logins.recognise(profile, value)
+        try:
+            return logins.applied(profile, kind)
+        except ValueError as exc:
+            raise PolicyError([Problem(file="command line", path="--model-key-kind", expected="a login the proxy can broker",
+                                       found=repr(kind), hint=str(exc))]) from None
 
     @property
     def keyed(self) -> bool:

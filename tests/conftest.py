@@ -157,3 +157,80 @@ def untrusted_bind():
     policy = load_policy("untrusted")
     return replace(policy, workspace=replace(policy.workspace, mode=WorkspaceMode.BIND))
 
+
+
+@contextlib.contextmanager
+def model_api_network(network: str, alias: str, label: str, expected: str, extra_env: dict[str, str] | None = None):
+    """The stand-in model API (images/model-api, built) as `alias` on a new internal network with no
+    way out (nor to the host), accepting only `expected`; yields (its request log as a function, a
+    function emptying that log). Both go at the end."""
+    import json
+    import subprocess
+
+    from launcher import images
+
+    def docker(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(["docker", *argv], capture_output=True, text=True, timeout=60, check=check)
+
+    docker("network", "create", "--internal", "--label", label, "-o", "com.docker.network.bridge.inhibit_ipv4=true",
+           network)
+    name = f"{network}-model-api"
+    env = [f"--env={k}={v}" for k, v in {"MODEL_API_EXPECTED_KEY": expected, **(extra_env or {})}.items()]
+    try:
+        docker("run", "-d", "--name", name, "--label", label, "--network", network, "--network-alias", alias, *env,
+               images.model_api_image().tag)
+        deadline = time.monotonic() + 30
+        while "READY" not in docker("logs", name).stdout and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+        def log() -> list[dict]:
+            out = docker("exec", name, "cat", "/tmp/requests.jsonl", check=False).stdout
+            return [json.loads(line) for line in out.splitlines()]
+
+        yield log, lambda: docker("exec", name, "sh", "-c", ": > /tmp/requests.jsonl")
+    finally:
+        docker("rm", "-f", name, check=False)
+        docker("network", "rm", network, check=False)
+
+
+@contextlib.contextmanager
+def up_in_a_pty(command: list[str], env: dict[str, str]):
+    """`sandbox up …` (with `env` added) on a 120x40 pty, once its probe passed and its shell is
+    there; yields (the pty's fd, what it showed); killed at the end."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ.update(env)
+        os.execvp(command[0], command)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    try:
+        shown = read_until(fd, b"is up until", 300)
+        assert b"probe passed" in shown, shown[-3000:].decode(errors="replace")
+        yield fd, shown
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.close(fd)
+
+
+def claude_tui_task(fd: int, workspace: Path, shown: bytes, marked=None) -> bytes:
+    """In an `up` shell on `fd`: start Claude's TUI, type the stand-in's task, wait for its marker
+    (in `workspace`, or until `marked()` says it is there: a copy's marker is in the sandbox)."""
+    time.sleep(2)
+    os.write(fd, b"claude --dangerously-skip-permissions\r")
+    shown += read_until(fd, b"agents", 60)
+    assert b"agents" in shown, shown[-3000:].decode(errors="replace")
+    time.sleep(1)
+    os.write(fd, b"Create the marker file.")
+    time.sleep(1)
+    os.write(fd, b"\r")
+    marked = marked or (workspace / "marker-claude-code.txt").is_file
+    deadline = time.monotonic() + 90
+    while not marked() and time.monotonic() < deadline:
+        shown += read_until(fd, b"\x00never", 1)
+    assert marked(), shown[-3000:].decode(errors="replace")
+    return shown

@@ -13,7 +13,6 @@ import os
 import shlex
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
@@ -33,27 +32,13 @@ def docker(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def upstream(engine):
     """The stand-in model API as api.test on an internal network the proxy joins (--egress-network)."""
-    image = images.model_api_image()
-    images.build(engine, image, lambda line: None)
+    from conftest import model_api_network
+
+    images.build(engine, images.model_api_image(), lambda line: None)
     key = "real-" + uuid.uuid4().hex
     network = f"sandbox-test-agents-launcher-{os.getpid()}"
-    docker("network", "create", "--internal", "--label", "dev.sandbox.test=agents-launcher",
-           "-o", "com.docker.network.bridge.inhibit_ipv4=true", network)   # no way to the host either
-    name = f"{network}-model-api"
-    try:
-        docker("run", "-d", "--name", name, "--network", network, "--network-alias", UPSTREAM,
-               "-e", f"MODEL_API_EXPECTED_KEY={key}", image.tag)
-        deadline = time.monotonic() + 30
-        while "READY" not in docker("logs", name).stdout and time.monotonic() < deadline:
-            time.sleep(0.2)
-
-        def log() -> list[dict]:
-            return [json.loads(line) for line in docker("exec", name, "cat", "/tmp/requests.jsonl", check=False).stdout.splitlines()]
-
-        yield network, key, log, lambda: docker("exec", name, "sh", "-c", ": > /tmp/requests.jsonl")
-    finally:
-        docker("rm", "-f", name, check=False)
-        docker("network", "rm", network, check=False)
+    with model_api_network(network, UPSTREAM, "dev.sandbox.test=agents-launcher", key) as (log, reset):
+        yield network, key, log, reset
 
 
 def owned_workspace(tmp_path):
@@ -232,12 +217,7 @@ def test_up_with_the_agent_flag_gives_a_shell_where_claude_works(engine, upstrea
     """`sandbox up --agent claude-code --model-key-env VAR` in the default preset, through a pty: the
     shell has the CLI, its home files and its endpoint; its TUI starts without a dialog and a typed
     task gets done in the copy, the key only in the proxy."""
-    import fcntl
-    import pty
-    import struct
-    import termios
-
-    from conftest import read_until
+    from conftest import claude_tui_task, up_in_a_pty
 
     network, key, log, reset = upstream
     workspace = owned_workspace(tmp_path)
@@ -245,40 +225,21 @@ def test_up_with_the_agent_flag_gives_a_shell_where_claude_works(engine, upstrea
     reset()
     command = [*SANDBOX, "up", "--agent", "claude-code", "--model-key-env", "MODEL_KEY",
                "--model-upstream", f"http://{UPSTREAM}", "--egress-network", network, "--name", name, str(workspace)]
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.environ["MODEL_KEY"] = key
-        os.execvp(command[0], command)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     try:
-        shown = read_until(fd, b"is up until", 300)
-        assert b"probe passed" in shown, shown[-3000:].decode(errors="replace")
-        time.sleep(2)
-        os.write(fd, b"claude --dangerously-skip-permissions\r")
-        shown += read_until(fd, b"agents", 60)
-        assert b"agents" in shown, shown[-3000:].decode(errors="replace")
-        time.sleep(1)
-        os.write(fd, b"Create the marker file.")
-        time.sleep(1)
-        os.write(fd, b"\r")
         def marked() -> bool:   # in the copy: the host tree gets it only by `sandbox apply`
             return subprocess.run(["docker", "exec", name, "test", "-f", "/workspace/marker-claude-code.txt"]).returncode == 0
 
-        deadline = time.monotonic() + 90
-        while not marked() and time.monotonic() < deadline:
-            shown += read_until(fd, b"\x00never", 1)
-        assert marked() and not (workspace / "marker-claude-code.txt").exists(), shown[-3000:].decode(errors="replace")
-        assert any(r["headers"].get("x-api-key") == key for r in log() if r["method"] == "POST")
-        inspect = subprocess.run(["docker", "inspect", name], capture_output=True, text=True).stdout
-        environ = subprocess.run(["docker", "exec", name, "sh", "-c", "cat /proc/*/environ; cat ~/.claude.json "
-                                  "~/.claude/settings.json"], capture_output=True, text=True).stdout
-        assert key not in inspect and key not in environ and key not in shown.decode(errors="replace")
+        with up_in_a_pty(command, {"MODEL_KEY": key}) as (fd, shown):
+            shown = claude_tui_task(fd, workspace, shown, marked)
+            assert not (workspace / "marker-claude-code.txt").exists()
+            assert any(r["headers"].get("x-api-key") == key for r in log() if r["method"] == "POST")
+            inspect = subprocess.run(["docker", "inspect", name], capture_output=True, text=True).stdout
+            environ = subprocess.run(["docker", "exec", name, "sh", "-c", "cat /proc/*/environ; cat ~/.claude.json "
+                                      "~/.claude/settings.json"], capture_output=True, text=True).stdout
+            assert key not in inspect and key not in environ and key not in shown.decode(errors="replace")
     finally:
         subprocess.run([*SANDBOX, "down", name], capture_output=True, timeout=120)
         subprocess.run([*SANDBOX, "discard", name], capture_output=True, timeout=120)
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        os.close(fd)
 
 
 def test_in_untrusted_the_real_cli_has_no_network_and_says_so(engine, tmp_path):

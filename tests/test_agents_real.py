@@ -47,31 +47,13 @@ def docker(*argv: str, timeout: float = 60, check: bool = True) -> subprocess.Co
 def model_api(engine):
     """The stand-in model API alone on an internal network (no way out), expecting a random key;
     yields (network, key, its request log as a function, a function emptying that log)."""
-    image = images.model_api_image()
-    images.build(engine, image, lambda line: None)
+    from conftest import model_api_network
+
+    images.build(engine, images.model_api_image(), lambda line: None)
     key = "test-" + uuid.uuid4().hex
     network = f"sandbox-test-agents-{os.getpid()}"
-    docker("network", "create", "--internal", "--label", LABEL,
-           "-o", "com.docker.network.bridge.inhibit_ipv4=true", network)
-    name = f"{network}-model-api"
-    try:
-        docker("run", "-d", "--name", name, "--label", LABEL, "--network", network, "--network-alias", MODEL_API,
-               "-e", f"MODEL_API_EXPECTED_KEY={key}", image.tag)
-        deadline = time.monotonic() + 30
-        while "READY" not in docker("logs", name).stdout and time.monotonic() < deadline:
-            time.sleep(0.2)
-
-        def log() -> list[dict]:
-            out = docker("exec", name, "cat", "/tmp/requests.jsonl", check=False).stdout
-            return [json.loads(line) for line in out.splitlines()]
-
-        def reset() -> None:
-            docker("exec", name, "sh", "-c", ": > /tmp/requests.jsonl")
-
+    with model_api_network(network, MODEL_API, LABEL, key) as (log, reset):
         yield network, key, log, reset
-    finally:
-        docker("rm", "-f", name, check=False)
-        docker("network", "rm", network, check=False)
 
 
 def docker_run(profile: agents.AgentProfile, image: str, network: str, key: str, workspace, argv: list[str],

@@ -40,6 +40,8 @@ class ModelWiring:
     # secret-shaped variable enters the sandbox (each profile says what that costs).
     key_files: Mapping[str, str] = field(default_factory=dict)
     home_files: Mapping[str, str] = field(default_factory=dict)   # relative to $HOME -> content
+    login: str = ""    # a subscription login's reader (SecretPolicy.login); "" a plain key
+    path: str = ""     # the upstream paths the endpoint forwards (SecretPolicy.path); "" all
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -66,7 +66,8 @@ def with_agent(policy: Policy, profile: AgentProfile, image: str, *, key_env: st
         if network.mode is NetworkMode.NONE:   # the model endpoint alone: nothing else is allowed
             network = NetworkPolicy(mode=NetworkMode.PROXY, allow=(), allow_ip_literals=False)
         secrets += (SecretPolicy(name=profile.model.secret, env=key_env, file=key_file, model=True,
-                                 upstream=(upstream or profile.model.upstream).rstrip("/"), header=profile.model.header),)
+                                 upstream=(upstream or profile.model.upstream).rstrip("/"), header=profile.model.header,
+                                 login=profile.model.login, path=profile.model.path),)
     static, _ = wrapped(profile, (), keyed)
     env = replace(policy.env, set_values=tuple({**dict(policy.env.set_values), **static}.items()))
     return replace(policy, image=image, env=env, secrets=secrets, network=network)

@@ -72,11 +72,17 @@ def agent_options(command):
     """--agent and the model key's reference (run, up, compile)."""
     for flag, name, metavar, text in reversed((
             ("--agent", "agent", "NAME", "An agent profile (`sandbox agents`): its image, environment and home files."),
-            ("--model-key-env", "key_env", "VAR", "The host variable holding the agent's model API key: the sandbox "
-                                                  "reaches that model API alone, through the proxy, which alone holds "
-                                                  "the key (a policy without a network gets proxy mode for it, "
-                                                  "unless network.model: false)."),
-            ("--model-key-file", "key_file", "FILE", "Like --model-key-env, from a file."),
+            ("--model-key-env", "key_env", "VAR", "The host variable holding the agent's model API key or "
+                                                  "subscription token: the sandbox reaches that model API alone, "
+                                                  "through the proxy, which alone holds it (the sandbox gets an "
+                                                  "endpoint and, for a login, placeholders; a policy without a "
+                                                  "network gets proxy mode for it, unless network.model: false)."),
+            ("--model-key-file", "key_file", "FILE", "Like --model-key-env, from a file (Codex's ChatGPT sign-in: "
+                                                     "~/.codex/auth.json, refreshed on the host)."),
+            ("--model-key-kind", "kind", "KIND", "api-key, oauth (Claude Code: sk-ant-oat01-… from `claude setup-token`) "
+                                                 "or chatgpt (Codex's auth.json): a subscription login the proxy "
+                                                 "brokers. By default recognised by the key's shape; `sandbox agents` "
+                                                 "lists each agent's logins."),
             ("--model-upstream", "upstream", "URL", "The model API to send the agent to instead of the profile's "
                                                      "(a company gateway)."))):
         command = click.option(flag, name, metavar=metavar, expose_value=False, callback=_agent_option,
@@ -90,13 +96,15 @@ def agent_choice():
 
     opts = click.get_current_context().meta.get(_AGENT, {})
     if not opts.get("agent"):
-        if opts.get("key_env") or opts.get("key_file") or opts.get("upstream"):
-            raise click.UsageError("--model-key-env, --model-key-file and --model-upstream go with --agent")
+        if opts.get("key_env") or opts.get("key_file") or opts.get("upstream") or opts.get("kind"):
+            raise click.UsageError("--model-key-env, --model-key-file, --model-key-kind and --model-upstream go with --agent")
         return None
     if opts.get("key_env") and opts.get("key_file"):
         raise click.UsageError("--model-key-env and --model-key-file exclude each other")
+    if opts.get("kind") and not (opts.get("key_env") or opts.get("key_file")):
+        raise click.UsageError("--model-key-kind goes with --model-key-env or --model-key-file")
     return AgentChoice(name=opts["agent"], key_env=opts.get("key_env") or "", key_file=opts.get("key_file") or "",
-                       upstream=opts.get("upstream") or "")
+                       upstream=opts.get("upstream") or "", kind=opts.get("kind") or "")
 
 
 def strict_option(command):

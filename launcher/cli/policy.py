@@ -41,6 +41,14 @@ def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: s
     kind = FORMAT_KIND.get(fmt, "external" if external else "run")
     launch_plan = plan(policy, workspace, command, kind=kind, allow=allow, egress_network=egress_network,
                        launched=False).plan
+    logins = [s.name for s in (launch_plan.proxy.secrets if launch_plan.proxy else ()) if s.login]
+    if logins and fmt != "json":
+        from launcher.errors import PolicyError, Problem
+
+        raise PolicyError([Problem(file="command line", path="--format", expected="json, or sandbox run/up",
+                                   found=f"{fmt} with a subscription login ({', '.join(logins)})",
+                                   hint="the login is read and refreshed on the host at launch, which these files "
+                                        "cannot do: start it with sandbox run or sandbox up")])
     if fmt == "kubernetes":
         from launcher.targets.kubernetes import losses
 

@@ -48,6 +48,16 @@ def split_header(header: str) -> tuple[str, str]:
     return name, template
 
 
+# A login's value comes with more than one header: what the reader (launcher/agents/chatgpt.py) gives
+# besides the bearer, each in its own proxy variable SANDBOX_SECRET_<i>_<n> (n from 1).
+LOGIN_HEADERS = {"codex-chatgpt": ("chatgpt-account-id",)}
+
+
+def login_headers(login: str, index: int) -> tuple[tuple[str, str], ...]:
+    """(header name, proxy variable) of a login's further headers."""
+    return tuple((name, f"{PROXY_VAR}{index}_{n}") for n, name in enumerate(LOGIN_HEADERS.get(login, ()), 1))
+
+
 def endpoint_var(name: str) -> str:
     return ENDPOINT_PREFIX + name.upper()
 

@@ -89,12 +89,20 @@ def secret_values(plan: LaunchPlan) -> dict[str, str]:
     values = {}
     for secret in plan.proxy.secrets if plan.proxy else ():
         value = host.read_secret(secret.name, secret.from_env, secret.from_file)
-        try:
-            squid_value(value)
-        except ValueError as exc:
-            raise PolicyError([Problem(file=secret.from_file or f"${secret.from_env}", path=f"secrets ({secret.name})",
-                                       expected="a single-line printable value", found=str(exc))]) from None
-        values[secret.var] = value
+        found = {secret.var: value}
+        if secret.login:   # a subscription login: its header values, refreshed on the host first
+            from launcher.agents import logins
+
+            found = dict(zip((secret.var, *(var for _, var in secret.extra)),
+                             logins.proxy_values(secret.login, value, secret.from_file or f"${secret.from_env}",
+                                                 secret.from_file)))
+        for var, text in found.items():
+            try:
+                squid_value(text)
+            except ValueError as exc:
+                raise PolicyError([Problem(file=secret.from_file or f"${secret.from_env}", path=f"secrets ({secret.name})",
+                                           expected="a single-line printable value", found=str(exc))]) from None
+        values.update(found)
     return values
 
 

@@ -39,6 +39,9 @@ class SecretEndpoint:
     template: str             # header value with {value}
     ca_file: str = ""         # host file the CA bundle was read from, or "" (the proxy's system CAs)
     ca_pem: str = ""          # its certificates (public data): the only CAs the proxy trusts for this upstream
+    login: str = ""           # SecretPolicy.login: how the value is read at launch ("" as it is)
+    path: str = ""            # only paths under this reach the upstream ("" any)
+    extra: tuple[tuple[str, str], ...] = ()   # a login's further headers: (name, proxy variable)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,8 +93,9 @@ def _sni_acl(rule: AllowRule) -> str:
 def _endpoint(index: int, s: SecretEndpoint) -> dict:
     # The value is filled in by the proxy's start script from s.var; % is doubled (logformat codes).
     value = s.template.replace("%", "%%").replace("{value}", f"@{s.var}@")
+    headers = [{"name": s.header, "value": value}] + [{"name": name, "value": f"@{var}@"} for name, var in s.extra]
     return {"id": f"secret{index}", "bind": PROXY_ALIAS, "port": s.port, "host": s.host, "upstream_port": s.upstream_port,
-            "tls": s.scheme == "https", "header": s.header, "value": value,
+            "tls": s.scheme == "https", "headers": headers, "path": s.path,
             "cafile": CA_PATH % index if s.ca_pem else ""}
 
 
