@@ -115,6 +115,11 @@ def engine(tmp_path_factory):
 @pytest.fixture
 def workspace(tmp_path):
     """A copy of the bundled example repository, owned by uid 1000 like a developer's checkout."""
+    return make_workspace(tmp_path)
+
+
+def make_workspace(tmp_path: Path) -> Path:
+    """tmp_path/repo as the `workspace` fixture makes it (for fixtures of a wider scope too)."""
     ws = tmp_path / "repo"
     shutil.copytree(ROOT / "examples" / "untrusted-repo", ws, symlinks=True)
     (ws / ".git" / "hooks").mkdir(parents=True)

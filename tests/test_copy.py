@@ -25,6 +25,31 @@ def sandbox(*args, timeout=300, **kw):
     return subprocess.run(SANDBOX + list(args), capture_output=True, text=True, timeout=timeout, **kw)
 
 
+def digest(path) -> str:
+    """SHA-256 of a file's data runs and where they lie (SEEK_DATA/SEEK_HOLE): equal digests mean
+    equal bytes, and a sparse gigabyte costs its few data blocks, not a gigabyte read and hashed."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        fd, pos, size = f.fileno(), 0, os.fstat(f.fileno()).st_size
+        while pos < size:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError:   # ENXIO: only a hole is left
+                break
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+            h.update(f"{start}+{end - start}:".encode())
+            f.seek(start)
+            while start < end:
+                chunk = f.read(min(end - start, 1 << 20))
+                if not chunk:
+                    break
+                h.update(chunk)
+                start += len(chunk)
+            pos = end
+        h.update(f"size {size}".encode())
+    return h.hexdigest()
+
+
 def snapshot(root) -> dict:
     """Every entry below root: type, mode, owner and content (byte for byte)."""
     found = {}
@@ -32,8 +57,7 @@ def snapshot(root) -> dict:
         for name in dirs + files:
             path = os.path.join(top, name)
             st = os.lstat(path)
-            content = os.readlink(path) if os.path.islink(path) else (
-                hashlib.sha256(open(path, "rb").read()).hexdigest() if os.path.isfile(path) else "")
+            content = os.readlink(path) if os.path.islink(path) else (digest(path) if os.path.isfile(path) else "")
             found[os.path.relpath(path, root)] = (st.st_mode, st.st_uid, st.st_gid, content)
     return found
 
@@ -41,6 +65,11 @@ def snapshot(root) -> dict:
 @pytest.fixture
 def repo(workspace):
     """The example repository as a git checkout with one commit, owned by 1000."""
+    return make_repo(workspace)
+
+
+def make_repo(workspace):
+    """`workspace` made a git checkout with one commit, owned by 1000, as the `repo` fixture does."""
     git = ["git", "-C", str(workspace), "-c", "safe.directory=*", "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(git[:5] + ["init", "-q"], check=True)
     subprocess.run(git + ["add", "-A"], check=True)

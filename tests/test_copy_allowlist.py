@@ -6,11 +6,14 @@ setuid file and a case collision. `apply` carries none of it back without a per-
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import time
 
 import pytest
 
-from tests.test_copy import repo, run_copy, sandbox, snapshot  # noqa: F401 (repo: a fixture)
+from tests.conftest import make_workspace
+from tests.test_copy import make_repo, run_copy, sandbox, snapshot
 
 pytestmark = pytest.mark.engine
 NAME = f"copy-allow-{os.getpid()}"
@@ -36,23 +39,38 @@ NEVER = (".GIT", ".Github", ".git\u200c", "s0", "s8", "s9", "passwd_link", "pack
          "Notes.txt", "notes.txt")
 
 
-@pytest.fixture
-def hostile_copy(repo):
+@pytest.fixture(scope="module")
+def hostile_module(engine, tmp_path_factory):
+    """One copy for the module (each run is a sandbox start); yields the workspace and a pristine
+    copy of its host tree, which every test starts from (apply writes to the host tree only)."""
+    repo = make_repo(make_workspace(tmp_path_factory.mktemp("allow")))
     (repo / "docs").mkdir()
     (repo / "docs" / "guide.md").write_text("guide\n")
     os.chown(repo / "docs", 1000, 1000)
     os.chown(repo / "docs" / "guide.md", 1000, 1000)
+    pristine = repo.parent / "pristine"
+    shutil.copytree(repo, pristine, symlinks=True)
     result = run_copy(repo, NAME, "bash", "-c", HOSTILE)
     try:
         assert result.returncode == 0, result.stderr
-        yield repo
-    finally:   # the next test makes a copy of the same name: this one must be gone
+        yield repo, pristine
+    finally:   # another module may make a copy of the same name: this one must be gone
         for _ in range(10):
             done = sandbox("discard", NAME)
             if done.returncode == 0 or "no copy named" in done.stderr:
                 break
             time.sleep(1)
         assert done.returncode == 0 or "no copy named" in done.stderr, done.stderr
+
+
+@pytest.fixture
+def hostile_copy(hostile_module):
+    """The host tree as it was when the copy was taken, whatever an earlier test applied to it."""
+    repo, pristine = hostile_module
+    shutil.rmtree(repo)
+    shutil.copytree(pristine, repo, symlinks=True)
+    subprocess.run(["chown", "-R", "1000:1000", str(repo)], check=True)
+    yield repo
 
 
 def test_diff_marks_folded_names_links_surfaces_and_modes(engine, hostile_copy):

@@ -456,21 +456,40 @@ _p_ask_proxy() {
 	printf 'proxy\t%s\n' "${_r%"$_P_CR"}"
 }
 
-# direct connections to the gateway, a few ports at once
+# direct connections to the gateway, a few ports at once. Each verdict is what connect() itself
+# answered, never an exit status: nc's own -w alarm says "timed out" while connect() still waits
+# for an answer (the alarm is armed just before it, so a slow start costs no time of the window),
+# a refused or unreachable port answers at once with its error, and -e runs the connected marker
+# only once connect() returned 0. gVisor's hostinet (2022) sometimes returns 0 while the socket is
+# still SYN_SENT; the marker then reads the socket's state from /proc/net/tcp and that attempt is
+# tried again (an nc with stdin at EOF turned such a socket into exit 0, seen as "connected").
 _p_try_gateway() {
-	local _port _e _obs
-	_obs=$(for _port in 80 443 22 2375; do
-		{
-			# A reachable host refuses or accepts within milliseconds: 0.3 s is plenty.
-			_e=$(_p_within 0.3 "$BB" nc -w 1 "$EG_GW_IP" "$_port" </dev/null 2>&1)
-			case $?:$_e in
-			0:*) echo "$_port:connected" ;;
-			*refused*) echo "$_port:refused" ;;
-			*) echo "$_port:blocked" ;;
-			esac
-		} &
-	done; wait)
+	local _port _obs
+	_obs=$(for _port in 80 443 22 2375; do _p_try_port "$_port" & done; wait)
 	printf 'direct\t%s\n' "$(printf '%s' "$_obs" | "$BB" sort | "$BB" tr '\n' ' ')"
+}
+
+# _p_try_port PORT -- prints PORT:connected|refused|blocked|unsettled|unknown(...); a new
+# attempt (at most 3) while connect() returns before the handshake is done. The -e program gets
+# busybox as $1 and the socket as fd 0: "early" only where the kernel lists that socket as
+# SYN_SENT (02); any other state, or none found, counts as connected.
+_p_try_port() {
+	local _n _e _prog
+	_prog='i=$("$1" readlink /proc/self/fd/0); i=${i#socket:[}; i=${i%]}
+st=$("$1" awk -v i="$i" '"'"'$10 == i { print $4 }'"'"' /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+case $st in 02) echo "state early" >&2 ;; *) echo "state connected" >&2 ;; esac'
+	for _n in 1 2 3; do
+		_e=$("$BB" nc -w 1 "$EG_GW_IP" "$1" -e "$BB" sh -c "$_prog" sh "$BB" </dev/null 2>&1)
+		case $_e in
+		*"state early"*) continue ;;
+		*"state connected"*) echo "$1:connected" ;;
+		*"can't connect to remote host"*refused*) echo "$1:refused" ;;
+		*"can't connect to remote host"* | "nc: timed out") echo "$1:blocked" ;;
+		*) _p_esc "$_e"; echo "$1:unknown($_P_R)" ;;
+		esac
+		return
+	done
+	echo "$1:unsettled"
 }
 
 # a name only the proxy may resolve. Docker's resolver answers at once for names it knows; an
@@ -1076,12 +1095,18 @@ check_egress_denied() {
 }
 
 # A direct connection to the gateway (the host's side of the network) must not get through. A
-# refused connection proves the host is reachable, so only a timeout or "no route" passes.
+# refused connection proves the host is reachable, so only a timeout or "no route" passes, on
+# every port (unsettled or unknown fails too).
 check_egress_direct() {
-	local ok=1
+	local ok=1 _i
 	if [ -z "$EG_GW_IP" ]; then _p_line egress.direct 1 "no path to the host" "no default route"; return; fi
 	_p_unreported egress.direct direct && return
-	case $EG_DIRECT in *connected* | *refused*) ok=0 ;; esac
+	[ -n "${EG_DIRECT# }" ] || ok=0
+	set -f
+	for _i in $EG_DIRECT; do
+		case $_i in *:blocked) ;; *) ok=0 ;; esac
+	done
+	set +f
 	_p_line egress.direct "$ok" "no path to the host via $EG_GW_IP" "${EG_DIRECT# }"
 }
 
