@@ -118,14 +118,7 @@ def explain(policy: str, workspace: str, fmt: str, as_json: bool, target: str) -
     tell(result)
     eff = result.effective
     click.echo(json.dumps(table.to_json(eff, target), indent=2) if fmt == "json"
-               else table.render(eff, fmt == "markdown", target, width=None if fmt == "markdown" else _columns()))
-
-
-def _columns() -> int:
-    """The terminal's width (COLUMNS first; 80 when there is none, as in a pipe)."""
-    import shutil
-
-    return shutil.get_terminal_size().columns
+               else table.render(eff, fmt == "markdown", target, width=None if fmt == "markdown" else output.columns()))
 
 
 @click.command(short_help="Print the policy format's JSON Schema.")

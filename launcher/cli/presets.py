@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
+import sys
 
 import click
+
+from launcher.cli import output
 
 
 def _writes(policy) -> str:
@@ -47,7 +49,7 @@ def presets(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(found, indent=2))
         return
-    width = shutil.get_terminal_size().columns
+    width = output.columns() or sys.maxsize
     for r in found:
         network = r["network"] + (f" ({len(r['allow'])} hosts: `sandbox explain {r['name']}`)" if r["allow"] else "")
         for line in tables.paragraph(f"{r['name']}: {r['purpose']}", width):
