@@ -65,6 +65,9 @@ def test_list_says_when_the_file_changed_or_went(repo):
     assert approvals()[0]["state"] == "changed since"
     (repo / ".sandbox.yaml").unlink()
     assert approvals()[0]["state"] == "no .sandbox.yaml now"
+    (repo / ".sandbox.yaml").symlink_to("/etc/hostname")
+    assert approvals()[0]["state"] == "unreadable now: a symbolic link"
+    (repo / ".sandbox.yaml").unlink()
     empty = cli("trust", "revoke", "-w", str(repo))   # revoking needs no file
     assert empty.exit_code == 0 and approvals() == []
 

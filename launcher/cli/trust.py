@@ -28,8 +28,12 @@ def trust() -> None:
 def _state(approval) -> str:
     """Whether the workspace's file is still the approved one."""
     from launcher import host, trust as tofu
+    from launcher.errors import PolicyError
 
-    source = host.repo_policy_file(approval.workspace)
+    try:
+        source = host.repo_policy_file(approval.workspace)
+    except PolicyError as exc:   # a symlink or a FIFO there now: say so, list the rest
+        return f"unreadable now: {exc.problems[0].found}"
     if source is None:
         return "no .sandbox.yaml now"
     return "current" if tofu.sha256(source.data) == approval.sha256 else "changed since"
@@ -94,7 +98,8 @@ def approve(workspace: str, yes: bool, pin: str | None) -> None:
     """
     from launcher import approvals, host, trust as tofu
 
-    if pin is not None and tofu.normalise_pin(pin) is None:
+    wanted = None if pin is None else tofu.normalise_pin(pin)
+    if pin is not None and wanted is None:
         raise click.BadParameter("expected a SHA-256 digest (64 hex digits), as `sandbox check` prints it",
                                  param_hint="--sha256")
     ws, source = _source(workspace)
@@ -104,12 +109,16 @@ def approve(workspace: str, yes: bool, pin: str | None) -> None:
         return
     effect = f"  it can only narrow; `sandbox check -w {shlex.quote(ws)}` says what, on your base policy"
     click.echo(tofu.review_text(source.path, source.data, last, effect), err=True)
-    if pin is not None and tofu.normalise_pin(pin) != digest:
-        raise tofu.refusal(source.path, source.data, tofu.Status.NEW, tofu.normalise_pin(pin), flag="--sha256")
-    if pin is None and not yes:
+    if wanted is not None and wanted != digest:
+        raise tofu.refusal(source.path, source.data, tofu.Status.NEW, wanted, flag="--sha256")
+    if wanted is None and not yes:
         if not host.is_interactive():
             raise click.UsageError(f"no terminal to ask: after review, pass --sha256 {digest} (or --yes)")
-        if not click.confirm("Approve this repository policy?", default=False, err=True):
+        try:
+            answer = click.confirm("Approve this repository policy?", default=False, err=True)
+        except click.exceptions.Abort:   # Ctrl-D: no answer is a no
+            answer = False
+        if not answer:
             raise tofu.declined(source.path)
     store_path = approvals.record(ws, source.data)
     output.status(f"approved {source.path} (sha256 {digest}), recorded in {store_path}")
