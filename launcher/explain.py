@@ -4,8 +4,10 @@ that enforces it and the probe check that proves it. ENFORCEMENT below is the on
 from __future__ import annotations
 
 import enum
+import sys
 from dataclasses import dataclass
 
+from launcher import tables
 from launcher.layers import FIELDS, Effective
 from launcher.model import NetworkMode, Runtime
 from launcher.targets import TARGETS
@@ -300,8 +302,9 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def render(eff: Effective, markdown: bool = False, target: str = "run") -> str:
-    """A table: field, value, Docker mechanism, enforcing component, probe checks, and a flag."""
+def render(eff: Effective, markdown: bool = False, target: str = "run", width: int | None = None) -> str:
+    """A table: field, value, Docker mechanism, enforcing component, probe checks, and a flag;
+    the text form within `width` columns when given (cells wrap)."""
     head = ("field", "value", "mechanism", "enforced by", "probe check", "flag")
     body = [(r.field, _clip(r.value, 36), r.enforcement.mechanism, r.enforcement.component.value,
              ", ".join(r.enforcement.checks) or "-", ", ".join(r.flags)) for r in rows(eff, target)]
@@ -311,11 +314,12 @@ def render(eff: Effective, markdown: bool = False, target: str = "run") -> str:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]
     else:
-        widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [head, *body]]
+        lines = tables.table([head, *body], width or sys.maxsize)
     unenforced = [r.field for r in rows(eff, target) if r.enforcement.component is Component.NOTHING]
     unprobed = [r.field for r in rows(eff, target) if not r.enforcement.checks]
     lines += ["", f"policy {eff.policy.name} (sha256 {eff.policy.digest[:12]}), {len(eff.layers)} layer(s)",
               f"enforced by nothing: {', '.join(unenforced) or '-'}", f"not probed: {', '.join(unprobed) or '-'}"]
     lines += [f"not enforced for {target} (`run` enforces it): {name}: {why}" for name, why in not_enforced(target)]
+    if width and not markdown:
+        lines = [part for line in lines for part in tables.paragraph(line, width)]
     return "\n".join(lines)

@@ -60,8 +60,8 @@ def check(refs: tuple[str, ...], workspace: str, target: str = "run",
         if trust.status(trust.parse_store(text, store_path), ws, repo.data, None) is trust.Status.APPROVED:
             state = f"approved on this machine (sha256 {digest})"
         else:
-            state = (f"not approved on this machine (sha256 {digest}); after review, approve it in a terminal "
-                     f"or pass --trust-repo-policy {digest}")
+            state = (f"not approved on this machine (sha256 {digest}); after review, approve it "
+                     f"(`{trust.approve_command(repo.file)}`) or pass --trust-repo-policy {digest}")
     facts = pipeline.facts_for(base.policy, workspace) if base else None
     findings = lint(docs, base=base, base_problem=base_problem, layers=layers, layer_problems=layer_problems,
                     facts=facts, workspace=ws, git_paths=_git_paths(ws), repo_state=state,

@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 import posixpath
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from typing import Callable
 
-from launcher import host, trust
+from launcher import approvals, host, trust
 from launcher.errors import PolicyError, Problem
 from launcher.layers import FIELDS, Effective, Layer, LayerKind, combine, effective, full_layer, get
 from launcher.model import BUILTIN_PROTECTED, Access, Policy
@@ -152,17 +151,14 @@ def _repo_layer(workspace: str, base: Policy, prior: Effective, so_far: list[Lay
     if ask is None:
         raise trust.refusal(source.path, source.data, state, None)
     where = trust.location_problem(store_path, workspace)
-    if where:
+    if where:   # before asking: an answer that cannot be recorded is not asked for
         raise PolicyError([where])
     before = combine(base, so_far, prior=prior)[0]
     effect = "\n".join(f"  {a.field}: {b.value} -> {a.value}" for a, b in zip(after.decisions, before.decisions)
                        if a.value != b.value) or "  nothing (it repeats what is allowed)"
     if not ask(trust.review_text(source.path, source.data, store.get(workspace), effect)):
         raise trust.declined(source.path)
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    # Re-read under the lock: another launcher may have approved something while we asked.
-    host.update_trust_store(lambda current: trust.dump_store(
-        trust.approve(trust.parse_store(current, store_path), workspace, source.data, now)))
+    approvals.record(workspace, source.data)
     notes.append(f"approved {source.path} (sha256 {trust.sha256(source.data)}), recorded in {store_path}")
     return layer
 

@@ -7,7 +7,9 @@ import difflib
 import enum
 import hashlib
 import json
+import posixpath
 import re
+import shlex
 from dataclasses import asdict, dataclass
 
 from launcher.errors import PolicyError, Problem
@@ -91,17 +93,21 @@ def review_text(path: str, data: bytes, previous: Approval | None, effect: str) 
     return visible("\n".join(head + body + ["", "Applying it changes:", effect]))
 
 
-def refusal(path: str, data: bytes, state: Status, pin: str | None) -> PolicyError:
+def approve_command(path: str) -> str:
+    return f"sandbox trust approve -w {shlex.quote(posixpath.dirname(path) or '.')}"
+
+
+def refusal(path: str, data: bytes, state: Status, pin: str | None, flag: str = "--trust-repo-policy") -> PolicyError:
     digest = sha256(data)
     if pin is not None:
         return PolicyError([Problem(
-            file=path, path="", expected=f"content with sha256 {pin} (--trust-repo-policy)", found=f"sha256 {digest}",
+            file=path, path="", expected=f"content with sha256 {pin} ({flag})", found=f"sha256 {digest}",
             hint="the file is not the one you pinned: review it, then pin the new digest")])
     what = "changed since it was approved" if state is Status.CHANGED else "not approved on this machine"
     return PolicyError([Problem(
         file=path, path="", expected="an approved repository policy", found=f"{what} (sha256 {digest})",
         hint=("non-interactive runs never ask: review it (sandbox check), then pass --trust-repo-policy "
-              f"{digest}, approve it in a terminal, or pass --ignore-repo-policy"))])
+              f"{digest}, approve it (`{approve_command(path)}`), or pass --ignore-repo-policy"))])
 
 
 def declined(path: str) -> PolicyError:

@@ -13,7 +13,7 @@ import traceback
 import click
 
 from launcher import __version__
-from launcher.cli import agents, attest, copies, launch, manage, output, policy, port, selftest, team
+from launcher.cli import agents, attest, copies, launch, manage, output, policy, port, presets, selftest, team, trust
 from launcher.errors import ExitCode, SandboxError, Terminated, secondary_failures
 
 _DEBUG = "sandbox.debug"
@@ -95,6 +95,6 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-for _module in (policy, launch, copies, agents, manage, port, team, selftest, attest):
+for _module in (policy, presets, launch, copies, agents, manage, port, team, trust, selftest, attest):
     for _command in _module.COMMANDS:
         main.add_command(_command)

@@ -7,12 +7,17 @@ import json
 import click
 
 
-@click.command()
+@click.command(short_help="List the agent profiles that --agent selects.")
 @click.option("--json", "as_json", is_flag=True, help="Every profile as JSON.")
 def agents(as_json: bool) -> None:
     """List the agent profiles `--agent NAME` selects: the CLI and its pinned version, its image,
     the home paths it writes, the variables it gets, the model API its key is injected for, the
-    hosts it needs in proxy mode, how it continues its last session, and what was run for real."""
+    hosts it needs in proxy mode, how it continues its last session, and what was run for real.
+
+    \b
+    Example:
+      sandbox agents --json
+    """
     from dataclasses import asdict
 
     from launcher import agents as profiles

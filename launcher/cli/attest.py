@@ -50,7 +50,7 @@ def record(path: str, recorder, planned, engine, report: dict) -> str | None:
     return None
 
 
-@click.command(name="verify-attestation")
+@click.command(name="verify-attestation", short_help="Re-check the digests of an attestation record.")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
 def verify_attestation(file: str) -> None:
     """Re-check every digest in FILE, a record written by `sandbox run --attest`.
@@ -59,6 +59,10 @@ def verify_attestation(file: str) -> None:
     the whole predicate, the effective policy, the layers' contents, the images), else exit 118
     naming each mismatch. The record is unsigned: this catches accidents and naive edits, not a
     forger who recomputes the digests.
+
+    \b
+    Example:
+      sandbox verify-attestation run-attestation.json
     """
     from launcher import attest
 

@@ -8,6 +8,7 @@ import time
 
 import click
 
+from launcher.cli import complete
 from launcher.cli.output import Console
 
 
@@ -49,8 +50,8 @@ def _engine():
     return eng
 
 
-@click.command()
-@click.argument("name")
+@click.command(short_help="Show what the agent changed in a copy.")
+@click.argument("name", shell_complete=complete.names(complete.COPIES))
 @click.option("--stat", "as_stat", is_flag=True, help="One line per changed file, then the totals.")
 @click.option("--json", "as_json", is_flag=True, help="Every change as JSON (paths, status, hashes, patch).")
 @limit_options
@@ -64,6 +65,10 @@ def diff(name: str, as_stat: bool, as_json: bool, max_file_size: int | None, max
     never carries back (git directories and protected paths on any case or Unicode spelling, setuid
     files, case collisions, symlinks that resolve outside or into those) are marked REFUSED;
     surfaces at any depth and symlinks are marked NEEDS with the flag that lets `apply` write them.
+
+    \b
+    Example:
+      sandbox diff sandbox-myrepo --stat
     """
     from launcher.copies import apply, limits, review, store
 
@@ -89,8 +94,8 @@ def diff(name: str, as_stat: bool, as_json: bool, max_file_size: int | None, max
     click.echo("\n".join(review.stat_lines(found) if as_stat else review.patch_lines(found)))
 
 
-@click.command(name="apply")
-@click.argument("name")
+@click.command(name="apply", short_help="Write the changes in a copy to the host tree.")
+@click.argument("name", shell_complete=complete.names(complete.COPIES))
 @click.option("--to", "branch", metavar="BRANCH", help="Commit the changes on this new branch of the host "
               "repository instead (from the commit the copy was taken from); the work tree stays as it is.")
 @click.option("--message", "-m", default="Changes made in sandbox copy", show_default=True,
@@ -116,6 +121,10 @@ def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...
     never leave the copy; surfaces and symlinks only with a per-path --allow-surface /
     --allow-symlink, and a yes that cannot be honoured writes nothing (exit 120), nor do files over
     the size limits (exit 120). The copy stays until `sandbox discard NAME`; applying again is a no-op.
+
+    \b
+    Example:
+      sandbox apply sandbox-myrepo --to agent-work   # onto a new branch
     """
     from launcher.copies import apply, branch as branches, review, store
     from launcher.errors import PolicyError, Problem
@@ -165,10 +174,15 @@ def _to_apply(eng, name: str, number: int | None, cap) -> int:
     return shown["id"]
 
 
-@click.command()
-@click.argument("name")
+@click.command(short_help="Drop a copy and its checkpoints.")
+@click.argument("name", shell_complete=complete.names(complete.COPIES))
 def discard(name: str) -> None:
-    """Drop the copy NAME with its checkpoints (the host tree is not touched)."""
+    """Drop the copy NAME with its checkpoints (the host tree is not touched).
+
+    \b
+    Example:
+      sandbox discard sandbox-myrepo
+    """
     from launcher.copies import store
 
     eng = _engine()
@@ -178,23 +192,33 @@ def discard(name: str) -> None:
     click.echo(f"sandbox: discarded {name}" + (f" and its {count} unapplied changes" if count else ""), err=True)
 
 
-@click.command()
-@click.argument("name")
+@click.command(short_help="Take a checkpoint of a copy now.")
+@click.argument("name", shell_complete=complete.names(complete.COPIES))
 @click.option("--message", "-m", default="by hand", show_default=True, help="What this checkpoint is.")
 @_MAX_COPY
 def checkpoint(name: str, message: str, max_copy_size: int | None) -> None:
-    """Take a checkpoint of the copy NAME now (a running sandbox is paused meanwhile)."""
+    """Take a checkpoint of the copy NAME now (a running sandbox is paused meanwhile).
+
+    \b
+    Example:
+      sandbox checkpoint sandbox-myrepo -m "before the refactor"
+    """
     from launcher.copies import store
 
     taken = store.checkpoint(_engine(), name, message, _limits(None, max_copy_size))
     click.echo(f"sandbox: checkpoint {taken['id']} of {name}", err=True)
 
 
-@click.command()
-@click.argument("name")
+@click.command(short_help="List the checkpoints of a copy.")
+@click.argument("name", shell_complete=complete.names(complete.COPIES))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def checkpoints(name: str, as_json: bool) -> None:
-    """List the checkpoints of the copy NAME (0: the copy as made; one at the end of each run)."""
+    """List the checkpoints of the copy NAME (0: the copy as made; one at the end of each run).
+
+    \b
+    Example:
+      sandbox checkpoints sandbox-myrepo --json
+    """
     from launcher.copies import store
 
     found = store.checkpoints(_engine(), name)
@@ -208,13 +232,18 @@ def checkpoints(name: str, as_json: bool) -> None:
         click.echo(f"{c['id']:>4}  {when}  {c['entries']:>7}  {c['message']}{mark}")
 
 
-@click.command()
-@click.argument("name")
+@click.command(short_help="Put a copy back to an earlier checkpoint.")
+@click.argument("name", shell_complete=complete.names(complete.COPIES))
 @click.argument("checkpoint_id", metavar="ID", type=int)
 @_MAX_COPY
 def rewind(name: str, checkpoint_id: int, max_copy_size: int | None) -> None:
     """Put the copy NAME back as it was at checkpoint ID. What it held before becomes a new
-    checkpoint first, so a rewind can be undone with another rewind."""
+    checkpoint first, so a rewind can be undone with another rewind.
+
+    \b
+    Example:
+      sandbox rewind sandbox-myrepo 1
+    """
     from launcher.copies import store
 
     before = store.rewind(_engine(), name, checkpoint_id, _limits(None, max_copy_size))

@@ -10,6 +10,7 @@ import time
 
 import click
 
+from launcher.cli import complete
 from launcher.cli import output
 from launcher.cli.attest import attest_option
 from launcher.cli.options import (POLICY_HELP, agent_choice, agent_options, duration, egress_options, layer_options,
@@ -47,8 +48,8 @@ def _tell_copy(outcome) -> None:
                       f"\n  review: sandbox diff {name}   apply: sandbox apply {name}   drop: sandbox discard {name}")
 
 
-@click.command()
-@click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP)
+@click.command(short_help="Run a command as the agent in a fresh sandbox.")
+@click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP, shell_complete=complete.presets)
 @click.option("--workspace", "-w", default=".", show_default=True, type=click.Path(file_okay=False),
               help="Host directory the agent works on.")
 @click.option("--timeout", callback=duration, help="Stop the agent after this long (can only shorten the policy's).")
@@ -70,6 +71,10 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
 
     The probe runs first; if any check fails the command never starts. Output is streamed; the
     exit code is the agent's, or one of the codes in `sandbox --help`.
+
+    \b
+    Example:
+      sandbox run -p ci --allow pypi.org -w . -- make test
     """
     from launcher import baseline, host, launch
     from launcher.cli import attest
@@ -145,9 +150,9 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
     sys.exit(code)
 
 
-@click.command()
+@click.command(short_help="Start a long-lived sandbox and open a shell in it.")
 @click.argument("workspace", default=".", type=click.Path(file_okay=False))
-@click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP)
+@click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP, shell_complete=complete.presets)
 @click.option("--name", help="Sandbox name (default: sandbox-<directory name>).")
 @click.option("--no-shell", is_flag=True, help="Start the sandbox but do not open a shell in it.")
 @click.option("--fresh", is_flag=True, help="Copy mode: start on a new copy of WORKSPACE instead of continuing the "
@@ -167,6 +172,10 @@ def up(workspace: str, policy: str, name: str | None, no_shell: bool, fresh: boo
     `sandbox down NAME`. Running `sandbox up` again opens another shell in the same sandbox, if it
     has the same effective policy and workspace (otherwise exit 120). It stops when limits.timeout
     (or --timeout) has passed since it started, attached or not; there is no idle timeout.
+
+    \b
+    Example:
+      sandbox up ~/src/repo --timeout 2h
     """
     from launcher import baseline, launch, sandboxes
     from launcher.errors import NotFound, PolicyError

@@ -7,28 +7,38 @@ import sys
 
 import click
 
+from launcher.cli import complete
 from launcher.cli.options import strict_option
 from launcher.cli.output import Console, print_blocked, print_changes
 from launcher.errors import ExitCode
 
 
-@click.command(name="exec")
-@click.argument("name")
+@click.command(name="exec", short_help="Run a command in a running sandbox.")
+@click.argument("name", shell_complete=complete.names(complete.SANDBOXES))
 @click.argument("command", nargs=-1, required=True)
 def exec_(name: str, command: tuple[str, ...]) -> None:
-    """Run COMMAND in the running sandbox NAME (non-interactive; streams output)."""
+    """Run COMMAND in the running sandbox NAME (non-interactive; streams output).
+
+    \b
+    Example:
+      sandbox exec sandbox-myrepo -- git status
+    """
     from launcher import engine, sandboxes
 
     sys.exit(sandboxes.exec_in(engine.connect(), name, list(command), Console()))
 
 
-@click.command(name="ls")
+@click.command(name="ls", short_help="List sandboxes, copies and home volumes.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def ls_(as_json: bool) -> None:
     """List sandboxes (and leftovers) created by this tool.
 
     For copies, CHANGES is what their last checkpoint counted (the end of a run, `sandbox down`,
     `diff`, `checkpoint`): read from the copies' volumes at once, without a tools container.
+
+    \b
+    Example:
+      sandbox ls --json
     """
     from dataclasses import asdict
 
@@ -69,14 +79,19 @@ def _report_changes(names, failing: bool) -> None:
         sys.exit(ExitCode.SURFACES_CHANGED)
 
 
-@click.command()
-@click.argument("name")
+@click.command(short_help="Stop and remove a sandbox.")
+@click.argument("name", shell_complete=complete.names(complete.SANDBOXES))
 @click.option("--purge", is_flag=True, help="Also remove the agent's home volumes of NAME's workspace (home.mode "
               "volume: logins, settings, history; whatever the agent left there).")
 @strict_option
 def down(name: str, purge: bool, strict: bool) -> None:
     """Stop (SIGTERM, then a grace period) and remove the sandbox NAME, then say what the agent
-    changed among the files host tools run or trust (exit 123 for that under CI=true or --strict)."""
+    changed among the files host tools run or trust (exit 123 for that under CI=true or --strict).
+
+    \b
+    Example:
+      sandbox down sandbox-myrepo --purge
+    """
     from launcher import engine, host, sandboxes
 
     done = sandboxes.down(engine.connect(), name, purge=purge)
@@ -93,7 +108,7 @@ def down(name: str, purge: bool, strict: bool) -> None:
     _report_changes((name,), strict or host.in_ci())
 
 
-@click.command()
+@click.command(short_help="Remove what a killed launcher left behind.")
 @click.option("--all", "everything", is_flag=True,
               help="Also remove running `up` sandboxes and those compose or `docker run` launched.")
 @click.option("--force", is_flag=True, help="Also drop copies whose changes were never applied (says how many).")
@@ -101,7 +116,12 @@ def down(name: str, purge: bool, strict: bool) -> None:
 def gc(everything: bool, force: bool, volumes: bool) -> None:
     """Remove sandboxes of ours left behind (stopped, or whose launcher died) with their proxies
     and networks, probe volumes of earlier probe versions, and copies whose work is on the host
-    tree already. A copy with unapplied changes stays unless --force; home volumes stay unless --volumes."""
+    tree already. A copy with unapplied changes stays unless --force; home volumes stay unless --volumes.
+
+    \b
+    Example:
+      sandbox gc --force   # also copies whose changes were never applied
+    """
     from launcher import baseline, engine, home, images, sandboxes
 
     eng = engine.connect()
@@ -122,8 +142,8 @@ def gc(everything: bool, force: bool, volumes: bool) -> None:
     _report_changes(tuple(n for n in baseline.names() if n not in alive), failing=False)
 
 
-@click.command()
-@click.argument("name", required=False)
+@click.command(short_help="Show what a sandbox tried to reach (egress).")
+@click.argument("name", required=False, shell_complete=complete.names(complete.SANDBOXES))
 @click.option("--egress", is_flag=True, help="The egress proxy's record (the only log kept, so the default).")
 @click.option("--allowed", is_flag=True, help="List allowed requests too, not only the blocked ones.")
 @click.option("--json", "as_json", is_flag=True, help="Every request as JSON.")
@@ -135,7 +155,10 @@ def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, suggest: 
     """Show what the sandbox NAME (or a run's report) tried to reach through its egress proxy: the
     blocked requests (with --allowed, the allowed ones too) on stdout.
 
-    Example: sandbox logs sandbox-myrepo --allowed"""
+    \b
+    Example:
+      sandbox logs sandbox-myrepo --allowed
+    """
     from dataclasses import asdict
 
     from launcher.egress.audit import from_report, suggest as learn, suggestion_yaml, summarize
@@ -164,21 +187,31 @@ def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, suggest: 
             click.echo(f"  {visible(p.method, keep_lines=False)} {visible(p.host, keep_lines=False)}:{p.port}  x{p.count}")
 
 
-@click.group()
+@click.group(short_help="Build the bundled images.")
 def images() -> None:
-    """Build the bundled images (agent, probe, proxy)."""
+    """Build the bundled images (agent, probe, proxy).
+
+    \b
+    Example:
+      sandbox images build --agent claude-code
+    """
 
 
-@images.command()
+@images.command(short_help="Build the bundled images that are missing.")
 @click.option("--force", is_flag=True, help="Rebuild even if present.")
-@click.option("--agent", "agent_names", multiple=True, metavar="NAME",
+@click.option("--agent", "agent_names", multiple=True, metavar="NAME", shell_complete=complete.agents,
               help="Also build this agent's image (`sandbox agents`); repeatable.")
 @click.option("--ca-bundle", "ca_bundles", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Trust these CA certificates (PEM) while an agent image downloads its CLI, e.g. behind a "
                    "TLS-intercepting proxy (default: the host's extra CAs in /usr/local/share/ca-certificates). "
                    "Certificates only: a private key is refused.")
 def build(force: bool, agent_names: tuple[str, ...], ca_bundles: tuple[str, ...]) -> None:
-    """Build the bundled images that are missing (makes the base image if needed)."""
+    """Build the bundled images that are missing (makes the base image if needed).
+
+    \b
+    Example:
+      sandbox images build --force
+    """
     from pathlib import Path
 
     from launcher import agents, engine, images as imgs
@@ -199,9 +232,14 @@ def build(force: bool, agent_names: tuple[str, ...], ca_bundles: tuple[str, ...]
             console.status(f"{image.tag} is ready")
 
 
-@images.command()
+@images.command(short_help="Create debian:bookworm-slim with debootstrap.")
 def bootstrap() -> None:
-    """Create debian:bookworm-slim locally with debootstrap (for hosts without a registry)."""
+    """Create debian:bookworm-slim locally with debootstrap (for hosts without a registry).
+
+    \b
+    Example:
+      sandbox images bootstrap && sandbox images build
+    """
     from launcher import engine, images as imgs
 
     imgs.bootstrap(engine.connect(), Console().status)

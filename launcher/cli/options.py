@@ -6,10 +6,10 @@ import re
 
 import click
 
-from launcher.cli import output
+from launcher.cli import complete, output
 from launcher.errors import ExitCode
 
-POLICY_HELP = "Preset name (see policies/) or path to a policy file."
+POLICY_HELP = "Preset name (`sandbox presets` lists them) or path to a policy file."
 _LAYER_OPTIONS = "sandbox.layer-options"
 
 
@@ -85,8 +85,8 @@ def agent_options(command):
                                                  "lists each agent's logins."),
             ("--model-upstream", "upstream", "URL", "The model API to send the agent to instead of the profile's "
                                                      "(a company gateway)."))):
-        command = click.option(flag, name, metavar=metavar, expose_value=False, callback=_agent_option,
-                               help=text)(command)
+        command = click.option(flag, name, metavar=metavar, expose_value=False, callback=_agent_option, help=text,
+                               shell_complete=complete.agents if flag == "--agent" else None)(command)
     return command
 
 

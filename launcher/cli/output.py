@@ -32,6 +32,14 @@ def marker(err: bool = False) -> Mark:
     return lambda text, kind: click.style(text, **_LOOK[kind])
 
 
+def columns() -> int | None:
+    """The terminal's width (COLUMNS first), or None when stdout is no terminal: a pipe or a file
+    gets whole lines, for grep."""
+    import shutil
+
+    return shutil.get_terminal_size(fallback=(0, 0)).columns or None
+
+
 def status(message: str) -> None:
     """`sandbox: MESSAGE` on stderr, its opening verdict word coloured on a terminal."""
     mark = marker(err=True)

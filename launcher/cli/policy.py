@@ -7,14 +7,15 @@ import sys
 
 import click
 
-from launcher.cli import output
+from launcher.cli import complete, output
 from launcher.cli.options import POLICY_HELP, agent_options, egress_options, layer_options, plan, show_layers_option
 from launcher.errors import ExitCode
 from launcher.targets import FORMAT_KIND, FORMATS, TARGET_KIND, TARGETS
 
 
-@click.command()
-@click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP)
+@click.command(short_help="Compile a policy into a launch plan (no engine).")
+@click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP,
+              shell_complete=complete.presets)
 @click.option("--workspace", "-w", default=".", show_default=True, type=click.Path(file_okay=False),
               help="Host directory the agent works on.")
 @click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default="json", show_default=True,
@@ -36,7 +37,12 @@ from launcher.targets import FORMAT_KIND, FORMATS, TARGET_KIND, TARGETS
 @click.argument("command", nargs=-1)
 def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: str, proxy_ip: str, node: str,
             allow: tuple[str, ...], egress_network: str | None, command: tuple[str, ...]) -> None:
-    """Compile a policy into a launch plan, without touching the Docker engine."""
+    """Compile a policy into a launch plan, without touching the Docker engine.
+
+    \b
+    Example:
+      sandbox compile -p ci -w . --allow api.example.com --format argv
+    """
     render, external = FORMATS[fmt]
     kind = FORMAT_KIND.get(fmt, "external" if external else "run")
     launch_plan = plan(policy, workspace, command, kind=kind, allow=allow, egress_network=egress_network,
@@ -70,8 +76,8 @@ def warn_not_enforced(target: str) -> None:
         output.status(f"warning: {target} does not enforce {name}: {why}")
 
 
-@click.command()
-@click.argument("policies", nargs=-1)
+@click.command(short_help="Lint policies and layers without running anything.")
+@click.argument("policies", nargs=-1, shell_complete=complete.presets)
 @click.option("--workspace", "-w", default=".", show_default=True, help="Workspace whose .sandbox.yaml and git config count.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
@@ -81,7 +87,12 @@ def warn_not_enforced(target: str) -> None:
 def check(policies: tuple[str, ...], workspace: str, fmt: str, as_json: bool, target: str, strict: bool) -> None:
     """Lint POLICIES without running anything: the first is the base (default: untrusted), further
     files are layers after it; the org, user and repository layers follow as `run` applies them.
-    Exit code 120 when there is an error."""
+    Exit code 120 when there is an error.
+
+    \b
+    Example:
+      sandbox check untrusted -w ~/src/repo --json
+    """
     from launcher import lint, lintstack
 
     findings, docs = lintstack.check(policies or ("untrusted",), workspace, target=target, strict=strict)
@@ -89,8 +100,8 @@ def check(policies: tuple[str, ...], workspace: str, fmt: str, as_json: bool, ta
     sys.exit(ExitCode.POLICY_INVALID if any(f.severity is lint.Severity.ERROR for f in findings) else ExitCode.OK)
 
 
-@click.command()
-@click.argument("policy", default="untrusted")
+@click.command(short_help="Show what enforces and proves each policy field.")
+@click.argument("policy", default="untrusted", shell_complete=complete.presets)
 @click.option("--workspace", "-w", default=".", show_default=True, help="Workspace whose layers count.")
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
@@ -102,7 +113,12 @@ def check(policies: tuple[str, ...], workspace: str, fmt: str, as_json: bool, ta
 def explain(policy: str, workspace: str, fmt: str, as_json: bool, target: str) -> None:
     """For every effective field: value, Docker mechanism, enforcing component and the probe check
     that proves it, for one target; fields enforced by nothing or not probed are flagged. Never
-    asks or runs."""
+    asks or runs.
+
+    \b
+    Example:
+      sandbox explain ci --target compose
+    """
     from launcher import explain as table, pipeline
     from launcher.cli.options import layer_settings, tell
 
@@ -112,12 +128,17 @@ def explain(policy: str, workspace: str, fmt: str, as_json: bool, target: str) -
     pipeline.compiled(result, workspace, kind=TARGET_KIND[target])   # refused as `compile` would refuse it
     eff = result.effective
     click.echo(json.dumps(table.to_json(eff, target), indent=2) if fmt == "json"
-               else table.render(eff, fmt == "markdown", target))
+               else table.render(eff, fmt == "markdown", target, width=None if fmt == "markdown" else output.columns()))
 
 
-@click.command()
+@click.command(short_help="Print the policy format's JSON Schema.")
 def schema() -> None:
-    """Print the policy format's JSON Schema (for editors: `# yaml-language-server: $schema=FILE`)."""
+    """Print the policy format's JSON Schema (for editors: `# yaml-language-server: $schema=FILE`).
+
+    \b
+    Example:
+      sandbox schema > policy.schema.json
+    """
     from importlib import resources
 
     click.echo(resources.files("launcher").joinpath("policy-v1.schema.json").read_text(), nl=False)

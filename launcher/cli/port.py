@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from launcher.cli import output
+from launcher.cli import complete, output
 
 
-@click.command()
-@click.argument("name")
+@click.command(short_help="Forward a host port into an `up` sandbox.")
+@click.argument("name", shell_complete=complete.names(complete.SANDBOXES))
 @click.argument("spec", metavar="PORT[:HOST_PORT]")
 @click.option("--address", default="127.0.0.1", show_default=True, metavar="IP",
               help="Listen on this host address instead. Anything but a loopback address lets every machine "
@@ -18,6 +18,7 @@ def port(name: str, spec: str, address: str) -> None:
     127.0.0.1:PORT inside the running `up` sandbox NAME, until Ctrl-C (exit 0).
 
     \b
+    Example:
       sandbox port NAME 5173          # the dev server inside, on http://127.0.0.1:5173
       sandbox port NAME 8000:18000    # port 8000 inside, on the host's port 18000
 

@@ -7,12 +7,12 @@ import sys
 
 import click
 
-from launcher.cli import output
+from launcher.cli import complete, output
 from launcher.style import BAD, GOOD
 
 
-@click.command()
-@click.option("--policy", "-p", "policies", multiple=True, metavar="P",
+@click.command(short_help="Prove on this host that the presets hold.")
+@click.option("--policy", "-p", "policies", multiple=True, metavar="P", shell_complete=complete.presets,
               help="Preset or policy file to test; repeatable (default: every bundled preset).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the JSON report to this file.")
 def selftest(policies: tuple[str, ...], json_path: str | None) -> None:
@@ -23,6 +23,10 @@ def selftest(policies: tuple[str, ...], json_path: str | None) -> None:
     \b
     Exit codes: 0 every attempt was blocked; 1 an attempt succeeded or a case could not run;
     121 engine unavailable; 130/143 interrupted (everything created was removed).
+
+    \b
+    Example:
+      sandbox selftest -p untrusted -p ci
     """
     from launcher import engine
     from launcher.selftest import runner as st

@@ -8,12 +8,12 @@ from dataclasses import asdict
 
 import click
 
-from launcher.cli import output
-from launcher.cli.options import egress_options, layer_options, plan
+from launcher.cli import complete, output
+from launcher.cli.options import POLICY_HELP, egress_options, layer_options, plan
 from launcher.errors import ExitCode
 
 
-@click.command()
+@click.command(short_help="Check that this host can run sandboxes.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable findings.")
 @click.option("--fix", "fix", is_flag=True, help="Register gVisor (runsc) in /etc/docker/daemon.json (merged, "
               "a backup kept) and reload dockerd with SIGHUP (no restart); then check again.")
@@ -21,7 +21,12 @@ def doctor(as_json: bool, fix: bool) -> None:
     """Check this host: engine reachable and its version, runc/engine/containerd against known
     container-escape fixes, seccomp, cgroups, rootless, user-namespace remapping, AppArmor/SELinux,
     gVisor (runsc installed and registered), images and debootstrap. Each finding is ok, warn or
-    fail with a fix; exit code 121 on a fail."""
+    fail with a fix; exit code 121 on a fail.
+
+    \b
+    Example:
+      sandbox doctor --fix
+    """
     import shutil
 
     from launcher import doctor as checks, engine, registration
@@ -53,16 +58,22 @@ def _fix(engine, registration, runsc: str | None) -> None:
                f"{', '.join(names)}", err=True)
 
 
-@click.command()
+@click.command(short_help="Write .devcontainer/ from the effective policy.")
 @click.argument("workspace", default=".", type=click.Path(file_okay=False))
-@click.option("--policy", "-p", default="devcontainer", show_default=True, help="Preset name or policy file.")
+@click.option("--policy", "-p", default="devcontainer", show_default=True, help=POLICY_HELP,
+              shell_complete=complete.presets)
 @click.option("--force", is_flag=True, help="Replace generated files that exist already.")
 @egress_options
 @layer_options
 def devcontainer(workspace: str, policy: str, force: bool, allow: tuple[str, ...], egress_network: str | None) -> None:
     """Write WORKSPACE/.devcontainer/ (devcontainer.json, a Dockerfile whose entrypoint is the probe,
     and compose.yaml in proxy mode) from the effective policy, for `devcontainer up` and editors.
-    Regenerate it when the policy, the layers or the workspace's location change."""
+    Regenerate it when the policy, the layers or the workspace's location change.
+
+    \b
+    Example:
+      sandbox devcontainer -p devcontainer ~/src/repo
+    """
     from launcher.targets import devcontainer as dc
 
     from launcher.cli.policy import warn_not_enforced
