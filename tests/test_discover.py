@@ -93,9 +93,9 @@ def test_explain_fits_a_100_column_terminal(target):
     result = cli("explain", policy, "--target", target, columns=100)
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert max(map(len, lines)) <= 100 and len(lines) > 20
+    assert lines and max(map(len, lines)) <= 100 and len(lines) > 20, (result.stdout, result.stderr)
     assert "workspace.mode" in result.stdout and "enforced by nothing:" in result.stdout
-    wide = cli("explain", "untrusted", "--target", target, columns=1000).stdout
+    wide = cli("explain", policy, "--target", target, columns=1000).stdout
     assert max(map(len, wide.splitlines())) > 100   # the width is the terminal's, not a fixed one
 
 
