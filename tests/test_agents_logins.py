@@ -55,7 +55,8 @@ def run_agent(name: str, network: str, workspace, report, env: dict[str, str], *
               ) -> tuple[int, str]:
     profile = agents.get(name)
     task = " ".join(shlex.quote(a.replace("{task}", "Create the marker file.")) for a in profile.headless)
-    done = subprocess.run([*SANDBOX, "run", "--policy", "ci", "--agent", name, *flags,
+    # The default preset (proxy mode for the model API alone), its bind variant: the dump is read here
+    done = subprocess.run([*SANDBOX, "run", "--policy", "untrusted", "--workspace-mode", "bind", "--agent", name, *flags,
                            "--model-upstream", f"http://{UPSTREAM}", "--egress-network", network,
                            "--report", str(report), "-w", str(workspace), "--", "sh", "-c", f"{task}; {DUMP.replace('rc=$?; ', 'rc=$?; ' + after, 1)}"],
                           env={**os.environ, **env}, capture_output=True, timeout=600)
@@ -218,11 +219,12 @@ def test_up_with_a_setup_token_gives_claudes_tui_signed_in_as_a_subscriber(engin
     workspace = workspace_for(tmp_path)
     name = f"sandbox-test-up-login-{os.getpid()}"
     with stand_in(token) as (network, log):
-        command = [*SANDBOX, "up", "-p", "ci", "--agent", "claude-code", "--model-key-env", "CLAUDE_CODE_OAUTH_TOKEN",
+        command = [*SANDBOX, "up", "--agent", "claude-code", "--model-key-env", "CLAUDE_CODE_OAUTH_TOKEN",
                    "--model-upstream", f"http://{UPSTREAM}", "--egress-network", network, "--name", name, str(workspace)]
         try:
             with up_in_a_pty(command, {"CLAUDE_CODE_OAUTH_TOKEN": token}) as (fd, shown):
-                shown = claude_tui_task(fd, workspace, shown)
+                shown = claude_tui_task(fd, workspace, shown, lambda: docker(   # the default preset: a copy
+                    "exec", name, "test", "-f", "/workspace/marker-claude-code.txt", check=False).returncode == 0)
                 assert b"Not logged in" not in shown and b"/login" not in shown
                 api = [r for r in log() if r["method"] == "POST"]
                 assert api and all(r["headers"].get("authorization") == f"Bearer {token}" for r in api)
@@ -232,3 +234,4 @@ def test_up_with_a_setup_token_gives_claudes_tui_signed_in_as_a_subscriber(engin
                 assert token not in inspect and token not in inside and token not in shown.decode(errors="replace")
         finally:
             subprocess.run([*SANDBOX, "down", name], capture_output=True, timeout=120)
+            subprocess.run([*SANDBOX, "discard", name], capture_output=True, timeout=120)
