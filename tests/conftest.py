@@ -118,6 +118,15 @@ def workspace(tmp_path):
     return make_workspace(tmp_path)
 
 
+def owned_workspace(tmp_path: Path) -> Path:
+    """An empty workspace of uid 1000 (the agent's, as a developer's checkout would be)."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    os.chown(workspace, 1000, 1000)
+    os.chmod(tmp_path, 0o755)
+    return workspace
+
+
 def make_workspace(tmp_path: Path) -> Path:
     """tmp_path/repo as the `workspace` fixture makes it (for fixtures of a wider scope too)."""
     ws = tmp_path / "repo"

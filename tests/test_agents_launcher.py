@@ -17,6 +17,7 @@ import uuid
 
 import pytest
 
+from conftest import owned_workspace
 from launcher import agents, images
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -39,15 +40,6 @@ def upstream(engine):
     network = f"sandbox-test-agents-launcher-{os.getpid()}"
     with model_api_network(network, UPSTREAM, "dev.sandbox.test=agents-launcher", key) as (log, reset):
         yield network, key, log, reset
-
-
-def owned_workspace(tmp_path):
-    """An empty workspace of uid 1000 (the agent's, as a developer's checkout would be)."""
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    os.chown(workspace, 1000, 1000)
-    os.chmod(tmp_path, 0o755)
-    return workspace
 
 
 def policy(profile: agents.AgentProfile, tag: str, static_env: dict[str, str]) -> dict:

@@ -18,6 +18,7 @@ import uuid
 
 import pytest
 
+from conftest import owned_workspace
 from launcher import agents, images
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -64,20 +65,12 @@ def run_agent(name: str, network: str, workspace, report, env: dict[str, str], *
     return done.returncode, done.stdout.decode(errors="replace") + "\n" + done.stderr.decode(errors="replace") + dump
 
 
-def workspace_for(tmp_path):
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    os.chown(workspace, 1000, 1000)
-    os.chmod(tmp_path, 0o755)
-    return workspace
-
-
 def test_claude_code_with_a_setup_token_signs_in_as_a_subscriber_through_the_proxy(engine, model_api_image, tmp_path):
     """An sk-ant-oat01-… token (`claude setup-token`) is recognised by its shape: upstream it is
     Authorization: Bearer with Claude's own oauth beta header, never x-api-key; inside, the CLI
     holds a placeholder login (~/.claude/.credentials.json) and no secret-shaped variable."""
     token = "sk-ant-oat01-" + uuid.uuid4().hex
-    workspace = workspace_for(tmp_path)
+    workspace = owned_workspace(tmp_path)
     report = tmp_path / "report.json"
     with stand_in(token) as (network, log):
         rc, said = run_agent("claude-code", network, workspace, report, {"CLAUDE_CODE_OAUTH_TOKEN": token},
@@ -101,7 +94,7 @@ def test_claude_code_with_a_setup_token_signs_in_as_a_subscriber_through_the_pro
 def test_claude_code_an_api_key_still_goes_as_x_api_key(engine, model_api_image, tmp_path):
     """The other kind, said explicitly: the same variable holding an API key, --model-key-kind api-key."""
     key = "sk-ant-api03-" + uuid.uuid4().hex
-    workspace = workspace_for(tmp_path)
+    workspace = owned_workspace(tmp_path)
     with stand_in(key) as (network, log):
         rc, said = run_agent("claude-code", network, workspace, tmp_path / "report.json", {"MODEL_KEY": key},
                              "--model-key-env", "MODEL_KEY", "--model-key-kind", "api-key")
@@ -182,7 +175,7 @@ def test_codex_with_a_chatgpt_sign_in_is_brokered_and_refreshed_on_the_host(expi
     auth_file.chmod(0o600)
     old = auth["tokens"]
     token = fresh["access_token"] if expired else old["access_token"]
-    workspace = workspace_for(tmp_path)
+    workspace = owned_workspace(tmp_path)
     report = tmp_path / "report.json"
     with refresh_stand_in(fresh) as (url, refreshes), stand_in(token) as (network, log):
         rc, said = run_agent("codex", network, workspace, report, {"SANDBOX_CODEX_REFRESH_URL": url},
@@ -216,7 +209,7 @@ def test_up_with_a_setup_token_gives_claudes_tui_signed_in_as_a_subscriber(engin
     from conftest import claude_tui_task, up_in_a_pty
 
     token = "sk-ant-oat01-" + uuid.uuid4().hex
-    workspace = workspace_for(tmp_path)
+    workspace = owned_workspace(tmp_path)
     name = f"sandbox-test-up-login-{os.getpid()}"
     with stand_in(token) as (network, log):
         command = [*SANDBOX, "up", "--agent", "claude-code", "--model-key-env", "CLAUDE_CODE_OAUTH_TOKEN",

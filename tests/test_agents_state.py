@@ -16,7 +16,8 @@ import pytest
 
 from launcher import agents
 from launcher.plan import home_volume_name
-from test_agents_launcher import UPSTREAM, owned_workspace, upstream  # noqa: F401  (the stand-in fixture)
+from conftest import owned_workspace
+from test_agents_launcher import UPSTREAM, upstream  # noqa: F401  (the stand-in fixture)
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 SANDBOX = [sys.executable, "-m", "launcher"]
