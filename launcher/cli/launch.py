@@ -166,8 +166,8 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
 @agent_options
 @layer_options
 @timings_option
-def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str | None, no_shell: bool, fresh: bool, timeout: str | None,
-       allow: tuple[str, ...], egress_network: str | None, timings: bool) -> None:
+def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str | None, no_shell: bool, fresh: bool,
+       timeout: str | None, allow: tuple[str, ...], egress_network: str | None, timings: bool) -> None:
     """Start a long-lived sandbox on WORKSPACE and open an interactive shell in it.
 
     The sandbox stays after the shell ends: `sandbox ls`, `sandbox exec NAME -- CMD`,
