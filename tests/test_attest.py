@@ -329,3 +329,17 @@ def test_a_record_that_cannot_be_written_at_the_end_turns_a_success_into_118(tmp
     assert result.exit_code == ExitCode.ATTESTATION_INVALID, result.stderr
     assert f"the attestation record was not written to {tmp_path / 'a.json'}" in result.stderr
     assert "No space left on device" in result.stderr and not (tmp_path / "a.json").exists()
+
+
+def test_verify_attestation_json_says_the_verdict_and_the_record_or_why_not(record, tmp_path):
+    path = tmp_path / "att.json"
+    path.write_bytes(record)
+    result = invoke("verify-attestation", str(path), "--json")
+    assert result.exit_code == 0, result.stderr
+    said = json.loads(result.stdout)
+    assert said["ok"] is True and said["signed"] is False and said["run"]["exit_code"] == 122
+    assert said["probe"] == {"ok": False, "checks": 2, "failed": ["fs.root_ro"]} and said["layers"] >= 2
+    path.write_bytes(record.replace(b'"exit_code": 122', b'"exit_code": 123', 1))
+    result = invoke("verify-attestation", str(path), "--json")
+    said = json.loads(result.stdout)
+    assert result.exit_code == 118 and said["ok"] is False and "does not match its digests" in said["error"]

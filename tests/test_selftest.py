@@ -74,7 +74,7 @@ def test_report_and_table():
 @pytest.mark.engine
 def test_selftest_of_a_preset_passes_and_writes_the_report(engine, tmp_path):
     report = tmp_path / "selftest.json"
-    result = subprocess.run(SANDBOX + ["selftest", "--policy", "read-only", "--json", str(report)],
+    result = subprocess.run(SANDBOX + ["selftest", "--policy", "read-only", "--output", str(report)],
                             capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, result.stdout + result.stderr
     data = json.loads(report.read_text())

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
 from launcher.cli import output
@@ -52,7 +54,9 @@ def record(path: str, recorder, planned, engine, report: dict) -> str | None:
 
 @click.command(name="verify-attestation", short_help="Re-check the digests of an attestation record.")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
-def verify_attestation(file: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="The verdict and what the record says as JSON on stdout "
+              "(also on a mismatch: ok false and why).")
+def verify_attestation(file: str, as_json: bool) -> None:
     """Re-check every digest in FILE, a record written by `sandbox run --attest`.
 
     Exit 0 when the file is in its canonical form and every digest matches (the run's subject over
@@ -64,6 +68,16 @@ def verify_attestation(file: str) -> None:
     Example:
       sandbox verify-attestation run-attestation.json
     """
+    try:
+        statement = _verified(file)
+    except AttestationInvalid as exc:
+        if as_json:
+            click.echo(json.dumps({"file": file, "ok": False, "error": str(exc), "signed": False}, indent=2))
+        raise
+    _tell(file, statement, as_json)
+
+
+def _verified(file: str) -> dict:
     from launcher import attest
 
     try:
@@ -74,9 +88,15 @@ def verify_attestation(file: str) -> None:
     if len(data) > READ_LIMIT:
         raise AttestationInvalid(f"{file}: larger than {READ_LIMIT >> 20} MiB: not a record sandbox wrote")
     try:
-        statement = attest.verify(data, file)
+        return attest.verify(data, file)
     except AttestationInvalid as exc:
         raise AttestationInvalid(f"{exc}\n  ({attest.UNSIGNED})") from None
+
+
+def _tell(file: str, statement: dict, as_json: bool) -> None:
+    """What a verified record says: a few lines, or (--json) one object."""
+    from launcher import attest
+
     pred = statement["predicate"]
     run, probe = pred["run"], pred["report"].get("probe")
     if probe is None:
@@ -88,6 +108,16 @@ def verify_attestation(file: str) -> None:
     inspect = pred["inspect"]
     compared = ("matched the plan" if inspect["ok"] else
                 "differed from the plan" if inspect["compared"] else "not compared")
+    if as_json:
+        click.echo(json.dumps({"file": file, "ok": True, "signed": False, "subjects": len(statement["subject"]),
+                               "layers": len(pred["layers"]), "run": {k: run.get(k) for k in (
+                                   "sandbox", "status", "exit_code", "started_at", "finished_at")},
+                               "policy": {"name": pred["policy"]["name"], "sha256": pred["policy"]["sha256"]},
+                               "probe": None if probe is None else {"ok": probe["ok"], "checks": len(probe["checks"]),
+                                                                    "failed": [c["id"] for c in probe["checks"]
+                                                                               if not c["ok"]]},
+                               "inspect": {"compared": inspect.get("compared"), "ok": inspect["ok"]}}, indent=2))
+        return
     click.echo(f"{file}: ok: every digest matches ({len(statement['subject'])} subjects, {len(pred['layers'])} layers)")
     click.echo(f"  run {run['sandbox']}: {run['status']}, exit {run['exit_code']}, "
                f"{run['started_at']} to {run['finished_at']}")

@@ -109,9 +109,10 @@ def diff(name: str, as_stat: bool, as_json: bool, max_file_size: int | None, max
                    "on the tree apply leaves. Repeat it per link.")
 @click.option("--checkpoint", "number", type=int, metavar="N",
               help="Apply checkpoint N (`sandbox checkpoints NAME`) instead of the one `sandbox diff` showed last.")
+@click.option("--json", "as_json", is_flag=True, help="What was written (or committed) and refused, as JSON on stdout.")
 @limit_options
 def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...], symlinks: tuple[str, ...],
-           number: int | None, max_file_size: int | None, max_copy_size: int | None) -> None:
+           number: int | None, as_json: bool, max_file_size: int | None, max_copy_size: int | None) -> None:
     """Write the agent's changes in the copy NAME to the host tree (or a new branch).
 
     What is written is the checkpoint `sandbox diff NAME` showed last (or --checkpoint N); with no
@@ -127,11 +128,9 @@ def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...
       sandbox apply sandbox-myrepo --to agent-work   # onto a new branch
     """
     from launcher.copies import apply, branch as branches, review, store
-    from launcher.errors import PolicyError, Problem
 
     if branch and symlinks:   # links are judged on the tree apply leaves; a branch is no such tree
-        raise PolicyError([Problem(file="command line", path="--allow-symlink", expected="no --to",
-                                   found="--to " + branch, hint="apply to the tree, then commit it yourself")])
+        raise click.UsageError("--allow-symlink goes without --to: apply to the tree, then commit it yourself")
     eng = _engine()
     copy = store.find(eng, name)
     cap = _limits(max_file_size, max_copy_size)
@@ -142,15 +141,22 @@ def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...
         refused = [c for c in exported.changes if c["refused"]]
         for line in review.refusal_lines(refused):
             click.echo(f"sandbox: {line}", err=True)
+        done = {"copy": name, "workspace": copy.workspace, "checkpoint": number,
+                "refused": [c["path"] for c in refused]}
         if branch:
             commit = branches.commit_to_branch(copy.workspace, exported, branch, message)
             click.echo(f"sandbox: committed {len(exported.applicable)} changes of checkpoint {number} as {commit[:12]} "
                        f"on branch {branch}", err=True)
+            if as_json:
+                click.echo(json.dumps(done | {"branch": branch, "commit": commit,
+                                              "committed": len(exported.applicable)}, indent=2))
             return
         written, already = apply.apply_to_tree(copy.workspace, exported)
     click.echo(f"sandbox: applied {written} changes of checkpoint {number} to {copy.workspace}"
                + (f" ({already} were there already)" if already else "")
                + (f"; {len(refused)} refused" if refused else ""), err=True)
+    if as_json:
+        click.echo(json.dumps(done | {"written": written, "already": already}, indent=2))
 
 
 def _to_apply(eng, name: str, number: int | None, cap) -> int:

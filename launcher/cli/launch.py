@@ -13,8 +13,9 @@ import click
 from launcher.cli import complete
 from launcher.cli import output
 from launcher.cli.attest import attest_option
-from launcher.cli.options import (POLICY_HELP, agent_choice, agent_options, duration, egress_options, layer_options,
-                                  plan, strict_option, timeline, timings_option)
+from launcher.cli.options import (POLICY_HELP, agent_choice, agent_options, duration, egress_options, either,
+                                  layer_options, plan, same_directory, strict_option, timeline, timings_option,
+                                  workspace_flag)
 from launcher.errors import ExitCode, SandboxError, Terminated, secondary_failures
 
 
@@ -151,7 +152,8 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
 
 
 @click.command(short_help="Start a long-lived sandbox and open a shell in it.")
-@click.argument("workspace", default=".", type=click.Path(file_okay=False))
+@click.argument("workspace", required=False, type=click.Path(file_okay=False))
+@workspace_flag
 @click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP, shell_complete=complete.presets)
 @click.option("--name", help="Sandbox name (default: sandbox-<directory name>).")
 @click.option("--no-shell", is_flag=True, help="Start the sandbox but do not open a shell in it.")
@@ -164,8 +166,8 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
 @agent_options
 @layer_options
 @timings_option
-def up(workspace: str, policy: str, name: str | None, no_shell: bool, fresh: bool, timeout: str | None,
-       allow: tuple[str, ...], egress_network: str | None, timings: bool) -> None:
+def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str | None, no_shell: bool, fresh: bool,
+       timeout: str | None, allow: tuple[str, ...], egress_network: str | None, timings: bool) -> None:
     """Start a long-lived sandbox on WORKSPACE and open an interactive shell in it.
 
     The sandbox stays after the shell ends: `sandbox ls`, `sandbox exec NAME -- CMD`,
@@ -180,6 +182,7 @@ def up(workspace: str, policy: str, name: str | None, no_shell: bool, fresh: boo
     from launcher import baseline, launch, sandboxes
     from launcher.errors import NotFound, PolicyError
 
+    workspace = either(workspace, workspace_flag, "workspace", ".", same=same_directory)
     line = timeline(timings)
     console = output.Console(timeline=line)
     planned = plan(policy, workspace, (), kind="up", name=name, timeout=timeout, allow=allow,

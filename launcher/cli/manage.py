@@ -8,7 +8,7 @@ import sys
 import click
 
 from launcher.cli import complete
-from launcher.cli.options import strict_option
+from launcher.cli.options import down_strict_option
 from launcher.cli.output import Console, print_blocked, print_changes
 from launcher.errors import ExitCode
 
@@ -62,20 +62,27 @@ def _changes(item) -> str:
     return "none" if not item.changes else f"{item.changes} file" + ("s" if item.changes > 1 else "")
 
 
-def _report_changes(names, failing: bool) -> None:
-    """Compare each removed sandbox's saved surfaces with its workspace now; exit 123 when
-    `failing` and the agent changed any."""
-    from launcher import baseline
+def _report_changes(names, failing: bool) -> dict[str, list[dict]]:
+    """Compare each removed sandbox's saved surfaces with its workspace now, said on stderr;
+    returns them per sandbox (for --json). `failing`: exit 123 once the caller has said the rest."""
+    from launcher import baseline, surfaces
 
-    found = 0
+    found = {}
     for name in names:
         saved = baseline.take(name)
         changes = baseline.changes(*saved) if saved else ()
         if changes:
             click.echo(f"sandbox: {name} on {saved[0]}:", err=True)
             print_changes(changes, failing)
-            found += len(changes)
-    if found and failing:
+            found[name] = surfaces.to_json(changes)
+    return found
+
+
+def _finish(as_json: bool, data: dict, failing: bool) -> None:
+    """The command's JSON object on stdout (--json), then exit 123 if `failing` and surfaces changed."""
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    if failing and data["workspace_changes"]:
         sys.exit(ExitCode.SURFACES_CHANGED)
 
 
@@ -83,8 +90,10 @@ def _report_changes(names, failing: bool) -> None:
 @click.argument("name", shell_complete=complete.names(complete.SANDBOXES))
 @click.option("--purge", is_flag=True, help="Also remove the agent's home volumes of NAME's workspace (home.mode "
               "volume: logins, settings, history; whatever the agent left there).")
-@strict_option
-def down(name: str, purge: bool, strict: bool) -> None:
+@down_strict_option
+@click.option("--json", "as_json", is_flag=True, help="What was removed and kept, and the surfaces the agent changed, "
+              "as JSON on stdout.")
+def down(name: str, purge: bool, strict: bool, as_json: bool) -> None:
     """Stop (SIGTERM, then a grace period) and remove the sandbox NAME, then say what the agent
     changed among the files host tools run or trust (exit 123 for that under CI=true or --strict).
 
@@ -105,7 +114,11 @@ def down(name: str, purge: bool, strict: bool) -> None:
         counted = "" if done.changes is None else f" ({done.changes} changed)"
         click.echo(f"sandbox: its work stays in the copy {copy}{counted}: `sandbox diff {copy}`, "
                    f"`sandbox apply {copy}`, `sandbox discard {copy}`", err=True)
-    _report_changes((name,), strict or host.in_ci())
+    failing = strict or host.in_ci()
+    changed = _report_changes((name,), failing)
+    _finish(as_json, {"sandbox": name, "removed": [name, *done.removed], "kept": list(done.kept),
+                      "copy": copy and {"name": copy, "changes": done.changes, "dropped": done.dropped},
+                      "workspace_changes": changed.get(name, [])}, failing)
 
 
 @click.command(short_help="Remove what a killed launcher left behind.")
@@ -113,7 +126,8 @@ def down(name: str, purge: bool, strict: bool) -> None:
               help="Also remove running `up` sandboxes and those compose or `docker run` launched.")
 @click.option("--force", is_flag=True, help="Also drop copies whose changes were never applied (says how many).")
 @click.option("--volumes", is_flag=True, help="Also remove the agents' home volumes (home.mode volume) no sandbox uses.")
-def gc(everything: bool, force: bool, volumes: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="What was removed and kept as JSON on stdout.")
+def gc(everything: bool, force: bool, volumes: bool, as_json: bool) -> None:
     """Remove sandboxes of ours left behind (stopped, or whose launcher died) with their proxies
     and networks, probe volumes of earlier probe versions, and copies whose work is on the host
     tree already. A copy with unapplied changes stays unless --force; home volumes stay unless --volumes.
@@ -131,15 +145,19 @@ def gc(everything: bool, force: bool, volumes: bool) -> None:
         removed += home.remove_unused(eng)[0]
     if any(i.kind == "copy" for i in sandboxes.ls(eng)):
         images.build(eng, images.agent_image(), Console().status)   # the copies' tools run in it
+    named, copies = list(removed), []
     for verdict in sandboxes.gc_copies(eng, force):
+        copies.append({"name": verdict.name, "removed": verdict.removed, "unapplied": verdict.pending})
         if verdict.removed:
-            removed.append(verdict.name + (f" (with {verdict.pending} unapplied changes)" if verdict.pending else ""))
+            named.append(verdict.name + (f" (with {verdict.pending} unapplied changes)" if verdict.pending else ""))
         else:
             click.echo(f"sandbox: kept the copy {verdict.name}: {verdict.pending} changes not applied "
                        f"(`sandbox diff {verdict.name}`; `sandbox gc --force` drops them)", err=True)
     alive = {item.name for item in sandboxes.ls(eng)}
-    click.echo(f"sandbox: removed {len(removed)}: {', '.join(removed)}" if removed else "sandbox: nothing to remove", err=True)
-    _report_changes(tuple(n for n in baseline.names() if n not in alive), failing=False)
+    click.echo(f"sandbox: removed {len(named)}: {', '.join(named)}" if named else "sandbox: nothing to remove", err=True)
+    changed = _report_changes(tuple(n for n in baseline.names() if n not in alive), failing=False)
+    _finish(as_json, {"removed": removed + [c["name"] for c in copies if c["removed"]], "copies": copies,
+                      "workspace_changes": changed}, failing=False)
 
 
 @click.command(short_help="Show what a sandbox tried to reach (egress).")

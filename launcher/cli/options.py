@@ -107,12 +107,44 @@ def agent_choice():
                        upstream=opts.get("upstream") or "", kind=opts.get("kind") or "")
 
 
+_SURFACES = (f"Exit {ExitCode.SURFACES_CHANGED} when the agent left new or changed files that host tools run or trust "
+             "(git, direnv, editors, hooks, agents' config; symlinks out of the workspace)")
+
+
 def strict_option(command):
     return click.option("--strict", is_flag=True,
-                        help=f"Exit {ExitCode.SURFACES_CHANGED} when the agent left new or changed files that host tools "
-                             "run or trust (git, direnv, editors, hooks, agents' config; symlinks out of the "
-                             "workspace), and refuse (exit 120) when a ceiling removes an explicit --allow or "
+                        help=f"{_SURFACES}, and refuse (exit 120) when a ceiling removes an explicit --allow or "
                              "--timeout. On by default under CI=true.")(command)
+
+
+def down_strict_option(command):
+    return click.option("--strict", is_flag=True, help=f"{_SURFACES}. On by default under CI=true.")(command)
+
+
+def either(argument, flag, name: str, default, same=lambda a, b: False):
+    """A value that may be given as an argument or as its --flag (`name`), not both (unless `same`
+    says the two mean one thing): a usage error, exit 2."""
+    if argument is not None and flag is not None and not same(argument, flag):
+        raise click.UsageError(f"{name.upper()} given twice: as an argument and as --{name}; give one")
+    return flag if flag is not None else argument if argument is not None else default
+
+
+def same_directory(a: str, b: str) -> bool:
+    import os
+
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def policy_flag(default: str = "untrusted", text: str = POLICY_HELP):
+    """--policy/-p for a command that also takes the policy as an argument."""
+    return click.option("--policy", "-p", "policy_flag", default=None, metavar="TEXT", show_default=default,
+                        help=text, shell_complete=complete.presets)
+
+
+def workspace_flag(command):
+    """-w/--workspace for a command that also takes the workspace as an argument."""
+    return click.option("--workspace", "-w", "workspace_flag", default=None, type=click.Path(file_okay=False),
+                        show_default=".", help="Host directory the agent works on (or give it as WORKSPACE).")(command)
 
 
 def duration(ctx, param, value):

@@ -8,7 +8,8 @@ import sys
 import click
 
 from launcher.cli import complete, output
-from launcher.cli.options import POLICY_HELP, agent_options, egress_options, layer_options, plan, show_layers_option
+from launcher.cli.options import (POLICY_HELP, agent_options, egress_options, either, layer_options, plan, policy_flag,
+                                  show_layers_option)
 from launcher.errors import ExitCode
 from launcher.targets import FORMAT_KIND, FORMATS, TARGET_KIND, TARGETS
 
@@ -78,30 +79,34 @@ def warn_not_enforced(target: str) -> None:
 
 @click.command(short_help="Lint policies and layers without running anything.")
 @click.argument("policies", nargs=-1, shell_complete=complete.presets)
+@policy_flag(text=POLICY_HELP + " The base: with it, every POLICIES argument is a layer after it.")
 @click.option("--workspace", "-w", default=".", show_default=True, help="Workspace whose .sandbox.yaml and git config count.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--target", type=click.Choice(TARGETS), default="run", show_default=True,
               help="How the sandbox will be started; with --strict, what this target cannot enforce is an error.")
 @click.option("--strict", is_flag=True, help="Fail (exit 120) on the rows --target does not enforce.")
-def check(policies: tuple[str, ...], workspace: str, fmt: str, as_json: bool, target: str, strict: bool) -> None:
-    """Lint POLICIES without running anything: the first is the base (default: untrusted), further
-    files are layers after it; the org, user and repository layers follow as `run` applies them.
-    Exit code 120 when there is an error.
+def check(policies: tuple[str, ...], policy_flag: str | None, workspace: str, fmt: str, as_json: bool, target: str,
+          strict: bool) -> None:
+    """Lint POLICIES without running anything: the first is the base (default: untrusted; with
+    --policy, that one), further files are layers after it; the org, user and repository layers
+    follow as `run` applies them. Exit code 120 when there is an error.
 
     \b
     Example:
-      sandbox check untrusted -w ~/src/repo --json
+      sandbox check -p untrusted -w ~/src/repo --json
     """
     from launcher import lint, lintstack
 
-    findings, docs = lintstack.check(policies or ("untrusted",), workspace, target=target, strict=strict)
+    stack = (policy_flag, *policies) if policy_flag else policies or ("untrusted",)
+    findings, docs = lintstack.check(stack, workspace, target=target, strict=strict)
     click.echo(lint.render(findings, docs, "json" if as_json else fmt, mark=output.marker()))
     sys.exit(ExitCode.POLICY_INVALID if any(f.severity is lint.Severity.ERROR for f in findings) else ExitCode.OK)
 
 
 @click.command(short_help="Show what enforces and proves each policy field.")
-@click.argument("policy", default="untrusted", shell_complete=complete.presets)
+@click.argument("policy", required=False, shell_complete=complete.presets)
+@policy_flag()
 @click.option("--workspace", "-w", default=".", show_default=True, help="Workspace whose layers count.")
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
@@ -110,19 +115,20 @@ def check(policies: tuple[str, ...], workspace: str, fmt: str, as_json: bool, ta
                    "Rows this target cannot enforce are marked.")
 @layer_options
 @agent_options
-def explain(policy: str, workspace: str, fmt: str, as_json: bool, target: str) -> None:
+def explain(policy: str | None, policy_flag: str | None, workspace: str, fmt: str, as_json: bool, target: str) -> None:
     """For every effective field: value, Docker mechanism, enforcing component and the probe check
     that proves it, for one target; fields enforced by nothing or not probed are flagged. Never
     asks or runs.
 
     \b
     Example:
-      sandbox explain ci --target compose
+      sandbox explain -p ci --target compose
     """
     from launcher import explain as table, pipeline
     from launcher.cli.options import layer_settings, tell
 
     fmt = "json" if as_json else fmt
+    policy = either(policy, policy_flag, "policy", "untrusted")
     result = pipeline.layered(policy, workspace, layer_settings(approved_only=True))
     tell(result)
     pipeline.compiled(result, workspace, kind=TARGET_KIND[target])   # refused as `compile` would refuse it

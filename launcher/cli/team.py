@@ -9,7 +9,7 @@ from dataclasses import asdict
 import click
 
 from launcher.cli import complete, output
-from launcher.cli.options import POLICY_HELP, egress_options, layer_options, plan
+from launcher.cli.options import POLICY_HELP, egress_options, either, layer_options, plan, same_directory, workspace_flag
 from launcher.errors import ExitCode
 
 
@@ -59,13 +59,15 @@ def _fix(engine, registration, runsc: str | None) -> None:
 
 
 @click.command(short_help="Write .devcontainer/ from the effective policy.")
-@click.argument("workspace", default=".", type=click.Path(file_okay=False))
+@click.argument("workspace", required=False, type=click.Path(file_okay=False))
+@workspace_flag
 @click.option("--policy", "-p", default="devcontainer", show_default=True, help=POLICY_HELP,
               shell_complete=complete.presets)
 @click.option("--force", is_flag=True, help="Replace generated files that exist already.")
 @egress_options
 @layer_options
-def devcontainer(workspace: str, policy: str, force: bool, allow: tuple[str, ...], egress_network: str | None) -> None:
+def devcontainer(workspace: str | None, workspace_flag: str | None, policy: str, force: bool, allow: tuple[str, ...],
+                 egress_network: str | None) -> None:
     """Write WORKSPACE/.devcontainer/ (devcontainer.json, a Dockerfile whose entrypoint is the probe,
     and compose.yaml in proxy mode) from the effective policy, for `devcontainer up` and editors.
     Regenerate it when the policy, the layers or the workspace's location change.
@@ -78,6 +80,7 @@ def devcontainer(workspace: str, policy: str, force: bool, allow: tuple[str, ...
 
     from launcher.cli.policy import warn_not_enforced
 
+    workspace = either(workspace, workspace_flag, "workspace", ".", same=same_directory)
     with dc.folder(workspace):
         launch_plan = plan(policy, workspace, (), kind="devcontainer", allow=allow, egress_network=egress_network,
                            launched=False).plan
