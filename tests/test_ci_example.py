@@ -54,7 +54,12 @@ def run_step(name: str, repo: Path, tmp_path: Path, network: str, key: str, task
     shim.write_text(f'#!/bin/sh\nif [ "$1" = run ]; then shift; set -- run --egress-network {network} "$@"; fi\n'
                     f'cd "$PWD" && PYTHONPATH={ROOT} exec {sys.executable} -m launcher "$@"\n')
     shim.chmod(0o755)
-    policy = tmp_path / "policy.yaml"   # the example's policy, pointed at the stand-in model API
+    # The example's policy, pointed at the stand-in model API, outside the workspace as the example
+    # says; its mount source `../agent` is relative to the policy file, so the agent goes beside it.
+    policy = tmp_path / "ci" / "policy.yaml"
+    policy.parent.mkdir(exist_ok=True)
+    if not (tmp_path / "agent").exists():
+        shutil.copytree(ROOT / "examples" / "agent", tmp_path / "agent")
     policy.write_text((ROOT / "examples" / "ci" / "sandbox-ci.yaml").read_text()
                       .replace("https://api.example.com", "http://api.test"))
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SANDBOX_POLICY": str(policy),
