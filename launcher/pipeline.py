@@ -4,6 +4,7 @@ The CLI, the selftest and `sandbox check` all go through here."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -39,7 +40,7 @@ class AgentChoice:
     upstream: str = ""       # --model-upstream: instead of the profile's API (a gateway, a test's stand-in)
     kind: str = ""           # --model-key-kind: api-key or a subscription login; "" recognises it by its shape
 
-    @property
+    @functools.cached_property   # once: it reads the key to tell its kind (frozen: written to __dict__ directly)
     def profile(self):
         """The agent's profile, wired for the model key's kind (agents/logins.py)."""
         from launcher import agents
