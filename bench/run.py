@@ -11,6 +11,7 @@ busy machine slows every figure alike):
   proxy    sandbox run --policy ci --workspace-mode bind --allow files.test -- true (proxy mode;
            the proxy's outside network is one this script made, internal, unless --default-egress)
   copy     sandbox run --policy untrusted -- true (copy mode: the copy made, then dropped unchanged)
+  srt      `srt true`, Anthropic's sandbox-runtime (bubblewrap), the peer to beat, when `srt` is on PATH
 on a small repository (examples/untrusted-repo with one commit), and prints medians, the ratios
 none/plain, proxy/none and copy/none, and the median of each launch phase
 (SANDBOX_TIMINGS=1). --compare DIR runs the launcher in DIR (a checkout of another commit) in the
@@ -109,6 +110,8 @@ def main() -> None:
             runs: dict[str, tuple[list[str], dict | None]] = {"docker plain": (plain, None),
                                                               "docker probed": (probed, None)}
             copy = ["run", "--policy", "untrusted", "--workspace-mode", "copy", "--workspace", ws, "--", "true"]
+            if shutil.which("srt"):
+                runs["srt true"] = ([shutil.which("srt"), "true"], None)
             for label, tree in trees.items():
                 runs[f"{label}none"] = (sandbox + none, env_for(tree))
                 runs[f"{label}proxy"] = (sandbox + proxy, env_for(tree))
@@ -139,6 +142,8 @@ def main() -> None:
     print(f"  {'python -c pass':<22} {statistics.median(py):6.3f} s")
     print(f"  {'import launcher.cli':<22} {statistics.median(imp):6.3f} s")
     print(f"  {'import docker':<22} {statistics.median(dock):6.3f} s")
+    if "srt true" in med:
+        print(f"srt true / docker plain  {med['srt true'] / med['docker plain']:.2f}")
     for label in trees:
         print(f"{label or 'this '}tree: none / docker plain  {med[label + 'none'] / med['docker plain']:.2f}   "
               f"none / docker probed  {med[label + 'none'] / med['docker probed']:.2f}   "

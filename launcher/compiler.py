@@ -20,7 +20,7 @@ from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime, Secre
 from launcher.plan import (HOME_PROFILE, PROBE_BUSYBOX, PROBE_DIR, PROBE_SCRIPT, ContainerSpec, CopySpec, HomeSpec,
                            LaunchPlan, Mount, MountKind, ProbeExpectations, home_volume_name)
 from launcher.policy import CAPABILITY_BITS
-from launcher.egress.squid import (INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_ALIAS, PROXY_PORT, NetworkSpec,
+from launcher.egress.squid import (ARP_SYSCTLS, INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_ALIAS, PROXY_PORT, NetworkSpec,
                             ProxySpec, SecretEndpoint, render_squid)
 from launcher import checks, runtimes, trustfiles
 from launcher.trustfiles import CA_DIR, CA_VARIABLES
@@ -320,6 +320,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         # Docker's embedded resolver still answers for the proxy's name, but forwards every other
         # name to the sandbox's own loopback, where nothing answers: no DNS channel out.
         dns=("127.0.0.1",) if proxy else (), runtime=runtimes.engine_name(policy.runtime, policy.network.mode),
+        sysctls=ARP_SYSCTLS if proxy and policy.runtime is Runtime.RUNC else (),
         read_only_root=True, cap_drop=("ALL",), cap_add=policy.capabilities,
         security_opt=runtimes.security_opt(policy.runtime), pids_limit=runtimes.host_pids(policy.runtime, policy.limits.pids),
         memory_bytes=policy.limits.memory_bytes, nano_cpus=int(policy.limits.cpus * 1e9),

@@ -195,23 +195,6 @@ def codex_refresh_url() -> str:
     return os.environ.get("SANDBOX_CODEX_REFRESH_URL", "") or "https://auth.openai.com/oauth/token"
 
 
-def replace_secret_file(path: str, text: str) -> None:
-    """A login file rewritten after a refresh: a new file beside it, its owner's alone (also under
-    sudo), renamed over it (OSError, and nothing left behind, when that cannot be done)."""
-    real = os.path.realpath(os.path.expanduser(path))
-    temp = f"{real}.sandbox-{os.getpid()}-{os.urandom(4).hex()}"
-    owner = os.stat(real)
-    try:
-        with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600), "w") as out:
-            if (owner.st_uid, owner.st_gid) != (os.geteuid(), os.getegid()):
-                os.fchown(out.fileno(), owner.st_uid, owner.st_gid)
-            out.write(text)
-        os.replace(temp, real)
-    finally:
-        if os.path.lexists(temp):
-            os.unlink(temp)
-
-
 def ca_file(given: str) -> tuple[PathFact, bytes]:
     """A secret's CA bundle (public data, checked by the compiler): where it is, and its first bytes."""
     fact = path_fact(given, os.getcwd())
@@ -229,6 +212,12 @@ def colour_allowed() -> bool:
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true")
+
+
+def engine_socket(default: str) -> str | None:
+    """DOCKER_HOST's unix socket (`default` when unset); None for tcp://, ssh:// and TLS (the SDK's)."""
+    address = "" if os.environ.get("DOCKER_TLS_VERIFY") else os.environ.get("DOCKER_HOST", "") or f"unix://{default}"
+    return address[len("unix://"):] if address.startswith("unix://") else None
 
 
 def timings_requested() -> bool:

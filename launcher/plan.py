@@ -62,6 +62,7 @@ class ContainerSpec:
     labels: tuple[tuple[str, str], ...]
     hostname: str
     dns: tuple[str, ...] = ()       # upstream servers of Docker's embedded resolver
+    sysctls: tuple[tuple[str, str], ...] = ()   # the sandbox's own network namespace's (HostConfig.Sysctls)
     runtime: str = "runc"           # the engine's name of the OCI runtime (HostConfig.Runtime), always explicit
     # The engine's copy of the output (json-file, rotated): the launcher streams it anyway, so a
     # small one bounds what an agent printing forever can leave on the host's disk.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import time
 from datetime import datetime, timezone
 from typing import Callable
@@ -86,7 +87,7 @@ def read(text: str, where: str, file: str, now: float | None = None,
         if not isinstance(refresh, str) or not refresh:
             raise _problem(where, "tokens.refresh_token", "a refresh token", repr(refresh))
         try:   # before the refresh uses the refresh token up: can its successor be written back?
-            host.replace_secret_file(file, text)
+            _replace_secret_file(file, text)
         except OSError as exc:
             raise _problem(where, "", "a file the refreshed tokens can be written back to", str(exc)) from None
         url = host.codex_refresh_url()
@@ -100,7 +101,7 @@ def read(text: str, where: str, file: str, now: float | None = None,
         tokens.update({k: fresh[k] for k in ("id_token", "access_token", "refresh_token") if isinstance(fresh.get(k), str)})
         auth["last_refresh"] = datetime.fromtimestamp(now, timezone.utc).isoformat().replace("+00:00", "Z")
         try:
-            host.replace_secret_file(file, json.dumps(auth, indent=2) + "\n")
+            _replace_secret_file(file, json.dumps(auth, indent=2) + "\n")
         except OSError as exc:
             raise _problem(where, "", "the refreshed tokens written back", str(exc),
                            "the old refresh token is used up: sign in again with `codex login`") from None
@@ -109,3 +110,20 @@ def read(text: str, where: str, file: str, now: float | None = None,
     if not isinstance(account, str) or not account:
         raise _problem(where, "tokens.account_id", "the ChatGPT account id", "none (nor in the id_token)")
     return tokens["access_token"], account
+
+
+def _replace_secret_file(path: str, text: str) -> None:
+    """A login file rewritten after a refresh: a new file beside it, its owner's alone (also under
+    sudo), renamed over it (OSError, and nothing left behind, when that cannot be done)."""
+    real = os.path.realpath(os.path.expanduser(path))
+    temp = f"{real}.sandbox-{os.getpid()}-{os.urandom(4).hex()}"
+    owner = os.stat(real)
+    try:
+        with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600), "w") as out:
+            if (owner.st_uid, owner.st_gid) != (os.geteuid(), os.getegid()):
+                os.fchown(out.fileno(), owner.st_uid, owner.st_gid)
+            out.write(text)
+        os.replace(temp, real)
+    finally:
+        if os.path.lexists(temp):
+            os.unlink(temp)

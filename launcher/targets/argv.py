@@ -77,6 +77,7 @@ def to_argv(plan: LaunchPlan) -> list[str]:
         argv += ["--memory", str(c.memory_bytes), "--memory-swap", str(c.memory_bytes)]
     if c.nano_cpus:
         argv += ["--cpus", f"{c.nano_cpus / 1e9:g}"]
+    argv += [f"--sysctl={k}={v}" for k, v in c.sysctls]
     for server in c.dns:
         argv += ["--dns", server]
     argv += log_flags(c.log_options)

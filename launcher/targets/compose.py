@@ -80,7 +80,8 @@ def to_compose(plan: LaunchPlan) -> dict:
         sandbox["network_mode"] = c.network_mode
     else:
         p = plan.proxy
-        sandbox.update(networks=["internal"], dns=list(c.dns), depends_on={"proxy": {"condition": "service_healthy"}})
+        sandbox.update(networks=["internal"], dns=list(c.dns), **({"sysctls": dict(c.sysctls)} if c.sysctls else {}),
+                       depends_on={"proxy": {"condition": "service_healthy"}})
         doc["services"]["proxy"] = _proxy_service(p)
         internal = next(n for n in plan.networks if n.name == p.internal_network)
         egress = next((n for n in plan.networks if n.name == p.egress_network), None)

@@ -43,7 +43,7 @@ def _run_args(plan: LaunchPlan) -> list[str]:
             *[f"--security-opt={as_file(x)}" for x in c.security_opt], f"--pids-limit={c.pids_limit}",
             f"--memory={c.memory_bytes}", f"--memory-swap={c.memory_bytes}", f"--cpus={c.nano_cpus / 1e9:g}",
             f"--network={c.network_mode}", f"--hostname={c.hostname}", f"--user={c.user}"]
-    args += [f"--dns={d}" for d in c.dns] + log_flags(c.log_options)
+    args += [f"--dns={d}" for d in c.dns] + [f"--sysctl={k}={v}" for k, v in c.sysctls] + log_flags(c.log_options)
     args += [f"--runtime={c.runtime}"] if c.runtime != "runc" else []
     args += [f"--tmpfs={tmpfs_flag(m)}" for m in c.mounts if m.owned_tmpfs]
     return args + [f"--label={k}={v}" for k, v in c.labels]

@@ -1,0 +1,219 @@
+"""The Docker Engine API over HTTP, for engine.py only. Two transports with one interface: `Unix`
+speaks HTTP/1.1 on the engine's unix socket with the standard library (a launch no longer imports
+the SDK, whose `requests` and `urllib3` cost ~0.25 s per run); `Sdk` sends the same requests through
+the docker SDK, for what `Unix` does not speak (tcp://, ssh://, TLS)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Iterator
+from urllib.parse import quote, urlencode
+
+from launcher.errors import EngineError, NotFound
+from launcher.plan import ContainerSpec, MountKind
+
+Body = bytes | Iterator[bytes] | None
+
+
+class Answer:
+    """One response: its status, headers and body (read whole, or as it comes)."""
+
+    def __init__(self, status: int, headers: dict[str, str], stream: Iterator[bytes]):
+        self.status, self.headers, self._stream = status, headers, stream
+
+    def chunks(self) -> Iterator[bytes]:
+        return self._stream
+
+    def read(self) -> bytes:
+        return b"".join(self._stream)
+
+    def close(self) -> None:
+        """Drop what is left of the body (a generator's close ends its connection)."""
+        self._stream.close()
+
+    def json(self):
+        data = self.read()
+        return json.loads(data) if data else None
+
+
+def params_of(params: dict | None) -> str:
+    """A query string: booleans as 1/0, lists and dicts as JSON (the engine's `filters`)."""
+    if not params:
+        return ""
+    flat = {k: (int(v) if isinstance(v, bool) else json.dumps(v) if isinstance(v, (dict, list)) else v)
+            for k, v in params.items() if v is not None}
+    return "?" + urlencode(flat)
+
+
+def path_of(template: str, *args: str) -> str:
+    """`template` with its {} filled in, quoted as the SDK quotes them (an image's / and : kept)."""
+    return template.format(*(quote(a, safe="/:") for a in args))
+
+
+def failed(action: str, answer: Answer) -> EngineError:
+    """The engine's own message, mapped: 404 is NotFound, anything else an EngineError."""
+    try:
+        message = (answer.json() or {}).get("message", "")
+    except (ValueError, AttributeError):
+        message = ""
+    text = f"{action}: {message or f'HTTP {answer.status}'}"
+    return NotFound(text) if answer.status == 404 else EngineError(text)
+
+
+class Unix:
+    """HTTP/1.1 on a unix socket, one connection per request: nothing shared between the
+    launcher's threads, and a connect costs microseconds."""
+
+    def __init__(self, path: str, timeout: float = 300):
+        self.path, self.timeout, self.version = path, timeout, ""
+
+    def call(self, method: str, path: str, params: dict | None = None, body=None, *, raw: Body = None,
+             timeout: float | None = -1, upgrade: bool = False) -> Answer:
+        """Send one request (`body` as JSON, or `raw` bytes or chunks as a tar) and read the answer's
+        head; its body is read as asked, and the connection closes when it ends (or at close()).
+        `timeout` None waits for ever (a wait, an attach)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout if timeout == -1 else timeout)
+            sock.connect(self.path)
+            prefix = f"/v{self.version}" if self.version else ""
+            head = [f"{method} {prefix}{path}{params_of(params)} HTTP/1.1", "Host: docker", "User-Agent: sandbox"]
+            head += ["Connection: Upgrade", "Upgrade: tcp"] if upgrade else ["Connection: close"]
+            if body is not None:
+                raw = json.dumps(body).encode()
+                head.append("Content-Type: application/json")
+            elif raw is not None:
+                head.append("Content-Type: application/x-tar")
+            if isinstance(raw, bytes):
+                sock.sendall("\r\n".join(head + [f"Content-Length: {len(raw)}"]).encode() + b"\r\n\r\n" + raw)
+            elif raw is None:
+                sock.sendall("\r\n".join(head + ["Content-Length: 0"] * (method == "POST")).encode() + b"\r\n\r\n")
+            else:
+                sock.sendall("\r\n".join(head + ["Transfer-Encoding: chunked"]).encode() + b"\r\n\r\n")
+                for chunk in raw:
+                    if chunk:
+                        sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                sock.sendall(b"0\r\n\r\n")
+            reader = sock.makefile("rb")
+            status_line = reader.readline(65536).decode("latin-1")
+            parts = status_line.split(" ", 2)
+            if len(parts) < 2 or not parts[1].isdigit():
+                raise EngineError(f"the engine at {self.path} answered {status_line.strip()!r}, not HTTP")
+            headers = {}
+            while (line := reader.readline(65536)) not in (b"\r\n", b"\n", b""):
+                name, _, value = line.decode("latin-1").partition(":")
+                headers[name.strip().lower()] = value.strip()
+        except BaseException:
+            sock.close()
+            raise
+        status = int(parts[1])
+        return Answer(status, headers, _closing(_body(reader, headers, method, status), reader, sock))
+
+    def attach(self, ref: str) -> Iterator[tuple[bytes | None, bytes | None]]:
+        answer = self.call("POST", path_of("/containers/{}/attach", ref), upgrade=True, timeout=None,
+                           params={"logs": True, "stream": True, "stdout": True, "stderr": True})
+        if answer.status not in (101, 200):
+            raise failed(f"attaching to {ref}", answer)
+        return frames(answer.chunks())
+
+
+class Sdk:
+    """The same requests through the docker SDK's session (its transports: tcp, ssh, TLS)."""
+
+    def __init__(self, client):
+        self.api = client.api
+        self.version = self.api.api_version
+
+    def call(self, method: str, path: str, params: dict | None = None, body=None, *, raw: Body = None,
+             timeout: float | None = -1, upgrade: bool = False) -> Answer:
+        api = self.api
+        answer = api.request(method, f"{api.base_url}/v{self.version}{path}{params_of(params)}", json=body,
+                             data=raw, stream=True, timeout=api.timeout if timeout == -1 else timeout)
+        headers = {name.lower(): value for name, value in answer.headers.items()}
+        return Answer(answer.status_code, headers, _closing(answer.iter_content(1 << 16), answer))
+
+    def attach(self, ref: str) -> Iterator[tuple[bytes | None, bytes | None]]:
+        return self.api.attach(ref, stdout=True, stderr=True, stream=True, logs=True, demux=True)
+
+
+def _closing(chunks: Iterator[bytes], *conns) -> Iterator[bytes]:
+    try:
+        yield from chunks
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def _body(reader, headers: dict[str, str], method: str, status: int) -> Iterator[bytes]:
+    if method == "HEAD" or status in (204, 304):
+        return
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        while size := int(reader.readline(1024).split(b";")[0].strip() or b"0", 16):
+            yield reader.read(size)
+            reader.readline(1024)
+        return
+    if "content-length" in headers:
+        left = int(headers["content-length"])
+        while left > 0 and (chunk := reader.read(min(left, 1 << 16))):
+            left -= len(chunk)
+            yield chunk
+        return
+    while chunk := reader.read1(1 << 16):   # to the end: a hijacked stream, or Connection: close
+        yield chunk
+
+
+def frames(stream: Iterator[bytes]) -> Iterator[tuple[bytes | None, bytes | None]]:
+    """An attached container's multiplexed output as (stdout, stderr) pairs, one per frame
+    (8-byte header: stream 1 or 2, three zeros, big-endian length)."""
+    pending = b""
+    for chunk in stream:
+        pending += chunk
+        while len(pending) >= 8 and len(pending) >= 8 + int.from_bytes(pending[4:8], "big"):
+            size = int.from_bytes(pending[4:8], "big")
+            data, kind, pending = pending[8:8 + size], pending[0], pending[8 + size:]
+            yield (data, None) if kind != 2 else (None, data)
+
+
+def log_config(options: tuple[tuple[str, str], ...]) -> dict:
+    return {"Type": "json-file", "Config": dict(options)}
+
+
+def _mount(m) -> dict:
+    mount = {"Target": m.target, "Source": m.source, "Type": m.kind.value, "ReadOnly": m.read_only}
+    if m.kind is MountKind.TMPFS:
+        mount.update(Source=None, **({"TmpfsOptions": {"SizeBytes": m.size_bytes}} if m.size_bytes else {}))
+    elif m.kind is MountKind.VOLUME and m.no_copy:
+        mount["VolumeOptions"] = {"NoCopy": True}
+    return mount
+
+
+def _device(text: str) -> dict:
+    host, _, rest = text.partition(":")
+    inside, _, permissions = rest.partition(":")
+    return {"PathOnHost": host, "PathInContainer": inside or host, "CgroupPermissions": permissions or "rwm"}
+
+
+def create_body(spec: ContainerSpec) -> dict:
+    """The engine's container-create request for a plan's container (unset fields left out, as the
+    SDK leaves them; tests/test_engineapi.py holds it to the SDK's own)."""
+    host = {
+        "Mounts": [_mount(m) for m in spec.mounts if not m.owned_tmpfs],
+        "NetworkMode": spec.network_mode or "default", "ReadonlyRootfs": spec.read_only_root,
+        "CapDrop": list(spec.cap_drop), "SecurityOpt": list(spec.security_opt), "PidsLimit": spec.pids_limit,
+        "Memory": spec.memory_bytes, "MemorySwap": spec.memory_bytes, "NanoCpus": spec.nano_cpus,
+        "LogConfig": log_config(spec.log_options), "Runtime": spec.runtime,
+        # HostConfig.Tmpfs for the owned ones: the Mount API cannot set the owner
+        "Tmpfs": {m.target: m.tmpfs_options for m in spec.mounts if m.owned_tmpfs} or None,
+        "CapAdd": list(spec.cap_add) or None, "Devices": [_device(d) for d in spec.devices] or None,
+        "PidMode": spec.pid_mode or None, "Dns": list(spec.dns) or None, "Sysctls": dict(spec.sysctls) or None,
+        "GroupAdd": [str(g) for g in spec.group_add] or None,
+    }
+    body = {
+        "Image": spec.image, "Cmd": list(spec.command), "Entrypoint": list(spec.entrypoint), "User": spec.user,
+        "Env": [f"{k}={v}" for k, v in spec.env], "WorkingDir": spec.working_dir, "Labels": dict(spec.labels),
+        "Hostname": spec.hostname, "Tty": False, "OpenStdin": False, "StdinOnce": False, "AttachStdin": False,
+        "AttachStdout": True, "AttachStderr": True, "NetworkDisabled": False,
+        "HostConfig": {k: v for k, v in host.items() if v is not None},
+    }
+    return {k: v for k, v in body.items() if v is not None}
