@@ -1,5 +1,9 @@
 """Bad input to the commands that need no engine: a clear message and the documented exit code,
-never an internal error (125) or a success that hides the mistake (issue 26)."""
+never an internal error (125) or a success that hides the mistake (issue 26).
+
+Most cases call the CLI in this process (click's CliRunner: the same main(), the same error handler,
+SystemExit codes come back as exit_code); a few run `python -m launcher` in a real process, so the
+end-to-end path (the process's exit code, nothing printed as a traceback) stays covered."""
 
 from __future__ import annotations
 
@@ -9,13 +13,33 @@ import subprocess
 import sys
 
 import pytest
+from click.testing import CliRunner, Result
+
+from launcher.cli import main
 
 SANDBOX = [sys.executable, "-m", "launcher"]
 
 
-def run(*argv: str, cwd) -> subprocess.CompletedProcess:
+def run_process(*argv: str, cwd, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m launcher ARGV` in a real process."""
     return subprocess.run([*SANDBOX, *argv], capture_output=True, text=True, cwd=cwd, timeout=60,
-                          env={**os.environ, "XDG_CONFIG_HOME": str(cwd / "config")})
+                          env={**os.environ, **(env or {}), "XDG_CONFIG_HOME": str(cwd / "config")})
+
+
+def run(*argv: str, cwd, env: dict | None = None) -> Result:
+    """The same command in this process, in `cwd` with the same environment; an exception that
+    escapes the CLI's error handler fails the test."""
+    try:
+        runner = CliRunner(mix_stderr=False)   # click 8.1; later versions keep stderr apart anyway
+    except TypeError:
+        runner = CliRunner()
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return runner.invoke(main, list(argv), env={**(env or {}), "XDG_CONFIG_HOME": str(cwd / "config")},
+                             catch_exceptions=False)
+    finally:
+        os.chdir(before)
 
 
 @pytest.fixture
@@ -27,28 +51,38 @@ def place(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("argv, code, said", [
+BAD_INPUT = [
     (["devcontainer", "--policy", "untrusted", "ws"], 120, "add --workspace-mode bind"),
     (["compile", "--policy", "untrusted", "-w", "ws", "--format", "argv"], 120, "add --workspace-mode bind"),
     (["logs", "--report", "not-json.json"], 120, "found no JSON"),
     (["logs", "--report", "other.json"], 120, "not a run report"),
     (["verify-attestation", "missing.json"], 2, "does not exist"),
-])
+]
+
+
+@pytest.mark.parametrize("argv, code, said", BAD_INPUT)
 def test_bad_input_gets_its_exit_code_and_a_sentence(argv, code, said, place):
     done = run(*argv, cwd=place)
+    assert done.exit_code == code and said in done.stderr, done.stderr
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("argv, code, said", [BAD_INPUT[3], BAD_INPUT[4]])   # the error handler; click's usage error
+def test_a_real_process_exits_with_the_code_and_prints_no_traceback(argv, code, said, place):
+    done = run_process(*argv, cwd=place)
     assert done.returncode == code and said in done.stderr, done.stderr
     assert "internal error" not in done.stderr and "Traceback" not in done.stderr
 
 
 def test_logs_writes_its_data_on_stdout_and_needs_no_egress_flag(place):
-    done = run("logs", "--report", "none-mode.json", "--allowed", cwd=place)
+    done = run_process("logs", "--report", "none-mode.json", "--allowed", cwd=place)   # a real process's stdout
     assert done.returncode == 0, done.stderr
     assert done.stdout == "egress: nothing was blocked\negress allowed (0 requests):\n"
 
 
 def test_a_devcontainer_for_the_bind_variant_is_written(place):
     done = run("devcontainer", "--policy", "untrusted", "--workspace-mode", "bind", "ws", cwd=place)
-    assert done.returncode == 0, done.stderr
+    assert done.exit_code == 0, done.stderr
     assert json.loads((place / "ws" / ".devcontainer" / "devcontainer.json").read_text())["name"] == "sandbox: untrusted"
 
 
@@ -68,12 +102,12 @@ def policy_file(place, body: str):
 ])
 def test_check_refuses_what_the_proxy_or_the_engine_would_and_says_why(body, said, place):
     done = policy_file(place, body)
-    assert done.returncode == 120 and said in done.stdout, done.stdout
+    assert done.exit_code == 120 and said in done.stdout, done.stdout
 
 
 def test_a_home_size_a_volume_ignores_is_a_warning(place):
     done = policy_file(place, "home: {mode: volume, size: 1g}\n")
-    assert done.returncode == 0 and "home.size: ignored: a home volume has no size limit" in done.stdout
+    assert done.exit_code == 0 and "home.size: ignored: a home volume has no size limit" in done.stdout
 
 
 def test_a_later_preset_narrows_and_check_says_narrowed(place):
@@ -109,9 +143,7 @@ def every_command(policy: str, ws: str) -> dict[str, list[str]]:
 
 
 def verdicts(place, policy: str, ws: str = "ws") -> dict[str, int]:
-    return {name: subprocess.run([*SANDBOX, *argv], capture_output=True, text=True, cwd=place, timeout=60,
-                                 env={**os.environ, **NO_ENGINE, "XDG_CONFIG_HOME": str(place / "config")}).returncode
-            for name, argv in every_command(policy, ws).items()}
+    return {name: run(*argv, cwd=place, env=NO_ENGINE).exit_code for name, argv in every_command(policy, ws).items()}
 
 
 @pytest.mark.parametrize("case", sorted(BAD_POLICIES))
@@ -131,6 +163,19 @@ def test_the_control_passes_validation_everywhere(place):
     os.chown(place / "ws", 1000, 1000)
     found = verdicts(place, "./p.yaml")
     assert found == {"check": 0, "explain": 0, "compile": 0, "devcontainer": 0, "run": 121, "up": 121}, found
+
+
+@pytest.mark.parametrize("policy, command, code", [(HEAD, "run", 121), (BAD_POLICIES["unknown-key"], "run", 120),
+                                                   (BAD_POLICIES["unknown-key"], "check", 120)],
+                         ids=["control-run", "unknown-key-run", "unknown-key-check"])
+def test_a_real_process_gives_the_same_verdict(policy, command, code, place):
+    """The verdicts above, end to end: a refused policy and an engine that is not there."""
+    (place / "p.yaml").write_text(policy)
+    if policy == HEAD:
+        os.chown(place / "ws", 1000, 1000)   # as the control above
+    done = run_process(*every_command("./p.yaml", "ws")[command], cwd=place, env=NO_ENGINE)
+    assert done.returncode == code, done.stderr
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr
 
 
 def test_relative_paths_in_a_policy_are_relative_to_its_file(place, tmp_path_factory):

@@ -126,10 +126,27 @@ def test_completion_of_names_asks_the_engine_and_never_fails_or_waits():
     hung.set()
 
 
-def completion(env: dict, words: str) -> subprocess.CompletedProcess:
-    cword = str(len(words.split()) - (0 if words.endswith(" ") else 1))
-    return subprocess.run([SCRIPT], env={**env, "_SANDBOX_COMPLETE": "bash_complete", "COMP_WORDS": words,
-                                        "COMP_CWORD": cword}, capture_output=True, text=True, timeout=60)
+def completions(env: dict, *lines: str) -> list[tuple[subprocess.CompletedProcess, float]]:
+    """Each command line completed by its own process, all at once (each waits on the engine on its
+    own); with the seconds each took."""
+    started = []
+    for words in lines:
+        cword = str(len(words.split()) - (0 if words.endswith(" ") else 1))
+        started.append((time.monotonic(), subprocess.Popen(
+            [SCRIPT], env={**env, "_SANDBOX_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": cword},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+    done = []
+    try:
+        for start, process in started:
+            out, err = process.communicate(timeout=60)
+            done.append((subprocess.CompletedProcess(process.args, process.returncode, out, err),
+                         time.monotonic() - start))
+    finally:
+        for _, process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return done
 
 
 def test_completion_in_a_shell_with_an_engine_that_never_answers(tmp_path):
@@ -137,15 +154,16 @@ def test_completion_in_a_shell_with_an_engine_that_never_answers(tmp_path):
     silent.bind(str(tmp_path / "docker.sock"))
     silent.listen(8)   # accepts connections and never says a word
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/docker.sock"}
+    hung = ("sandbox down ", "sandbox diff sand", "sandbox exec ", "sandbox logs ")
     try:
-        for words in ("sandbox down ", "sandbox diff sand", "sandbox exec ", "sandbox logs "):
-            start = time.monotonic()
-            result = completion(env, words)
+        *waited, ci, read_only, agents = completions(env, *hung, "sandbox run --policy c", "sandbox check read",
+                                                     "sandbox up --agent co")
+        for words, (result, seconds) in zip(hung, waited):
             assert result.returncode == 0 and result.stdout.strip() == "" and result.stderr == "", words
-            assert time.monotonic() - start < complete.ENGINE_WAIT + 5
-        assert completion(env, "sandbox run --policy c").stdout.split() == ["plain,ci"]
-        assert completion(env, "sandbox check read").stdout.split() == ["plain,read-only"]
-        assert "plain,codex" in completion(env, "sandbox up --agent co").stdout.split()
+            assert seconds < complete.ENGINE_WAIT + 5
+        assert ci[0].stdout.split() == ["plain,ci"]
+        assert read_only[0].stdout.split() == ["plain,read-only"]
+        assert "plain,codex" in agents[0].stdout.split()
     finally:
         silent.close()
 

@@ -9,16 +9,30 @@ import sys
 import time
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import BIND, fake_facts, untrusted_bind
 from launcher import compiler, host, stack
+from launcher.cli import main
 from launcher.targets import argv as render
 from launcher.errors import ExitCode, PolicyError
 from launcher.policy import policy_from_raw
 from launcher.secrets import secret_name, secret_value
 
 SANDBOX = [sys.executable, "-m", "launcher"]
+
+
+def cli(*args: str):
+    """The CLI in this process (a real process only where that is the point): an exception that
+    escapes its error handler fails the test."""
+    try:
+        runner = CliRunner(mix_stderr=False)   # click 8.1; later versions keep stderr apart anyway
+    except TypeError:
+        runner = CliRunner()
+    return runner.invoke(main, list(args), catch_exceptions=False)
+
+
 HEAD = "version: 1\nname: hostile\ndescription: hostile input\n"
 
 CASES = {
@@ -62,6 +76,17 @@ def test_hostile_policy_files_are_clear_errors_within_a_second(name, tmp_path):
     path.write_bytes(text.encode() if isinstance(text, str) else text)
     message = _refused_quickly(path, tmp_path)
     assert str(path) in message and fragment in message, message
+    result = cli("compile", "-p", str(path), "-w", str(tmp_path))
+    assert result.exit_code == ExitCode.POLICY_INVALID and "Traceback" not in result.stderr
+    assert fragment in result.stderr
+
+
+@pytest.mark.parametrize("name", ["deep flow nesting", "deep block nesting"])
+def test_a_real_process_refuses_deep_nesting_without_a_traceback(name, tmp_path):
+    """As above, in a fresh process (its own stack and recursion limit, not the test runner's)."""
+    text, fragment = CASES[name]
+    path = tmp_path / "hostile policy.yaml"
+    path.write_text(text)
     result = subprocess.run(SANDBOX + ["compile", "-p", str(path), "-w", str(tmp_path)], capture_output=True, text=True)
     assert result.returncode == ExitCode.POLICY_INVALID and "Traceback" not in result.stderr
     assert fragment in result.stderr
@@ -71,19 +96,18 @@ def test_hostile_policy_files_are_clear_errors_within_a_second(name, tmp_path):
 def test_odd_workspace_names_compile_exactly_or_are_refused_clearly(dirname, tmp_path):
     ws = tmp_path / dirname
     ws.mkdir()
-    result = subprocess.run(SANDBOX + ["compile", *BIND, "-w", str(ws)], capture_output=True, text=True)
+    result = cli("compile", *BIND, "-w", str(ws))
     assert "Traceback" not in result.stderr
-    if result.returncode == 0:
+    if result.exit_code == 0:
         import json
 
         plan = json.loads(result.stdout)
         binds = [m for m in plan["container"]["mounts"] if m["target"] == "/workspace"]
         assert [m["source"] for m in binds] == [str(ws)]
-        argv = subprocess.run(SANDBOX + ["compile", *BIND, "-w", str(ws), "--format", "argv"], capture_output=True,
-                              text=True)
-        assert argv.returncode == 0 and "Traceback" not in argv.stderr
+        argv = cli("compile", *BIND, "-w", str(ws), "--format", "argv")
+        assert argv.exit_code == 0 and "Traceback" not in argv.stderr
     else:
-        assert result.returncode == ExitCode.POLICY_INVALID and "--workspace" in result.stderr
+        assert result.exit_code == ExitCode.POLICY_INVALID and "--workspace" in result.stderr
 
 
 def test_a_workspace_path_through_dotdot_is_resolved(tmp_path):

@@ -4,16 +4,21 @@ no import circle and no module importing another's private name; files small eno
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "launcher"
 
 
-def modules():
-    """(dotted name below launcher, tree) for every module of the package and its subpackages."""
+@functools.cache
+def modules() -> tuple[tuple[str, ast.Module], ...]:
+    """(dotted name below launcher, tree) for every module of the package and its subpackages;
+    parsed once for all the rules here (they only read the trees)."""
+    found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         parts = path.relative_to(PACKAGE).with_suffix("").parts
-        yield ".".join(p for p in parts if p != "__init__") or "__init__", ast.parse(path.read_text())
+        found.append((".".join(p for p in parts if p != "__init__") or "__init__", ast.parse(path.read_text())))
+    return tuple(found)
 
 
 def imported(tree) -> set[str]:
