@@ -6,15 +6,20 @@ from __future__ import annotations
 
 from launcher import timings  # noqa: F401 - first: --timings counts the imports from here
 
-import signal
-import sys
-import traceback
+import gc
 
-import click
+gc.disable()   # while the commands import (the end of this module says why); so the imports follow it
 
-from launcher import __version__
-from launcher.cli import agents, attest, copies, launch, manage, output, policy, port, presets, selftest, team, trust
-from launcher.errors import ExitCode, SandboxError, Terminated, secondary_failures
+import signal  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+
+import click  # noqa: E402
+
+from launcher import __version__  # noqa: E402
+from launcher.cli import (agents, attest, copies, launch, manage, output, policy, port, presets,  # noqa: E402
+                          selftest, team, trust)
+from launcher.errors import ExitCode, SandboxError, Terminated, secondary_failures  # noqa: E402
 
 _DEBUG = "sandbox.debug"
 
@@ -98,3 +103,9 @@ def main() -> None:
 for _module in (policy, presets, launch, copies, agents, manage, port, team, trust, selftest, attest):
     for _command in _module.COMMANDS:
         main.add_command(_command)
+
+# The imports above allocate ~100 000 objects and leave no garbage: collecting during them cost
+# ~35 ms per command here, and checking them again when the interpreter exits ~20 ms more. They
+# are frozen (never scanned again; still freed at exit as before) and collection resumes.
+gc.freeze()
+gc.enable()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 
 import click
@@ -198,8 +199,12 @@ def plan(policy_ref: str, workspace: str, command: tuple[str, ...], *, kind: str
          strict: bool = False, timings=None, launched: bool = True):
     """The pipeline for a command that launches or writes a sandbox (launched=False: writes files
     for another tool); says its notes and warnings."""
-    from launcher import pipeline
-
+    gc.disable()   # the pipeline's imports, like the commands' (launcher/cli/__init__.py)
+    try:
+        from launcher import pipeline
+    finally:
+        gc.freeze()
+        gc.enable()
     if timings is not None:   # the CLI's imports end here, once the pipeline is in
         timings.since("imports", timings.origin)
     allow = tuple(allow) + click.get_current_context().meta.get(_PRIVATE, ())
