@@ -2,8 +2,9 @@
 
     python bench/run.py [--rounds 9] [--compare DIR] [--default-egress]
 
-One run measures, round after round, each command once per round in a rotating order (so a
-busy machine slows every figure alike):
+One run measures, round after round, each command once per round in a shuffled order (so a busy
+machine slows every figure alike, and no command always follows the same one: the engine still
+tidies up after a `docker run --rm` that has returned):
   plain    docker run --rm with the flags `sandbox compile --format argv` prints, the command
            straight away (no probe)
   probed   the same docker run with the probe in front (what the probe itself costs)
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shlex
 import shutil
 import statistics
@@ -120,11 +122,12 @@ def main() -> None:
                 timed(argv, env)
             wall: dict[str, list[float]] = {name: [] for name in runs}
             table: dict[str, list[dict[str, float]]] = {name: [] for name in runs}
-            order = list(runs)
             for r in range(args.rounds):
-                # Rotated each round: what ran just before (an engine still tidying up) must not
-                # always slow the same command.
-                for name in order[r % len(order):] + order[:r % len(order)]:
+                # Shuffled each round (seeded: the same order on a rerun): what ran just before
+                # must not always slow the same command.
+                order = list(runs)
+                random.Random(r).shuffle(order)
+                for name in order:
                     argv, env = runs[name]
                     seconds, err = timed(argv, env)
                     wall[name].append(seconds)
@@ -136,7 +139,7 @@ def main() -> None:
         if not args.default_egress:
             subprocess.run(["docker", "network", "rm", NET], capture_output=True)
     med = {name: statistics.median(values) for name, values in wall.items()}
-    print(f"rounds: {args.rounds} (medians; each round runs every command once, in a rotating order)")
+    print(f"rounds: {args.rounds} (medians; each round runs every command once, in a shuffled order)")
     for name, value in med.items():
         print(f"  {name:<22} {value:6.3f} s")
     print(f"  {'python -c pass':<22} {statistics.median(py):6.3f} s")

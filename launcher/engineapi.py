@@ -19,8 +19,8 @@ Body = bytes | Iterator[bytes] | None
 class Answer:
     """One response: its status, headers and body (read whole, or as it comes)."""
 
-    def __init__(self, status: int, headers: dict[str, str], stream: Iterator[bytes]):
-        self.status, self.headers, self._stream = status, headers, stream
+    def __init__(self, status: int, headers: dict[str, str], stream: Iterator[bytes], *conns):
+        self.status, self.headers, self._stream, self._conns = status, headers, _closing(stream, *conns), conns
 
     def chunks(self) -> Iterator[bytes]:
         return self._stream
@@ -29,8 +29,10 @@ class Answer:
         return b"".join(self._stream)
 
     def close(self) -> None:
-        """Drop what is left of the body (a generator's close ends its connection)."""
+        """Drop what is left of the body, and the connection (also when none of it was read)."""
         self._stream.close()
+        for conn in self._conns:
+            conn.close()
 
     def json(self):
         data = self.read()
@@ -108,7 +110,7 @@ class Unix:
             sock.close()
             raise
         status = int(parts[1])
-        return Answer(status, headers, _closing(_body(reader, headers, method, status), reader, sock))
+        return Answer(status, headers, _body(reader, headers, method, status), reader, sock)
 
     def attach(self, ref: str) -> Iterator[tuple[bytes | None, bytes | None]]:
         answer = self.call("POST", path_of("/containers/{}/attach", ref), upgrade=True, timeout=None,
@@ -131,7 +133,7 @@ class Sdk:
         answer = api.request(method, f"{api.base_url}/v{self.version}{path}{params_of(params)}", json=body,
                              data=raw, stream=True, timeout=api.timeout if timeout == -1 else timeout)
         headers = {name.lower(): value for name, value in answer.headers.items()}
-        return Answer(answer.status_code, headers, _closing(answer.iter_content(1 << 16), answer))
+        return Answer(answer.status_code, headers, answer.iter_content(1 << 16), answer)
 
     def attach(self, ref: str) -> Iterator[tuple[bytes | None, bytes | None]]:
         return self.api.attach(ref, stdout=True, stderr=True, stream=True, logs=True, demux=True)

@@ -451,6 +451,8 @@ _p_ask_proxy() {
 # only once connect() returned 0. gVisor's hostinet (2022) sometimes returns 0 while the socket is
 # still SYN_SENT; the marker then reads the socket's state from /proc/net/tcp and that attempt is
 # tried again (an nc with stdin at EOF turned such a socket into exit 0, seen as "connected").
+# Under runc the plan's ARP settings (launcher/egress/squid.py ARP_SYSCTLS) make the ownerless
+# gateway unreachable within ~50 ms: "No route to host" is the usual answer, the 1 s only a bound.
 _p_try_gateway() {
 	local _port _obs
 	_obs=$(for _port in 80 443 22 2375; do _p_try_port "$_port" & done; wait)
