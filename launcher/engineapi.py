@@ -171,10 +171,14 @@ def frames(stream: Iterator[bytes]) -> Iterator[tuple[bytes | None, bytes | None
     pending = b""
     for chunk in stream:
         pending += chunk
-        while len(pending) >= 8 and len(pending) >= 8 + int.from_bytes(pending[4:8], "big"):
-            size = int.from_bytes(pending[4:8], "big")
-            data, kind, pending = pending[8:8 + size], pending[0], pending[8 + size:]
+        at = 0   # an offset, not a slice per frame: many small frames in one chunk stay linear
+        while len(pending) - at >= 8:
+            size = int.from_bytes(pending[at + 4:at + 8], "big")
+            if len(pending) - at < 8 + size:
+                break
+            data, kind, at = pending[at + 8:at + 8 + size], pending[at], at + 8 + size
             yield (data, None) if kind != 2 else (None, data)
+        pending = pending[at:]
 
 
 def log_config(options: tuple[tuple[str, str], ...]) -> dict:
