@@ -165,20 +165,32 @@ def _body(reader, headers: dict[str, str], method: str, status: int) -> Iterator
         yield chunk
 
 
-def frames(stream: Iterator[bytes]) -> Iterator[tuple[bytes | None, bytes | None]]:
-    """An attached container's multiplexed output as (stdout, stderr) pairs, one per frame
-    (8-byte header: stream 1 or 2, three zeros, big-endian length)."""
-    pending = b""
-    for chunk in stream:
-        pending += chunk
-        at = 0   # an offset, not a slice per frame: many small frames in one chunk stay linear
-        while len(pending) - at >= 8:
-            size = int.from_bytes(pending[at + 4:at + 8], "big")
-            if len(pending) - at < 8 + size:
+class Frames:
+    """The engine's multiplexed stream, parsed: feed bytes, take (stream, payload) pairs (1 stdout,
+    2 stderr; 8-byte header: stream, three zeros, big-endian length)."""
+
+    def __init__(self):
+        self.buffer = b""
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        buffer, at, found = self.buffer + data, 0, []
+        # an offset, not a cut per frame: many small frames in one chunk stay linear
+        while len(buffer) - at >= 8:
+            size = int.from_bytes(buffer[at + 4:at + 8], "big")
+            if len(buffer) - at < 8 + size:
                 break
-            data, kind, at = pending[at + 8:at + 8 + size], pending[at], at + 8 + size
+            found.append((buffer[at], buffer[at + 8:at + 8 + size]))
+            at += 8 + size
+        self.buffer = buffer[at:]
+        return found
+
+
+def frames(stream: Iterator[bytes]) -> Iterator[tuple[bytes | None, bytes | None]]:
+    """An attached container's output as (stdout, stderr) pairs, one per frame."""
+    parser = Frames()
+    for chunk in stream:
+        for kind, data in parser.feed(chunk):
             yield (data, None) if kind != 2 else (None, data)
-        pending = pending[at:]
 
 
 def log_config(options: tuple[tuple[str, str], ...]) -> dict:

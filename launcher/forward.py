@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from typing import Callable
 from launcher import labels as label
 from launcher import sandboxes
 from launcher.engine import Engine
+from launcher.engineapi import Frames
 from launcher.execsocket import ExecSocket
 from launcher.errors import EngineError, NotFound, PolicyError, Problem
 from launcher.plan import PROBE_BUSYBOX
@@ -85,25 +85,6 @@ def target(engine: Engine, name: str) -> Target:
         raise EngineError(f"{name} is {item.get('State', '?')}, not running; `sandbox down {name}` and "
                           f"`sandbox up` start it again")
     return Target(name=name, ref=item["Id"], user=engine.inspect(item["Id"])["Config"].get("User") or "")
-
-
-class Frames:
-    """The engine's multiplexed stream, parsed: feed bytes, take (stream, payload) pairs (1 stdout,
-    2 stderr)."""
-
-    def __init__(self):
-        self.buffer = bytearray()
-
-    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
-        self.buffer += data
-        found = []
-        while len(self.buffer) >= 8:
-            kind, size = struct.unpack(">BxxxL", self.buffer[:8])
-            if len(self.buffer) < 8 + size:
-                break
-            found.append((kind, bytes(self.buffer[8:8 + size])))
-            del self.buffer[:8 + size]
-        return found
 
 
 @dataclass(kw_only=True, eq=False)
