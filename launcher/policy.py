@@ -51,12 +51,6 @@ def parse_duration(text: str) -> int:
     return int(number) * _SECONDS[unit]
 
 
-def load_policy(ref: str) -> Policy:
-    """Load a preset by name (`untrusted`) or a policy file by path."""
-    file, data = read_policy(ref)
-    return parse_policy(data, file)
-
-
 def read_policy(ref: str) -> tuple[str, bytes]:
     """The file a preset name or a path refers to, and its bytes."""
     path = resources.preset_path(ref) if resources.looks_like_preset(ref) else Path(ref)
@@ -95,7 +89,13 @@ def with_allowed(policy: Policy, entries: tuple) -> Policy:
 
 
 def parse_policy(data: bytes, file: str) -> Policy:
+    """One self-contained policy document. One that `extends` presets is the stack's to load
+    (stack.load_base): read alone it would silently drop everything it inherits."""
     raw = load_yaml(data, file)
+    if isinstance(raw, dict) and "extends" in raw:
+        raise PolicyError([Problem(file=file, path="extends", expected="a policy without extends",
+                                   found=f"extends: {raw['extends']!r}",
+                                   hint="load it with launcher.stack.load_base, which applies what it extends")])
     return policy_from_raw({} if raw is None else raw, file, data)
 
 

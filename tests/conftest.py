@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import os
 import time
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -162,13 +165,28 @@ def read_until(fd: int, needle: bytes, timeout: float) -> bytes:
 BIND = ("--workspace-mode", "bind")
 
 
+def preset(ref: str, workspace: str | None = None):
+    """The effective policy a user gets for `ref` (a preset or a file): the pipeline's own loader
+    (with `extends`) and layers, on `workspace` (default: an empty directory), org and user
+    policies being the empty ones the autouse fixture points at."""
+    from launcher import pipeline
+
+    return pipeline.layered(ref, workspace or _empty_workspace()).effective.policy
+
+
+@functools.cache
+def _empty_workspace() -> str:
+    path = tempfile.mkdtemp(prefix="sandbox-preset-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def untrusted_bind():
     from dataclasses import replace
 
     from launcher.model import WorkspaceMode
-    from launcher.policy import load_policy
 
-    policy = load_policy("untrusted")
+    policy = preset("untrusted")
     return replace(policy, workspace=replace(policy.workspace, mode=WorkspaceMode.BIND))
 
 

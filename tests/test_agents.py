@@ -87,16 +87,16 @@ def test_ca_variables_say_whether_they_take_the_extra_cas_or_a_whole_bundle():
 def test_agent_flag_sets_image_and_variables_and_the_key_only_as_a_proxy_secret():
     from launcher.agents.wiring import with_agent, wrapped
     from launcher.errors import PolicyError
-    from launcher.policy import load_policy
+    from conftest import preset
 
     profile = agents.get("claude-code")
-    ci = with_agent(load_policy("ci"), profile, "sandbox/agent-claude-code:x", key_env="MODEL_KEY")
+    ci = with_agent(preset("ci"), profile, "sandbox/agent-claude-code:x", key_env="MODEL_KEY")
     assert ci.image == "sandbox/agent-claude-code:x" and dict(ci.env.set_values)["DISABLE_AUTOUPDATER"] == "1"
     secret = ci.secrets[-1]
     assert (secret.name, secret.env, secret.upstream) == ("model", "MODEL_KEY", "https://api.anthropic.com")
     assert not any("KEY" in name for name, _ in ci.env.set_values)     # no secret-shaped variable goes in
     with pytest.raises(PolicyError, match="an agent with a model API"):
-        with_agent(load_policy("ci"), replace(profile, model=None), "img", key_env="MODEL_KEY")
+        with_agent(preset("ci"), replace(profile, model=None), "img", key_env="MODEL_KEY")
     _, argv = wrapped(profile, ("claude", "-p", "hi"), keyed=True)
     assert argv[-3:] == ("claude", "-p", "hi") and argv[3].endswith('exec "$@"')
     assert "$SANDBOX_ENDPOINT_MODEL" in argv[3] and "apiKeyHelper" in argv[3]

@@ -41,14 +41,13 @@ def test_the_probe_script_has_one_function_per_check_and_no_list_of_its_own():
 
 
 def test_the_compiler_passes_the_launchers_lists_to_the_probe():
-    from conftest import fake_facts
+    from conftest import fake_facts, preset
     from launcher.compiler import compile_policy
     from launcher.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS
-    from launcher.policy import load_policy
     from launcher.secrets import SECRET_VALUES
 
-    for preset, mode in (("untrusted", "none"), ("ci", "proxy")):
-        probe = compile_policy(load_policy(preset), fake_facts()).probe
+    for name, mode in (("untrusted", "none"), ("ci", "proxy")):
+        probe = compile_policy(preset(name), fake_facts()).probe
         assert probe.checks == checks.for_mode(mode)
         assert probe.secretvalues == SECRET_VALUES and probe.runtimesockets == RUNTIME_SOCKETS
         assert probe.credpaths == CREDENTIAL_PATHS and "*_[Kk][Ee][Yy]" in probe.secretnames

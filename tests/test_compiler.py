@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fake_facts, untrusted_bind
+from conftest import fake_facts, untrusted_bind, preset
 from launcher import resources, runtimes
 from launcher.targets import argv as render
 from launcher.compiler import compile_policy
@@ -19,14 +19,14 @@ from launcher.host import PathFact
 from launcher.model import BUILTIN_PROTECTED, Access
 from launcher.plan import PROBE_BUSYBOX, MountKind
 from launcher.surfaces import GIT_BY_EXISTENCE, GIT_CONTROL
-from launcher.policy import load_policy, parse_policy
+from launcher.policy import parse_policy
 
 GOLDEN = Path(__file__).parent / "golden"
 
 
 @pytest.mark.parametrize("name", resources.preset_names())
 def test_every_preset_compiles_to_its_golden_plan(name):
-    policy = load_policy(name)
+    policy = preset(name)
     policy = replace(policy, source=f"policies/{name}.yaml")
     plan = compile_policy(policy, fake_facts(env=(("TERM", "xterm"), ("LANG", "C.UTF-8"))))
     got = {"plan": render.plan_to_dict(plan), "argv": render.to_argv(plan)}
@@ -111,7 +111,7 @@ def test_a_symlink_at_a_protected_path_is_refused():
 
 
 def test_read_only_workspace_needs_no_protection_mounts():
-    plan = compile_policy(load_policy("read-only"), fake_facts())
+    plan = compile_policy(preset("read-only"), fake_facts())
     assert [m.target for m in plan.container.mounts if m.target.startswith("/workspace")] == ["/workspace"]
     assert plan.probe.writable == ("/tmp", "/home/agent")   # and the home: every preset has one
 
@@ -131,7 +131,7 @@ def test_probe_expectations_follow_the_plan():
 
 @pytest.mark.parametrize("name", resources.preset_names())
 def test_every_preset_gives_the_agent_a_private_tmpfs_home(name):
-    plan = compile_policy(load_policy(name), fake_facts(owner=(1234, 555)))
+    plan = compile_policy(preset(name), fake_facts(owner=(1234, 555)))
     home = next(m for m in plan.container.mounts if m.target == "/home/agent")
     assert home.owned_tmpfs and home.tmpfs_options == "rw,size=536870912,uid=1234,gid=555,mode=0700"
     assert dict(plan.container.env)["HOME"] == "/home/agent" and plan.home is None
@@ -226,12 +226,12 @@ def test_secret_shaped_value_of_a_passed_variable_is_refused_without_showing_it(
 
 
 def test_command_line_command_replaces_the_policy_default():
-    plan = compile_policy(load_policy("untrusted"), fake_facts(), command=("make", "test"))
+    plan = compile_policy(preset("untrusted"), fake_facts(), command=("make", "test"))
     assert plan.container.command[-3:] == ("--", "make", "test") and plan.agent_command == ("make", "test")
 
 
 def test_up_keeps_the_container_alive_after_the_probe_until_its_time_limit():
-    plan = compile_policy(load_policy("untrusted"), fake_facts(), kind="up")
+    plan = compile_policy(preset("untrusted"), fake_facts(), kind="up")
     assert plan.container.name == "sandbox-repo"
     main = plan.container.command[plan.container.command.index("--") + 1:]
     assert main[:3] == (PROBE_BUSYBOX, "sh", "-c") and main[-1] == str(30 * 60)   # the preset's 30m
@@ -285,7 +285,7 @@ CERT = ("-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUK0rk\n-----END CERTIFI
 def test_ca_certificates_are_read_only_files_named_by_the_tools_variables():
     from launcher.host import PathFact
 
-    policy = replace(load_policy("ci"), ca_certificates=("/etc/company-ca.pem",))
+    policy = replace(preset("ci"), ca_certificates=("/etc/company-ca.pem",))
     fact = PathFact(given="/etc/company-ca.pem", real="/etc/company-ca.pem", kind="file")
     facts = fake_facts(ca_certs=((fact, b"x"),), ca_store=("/state/cas/a-extra.pem", "/state/cas/b-bundle.pem"))
     with pytest.raises(PolicyError) as info:   # b"x" is no certificate: refused, with the entry named
@@ -304,7 +304,7 @@ def test_usable_ca_certificates_become_two_read_only_mounts_and_five_variables(m
     from launcher.host import PathFact
 
     monkeypatch.setattr(compiler_mod.inject, "ca_bundle", lambda data: CERT)   # a real one: test_engine
-    policy = replace(load_policy("ci"), ca_certificates=("/etc/company-ca.pem",))
+    policy = replace(preset("ci"), ca_certificates=("/etc/company-ca.pem",))
     fact = PathFact(given="/etc/company-ca.pem", real="/etc/company-ca.pem", kind="file")
     plan = compile_policy(policy, fake_facts(ca_certs=((fact, b"x"),),
                                              ca_store=("/state/cas/a-extra.pem", "/state/cas/b-bundle.pem")))

@@ -11,11 +11,11 @@ import sys
 import pytest
 import yaml
 
-from conftest import external_tool, fake_facts, untrusted_bind
+from conftest import external_tool, fake_facts, untrusted_bind, preset
 from launcher import host, images, sandboxes, workspaces
 from launcher.compiler import compile_policy
 from launcher.targets.compose import compose_text, to_compose
-from launcher.policy import load_policy, parse_policy, with_allowed
+from launcher.policy import parse_policy, with_allowed
 from launcher.verify import compare_inspect, parse_probe
 from test_secrets_engine import model_api  # noqa: F401 - the recorder upstream fixture
 
@@ -79,7 +79,7 @@ def test_docker_compose_brings_up_a_probed_sandbox_equal_to_the_plan(engine, com
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
     api, egress = engine.client.api, f"sandbox-test-compose-egress-{os.getpid()}"
     api.create_network(egress, driver="bridge", internal=True)   # stands in for the internet: leads nowhere
-    policy = with_allowed(load_policy("ci"), ({"host": "allowed.test", "private": True},))
+    policy = with_allowed(preset("ci"), ({"host": "allowed.test", "private": True},))
     facts = host.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag,
                         launched=False)   # as `compile --format compose`: no nonce, no owner pid
     plan = compile_policy(policy, facts, egress_network=egress, kind="external",

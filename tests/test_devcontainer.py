@@ -12,11 +12,11 @@ import time
 import pytest
 import yaml
 
-from conftest import BIND, external_tool, fake_facts, untrusted_bind
+from conftest import BIND, external_tool, fake_facts, untrusted_bind, preset
 from launcher import images, launch
 from launcher.targets import devcontainer
 from launcher.compiler import compile_policy
-from launcher.policy import load_policy, with_allowed
+from launcher.policy import with_allowed
 from launcher.verify import parse_probe
 
 SANDBOX = [sys.executable, "-m", "launcher"]
@@ -47,7 +47,7 @@ def test_none_mode_puts_every_protection_into_run_arguments_and_mounts():
 
 
 def test_proxy_mode_uses_compose_with_the_proxy_and_builds_the_probe_image():
-    plan = compile_policy(load_policy("devcontainer"), fake_facts(), kind="up")
+    plan = compile_policy(preset("devcontainer"), fake_facts(), kind="up")
     files = devcontainer.files(plan)
     config, compose = json.loads(files["devcontainer.json"]), yaml.safe_load(files["compose.yaml"])
     assert config["dockerComposeFile"] == ["compose.yaml"] and config["service"] == "sandbox"
@@ -79,7 +79,7 @@ def test_devcontainer_up_with_the_real_cli_yields_a_probed_sandbox_that_cannot_r
 
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
     internet = Internet(engine, f"sandbox-test-devcontainer-{os.getpid()}")
-    policy = with_allowed(load_policy("devcontainer"), ({"host": "allowed.test", "private": True},))
+    policy = with_allowed(preset("devcontainer"), ({"host": "allowed.test", "private": True},))
     name = f"sandbox-{workspace.name}"
     try:
         made = subprocess.run(SANDBOX + ["devcontainer", "-p", "devcontainer", "--allow-private", "allowed.test",

@@ -15,13 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIND, read_until, untrusted_bind
+from conftest import BIND, read_until, untrusted_bind, preset
 from fakes import Recorder
 
 from launcher import host, images, launch, workspaces
 from launcher.compiler import compile_policy
 from launcher.errors import ExitCode, NotFound
-from launcher.policy import load_policy
 
 pytestmark = pytest.mark.engine
 SANDBOX = [sys.executable, "-m", "launcher"]
@@ -52,7 +51,7 @@ def test_agent_exit_code_passes_through_and_report_is_written(engine, workspace,
     assert result.returncode == 7 and result.stdout == "out\n" and "err" in result.stderr
     data = json.loads(report.read_text())
     assert data["status"] == "agent-failed" and data["agent"]["exit_code"] == 7 and data["probe"]["ok"]
-    assert data["policy"]["sha256"] == load_policy("untrusted").digest and len(data["probe"]["checks"]) >= 25
+    assert data["policy"]["sha256"] == preset("untrusted").digest and len(data["probe"]["checks"]) >= 25
 
 
 def test_workspace_changes_stay_and_protected_files_do_not_change(engine, workspace):

@@ -77,9 +77,9 @@ class _Engine:
 def test_a_clean_up_failure_is_reported_beside_the_primary_error(monkeypatch):
     from conftest import fake_facts
     from launcher.compiler import compile_policy
-    from launcher.policy import load_policy
+    from conftest import preset
 
-    plan = compile_policy(load_policy("untrusted"), fake_facts())
+    plan = compile_policy(preset("untrusted"), fake_facts())
     monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, env: ["ReadonlyRootfs: expected True, found False"])
     with pytest.raises(ProbeFailed) as info:
         launch.create_verified(_Engine(), plan)

@@ -14,13 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import BIND
+from conftest import BIND, preset
 
 from fakes import Recorder
 from launcher import host, images, launch
 from launcher.compiler import compile_policy
 from launcher.errors import ExitCode
-from launcher.policy import load_policy, with_allowed
+from launcher.policy import with_allowed
 from launcher.selftest.testnet import Internet
 
 pytestmark = pytest.mark.engine
@@ -98,7 +98,7 @@ PHASES = {
 @pytest.mark.parametrize("phase", list(PHASES))
 def test_ctrl_c_at_every_phase_leaves_nothing(engine, internet, workspace, phase):
     before, listing = volumes(engine), sorted(os.listdir(workspace))
-    policy = with_allowed(load_policy("ci"), ({"host": "allowed.test", "private": True},))
+    policy = with_allowed(preset("ci"), ({"host": "allowed.test", "private": True},))
     facts = host.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag)
     plan = compile_policy(policy, facts, egress_network=internet.network, command=("sleep", "1"))
     method, nth = PHASES[phase]

@@ -14,11 +14,11 @@ import pytest
 
 from fakes import Recorder
 
+from conftest import preset
 from launcher import host, images, launch, runtimes, stack
 from launcher.compiler import compile_policy
 from launcher.errors import EngineError, ProbeFailed
 from launcher.model import NetworkMode, Runtime, WorkspaceMode
-from launcher.policy import load_policy
 from launcher.verify import compare_inspect
 
 pytestmark = pytest.mark.engine
@@ -137,7 +137,7 @@ def test_gvisor_sets_no_new_privs_without_the_option_so_the_nnp_tamper_cannot_ap
 def test_proxy_mode_works_under_gvisor(gvisor, workspace, tmp_path):
     """The internal network and the Squid container as under runc; gVisor's sockets use the host
     network stack inside the sandbox's namespace (sandbox-runsc-hostinet), and every egress check passes."""
-    policy = replace(load_policy("ci"), runtime=Runtime.GVISOR)
+    policy = replace(preset("ci"), runtime=Runtime.GVISOR)
     from launcher.policy import with_allowed
     policy = with_allowed(policy, ("allowed.test",))
     plan = compile_policy(policy, host.gather(policy, str(workspace), images.probe_volume_name(),

@@ -7,10 +7,11 @@ import socket
 
 import pytest
 
+from conftest import preset
 from launcher import host
 from launcher.compiler import compile_policy
 from launcher.errors import PolicyError
-from launcher.policy import load_policy, parse_policy
+from launcher.policy import parse_policy
 
 
 @pytest.fixture
@@ -41,7 +42,7 @@ def test_tilde_and_dotdot_are_resolved(home):
 
 def test_workspace_symlink_to_root_is_refused(home, tmp_path):
     (tmp_path / "ws").symlink_to("/")
-    policy = load_policy("untrusted")
+    policy = preset("untrusted")
     with pytest.raises(PolicyError, match="the whole host"):
         compile_policy(policy, host.gather(policy, str(tmp_path / "ws"), "vol"))
 
@@ -90,7 +91,7 @@ def test_protected_anchor_walks_components(tmp_path):
 def test_only_listed_environment_names_are_read(home, monkeypatch):
     monkeypatch.setenv("LANG", "C.UTF-8")
     monkeypatch.setenv("UNLISTED", "x")
-    facts = host.gather(load_policy("untrusted"), str(home / "project"), "vol")
+    facts = host.gather(preset("untrusted"), str(home / "project"), "vol")
     assert dict(facts.env) == {"LANG": "C.UTF-8", **({"TERM": os.environ["TERM"]} if "TERM" in os.environ else {})}
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import fake_facts
+from conftest import fake_facts, preset
 from kube_pss import pod_violations
 from launcher import labels as label
 from launcher import resources
@@ -22,7 +22,7 @@ from launcher.compiler import compile_policy
 from launcher.egress import inject
 from launcher.errors import PolicyError
 from launcher.host import PathFact
-from launcher.policy import load_policy, parse_policy
+from launcher.policy import parse_policy
 from launcher.targets.kubernetes import KubeOptions, kubernetes_text, to_manifests
 from launcher.targets.kubernetes import pod as kpod
 from launcher.targets.kubernetes.network import PRIVATE_V4, PRIVATE_V6
@@ -46,7 +46,7 @@ def kube_validate():
 
 
 def preset_plan(name: str, **facts):
-    policy = replace(load_policy(name), source=f"policies/{name}.yaml")
+    policy = replace(preset(name), source=f"policies/{name}.yaml")
     return compile_policy(policy, fake_facts(env=ENV, config_placeholder="/state/empty-config.json", **facts),
                           kind="kubernetes")
 
@@ -266,7 +266,7 @@ def test_the_runtime_goes_through_one_function(monkeypatch):
 
 
 def test_what_a_pod_cannot_hold_is_refused():
-    home = replace(load_policy("read-only"), home=replace(load_policy("read-only").home, mode=__import__(
+    home = replace(preset("read-only"), home=replace(preset("read-only").home, mode=__import__(
         "launcher.model", fromlist=["HomeMode"]).HomeMode.VOLUME))
     with pytest.raises(PolicyError, match="home.mode"):
         to_manifests(compile_policy(home, fake_facts(), kind="kubernetes"))

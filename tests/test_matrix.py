@@ -9,7 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from conftest import BIND, fake_facts, untrusted_bind
+from conftest import BIND, fake_facts, untrusted_bind, preset
 from fakes import FakeEngine, Recorder
 from launcher import explain, launch
 from launcher.cli import main
@@ -17,7 +17,6 @@ from launcher.compiler import compile_policy, up_main
 from launcher.errors import ProbeFailed
 from launcher.explain import BY_TARGET, TARGETS, Component
 from launcher.layers import FIELDS
-from launcher.policy import load_policy
 from launcher.targets import FORMATS
 
 # (row, target) -> the test that fails without that enforcement
@@ -40,7 +39,7 @@ def test_every_row_has_a_cell_for_every_target_and_the_targets_are_every_way_a_s
     assert set(TARGETS) == {"run", "up", "devcontainer"} | {f for f, (_, external) in FORMATS.items() if external}
     for row, cells in BY_TARGET.items():
         assert tuple(cells) == TARGETS or set(cells) == set(TARGETS), row
-    policy = load_policy("ci")
+    policy = preset("ci")
     for target in TARGETS:   # every field resolves for every target, in every variant the presets have
         from launcher.layers import effective, full_layer, LayerKind
 
@@ -86,7 +85,7 @@ def test_compile_warns_on_stderr_about_what_the_format_does_not_enforce(fmt, tmp
 def test_a_dev_container_ends_at_its_time_limit():
     from launcher.targets import devcontainer
 
-    plan = compile_policy(load_policy("devcontainer"), fake_facts(), kind="up")
+    plan = compile_policy(preset("devcontainer"), fake_facts(), kind="up")
     dockerfile = devcontainer.files(plan)["Dockerfile"]
     assert json.dumps(list(up_main(12 * 3600))[-3:])[1:-1] in dockerfile   # the preset's 12h
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import preset
 from launcher import resources
 from launcher.errors import PolicyError
 from launcher.model import BUILTIN_PROTECTED, Access, NetworkMode
-from launcher.policy import load_policy, parse_policy
+from launcher.policy import parse_policy
 
 MINIMAL = b"version: 1\nname: t\ndescription: test policy\n"
 
@@ -32,13 +33,13 @@ def test_minimal_policy_gets_safe_defaults():
 def test_every_preset_loads_and_starts_with_name_and_description(name):
     text = resources.preset_path(name).read_text()
     assert text.startswith(f"name: {name}\ndescription: ")
-    assert load_policy(name).name == name
+    assert preset(name).name == name
 
 
 def test_presets_are_the_documented_ones():
     assert {"untrusted", "read-only"} <= set(resources.preset_names())
-    assert load_policy("untrusted").workspace.access is Access.READ_WRITE
-    assert load_policy("read-only").workspace.access is Access.READ_ONLY
+    assert preset("untrusted").workspace.access is Access.READ_WRITE
+    assert preset("read-only").workspace.access is Access.READ_ONLY
 
 
 def test_unknown_key_gets_did_you_mean():
@@ -129,16 +130,27 @@ def test_secret_value_is_never_printed():
 
 def test_unknown_preset_lists_the_known_ones():
     with pytest.raises(PolicyError) as info:
-        load_policy("no-such-preset")
+        preset("no-such-preset")
     assert "untrusted" in str(info.value)
 
 
 def test_missing_file():
     with pytest.raises(PolicyError) as info:
-        load_policy("/nonexistent/policy.yaml")
+        preset("/nonexistent/policy.yaml")
     assert "readable policy file" in str(info.value)
 
 
 def test_privileged_and_host_namespaces_cannot_be_expressed():
     for extra in (b"privileged: true\n", b"network: {mode: host}\n", b"pid: host\n", b"devices: [/dev/sda]\n"):
         assert problems(MINIMAL + extra)
+
+
+def test_a_document_that_extends_cannot_be_read_alone():
+    """The only loader is the stack's: a policy read without what it extends would keep only its
+    own fields (the old goldens pinned untrusted-gvisor as a read-only bind workspace that way)."""
+    data = (resources.preset_path("untrusted-gvisor")).read_bytes()
+    with pytest.raises(PolicyError) as info:
+        parse_policy(data, "untrusted-gvisor.yaml")
+    assert "extends" in str(info.value) and "load_base" in str(info.value)
+    gvisor, untrusted = preset("untrusted-gvisor"), preset("untrusted")
+    assert gvisor.workspace == untrusted.workspace and gvisor.runtime is not untrusted.runtime

@@ -12,10 +12,11 @@ from dataclasses import replace
 import pytest
 
 from fakes import Recorder
+from conftest import preset
 from launcher import checks, host, images, launch
 from launcher.compiler import compile_policy
 from launcher.errors import ExitCode, ProbeFailed
-from launcher.policy import load_policy, with_allowed
+from launcher.policy import with_allowed
 from launcher.selftest.testnet import Internet
 
 pytestmark = pytest.mark.engine
@@ -142,7 +143,7 @@ def test_gc_removes_proxy_and_networks_of_a_killed_launcher(engine, internet, wo
 # --- tamper tests for the proxy-mode probe checks -------------------------------------------
 
 def _plan(workspace, internet):
-    policy = with_allowed(load_policy("ci"), ({"host": "allowed.test", "private": True},))
+    policy = with_allowed(preset("ci"), ({"host": "allowed.test", "private": True},))
     facts = host.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag)
     return compile_policy(policy, facts, egress_network=internet.network,
                           command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIND
+from conftest import BIND, preset
 
 from fakes import Recorder
 
@@ -22,7 +22,6 @@ from launcher.compiler import compile_policy
 from launcher.errors import ProbeFailed
 from launcher.model import HomeMode, NetworkMode, Runtime, WorkspaceMode
 from launcher.plan import Mount, MountKind
-from launcher.policy import load_policy
 from launcher.surfaces import GIT_READS
 
 pytestmark = pytest.mark.engine
@@ -107,7 +106,7 @@ def probe_only(monkeypatch):
 
 
 def plan_for(workspace, mode=WorkspaceMode.BIND, home=HomeMode.TMPFS):
-    policy = load_policy("untrusted")
+    policy = preset("untrusted")
     policy = replace(policy, workspace=replace(policy.workspace, mode=mode), home=replace(policy.home, mode=home))
     return compile_policy(policy, host.gather(policy, str(workspace), images.probe_volume_name()),
                           command=("/.sandbox/probe/busybox", "touch", f"/workspace/{MARKER}"))
@@ -279,16 +278,16 @@ def test_ws_access_fails_alone_and_says_what_was_refused(engine, workspace):
     assert failed["ws.access"] == "r=yes,x=yes,w=no,list=ok,owner=0,group=0,mode=755"
 
 
-@pytest.mark.parametrize("preset, owner, mode", [("untrusted", 1000, 0o700), ("read-only", 0, 0o755)])
-def test_a_workspace_the_agent_can_use_passes_ws_access(engine, workspace, preset, owner, mode):
+@pytest.mark.parametrize("name, owner, mode", [("untrusted", 1000, 0o700), ("read-only", 0, 0o755)])
+def test_a_workspace_the_agent_can_use_passes_ws_access(engine, workspace, name, owner, mode):
     """Owned by the agent's uid (even 0700), or read-only and readable by all: the agent runs."""
     os.chown(workspace, owner, owner)
     os.chmod(workspace, mode)
-    policy = load_policy(preset)
+    policy = preset(name)
     plan = compile_policy(policy, host.gather(policy, str(workspace), images.probe_volume_name()),
                           command=AGENT_SAYS)
     listener = Recorder()
     outcome = launch.run(engine, plan, listener)
     assert outcome.probe.ok and MARKER.encode() in listener.out
     access = next(c for c in outcome.probe.checks if c.id == "ws.access")
-    assert access.ok and access.observed.startswith("r=yes,x=yes" + (",w=yes" if preset == "untrusted" else ",list"))
+    assert access.ok and access.observed.startswith("r=yes,x=yes" + (",w=yes" if name == "untrusted" else ",list"))

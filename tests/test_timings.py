@@ -11,12 +11,12 @@ import time
 
 import pytest
 
-from conftest import BIND, fake_facts
+from conftest import BIND, fake_facts, preset
 from fakes import FakeEngine, Recorder
 from launcher import launch, overlap, timings
 from launcher.compiler import compile_policy
 from launcher.errors import EngineError
-from launcher.policy import load_policy, with_allowed
+from launcher.policy import with_allowed
 
 
 def test_the_timeline_records_each_phase_and_a_plain_listener_records_nothing():
@@ -97,7 +97,7 @@ class ProxyEngine(FakeEngine):
 
 
 def _proxy_plan(tmp_path):
-    policy = with_allowed(load_policy("ci"), ("allowed.test",))
+    policy = with_allowed(preset("ci"), ("allowed.test",))
     return compile_policy(policy, fake_facts(workspace=str(tmp_path)), command=("true",))
 
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import fake_facts, untrusted_bind
+from conftest import fake_facts, untrusted_bind, preset
 from fakes import FakeEngine, Recorder, inspect_of
 from launcher import launch
 from launcher.compiler import compile_policy
 from launcher.errors import ProbeFailed
-from launcher.policy import load_policy
 from launcher.verify import compare_inspect, parse_probe
 
 PLAN = compile_policy(untrusted_bind(), fake_facts())
