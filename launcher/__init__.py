@@ -19,3 +19,16 @@ def build_commit() -> str:
     if not os.path.isdir(os.path.join(root, ".git")):
         return ""
     return hostgit.read_only(os.path.join(root, ".git"), "rev-parse", "--short=12", "HEAD")
+
+
+# The library API (docs/library.md): launcher.run / launcher.up / launcher.Request, loaded on first
+# use so that the CLI's start does not pay for the pipeline before it needs it.
+_SESSION = ("run", "up", "prepare", "Request", "RunResult", "UpResult")
+
+
+def __getattr__(name: str):
+    if name in _SESSION:
+        from launcher import session
+
+        return getattr(session, name)
+    raise AttributeError(f"module 'launcher' has no attribute {name!r}")

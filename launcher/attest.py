@@ -177,6 +177,18 @@ def build(*, recorder: Recorder, plan: LaunchPlan, policy, layers, engine, repor
             "predicate": predicate}
 
 
+def record(path: str, recorder: Recorder, planned, engine, report: dict) -> str | None:
+    """Build and write the record of this run (`planned`: pipeline.Planned); returns why it could
+    not be written, or None."""
+    try:
+        statement = build(recorder=recorder, plan=planned.plan, policy=planned.policy,
+                          layers=planned.layered.effective.layers, engine=engine, report=report)
+        write(path, statement)
+    except (OSError, EngineError, ValueError) as exc:
+        return f"the attestation record was not written to {path}: {exc}"
+    return None
+
+
 def subjects(predicate: dict) -> list[dict]:
     """The run itself (the digest of the whole predicate), its effective policy and its images."""
     out = [{"name": f"sandbox-run:{predicate['run']['sandbox']}", "digest": {"sha256": sha256(canonical(predicate))}},

@@ -310,12 +310,12 @@ def test_an_engine_that_fails_while_recording_is_written_down(tmp_path):
 
 
 def test_a_record_that_cannot_be_written_at_the_end_turns_a_success_into_118(tmp_path, monkeypatch):
-    from launcher import launch
-    from launcher.cli import launch as cli_launch
+    from launcher import launch, session
 
     probe = ProbeReport(checks=(Check(id="identity.uid", ok=True, expected="1000", observed="1000"),),
                         finished=True, verdict_ok=True)
-    monkeypatch.setattr(cli_launch, "_engine_and_images", lambda plan, console: FakeEngine())
+    monkeypatch.setattr(session, "connect", lambda listener: FakeEngine())
+    monkeypatch.setattr(session, "ready", lambda engine, planned, agent, listener: None)
     monkeypatch.setattr(launch, "run", lambda engine, plan, listener: launch.Outcome(
         container=plan.container.name, probe=probe, exit_code=0, timed_out=False))
 

@@ -78,11 +78,11 @@ def test_ls_reads_every_copys_count_through_one_created_container():
 
 
 def test_what_a_run_says_of_its_copy_comes_from_its_last_checkpoint(capsys):
-    from launcher.cli.launch import _tell_copy
+    from launcher.cli.output import print_copy
     from launcher.launch import Outcome
 
     def told(**kw):
-        _tell_copy(Outcome(container="s", probe=None, exit_code=0, timed_out=False, copy="cp", **kw))
+        print_copy(Outcome(container="s", probe=None, exit_code=0, timed_out=False, copy="cp", **kw))
         return capsys.readouterr().err
 
     assert "no changes: copy cp dropped" in told(copy_changes=0, copy_dropped=True)

@@ -233,17 +233,18 @@ def test_the_outside_checks_fail_on_what_an_escape_leaves():
 def test_the_time_limit_and_leftover_checks_catch_a_weakened_launch(engine):
     from dataclasses import replace
 
-    from launcher import host, launch
+    from launcher import host, launch, session
     from launcher.selftest import scratch
 
     ws = scratch.scratch_workspace("sandbox-test-weak-launch-")
     leftover = None
     try:
         # Weakened: the plan's time limit raised to an hour, so a 3 s agent runs to its end.
-        plan = replace(st._plan("untrusted", ws, ("sleep", "3"), None), timeout_seconds=3600)
-        outcome = launch.run(engine, plan, st._Collector(lambda m: None))
+        quiet = st._Collector(lambda m: None)
+        plan = session.prepare(st._request("untrusted", ws, ("sleep", "3"), None), quiet).plan
+        outcome = launch.run(engine, replace(plan, timeout_seconds=3600), quiet)
         assert st.judge_time_limit(outcome.timed_out, outcome.exit_code).verdict == st.FAIL
-        outcome = launch.run(engine, st.time_limited("untrusted", ws, None), st._Collector(lambda m: None))
+        outcome = st._launched(engine, st.time_limited("untrusted", ws, None), quiet).outcome
         assert st.judge_time_limit(outcome.timed_out, outcome.exit_code).verdict == st.PASS
         assert st.judge_leftovers(st.leftovers(engine, ws), (), ()).verdict == st.PASS
         # Weakened: a container of this workspace left behind.

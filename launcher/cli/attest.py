@@ -31,27 +31,6 @@ def attest_option(command):
                              "the run fails; `sandbox verify-attestation FILE` re-checks its digests.")(command)
 
 
-def listener(console, path: str | None):
-    """The launch listener: with --attest, a recorder that also keeps the inspect comparison."""
-    from launcher import attest
-
-    return attest.Recorder(console) if path else console
-
-
-def record(path: str, recorder, planned, engine, report: dict) -> str | None:
-    """Write the record of this run; returns why it could not be written, or None."""
-    from launcher import attest
-
-    try:
-        statement = attest.build(recorder=recorder, plan=planned.plan, policy=planned.policy,
-                                 layers=planned.layered.effective.layers, engine=engine, report=report)
-        attest.write(path, statement)
-    except (OSError, EngineError, ValueError) as exc:
-        return f"the attestation record was not written to {path}: {exc}"
-    output.status(f"attestation record written to {path} (unsigned)")
-    return None
-
-
 @click.command(name="verify-attestation", short_help="Re-check the digests of an attestation record.")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
 @click.option("--json", "as_json", is_flag=True, help="The verdict and what the record says as JSON on stdout "

@@ -194,36 +194,43 @@ def tell(layered) -> None:
         click.echo(layers.layers_table(layered.effective), err=True)
 
 
-def plan(policy_ref: str, workspace: str, command: tuple[str, ...], *, kind: str = "run", name: str | None = None,
-         timeout: str | None = None, allow: tuple[str, ...] = (), egress_network: str | None = None,
-         strict: bool = False, timings=None, launched: bool = True):
-    """The pipeline for a command that launches or writes a sandbox (launched=False: writes files
-    for another tool); says its notes and warnings."""
-    gc.disable()   # the pipeline's imports, like the commands' (launcher/cli/__init__.py)
+def request(policy_ref: str, workspace: str, command: tuple[str, ...] = (), *, timeout: str | None = None,
+            allow: tuple[str, ...] = (), strict: bool = False, **how):
+    """The library's session.Request from this command's flags (`how`: name, egress_network,
+    attest, fresh)."""
+    from launcher.session import Request
+
+    allow = tuple(allow) + click.get_current_context().meta.get(_PRIVATE, ())
+    return Request(policy=policy_ref, workspace=workspace, command=tuple(command),
+                   options=layer_settings(allow=allow, timeout=timeout, strict=strict), **how)
+
+
+def session(timings=None):
+    """launcher.session, its imports (the pipeline's) made like the commands' (launcher/cli/__init__.py);
+    the CLI's imports phase ends here."""
+    gc.disable()
     try:
-        from launcher import pipeline
+        from launcher import session
     finally:
         gc.freeze()
         gc.enable()
-    if timings is not None:   # the CLI's imports end here, once the pipeline is in
+    if timings is not None:
         timings.since("imports", timings.origin)
-    allow = tuple(allow) + click.get_current_context().meta.get(_PRIVATE, ())
-    result = pipeline.layered(policy_ref, workspace, layer_settings(allow=allow, timeout=timeout, strict=strict),
-                              timings=timings)
-    tell(result)
-    agent = agent_choice()
-    if agent and not agent.keyed and agent.profile.model:
-        network, model = result.effective.policy.network, agent.profile.model
-        said = f"note: no model key for {agent.name}: " + \
-            ("the sandbox has no network, so " if network.mode.value == "none" else "") + "its CLI cannot reach a model API"
-        if network.model:
-            said += (f"; with --model-key-env {model.key_env or 'VAR'} it reaches {model.upstream.partition('://')[2]} "
-                     "alone (the key stays on the host)")
-        output.status(said)
-    planned = pipeline.compiled(result, workspace, command, kind=kind, name=name, egress_network=egress_network,
-                                agent=agent, timings=timings, launched=launched)
-    for warning in planned.plan.warnings:
-        output.status(f"warning: {warning}")
+    return session
+
+
+def plan(policy_ref: str, workspace: str, command: tuple[str, ...], *, kind: str = "run", name: str | None = None,
+         timeout: str | None = None, allow: tuple[str, ...] = (), egress_network: str | None = None,
+         strict: bool = False, timings=None, launched: bool = True):
+    """The pipeline for a command that writes or checks a sandbox's files (launched=False: files
+    for another tool); says its notes and warnings."""
+    planned = session(timings).prepare(request(policy_ref, workspace, command, timeout=timeout, allow=allow, strict=strict,
+                                  name=name, egress_network=egress_network),
+                          output.Console(), kind=kind, launched=launched, timings=timings)
+    if click.get_current_context().meta.get(_LAYER_OPTIONS, {}).get("show_layers"):
+        from launcher import layers
+
+        click.echo(layers.layers_table(planned.layered.effective), err=True)
     return planned
 
 

@@ -105,3 +105,35 @@ def print_timings(timeline) -> None:
     for p in timeline.phases:
         click.echo(f"  {p.name:<14} {p.began * 1000:7.1f} {p.seconds * 1000:7.1f}", err=True)
     click.echo(f"  {'total':<14} {'':7} {timeline.total() * 1000:7.1f}", err=True)
+
+
+def print_copy(outcome) -> None:
+    """Where the agent's work is, and the commands that take it further (what the run's last
+    checkpoint counted: no second look at the copy)."""
+    name, count = outcome.copy, outcome.copy_changes
+    if outcome.copy_dropped:
+        status(f"no changes: copy {name} dropped")
+    elif count == 0:
+        status(f"no changes in the copy {name} now; it stays for its checkpoints "
+               f"(`sandbox checkpoints {name}`; `sandbox discard {name}` drops it)")
+    else:
+        counted = f"{count} changed" if count is not None else "changes not counted"
+        status(f"the agent's changes are in the copy {name} ({counted}); the host tree is as it was."
+               f"\n  review: sandbox diff {name}   apply: sandbox apply {name}   drop: sandbox discard {name}")
+
+
+def write_report(report: dict, path: str | None, as_json: bool) -> None:
+    """A run's JSON report: to --report's file, on stdout with --json, and into the CI's step summary."""
+    import json
+
+    from launcher import host
+    from launcher.targets import report as reports
+    from launcher.targets import summary
+
+    if path:
+        reports.write(path, report)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    summary_path = host.step_summary_path()
+    if summary_path:
+        summary.append(summary_path, report)

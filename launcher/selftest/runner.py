@@ -8,16 +8,16 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import resources as pkg_resources
 from typing import Callable
 
 from launcher import labels as label
-from launcher import baseline, host, images, launch, pipeline, resources, runtimes, scan, stack
+from launcher import baseline, host, images, pipeline, resources, runtimes, scan, session, stack
 from launcher.selftest import scratch
 from launcher.engine import Engine
 from launcher.errors import ProbeFailed, SandboxError
-from launcher.plan import PROBE_BUSYBOX, LaunchPlan, MountKind
+from launcher.plan import PROBE_BUSYBOX, MountKind
 from launcher.model import WorkspaceMode
 from launcher.selftest.cases import OUTSIDE, PLANTED, Case, for_mode
 from launcher.values import visible
@@ -131,14 +131,24 @@ def parse(output: str, cases: tuple[Case, ...]) -> list[CaseResult]:
     return results
 
 
-def _plan(ref: str, workspace: str, command: tuple[str, ...], network: str | None, copy: bool = False) -> LaunchPlan:
-    """The envelope `sandbox run` would give on this host: every layer after the base applies
-    (org, user, repository once approved), never a prompt. The case matrix runs on the bind
-    workspace (its protections are what `--workspace-mode bind` gives); `copy`: copy mode's pass."""
+def _request(ref: str, workspace: str, command: tuple[str, ...], network: str | None, copy: bool = False,
+             timeout: str | None = None) -> session.Request:
+    """What `sandbox run` would be asked on this host: every layer after the base applies (org,
+    user, repository once approved), never a prompt. The case matrix runs on the bind workspace
+    (its protections are what `--workspace-mode bind` gives); `copy`: copy mode's pass."""
     mode = stack.load_base(ref).policy.network.mode.value
-    options = pipeline.LayerOptions(allow=ALLOW if mode == "proxy" else (), approved_only=True,
+    options = pipeline.LayerOptions(allow=ALLOW if mode == "proxy" else (), approved_only=True, timeout=timeout,
                                     workspace_mode="copy" if copy else "bind")
-    return pipeline.plan(ref, workspace, command, options, egress_network=network).plan
+    return session.Request(policy=ref, workspace=workspace, command=command, options=options, egress_network=network)
+
+
+def _launched(engine: Engine, request: session.Request, listener) -> session.RunResult:
+    """The run as the CLI makes it; a launch that failed before the agent ran raises (a probe
+    that refused it: ProbeFailed)."""
+    result = session.run(request, listener, engine=engine)
+    if result.outcome is None and result.error is not None:
+        raise result.error
+    return result
 
 
 def leftovers(engine: Engine, workspace: str) -> list[str]:
@@ -162,7 +172,7 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
             raise SandboxError("proxy mode needs the test network")
         cases = cases_for(mode, stack.load_base(ref).policy.runtime.value)
         network = internet.network if mode == "proxy" else None
-        probe = _plan(ref, workspace, ("true",), network)
+        probe = session.prepare(_request(ref, workspace, ("true",), network), _Collector(lambda m: None)).plan
         params = {
             "MODE": mode, "WS": probe.probe.workspace, "BB": PROBE_BUSYBOX, "LISTEN_PORT": str(listener.port),
             "HOST_IPS": " ".join(scratch.ipv4_addresses()), "CANARY_IP": internet.canary_ip if internet else "",
@@ -170,12 +180,11 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
             "TMPFS": " ".join(f"{m.target}:{m.size_bytes}" for m in probe.container.mounts
                               if m.kind is MountKind.TMPFS and not m.read_only and m.size_bytes),
         }
-        plan = _plan(ref, workspace, ("bash", "-c", script(cases, params)), network)
+        request = _request(ref, workspace, ("bash", "-c", script(cases, params)), network)
         collector = _Collector(progress)
         seen_before = len(listener.peers)
         try:
-            outcome = launch.run(engine, plan, collector)
-            checks = len(outcome.probe.checks)
+            checks = len(_launched(engine, request, collector).outcome.probe.checks)
             results = parse(collector.out.decode(errors="replace"), cases)
         except ProbeFailed as exc:
             checks = 0
@@ -250,16 +259,16 @@ def copy_judgments(engine: Engine, ref: str, workspace: str, network: str | None
     from launcher.copies import review, store
 
     listing, surfaces = scratch.tree_listing(workspace), scan.snapshot(workspace)
-    plan = _plan(ref, workspace, command, network, copy=True)
+    plan = None
     try:
-        launch.run(engine, plan, _Collector(lambda m: None))
+        plan = _launched(engine, _request(ref, workspace, command, network, copy=True), _Collector(lambda m: None)).planned.plan
         same = scratch.tree_listing(workspace) == listing and scan.snapshot(workspace) == surfaces
         changes = review.annotated(store.changes(engine, plan.copy.name)["changes"], plan.copy.protected)
     except SandboxError as exc:
         return [_judged(i, False, str(exc).splitlines()[0], error=True)
                 for i in ("outside.copy_host_untouched", "outside.copy_apply_refuses")]
     finally:
-        if engine.volume_info(plan.copy.upper_volume) is not None:
+        if plan is not None and engine.volume_info(plan.copy.upper_volume) is not None:
             store.discard(engine, plan.copy.name)
     control = [c for c in changes if c["path"].split("/")[0] in plan.copy.protected or ".git" in c["path"].split("/")]
     carried = [c["path"] for c in control if not c["refused"]]
@@ -278,11 +287,11 @@ def judge_leftovers(left: list[str], workspace_now: tuple[str, ...], workspace_b
     return _judged("outside.nothing_left", not bad, f"resources: {left}; workspace: {workspace_now}" if bad else "nothing")
 
 
-def time_limited(ref: str, workspace: str, network: str | None) -> LaunchPlan:
-    """A 2 s limit on an agent that would run 60 s; it leaves on SIGTERM, as a well-behaved one
-    would, so the graceful stop is quick."""
+def time_limited(ref: str, workspace: str, network: str | None) -> session.Request:
+    """A 2 s limit (--timeout 2s) on an agent that would run 60 s; it leaves on SIGTERM, as a
+    well-behaved one would, so the graceful stop is quick."""
     agent = ("bash", "-c", "trap 'exit 143' TERM; sleep 60 & wait")
-    return replace(_plan(ref, workspace, agent, network), timeout_seconds=2)
+    return _request(ref, workspace, agent, network, timeout="2s")
 
 
 def _outside(engine, ref, mode, workspace, canary_dir, before, canary_before, listener, seen_before, internet,
@@ -291,7 +300,7 @@ def _outside(engine, ref, mode, workspace, canary_dir, before, canary_before, li
     if mode == "proxy":
         out.append(judge_canary(internet.seen_by_canary()))
     try:
-        outcome = launch.run(engine, time_limited(ref, workspace, network), _Collector(lambda m: None))
+        outcome = _launched(engine, time_limited(ref, workspace, network), _Collector(lambda m: None)).outcome
         out.append(judge_time_limit(outcome.timed_out, outcome.exit_code))
     except SandboxError as exc:
         out.append(_judged("outside.time_limit", False, str(exc).splitlines()[0], error=True))

@@ -1,0 +1,231 @@
+"""The library's launches: `run` (one-shot, probed, removed) and `up` (long-lived) take a Request
+and return a result; the CLI parses, calls one of them and prints. Nothing here prints or exits:
+progress goes to the listener (status lines, the agent's output, timed phases)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from itertools import count
+
+from launcher import baseline, host, images, launch, pipeline, sandboxes
+from launcher.errors import ExitCode, NotFound, PolicyError, ProbeFailed, Problem, SandboxError, Terminated, \
+    secondary_failures
+from launcher.launch import Listener, Outcome
+from launcher.pipeline import LayerOptions, Planned
+from launcher.timings import timed
+from launcher.values import visible
+
+# The report's status for a launch that raised, by exit code; any other code is "error".
+_FAILED = {ExitCode.POLICY_INVALID: "policy-invalid", ExitCode.ENGINE: "engine-error",
+           ExitCode.PROBE_FAILED: "probe-failed"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Request:
+    """What to launch: the policy and workspace, the agent's command, and what the command line
+    adds (LayerOptions: --allow, --timeout, --agent, repository-policy trust, strictness)."""
+
+    policy: str = "untrusted"
+    workspace: str = "."
+    command: tuple[str, ...] = ()
+    options: LayerOptions = LayerOptions()
+    name: str | None = None
+    egress_network: str | None = None
+    attest: str | None = None        # run: write the attestation record here (also when the run fails)
+    fresh: bool = False              # up, copy mode: a new copy instead of the kept one (see `_fresh`)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    """How a run ended. `error` is None, a SandboxError (its exit code is `exit_code`), the
+    KeyboardInterrupt or Terminated that stopped it, or an internal error (exit 125)."""
+
+    status: str                       # the report's: ok, agent-failed, timeout, surfaces-changed, probe-failed, …
+    exit_code: int
+    report: dict                      # the JSON report (`sandbox run --json`)
+    planned: Planned | None = None    # None when the policy did not load or compile
+    outcome: Outcome | None = None    # None when the agent never ran
+    changes: tuple = ()               # files host tools trust that the agent created or changed (bind mode)
+    error: BaseException | None = None
+    attestation_problem: str | None = None   # why the record asked for could not be written
+
+    @property
+    def internal(self) -> bool:
+        return self.error is not None and not isinstance(self.error, (SandboxError, KeyboardInterrupt, Terminated))
+
+
+@dataclass(frozen=True, kw_only=True)
+class UpResult:
+    planned: Planned
+    sandbox: str
+    reused: bool                      # an equal sandbox was running: nothing was started
+    ends: float = 0.0                 # when limits.timeout stops it (epoch seconds; 0 when reused)
+
+
+def prepare(request: Request, listener: Listener, *, kind: str = "run", launched: bool = True,
+            timings=None) -> Planned:
+    """Load, layer, gather and compile; says the layers' notes and the plan's warnings."""
+    layered = pipeline.layered(request.policy, request.workspace, request.options, timings=timings)
+    for note in layered.notes:   # values from a repository's file: never raw on the terminal
+        listener.status(visible(note, keep_lines=False))
+    agent = request.options.agent
+    if agent and not agent.keyed and agent.profile.model:
+        network, model = layered.effective.policy.network, agent.profile.model
+        said = f"note: no model key for {agent.name}: " + \
+            ("the sandbox has no network, so " if network.mode.value == "none" else "") + "its CLI cannot reach a model API"
+        if network.model:
+            said += (f"; with --model-key-env {model.key_env or 'VAR'} it reaches {model.upstream.partition('://')[2]} "
+                     "alone (the key stays on the host)")
+        listener.status(said)
+    planned = pipeline.compiled(layered, request.workspace, request.command, kind=kind, name=request.name,
+                                egress_network=request.egress_network, agent=agent, timings=timings, launched=launched)
+    for warning in planned.plan.warnings:
+        listener.status(f"warning: {warning}")
+    return planned
+
+
+def ready(engine, planned: Planned, agent, listener: Listener) -> None:
+    """The images this plan runs, built or pulled when missing (minutes, once)."""
+    plan = planned.plan
+    with timed(listener, "images"):
+        if agent and agent.profile.image:   # the CLI's image, on ours
+            images.build_agent(engine, agent.profile.image, listener.status, images.extra_ca_files())
+        images.ensure_for(engine, plan.container.image, listener.status, proxy=plan.proxy is not None)
+        if plan.copy or plan.home:   # their tools run in our agent image, whatever the policy's image
+            images.build(engine, images.agent_image(), listener.status)
+
+
+def connect(listener: Listener):
+    with timed(listener, "connect"):
+        from launcher import engine
+
+        return engine.connect()
+
+
+def run(request: Request, listener: Listener, *, engine=None, timings=None) -> RunResult:
+    """Probe, then run the agent's command in a fresh sandbox and remove it; never raises for a
+    failed launch (the result says how it ended, its report included)."""
+    from launcher import attest
+    from launcher.targets import report
+
+    started = time.monotonic()
+    planned = outcome = error = None
+    changes: tuple = ()
+    code, status = ExitCode.INTERNAL, "error"
+    recorder = attest.Recorder(listener) if request.attest else listener
+    try:
+        planned = prepare(request, listener, timings=timings)
+        engine = engine or connect(listener)
+        ready(engine, planned, request.options.agent, listener)
+        outcome = launch.run(engine, planned.plan, recorder)
+        if outcome.timed_out:
+            code, status = ExitCode.AGENT_TIMEOUT, "timeout"
+        else:
+            code, status = outcome.exit_code, "ok" if outcome.exit_code == 0 else "agent-failed"
+    except SandboxError as exc:
+        error, code, status = exc, exc.exit_code, _FAILED.get(exc.exit_code, "error")
+    except (KeyboardInterrupt, Terminated) as exc:
+        error, code, status = exc, 130 if isinstance(exc, KeyboardInterrupt) else 143, "interrupted"
+    except Exception as exc:   # a defect: the report says 125, the caller re-raises it
+        error = exc
+    facts = planned.facts if planned else None
+    if facts and facts.surfaces is not None:   # a writable workspace: the agent may have written there
+        changes = baseline.changes(facts.workspace.real, dict(facts.surfaces))
+        if changes and (request.options.strict or host.in_ci()) and status in ("ok", "agent-failed", "timeout"):
+            code, status = ExitCode.SURFACES_CHANGED, "surfaces-changed"
+    data = report.build(status=status, exit_code=code, started=started, plan=planned.plan if planned else None,
+                        probe=outcome.probe if outcome else error.report if isinstance(error, ProbeFailed) else None,
+                        changes=changes, layer_notes=planned.layered.effective.notes if planned else (),
+                        egress=outcome.egress if outcome else (), agent_exit=outcome.exit_code if outcome else None,
+                        timed_out=bool(outcome and outcome.timed_out), error=_said(error))
+    unwritten = None
+    if request.attest and planned:   # a record once there is a policy to attest; 118 if it cannot be written
+        unwritten = attest.record(request.attest, recorder, planned, engine, data)
+        if unwritten is None:
+            listener.status(f"attestation record written to {request.attest} (unsigned)")
+        elif status in ("ok", "agent-failed"):
+            code = ExitCode.ATTESTATION_INVALID
+    return RunResult(status=status, exit_code=code, report=data, planned=planned, outcome=outcome, changes=changes,
+                     error=error, attestation_problem=unwritten)
+
+
+def _said(error: BaseException | None) -> str:
+    """The report's `error`: the message and any clean-up failure after it."""
+    if error is None:
+        return ""
+    if isinstance(error, (KeyboardInterrupt, Terminated)):
+        return "interrupted; the sandbox was removed"
+    if not isinstance(error, SandboxError):
+        return f"internal error: {type(error).__name__}: {error}"
+    return "\n".join([str(error)] + [f"also: {m}" for m in secondary_failures(error)]).strip()
+
+
+def up(request: Request, listener: Listener, *, engine=None, timings=None) -> UpResult:
+    """Start a long-lived sandbox (or find the running one with the same effective policy and
+    workspace: exit 120 if it differs); raises SandboxError when it cannot."""
+    planned = prepare(request, listener, kind="up", timings=timings)
+    engine = engine or connect(listener)
+    agent = request.options.agent
+    ready(engine, planned, agent, listener)
+    if request.fresh and planned.plan.copy:
+        planned = _fresh(engine, planned, request, listener, timings)
+    plan, sandbox = planned.plan, planned.plan.container.name
+    try:
+        found = sandboxes.find(engine, sandbox)
+    except NotFound:
+        found = None
+    if found is not None:
+        problem = sandboxes.reuse_problem(found, plan)
+        if problem:
+            raise PolicyError([problem])
+        listener.status(f"{sandbox} is already running; opening a shell in it")
+        return UpResult(planned=planned, sandbox=sandbox, reused=True)
+    launch.up(engine, plan, listener)
+    if agent:   # the profile's home files (and, for its shells, its variables)
+        from launcher.agents.wiring import wrapped
+
+        seed = wrapped(agent.profile, ("true",), agent.keyed, shells=True)[1]
+        if len(seed) > 1 and sandboxes.exec_in(engine, sandbox, list(seed), listener) != 0:
+            listener.status(f"warning: writing {agent.name}'s home files failed")
+    if planned.facts.surfaces is not None:   # compared on `sandbox down`
+        baseline.save(sandbox, planned.facts.workspace.real, dict(planned.facts.surfaces))
+    ends = time.time() + plan.timeout_seconds
+    listener.status(f"{sandbox} is up until {time.strftime('%H:%M:%S', time.localtime(ends))} (limits.timeout); "
+                    f"`sandbox down {sandbox}` removes it")
+    return UpResult(planned=planned, sandbox=sandbox, reused=False, ends=ends)
+
+
+def _fresh(engine, planned: Planned, request: Request, listener: Listener, timings) -> Planned:
+    """`up --fresh`: the kept copy of this name goes when it holds no change (nor does any of its
+    checkpoints); otherwise it stays, said so, and the plan is made again under the next free
+    name (NAME-2, NAME-3…), whose copy is new. Never while a sandbox uses the copy."""
+    from launcher.copies import store
+
+    name = planned.plan.copy.name
+    try:
+        copy = store.find(engine, name)
+    except NotFound:
+        return planned                       # no copy yet: the one made now is fresh
+    if copy.users:   # the running sandbox of this name among them
+        raise PolicyError([Problem(file="command line", path="--fresh", expected="a copy no sandbox uses",
+                                   found=f"{name} is in use by {', '.join(copy.users)}",
+                                   hint=f"`sandbox down {copy.users[0]}` first (the copy stays if it holds changes)")])
+    taken = store.checkpoint(engine, name, "before up --fresh")
+    if store.drop_if_clean(engine, name, taken):
+        listener.status(f"--fresh: the copy {name} held no changes: dropped")
+        return planned
+
+    def free(candidate: str) -> bool:
+        try:
+            sandboxes.find(engine, candidate)
+            return False
+        except NotFound:
+            return all(engine.volume_info(f"{candidate}-{part}") is None for part in ("base", "upper", "tree"))
+
+    new = next(f"{name}-{n}" for n in count(2) if free(f"{name}-{n}"))
+    held = f"{taken['changes']} changes" if taken.get("changes") else "checkpoints with changes"
+    listener.status(f"--fresh: the copy {name} holds {held} and stays (`sandbox diff {name}`, `sandbox apply {name}`, "
+                    f"`sandbox discard {name}`); the new sandbox and its copy are {new}")
+    return pipeline.compiled(planned.layered, request.workspace, (), kind="up", name=new,
+                             egress_network=request.egress_network, agent=request.options.agent, timings=timings)

@@ -1,0 +1,58 @@
+"""The library session: a launch from Python without click, its progress on a listener, nothing printed."""
+
+from __future__ import annotations
+
+import pytest
+
+import launcher
+from launcher import session
+from launcher.errors import ExitCode, PolicyError
+from launcher.launch import Outcome
+from launcher.verify import Check, ProbeReport
+
+
+class Heard:
+    def __init__(self):
+        self.said, self.out = [], b""
+
+    def status(self, message: str) -> None:
+        self.said.append(message)
+
+    def output(self, stream: str, data: bytes) -> None:
+        self.out += data
+
+
+def test_the_package_names_the_session():
+    assert launcher.run is session.run and launcher.Request is session.Request
+    with pytest.raises(AttributeError):
+        launcher.no_such_name
+
+
+def test_a_bad_policy_is_a_result_not_an_exception(tmp_path, capsys):
+    result = session.run(session.Request(policy="no-such-preset", workspace=str(tmp_path), command=("true",)), Heard())
+    assert result.status == "policy-invalid" and result.exit_code == ExitCode.POLICY_INVALID
+    assert isinstance(result.error, PolicyError) and not result.internal and result.outcome is None
+    assert result.report["status"] == "policy-invalid" and "no such preset" in result.report["error"]
+    assert capsys.readouterr() == ("", "")   # the library printed nothing
+
+
+def test_a_run_reports_to_its_listener_and_returns_the_agents_status(tmp_path, monkeypatch, capsys):
+    from launcher import launch
+
+    probe = ProbeReport(checks=(Check(id="identity.uid", ok=True, expected="1000", observed="1000"),),
+                        finished=True, verdict_ok=True)
+    ran = []
+
+    def fake_run(engine, plan, listener):
+        ran.append(plan)
+        listener.output("stdout", b"agent says hi\n")
+        return Outcome(container=plan.container.name, probe=probe, exit_code=3, timed_out=False)
+
+    monkeypatch.setattr(session, "ready", lambda engine, planned, agent, listener: None)
+    monkeypatch.setattr(launch, "run", fake_run)
+    heard = Heard()
+    request = session.Request(policy="untrusted", workspace=str(tmp_path), command=("make", "test"))
+    result = session.run(request, heard, engine=object())
+    assert (result.status, result.exit_code, result.report["agent"]["exit_code"]) == ("agent-failed", 3, 3)
+    assert ran[0].container.command[-2:] == ("make", "test") and heard.out == b"agent says hi\n"
+    assert result.planned.plan is ran[0] and capsys.readouterr() == ("", "")
