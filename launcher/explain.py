@@ -3,35 +3,14 @@ that enforces it and the probe check that proves it. ENFORCEMENT below is the on
 
 from __future__ import annotations
 
-import enum
 import sys
 from dataclasses import dataclass
 
 from launcher import tables
+from launcher.enforcement import Component, Enforcement
 from launcher.layers import FIELDS, Effective
 from launcher.model import NetworkMode, Runtime
 from launcher.targets import TARGETS
-
-
-class Component(enum.Enum):
-    GVISOR = "gVisor (user-space kernel)"
-    NAMESPACE = "kernel namespace"
-    CGROUP = "cgroup"
-    SECCOMP = "seccomp"
-    CAPABILITIES = "capability set"
-    MOUNT = "mount flag"
-    PROCESS = "process credentials"
-    PROXY = "proxy"
-    LAUNCHER = "launcher only"
-    NOTHING = "nothing"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Enforcement:
-    mechanism: str
-    component: Component
-    checks: tuple[str, ...]       # probe check ids (images/probe/CONTRACT.md) that prove it
-    note: str = ""
 
 
 E = Enforcement
