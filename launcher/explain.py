@@ -1,5 +1,6 @@
 """`sandbox explain`: for every effective field, the Docker mechanism that applies it, the component
-that enforces it and the probe check that proves it. ENFORCEMENT below is the one place that says so."""
+that enforces it and the probe check that proves it. ENFORCEMENT below is the one place that says so,
+but for the rows that depend on who starts the sandbox: each target's cells say those."""
 
 from __future__ import annotations
 
@@ -143,62 +144,9 @@ ALWAYS: tuple[tuple[str, Enforcement], ...] = (
 )
 
 
-_LAUNCHER_ONLY = ("run", "up")
-
-
-def _not(why: str) -> Enforcement:
-    return E(mechanism="not enforced", component=Component.NOTHING, checks=(), note=why)
-
-
-# Where the enforcement depends on the target. Every other row (each field and each ALWAYS entry)
-# is enforced by the container itself in every target, and proven by the probe, which is the
-# entrypoint of all of them.
-BY_TARGET: dict[str, dict[str, Enforcement]] = {
-    "limits.timeout": {
-        "run": E(mechanism="the launcher stops the agent (exit 124)", component=Component.LAUNCHER, checks=()),
-        "up": E(mechanism="the main process (busybox sleep) ends the sandbox", component=Component.PROCESS, checks=()),
-        "devcontainer": E(mechanism="the main process (busybox sleep) ends the container", component=Component.PROCESS,
-                          checks=()),
-        "argv": _not("`docker run` has no lifetime limit and the agent is PID 1; stop it yourself"),
-        "compose": _not("compose has no lifetime limit and the agent is PID 1; stop it yourself"),
-        "kubernetes": _not("the Pod's activeDeadlineSeconds asks the kubelet to end it, but nothing here proves "
-                           "that (podman kube play ignores it)"),
-    },
-    "docker inspect matches the plan": {
-        **{t: E(mechanism="compared before start; a difference refuses it (exit 122)", component=Component.LAUNCHER,
-                checks=()) for t in _LAUNCHER_ONLY},
-        **{t: _not("another tool creates the container; the probe still checks what it can see")
-           for t in ("argv", "compose", "devcontainer")},
-        "kubernetes": _not("nothing compares the created Pod with the plan; the probe still checks what it can see, "
-                           "and a namespace that enforces the restricted Pod Security level refuses a laxer Pod"),
-    },
-    "bind sources unchanged since compile": {
-        **{t: E(mechanism="re-resolved just before start", component=Component.LAUNCHER, checks=("mounts.workspace",))
-           for t in _LAUNCHER_ONLY},
-        **{t: _not("a path swapped for a symlink after the files were written is mounted as it is then")
-           for t in ("argv", "compose", "devcontainer")},
-        "kubernetes": _not("the workspace is a claim: its content when the Pod starts decides which protected paths "
-                           "exist; they were compiled from the local tree"),
-    },
-    "surface report (files host tools run)": {
-        "run": E(mechanism="compared after the run (exit 123 under CI)", component=Component.LAUNCHER, checks=()),
-        "up": E(mechanism="compared on `sandbox down` (exit 123 under CI)", component=Component.LAUNCHER, checks=()),
-        **{t: _not("no launcher runs afterwards: nothing reports what the agent planted (still read-only: "
-                   "workspace.protect, workspace.git)") for t in ("argv", "compose", "devcontainer")},
-        "kubernetes": _not("no launcher runs afterwards: whoever reads the claim back must treat it as untrusted "
-                           "(workspace.protect still holds in the Pod)"),
-    },
-}
-
-
 def for_target(name: str, target: str, default: Enforcement) -> Enforcement:
-    return BY_TARGET.get(name, {}).get(target, default)
-
-
-def not_enforced(target: str) -> list[tuple[str, str]]:
-    """(row, why) for every row the target cannot enforce although `run` does."""
-    return [(name, cells[target].note) for name, cells in BY_TARGET.items()
-            if cells[target].component is Component.NOTHING]
+    """The row as `target` has it: its own cell where the enforcement depends on the target."""
+    return TARGETS[target].cells.get(name, default)
 
 
 def _variant(field: str, eff: Effective) -> str:
@@ -253,7 +201,7 @@ def always(target: str = "run", runtime: Runtime = Runtime.RUNC) -> tuple[tuple[
     """The ALWAYS rows (gVisor's where it enforces them), then the launcher's own protections, as
     `target` has them."""
     rows_ = tuple((name, UNDER_GVISOR.get(name, e) if runtime is Runtime.GVISOR else e) for name, e in ALWAYS)
-    return rows_ + tuple((name, cells[target]) for name, cells in BY_TARGET.items() if name not in FIELDS)
+    return rows_ + tuple((name, cell) for name, cell in TARGETS[target].cells.items() if name not in FIELDS)
 
 
 def checks_named() -> set[str]:
@@ -272,7 +220,7 @@ def to_json(eff: Effective, target: str = "run") -> dict:
                    for r in rows(eff, target)],
         "always": [one(name, e) for name, e in always(target, eff.policy.runtime)],
         "target": target,
-        "not_enforced_here": [{"field": name, "why": why} for name, why in not_enforced(target)],
+        "not_enforced_here": [{"field": name, "why": why} for name, why in TARGETS[target].cannot()],
         "proxy_mode": eff.policy.network.mode is NetworkMode.PROXY,
     }
 
@@ -298,7 +246,7 @@ def render(eff: Effective, markdown: bool = False, target: str = "run", width: i
     unprobed = [r.field for r in rows(eff, target) if not r.enforcement.checks]
     lines += ["", f"policy {eff.policy.name} (sha256 {eff.policy.digest[:12]}), {len(eff.layers)} layer(s)",
               f"enforced by nothing: {', '.join(unenforced) or '-'}", f"not probed: {', '.join(unprobed) or '-'}"]
-    lines += [f"not enforced for {target} (`run` enforces it): {name}: {why}" for name, why in not_enforced(target)]
+    lines += [f"not enforced for {target} (`run` enforces it): {name}: {why}" for name, why in TARGETS[target].cannot()]
     if width and not markdown:
         lines = [part for line in lines for part in tables.paragraph(line, width)]
     return "\n".join(lines)

@@ -243,10 +243,10 @@ def lint(docs: list[Doc], *, base: Effective | None, base_problem: PolicyError |
          strict: bool = False) -> list[Finding]:
     """Findings for a stack: `docs` are the files as read, `base`/`layers` what parsed of them;
     what `target` cannot enforce is a warning, an error with `strict`."""
-    from launcher.explain import not_enforced
+    from launcher.targets import TARGETS
 
     report = Report()
-    for name, why in not_enforced(target):
+    for name, why in TARGETS[target].cannot():
         report.add(Severity.ERROR if strict else Severity.WARNING, "not-enforced", f"--target {target}", name,
                    f"not enforced by {target}: {why}", "use `sandbox run` or `sandbox up` where it matters")
     by_file = {doc.file: doc for doc in docs}

@@ -76,11 +76,11 @@ def _compiled(findings: list[Finding], docs: list[Doc], base: Effective, layers:
     """What the compiler refuses for this stack on this host is an error here too, so `check` and
     `compile` (and run, up, explain) never disagree; a warning at the same place gives way to it."""
     from launcher import compiler, pipeline
-    from launcher.targets import TARGET_KIND
+    from launcher.targets import TARGETS
 
     eff, _ = combine(base.policy, layers, prior=base)
     try:
-        compiler.compile_policy(eff.policy, pipeline.facts_for(eff.policy, workspace), kind=TARGET_KIND[target])
+        compiler.compile_policy(eff.policy, pipeline.facts_for(eff.policy, workspace), kind=TARGETS[target].kind)
     except PolicyError as exc:
         report = Report()
         report.problems(Severity.ERROR, "refused", exc.problems, {d.file: d for d in docs})

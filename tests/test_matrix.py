@@ -15,9 +15,9 @@ from launcher import explain, launch
 from launcher.cli import main
 from launcher.compiler import compile_policy, up_main
 from launcher.errors import ProbeFailed
-from launcher.explain import BY_TARGET, TARGETS, Component
+from launcher.enforcement import Component
 from launcher.layers import FIELDS
-from launcher.targets import FORMATS
+from launcher.targets import FORMATS, TARGETS, protections
 
 # (row, target) -> the test that fails without that enforcement
 PROOF = {
@@ -36,9 +36,10 @@ PROOF = {
 
 
 def test_every_row_has_a_cell_for_every_target_and_the_targets_are_every_way_a_sandbox_starts():
-    assert set(TARGETS) == {"run", "up", "devcontainer"} | {f for f, (_, external) in FORMATS.items() if external}
-    for row, cells in BY_TARGET.items():
-        assert tuple(cells) == TARGETS or set(cells) == set(TARGETS), row
+    assert set(TARGETS) == {"run", "up", "devcontainer"} | {t.name for t in FORMATS.values() if t.external}
+    assert {t.name for t in TARGETS.values() if not t.external} == {"run", "up"}
+    for target in TARGETS.values():
+        assert tuple(target.cells) == tuple(protections.ROWS.values()), target.name
     policy = preset("ci")
     for target in TARGETS:   # every field resolves for every target, in every variant the presets have
         from launcher.layers import effective, full_layer, LayerKind
@@ -48,7 +49,7 @@ def test_every_row_has_a_cell_for_every_target_and_the_targets_are_every_way_a_s
 
 
 def test_every_enforced_cell_names_a_test_that_exists():
-    enforced = {(row, t) for row, cells in BY_TARGET.items() for t, e in cells.items()
+    enforced = {(row, t.name) for t in TARGETS.values() for row, e in t.cells.items()
                 if e.component is not Component.NOTHING}
     assert enforced == set(PROOF)
     for module, name in (p.split("::") for p in PROOF.values()):
@@ -61,9 +62,9 @@ def test_explain_and_check_say_what_a_target_does_not_enforce(target):
     # read-only: a bind workspace, which another tool can launch (a copy needs run or up: refused)
     text = runner.invoke(main, ["explain", "read-only", "--target", target, "-w", "."]).output
     data = json.loads(runner.invoke(main, ["explain", "read-only", "--target", target, "--json", "-w", "."]).output)
-    for row, why in explain.not_enforced(target):
+    for row, why in TARGETS[target].cannot():
         assert f"not enforced for {target} (`run` enforces it): {row}: {why}" in text
-    assert {n["field"] for n in data["not_enforced_here"]} == {row for row, _ in explain.not_enforced(target)}
+    assert {n["field"] for n in data["not_enforced_here"]} == {row for row, _ in TARGETS[target].cannot()}
     assert "limits.timeout" in {n["field"] for n in data["not_enforced_here"]} or target == "devcontainer"
     strict = runner.invoke(main, ["check", "read-only", "--target", target, "--strict", "-w", "."])
     assert strict.exit_code == 120 and "not enforced by" in strict.output
@@ -72,7 +73,7 @@ def test_explain_and_check_say_what_a_target_does_not_enforce(target):
 
 
 def test_run_and_up_enforce_everything_the_table_knows():
-    assert explain.not_enforced("run") == explain.not_enforced("up") == []
+    assert TARGETS["run"].cannot() == TARGETS["up"].cannot() == []
 
 
 @pytest.mark.parametrize("fmt", ["argv", "compose"])

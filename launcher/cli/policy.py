@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,7 +12,10 @@ from launcher.cli import complete, output
 from launcher.cli.options import (POLICY_HELP, agent_options, egress_options, either, layer_options, plan, policy_flag,
                                   show_layers_option)
 from launcher.errors import ExitCode
-from launcher.targets import FORMAT_KIND, FORMATS, TARGET_KIND, TARGETS
+from launcher.targets import FORMATS, TARGETS, Target
+
+if TYPE_CHECKING:
+    from launcher.plan import LaunchPlan
 
 
 @click.command(short_help="Compile a policy into a launch plan (no engine).")
@@ -44,37 +48,27 @@ def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: s
     Example:
       sandbox compile -p ci -w . --allow api.example.com --format argv
     """
-    render, external = FORMATS[fmt]
-    kind = FORMAT_KIND.get(fmt, "external" if external else "run")
-    launch_plan = plan(policy, workspace, command, kind=kind, allow=allow, egress_network=egress_network,
+    target = FORMATS[fmt]
+    launch_plan = plan(policy, workspace, command, kind=target.kind, allow=allow, egress_network=egress_network,
                        launched=False).plan
     logins = [s.name for s in (launch_plan.proxy.secrets if launch_plan.proxy else ()) if s.login]
-    if logins and fmt != "json":
+    if logins and target.external:
         from launcher.errors import PolicyError, Problem
 
         raise PolicyError([Problem(file="command line", path="--format", expected="json, or sandbox run/up",
                                    found=f"{fmt} with a subscription login ({', '.join(logins)})",
                                    hint="the login is read and refreshed on the host at launch, which these files "
                                         "cannot do: start it with sandbox run or sandbox up")])
-    if fmt == "kubernetes":
-        from launcher.targets.kubernetes import losses
-
-        text = render(launch_plan, claim=claim, workspace_root=workspace_root, proxy_ip=proxy_ip, node=node)
-        for name, why in losses(launch_plan, node=node):
-            output.status(f"warning: kubernetes does not enforce {name}: {why}")
-        click.echo(text, nl=False)
-        return
-    if external:
-        warn_not_enforced(fmt)
-    click.echo(render(launch_plan), nl=False)
+    options = dict(claim=claim, workspace_root=workspace_root, proxy_ip=proxy_ip, node=node)   # each takes its own
+    text = target.write(launch_plan, **options)
+    warn_losses(target, launch_plan, **options)
+    click.echo(text, nl=False)
 
 
-def warn_not_enforced(target: str) -> None:
-    """Never silently: what the files for `target` cannot enforce that `sandbox run` does."""
-    from launcher.explain import not_enforced
-
-    for name, why in not_enforced(target):
-        output.status(f"warning: {target} does not enforce {name}: {why}")
+def warn_losses(target: Target, launch_plan: LaunchPlan, **options) -> None:
+    """Never silently: what the sandbox `target` makes of this plan does not enforce that `sandbox run` does."""
+    for name, why in target.losses(launch_plan, **options):
+        output.status(f"warning: {target.name} does not enforce {name}: {why}")
 
 
 @click.command(short_help="Lint policies and layers without running anything.")
@@ -83,7 +77,7 @@ def warn_not_enforced(target: str) -> None:
 @click.option("--workspace", "-w", default=".", show_default=True, help="Workspace whose .sandbox.yaml and git config count.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
-@click.option("--target", type=click.Choice(TARGETS), default="run", show_default=True,
+@click.option("--target", type=click.Choice(list(TARGETS)), default="run", show_default=True,
               help="How the sandbox will be started; with --strict, what this target cannot enforce is an error.")
 @click.option("--strict", is_flag=True, help="Fail (exit 120) on the rows --target does not enforce.")
 def check(policies: tuple[str, ...], policy_flag: str | None, workspace: str, fmt: str, as_json: bool, target: str,
@@ -110,7 +104,7 @@ def check(policies: tuple[str, ...], policy_flag: str | None, workspace: str, fm
 @click.option("--workspace", "-w", default=".", show_default=True, help="Workspace whose layers count.")
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
-@click.option("--target", type=click.Choice(TARGETS), default="run", show_default=True,
+@click.option("--target", type=click.Choice(list(TARGETS)), default="run", show_default=True,
               help="How the sandbox is started: run, up (and exec into it), the argv or compose files, a dev container. "
                    "Rows this target cannot enforce are marked.")
 @layer_options
@@ -131,7 +125,7 @@ def explain(policy: str | None, policy_flag: str | None, workspace: str, fmt: st
     policy = either(policy, policy_flag, "policy", "untrusted")
     result = pipeline.layered(policy, workspace, layer_settings(approved_only=True))
     tell(result)
-    pipeline.compiled(result, workspace, kind=TARGET_KIND[target])   # refused as `compile` would refuse it
+    pipeline.compiled(result, workspace, kind=TARGETS[target].kind)   # refused as `compile` would refuse it
     eff = result.effective
     click.echo(json.dumps(table.to_json(eff, target), indent=2) if fmt == "json"
                else table.render(eff, fmt == "markdown", target, width=None if fmt == "markdown" else output.columns()))

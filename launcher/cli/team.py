@@ -76,16 +76,17 @@ def devcontainer(workspace: str | None, workspace_flag: str | None, policy: str,
     Example:
       sandbox devcontainer -p devcontainer ~/src/repo
     """
-    from launcher.targets import devcontainer as dc
+    from launcher.targets import TARGETS, devcontainer as dc
 
-    from launcher.cli.policy import warn_not_enforced
+    from launcher.cli.policy import warn_losses
 
+    target = TARGETS["devcontainer"]
     workspace = either(workspace, workspace_flag, "workspace", ".", same=same_directory)
     with dc.folder(workspace):
-        launch_plan = plan(policy, workspace, (), kind="devcontainer", allow=allow, egress_network=egress_network,
+        launch_plan = plan(policy, workspace, (), kind=target.kind, allow=allow, egress_network=egress_network,
                            launched=False).plan
-        warn_not_enforced("devcontainer")
-        written = dc.write(workspace, dc.files(launch_plan), force)
+        warn_losses(target, launch_plan)
+        written = dc.write(workspace, target.write(launch_plan), force)
     for path in written:
         click.echo(f"sandbox: wrote {path}", err=True)
 

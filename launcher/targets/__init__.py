@@ -1,24 +1,58 @@
-"""Output targets of a LaunchPlan: the JSON plan, `docker run` argv, compose, Kubernetes and
-devcontainer files, the run report and its step summary. FORMATS is what `sandbox compile --format`
-offers."""
+"""Output targets of a LaunchPlan, as one family: every way a sandbox comes to exist — launched by us
+(`run`, `up`; `exec` enters an `up` one), or by another tool from the files we write
+(`compile --format argv|compose|kubernetes`, `sandbox devcontainer`). TARGETS is the one registry:
+`check --target`, `explain --target`, `compile --format` and `sandbox devcontainer` read it. The
+run report and its step summary (report.py, summary.py) are outputs of a run, not targets."""
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from launcher.enforcement import Enforcement
+from launcher.targets import protections
 
 if TYPE_CHECKING:   # imported by the CLI at start: only names here, the renderers load on use
     from launcher.plan import LaunchPlan
 
-# How a sandbox comes to exist: launched by us (`run`, `up`; `exec` enters an `up` one), or by
-# another tool from the files we write (`compile --format argv|compose|kubernetes`, `sandbox devcontainer`).
-TARGETS = ("run", "up", "argv", "compose", "kubernetes", "devcontainer")
-# The compiler's `kind` for each: what `check --target T` and `explain --target T` validate against.
-TARGET_KIND = {"run": "run", "up": "up", "argv": "external", "compose": "external", "kubernetes": "kubernetes",
-               "devcontainer": "devcontainer"}
+Losses = list[tuple[str, str]]   # (policy field or protection, why it is not enforced)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    name: str                      # what `--target` says
+    kind: str                      # the compiler's kind: what check, explain, compile validate against
+    external: bool                 # another tool starts it from our files: no login, no report after it
+    cells: Mapping[str, Enforcement]   # the rows whose enforcement depends on the target (protections.py)
+    formats: tuple[str, ...] = ()  # the `compile --format` names that write it
+    options: tuple[str, ...] = ()  # the writer's (and loss report's) keyword options, from `compile`
+    # plan, **options -> what its tool reads: the text `compile` prints (for devcontainer, the files of
+    # .devcontainer/ by name); None: the launcher starts it and writes nothing. Imports its renderer on call.
+    writer: Callable[..., str | dict[str, str]] | None = None
+    report: Callable[..., Losses] | None = None   # a loss report that depends on the plan; default cannot()
+
+    def cannot(self) -> Losses:
+        """(row, why) for every row this target does not enforce although `run` does."""
+        return protections.cannot(self.cells)
+
+    def losses(self, plan: "LaunchPlan", **options) -> Losses:
+        """What the sandbox this plan becomes here does not enforce: said on stderr, never silently."""
+        return self.report(plan, **self._mine(options)) if self.report else self.cannot()
+
+    def write(self, plan: "LaunchPlan", **options) -> str | dict[str, str]:
+        if self.writer is None:
+            raise ValueError(f"target {self.name}: the launcher starts it, there is nothing to write")
+        return self.writer(plan, **self._mine(options))
+
+    def _mine(self, options: dict) -> dict:
+        return {key: value for key, value in options.items() if key in self.options}
 
 
 def _json(plan: "LaunchPlan") -> str:
+    import json
+
     from launcher.targets.argv import plan_to_dict
 
     return json.dumps(plan_to_dict(plan), indent=2) + "\n"
@@ -42,13 +76,31 @@ def _kubernetes(plan: "LaunchPlan", **options) -> str:
     return kubernetes_text(plan, KubeOptions(**options))
 
 
-# format -> (renderer, whether another tool launches it: labelled kind=external, which `gc` leaves alone)
-FORMATS: dict[str, tuple[Callable[["LaunchPlan"], str], bool]] = {
-    "json": (_json, False),
-    "argv": (_argv, True),
-    "compose": (_compose, True),
-    "kubernetes": (_kubernetes, True),
-}
-# The compile's `kind` for a format whose sandbox is not an external Docker container: a Pod's
-# workspace is a claim, so copy mode (the claim is the copy) is not refused as for compose.
-FORMAT_KIND = {"kubernetes": "kubernetes"}
+def _kubernetes_losses(plan: "LaunchPlan", *, node: str = "kubelet", **_) -> Losses:
+    from launcher.targets.kubernetes.losses import losses
+
+    return losses(plan, node=node)
+
+
+def _devcontainer(plan: "LaunchPlan") -> dict[str, str]:
+    from launcher.targets.devcontainer import files
+
+    return files(plan)
+
+
+# In the order `--target` lists them; `compile --format json` prints the plan `run` launches.
+TARGETS: Mapping[str, Target] = MappingProxyType({t.name: t for t in (
+    Target(name="run", kind="run", external=False, cells=protections.RUN, formats=("json",), writer=_json),
+    Target(name="up", kind="up", external=False, cells=protections.UP),
+    Target(name="argv", kind="external", external=True, cells=protections.ARGV, formats=("argv",), writer=_argv),
+    Target(name="compose", kind="external", external=True, cells=protections.COMPOSE, formats=("compose",),
+           writer=_compose),
+    # A Pod's workspace is a claim, so copy mode (the claim is the copy) is not refused as for compose.
+    Target(name="kubernetes", kind="kubernetes", external=True, cells=protections.KUBERNETES,
+           formats=("kubernetes",), options=("claim", "workspace_root", "proxy_ip", "node"), writer=_kubernetes,
+           report=_kubernetes_losses),
+    Target(name="devcontainer", kind="devcontainer", external=True, cells=protections.DEVCONTAINER,
+           writer=_devcontainer),
+)})
+# What `compile --format` offers, and the target each format writes.
+FORMATS: Mapping[str, Target] = MappingProxyType({fmt: t for t in TARGETS.values() for fmt in t.formats})

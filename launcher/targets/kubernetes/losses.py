@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from launcher.plan import LaunchPlan
 from launcher.targets.kubernetes.network import private_rules
+from launcher.targets.protections import KUBERNETES, cannot
 
 RESTRICTED_ADDS = ("NET_BIND_SERVICE",)   # the only capability the restricted profile lets a Pod add
 
 
 def losses(plan: LaunchPlan, *, node: str) -> list[tuple[str, str]]:
     """(policy field or protection, why) for everything this Pod does not enforce as Docker does."""
-    from launcher.explain import not_enforced   # at call time: explain imports the targets' names
-
-    out = not_enforced("kubernetes") + [
+    out = cannot(KUBERNETES) + [
         ("limits.pids", "the Pod API has no per-Pod process limit: only the kubelet's podPidsLimit (node-wide "
                         "setting) bounds it; the probe expects the container's own pids.max, max"),
         ("tmpfs mode and owner", "an emptyDir is created 0777 by the kubelet (only the agent's uid runs in the Pod)"),
