@@ -1,6 +1,6 @@
 """sandbox: run AI coding agents in Docker containers whose isolation is declared and proven."""
 
-__version__ = "0.1.0"
+from launcher.__version__ import __version__  # noqa: F401 (a leaf: modules below this facade import it from there)
 
 
 def build_commit() -> str:

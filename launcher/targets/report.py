@@ -9,7 +9,8 @@ import time
 
 from dataclasses import asdict
 
-from launcher import __version__, surfaces
+from launcher import surfaces
+from launcher.__version__ import __version__
 from launcher.egress.audit import summarize
 from launcher.plan import LaunchPlan
 from launcher.targets.argv import plan_to_dict
