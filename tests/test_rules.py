@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import functools
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "launcher"
@@ -86,16 +88,54 @@ def test_no_module_imports_a_private_name_of_another():
             assert not private, f"{name} imports {private} from {module}"
 
 
+def graph(at_top: bool) -> dict[str, set[str]]:
+    return {name: {m for m, _ in ours(tree, at_top=at_top) if m in NAMES and m != name} for name, tree in modules()}
+
+
+def circles(edges: dict[str, set[str]]) -> set[frozenset[str]]:
+    """Each group of modules that reach one another through their imports (a circle), once."""
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in edges[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        return seen
+
+    reached = {name: reach(name) for name in edges}
+    return {frozenset(m for m in reached[name] if name in reached[m]) for name in edges if name in reached[name]}
+
+
+# Circles closed only by imports inside functions, still to be broken: the host facts and the git
+# scan (issue 29, part 4 splits host.py), and the agents registry, whose _registry() (run at import)
+# loads the profile modules, which import AgentProfile from it. Remove an entry when its circle is
+# gone; never add one.
+KNOWN_CIRCLES = {
+    frozenset({"host", "hostgit", "gitgraph", "gitscan"}),
+    frozenset({"agents", "agents.aider", "agents.claude_code", "agents.codex", "agents.gemini_cli", "agents.neo",
+               "agents.opencode"}),
+}
+
+
 def test_no_import_circle_at_import_time():
-    graph = {name: {m for m, _ in ours(tree, at_top=True) if m in NAMES and m != name} for name, tree in modules()}
+    assert circles(graph(at_top=True)) == set(), "import circle at import time"
 
-    def visit(node: str, path: tuple[str, ...]) -> None:
-        for nxt in graph[node]:
-            assert nxt not in path, "import circle: " + " -> ".join(path + (nxt,))
-            visit(nxt, path + (nxt,))
 
-    for start in graph:
-        visit(start, (start,))
+def test_no_import_circle_through_imports_inside_functions_either():
+    """A lazy import (kept for start-up time) is still a dependency: it may not close a circle."""
+    found = circles(graph(at_top=False))
+    assert not found - KNOWN_CIRCLES, "import circle: " + "; ".join(" <-> ".join(sorted(c)) for c in found - KNOWN_CIRCLES)
+    assert not KNOWN_CIRCLES - found, f"circle gone, remove it from KNOWN_CIRCLES: {KNOWN_CIRCLES - found}"
+
+
+def test_the_cli_imports_no_renderer_at_start():
+    """`import launcher.cli` (every command's start) loads the targets' registry, not what they write with."""
+    code = "import sys, launcher.cli; print(' '.join(sorted(sys.modules)))"
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                cwd=PACKAGE.parent).stdout.split())
+    assert "launcher.targets" in loaded
+    heavy = {m for m in loaded if m.startswith(("launcher.targets.", "launcher.explain", "jinja2", "yaml", "docker"))}
+    assert heavy <= {"launcher.targets.protections"}, heavy
 
 
 def test_modules_are_small_enough_to_read_in_one_sitting():
