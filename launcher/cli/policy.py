@@ -105,7 +105,8 @@ def check(policies: tuple[str, ...], policy_flag: str | None, workspace: str, fm
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--target", type=click.Choice(list(TARGETS)), default="run", show_default=True,
-              help="How the sandbox is started: run, up (and exec into it), the argv or compose files, a dev container. "
+              help="How the sandbox is started: run, up (and exec into it), the argv, compose or Kubernetes files, a dev "
+                   "container. "
                    "Rows this target cannot enforce are marked.")
 @layer_options
 @agent_options
