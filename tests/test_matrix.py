@@ -38,6 +38,7 @@ PROOF = {
 def test_every_row_has_a_cell_for_every_target_and_the_targets_are_every_way_a_sandbox_starts():
     assert set(TARGETS) == {"run", "up", "devcontainer"} | {t.name for t in FORMATS.values() if t.external}
     assert {t.name for t in TARGETS.values() if not t.external} == {"run", "up"}
+    assert tuple(protections.CELLS) == tuple(TARGETS)
     for target in TARGETS.values():
         assert tuple(target.cells) == tuple(protections.ROWS.values()), target.name
     policy = preset("ci")

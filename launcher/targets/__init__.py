@@ -11,10 +11,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from launcher.enforcement import Enforcement
-from launcher.targets import protections
-
-if TYPE_CHECKING:   # imported by the CLI at start: only names here, the renderers load on use
+if TYPE_CHECKING:   # imported by the CLI at start: only names here; the cells and renderers load on use
+    from launcher.enforcement import Enforcement
     from launcher.plan import LaunchPlan
 
 Losses = list[tuple[str, str]]   # (policy field or protection, why it is not enforced)
@@ -25,7 +23,6 @@ class Target:
     name: str                      # what `--target` says
     kind: str                      # the compiler's kind: what check, explain, compile validate against
     external: bool                 # another tool starts it from our files: no login, no report after it
-    cells: Mapping[str, Enforcement]   # the rows whose enforcement depends on the target (protections.py)
     formats: tuple[str, ...] = ()  # the `compile --format` names that write it
     options: tuple[str, ...] = ()  # the writer's (and loss report's) keyword options, from `compile`
     # plan, **options -> what its tool reads: the text `compile` prints (for devcontainer, the files of
@@ -33,9 +30,18 @@ class Target:
     writer: Callable[..., str | dict[str, str]] | None = None
     report: Callable[..., Losses] | None = None   # a loss report that depends on the plan; default cannot()
 
+    @property
+    def cells(self) -> Mapping[str, "Enforcement"]:
+        """How this target has the rows whose enforcement depends on the target (protections.py)."""
+        from launcher.targets.protections import CELLS
+
+        return CELLS[self.name]
+
     def cannot(self) -> Losses:
         """(row, why) for every row this target does not enforce although `run` does."""
-        return protections.cannot(self.cells)
+        from launcher.targets.protections import cannot
+
+        return cannot(self.cells)
 
     def losses(self, plan: "LaunchPlan", **options) -> Losses:
         """What the sandbox this plan becomes here does not enforce: said on stderr, never silently."""
@@ -90,17 +96,14 @@ def _devcontainer(plan: "LaunchPlan") -> dict[str, str]:
 
 # In the order `--target` lists them; `compile --format json` prints the plan `run` launches.
 TARGETS: Mapping[str, Target] = MappingProxyType({t.name: t for t in (
-    Target(name="run", kind="run", external=False, cells=protections.RUN, formats=("json",), writer=_json),
-    Target(name="up", kind="up", external=False, cells=protections.UP),
-    Target(name="argv", kind="external", external=True, cells=protections.ARGV, formats=("argv",), writer=_argv),
-    Target(name="compose", kind="external", external=True, cells=protections.COMPOSE, formats=("compose",),
-           writer=_compose),
+    Target(name="run", kind="run", external=False, formats=("json",), writer=_json),
+    Target(name="up", kind="up", external=False),
+    Target(name="argv", kind="external", external=True, formats=("argv",), writer=_argv),
+    Target(name="compose", kind="external", external=True, formats=("compose",), writer=_compose),
     # A Pod's workspace is a claim, so copy mode (the claim is the copy) is not refused as for compose.
-    Target(name="kubernetes", kind="kubernetes", external=True, cells=protections.KUBERNETES,
-           formats=("kubernetes",), options=("claim", "workspace_root", "proxy_ip", "node"), writer=_kubernetes,
-           report=_kubernetes_losses),
-    Target(name="devcontainer", kind="devcontainer", external=True, cells=protections.DEVCONTAINER,
-           writer=_devcontainer),
+    Target(name="kubernetes", kind="kubernetes", external=True, formats=("kubernetes",),
+           options=("claim", "workspace_root", "proxy_ip", "node"), writer=_kubernetes, report=_kubernetes_losses),
+    Target(name="devcontainer", kind="devcontainer", external=True, writer=_devcontainer),
 )})
 # What `compile --format` offers, and the target each format writes.
 FORMATS: Mapping[str, Target] = MappingProxyType({fmt: t for t in TARGETS.values() for fmt in t.formats})

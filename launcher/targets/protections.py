@@ -2,7 +2,8 @@
 time limit and the launcher's own protections. Every other row (each field and each ALWAYS entry
 of `launcher.explain`) is enforced by the container itself in every target, and proven by the
 probe, which is the entrypoint of all of them. Below the renderers: a target's loss report (the
-Kubernetes header too) reads its cells from here, and the registry hands them to `explain`."""
+Kubernetes header too) reads its cells from here; `Target.cells` loads them on use (the CLI's start
+needs only the registry's names)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,9 @@ DEVCONTAINER = _cells(
     timeout=Enforcement(mechanism="the main process (busybox sleep) ends the container", component=Component.PROCESS,
                         checks=()),
     **_FILES)
+
+CELLS = MappingProxyType({"run": RUN, "up": UP, "argv": ARGV, "compose": COMPOSE, "kubernetes": KUBERNETES,
+                          "devcontainer": DEVCONTAINER})
 
 
 def cannot(cells: Mapping[str, Enforcement]) -> list[tuple[str, str]]:
