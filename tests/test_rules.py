@@ -112,8 +112,6 @@ def circles(edges: dict[str, set[str]]) -> set[frozenset[str]]:
 # gone; never add one.
 KNOWN_CIRCLES = {
     frozenset({"host", "hostgit", "gitgraph", "gitscan"}),
-    frozenset({"agents", "agents.aider", "agents.claude_code", "agents.codex", "agents.gemini_cli", "agents.neo",
-               "agents.opencode"}),
 }
 
 

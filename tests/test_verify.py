@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import fake_facts, untrusted_bind, preset
+from conftest import fake_facts, untrusted_bind
 from fakes import FakeEngine, Recorder, inspect_of
 from launcher import launch
 from launcher.compiler import compile_policy

@@ -6,7 +6,7 @@ prefix openai/); https://aider.chat/docs/config/options.html (--yes-always, --no
 --chat-history-file, --input-history-file, --no-show-model-warnings); https://aider.chat/docs/config/dotenv.html
 (.env from home, repo root and cwd: a hostile repository's .env is read); observed in tests/test_agents_real.py."""
 
-from launcher.agents import PLACEHOLDER_KEY, AgentProfile, ModelWiring, Package
+from launcher.agents.profile import PLACEHOLDER_KEY, AgentProfile, ModelWiring, Package
 
 PROFILE = AgentProfile(
     name="aider",

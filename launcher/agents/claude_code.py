@@ -7,7 +7,7 @@ ANTHROPIC_BASE_URL, without /v1); observed in tests/test_agents_real.py."""
 
 import json
 
-from launcher.agents import PLACEHOLDER_KEY, AgentProfile, ModelWiring, Package
+from launcher.agents.profile import PLACEHOLDER_KEY, AgentProfile, ModelWiring, Package
 
 # Interactive first start, verified through a pty: without these it shows the onboarding (whose
 # connectivity check to api.anthropic.com then fails: "Unable to connect to Anthropic services"),

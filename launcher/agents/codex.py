@@ -6,7 +6,7 @@ built-in openai provider ignores overrides: define an own provider); https://git
 (features.plugins=false stops the plugin catalogue sync of API-key runs); https://github.com/openai/codex/issues/8350
 (analytics.enabled); observed in tests/test_agents_real.py."""
 
-from launcher.agents import AgentProfile, ModelWiring, Package
+from launcher.agents.profile import AgentProfile, ModelWiring, Package
 
 # Codex 0.171 reads no base URL from the environment (OPENAI_BASE_URL is ignored: it went on to
 # api.openai.com), so the provider is a config.toml in $CODEX_HOME. env_key may be any name: this one

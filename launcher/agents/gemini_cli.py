@@ -8,7 +8,7 @@ the 0.61.0 bundle itself (validateBaseUrl only parses the URL: plain http to a n
 accepted; the https-unless-localhost rule of a later proposal is not in this version); observed in
 tests/test_agents_real.py."""
 
-from launcher.agents import PLACEHOLDER_KEY, AgentProfile, ModelWiring, Package
+from launcher.agents.profile import PLACEHOLDER_KEY, AgentProfile, ModelWiring, Package
 
 PROFILE = AgentProfile(
     name="gemini-cli",

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Callable, Mapping
 
-from launcher.agents import PLACEHOLDER_KEY, AgentProfile, check
+from launcher.agents.profile import PLACEHOLDER_KEY, AgentProfile, check
 
 API_KEY = "api-key"
 # Far in the future (ms since the epoch, year 3000): a placeholder login the CLI never tries to refresh.

@@ -2,7 +2,7 @@
 $SANDBOX_ENDPOINT_MODEL/v1/complete and applies the returned patch. Runs on the plain agent image
 from the workspace; see examples/agent/README.md."""
 
-from launcher.agents import AgentProfile, ModelWiring
+from launcher.agents.profile import AgentProfile, ModelWiring
 
 PROFILE = AgentProfile(
     name="neo",

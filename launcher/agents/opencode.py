@@ -8,7 +8,7 @@ OPENCODE_DISABLE_* variables; observed in tests/test_agents_real.py."""
 
 import json
 
-from launcher.agents import PLACEHOLDER_KEY, AgentProfile, ModelWiring, Package
+from launcher.agents.profile import PLACEHOLDER_KEY, AgentProfile, ModelWiring, Package
 
 # Inline config: the provider's base URL and a placeholder key in one variable whose name is not
 # secret-shaped, so nothing here trips the probe's env.secrets check.

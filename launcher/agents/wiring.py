@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import replace
 
-from launcher.agents import AgentProfile
+from launcher.agents.profile import AgentProfile
 from launcher.errors import PolicyError, Problem
 from launcher.model import NetworkMode, NetworkPolicy, Policy, SecretPolicy
 from launcher.plan import PROBE_BUSYBOX

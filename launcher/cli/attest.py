@@ -7,8 +7,7 @@ import json
 
 import click
 
-from launcher.cli import output
-from launcher.errors import AttestationInvalid, EngineError
+from launcher.errors import AttestationInvalid
 
 READ_LIMIT = 64 << 20
 
