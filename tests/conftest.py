@@ -266,3 +266,12 @@ def claude_tui_task(fd: int, workspace: Path, shown: bytes, marked=None) -> byte
         shown += read_until(fd, b"\x00never", 1)
     assert marked(), shown[-3000:].decode(errors="replace")
     return shown
+
+
+@pytest.fixture
+def private_tempdir(tmp_path_factory, monkeypatch):
+    """tempfile's directory in pytest's own (beside tmp_path, which tests may hold empty): exports a
+    unit test reads and never closes (their spools, sandbox-export-*) go with it, not into /tmp."""
+    root = tmp_path_factory.mktemp("tempdir")
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root

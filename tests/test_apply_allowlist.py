@@ -13,6 +13,8 @@ from launcher.copies import apply, review
 from launcher.errors import CopyConflict, PolicyError
 from tests.test_copy_review import PROTECTED, exported, file_state
 
+pytestmark = pytest.mark.usefixtures("private_tempdir")   # their exports' spools go with the test
+
 NOTHING = review.Allowed()
 
 

@@ -14,6 +14,8 @@ from launcher.copies import apply, review
 from launcher.errors import CopyConflict
 from launcher.model import BUILTIN_PROTECTED
 
+pytestmark = pytest.mark.usefixtures("private_tempdir")   # their exports' spools go with the test
+
 PROTECTED = (".git",) + BUILTIN_PROTECTED
 
 

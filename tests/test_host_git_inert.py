@@ -14,6 +14,8 @@ from launcher.copies.apply import Exported
 from launcher.copies.export import spooled
 from launcher.copies.branch import commit_to_branch
 
+pytestmark = pytest.mark.usefixtures("private_tempdir")   # their exports' spools go with the test
+
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "safe.directory=*"]
 
 
