@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 
 from launcher import images, runtimes
 from launcher.errors import AttestationInvalid, EngineError
+from launcher.engineproto import ContainerInfo
 from launcher.layers import layers_digest
 from launcher.plan import LaunchPlan
 from launcher.targets.argv import plain
@@ -64,11 +65,9 @@ class Recorder:
     def phase(self, name: str):
         return timed(self.inner, name)
 
-    def compared(self, attrs: dict, diffs: list[str]) -> None:
-        host = attrs.get("HostConfig") or {}
+    def compared(self, info: ContainerInfo, diffs: list[str]) -> None:
         self.inspect = {"compared": True, "ok": not diffs, "differences": list(diffs),
-                        "container_id": attrs.get("Id", ""), "image_id": attrs.get("Image", ""),
-                        "runtime": host.get("Runtime") or ""}
+                        "container_id": info.id, "image_id": info.image_id, "runtime": info.host.runtime or ""}
 
 
 def runtime(plan: LaunchPlan, version: dict, info: dict) -> dict:

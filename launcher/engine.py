@@ -12,6 +12,7 @@ from typing import Callable, Iterator
 from launcher import engineapi
 from launcher import labels as label
 from launcher.engineapi import path_of
+from launcher.engineproto import ContainerInfo, ContainerSummary, NetworkInfo, VolumeInfo
 from launcher.errors import EngineError, NotFound
 from launcher.execsocket import ExecSocket
 from launcher.streams import Attached
@@ -19,6 +20,7 @@ from launcher.plan import ContainerSpec
 from launcher.egress.squid import NetworkSpec, ProxySpec, proxy_env
 
 MANAGED = label.MANAGED_SELECTOR
+DEFAULT_SOCKET = "/var/run/docker.sock"
 
 
 @contextmanager
@@ -40,9 +42,6 @@ def _mapped(action: str) -> Iterator[None]:
 
 def _over(path: str, limit: int):
     raise EngineError(f"reading {path}: over {limit} bytes; refused rather than held in memory")
-
-
-DEFAULT_SOCKET = "/var/run/docker.sock"
 
 
 def _sdk_client():
@@ -78,8 +77,9 @@ def connect() -> "Engine":
 
 
 class Engine:
-    """Thin wrapper over the Engine API: typed inputs, mapped errors, nothing else. `http` is an
-    engineapi transport; the SDK's client is made only when a build, pull or exec needs it."""
+    """engineproto.Engine over the Engine API: typed inputs and answers, mapped errors, nothing else.
+    `http` is an engineapi transport (or enginefake's); the SDK's client is made only when a build,
+    pull or exec needs it."""
 
     def __init__(self, http, version: dict | None = None):
         self.http, self._version, self._client = http, version, None
@@ -165,7 +165,7 @@ class Engine:
     def volume_labels(self, name: str) -> dict | None:
         """The volume's labels, or None when there is no such volume."""
         info = self.volume_info(name)
-        return None if info is None else info.get("Labels") or {}
+        return None if info is None else info.labels
 
     def fill_volume(self, name: str, image: str, path: str, labels: dict) -> None:
         """Create a volume holding the content of `path` in `image` (Docker copies it on first use)."""
@@ -181,18 +181,19 @@ class Engine:
                 self.client.api.remove_volume(name, force=True)
                 raise
 
-    def create_volume(self, name: str, labels: dict, options: dict | None = None) -> dict:
+    def create_volume(self, name: str, labels: dict, options: dict | None = None) -> VolumeInfo:
         """A local volume (its `docker volume inspect`); `options`: the local driver's mount options."""
         body = {"Name": name, "Driver": "local", "Labels": labels, **({"DriverOpts": options} if options else {})}
-        return self._json(f"creating volume {name}", "POST", "/volumes/create", body=body)
+        return VolumeInfo.of(self._json(f"creating volume {name}", "POST", "/volumes/create", body=body))
 
-    def volume_info(self, name: str) -> dict | None:
-        """`docker volume inspect` (Labels, Mountpoint, Options), or None when there is none."""
-        return self._json(f"inspecting volume {name}", "GET", path_of("/volumes/{}", name), missing=True)
+    def volume_info(self, name: str) -> VolumeInfo | None:
+        """`docker volume inspect`, or None when there is none."""
+        found = self._json(f"inspecting volume {name}", "GET", path_of("/volumes/{}", name), missing=True)
+        return None if found is None else VolumeInfo.of(found)
 
-    def list_volumes(self, *filters: str) -> list[dict]:
+    def list_volumes(self, *filters: str) -> list[VolumeInfo]:
         found = self._json("listing volumes", "GET", "/volumes", {"filters": {"label": [MANAGED, *filters]}})
-        return found.get("Volumes") or []
+        return [VolumeInfo.of(v) for v in found.get("Volumes") or []]
 
     def remove_volume(self, name: str) -> None:
         self._call(f"removing volume {name}", "DELETE", path_of("/volumes/{}", name), {"force": True}).read()
@@ -247,15 +248,15 @@ class Engine:
         return True
 
     def remove_network(self, name: str) -> None:
-        answer = self._call(f"removing network {name}", "DELETE", path_of("/networks/{}", name), missing=True)
-        if answer:
+        if answer := self._call(f"removing network {name}", "DELETE", path_of("/networks/{}", name), missing=True):
             answer.read()
 
-    def list_networks(self, *filters: str) -> list[dict]:
-        return self._json("listing networks", "GET", "/networks", {"filters": {"label": [MANAGED, *filters]}})
+    def list_networks(self, *filters: str) -> list[NetworkInfo]:
+        found = self._json("listing networks", "GET", "/networks", {"filters": {"label": [MANAGED, *filters]}})
+        return [NetworkInfo.of(n) for n in found]
 
-    def inspect(self, ref: str) -> dict:
-        return self._json(f"inspecting container {ref}", "GET", path_of("/containers/{}/json", ref))
+    def inspect(self, ref: str) -> ContainerInfo:
+        return ContainerInfo.of(self._json(f"inspecting container {ref}", "GET", path_of("/containers/{}/json", ref)))
 
     def _post(self, action: str, template: str, ref: str, params: dict | None = None, **how) -> None:
         self._call(action, "POST", path_of(template, ref), params, **how).read()
@@ -366,14 +367,13 @@ class Engine:
         self._post(f"stopping {ref}", "/containers/{}/stop", ref, {"t": grace}, timeout=300 + grace)
 
     def remove(self, ref: str) -> None:
-        answer = self._call(f"removing {ref}", "DELETE", path_of("/containers/{}", ref), {"force": True, "v": True},
-                            missing=True)
-        if answer:
+        if answer := self._call(f"removing {ref}", "DELETE", path_of("/containers/{}", ref), {"force": True, "v": True},
+                                missing=True):
             answer.read()
 
-    def list(self, *filters: str) -> list[dict]:
-        return self._json("listing sandboxes", "GET", "/containers/json",
-                          {"all": True, "filters": {"label": [MANAGED, *filters]}})
+    def list(self, *filters: str) -> list[ContainerSummary]:
+        return [ContainerSummary.of(c) for c in self._json("listing sandboxes", "GET", "/containers/json",
+                                                           {"all": True, "filters": {"label": [MANAGED, *filters]}})]
 
     def exec_stream(self, ref: str, argv: list[str], user: str = "") -> tuple[str, Iterator]:
         with _mapped(f"running a command in {ref}"):

@@ -124,7 +124,7 @@ class Sdk:
     """The same requests through the docker SDK's session (its transports: tcp, ssh, TLS)."""
 
     def __init__(self, client):
-        self.api = client.api
+        self.client, self.api = client, client.api
         self.version = self.api.api_version
 
     def call(self, method: str, path: str, params: dict | None = None, body=None, *, raw: Body = None,

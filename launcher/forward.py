@@ -13,7 +13,7 @@ from typing import Callable
 
 from launcher import labels as label
 from launcher import sandboxes
-from launcher.engine import Engine
+from launcher.engineproto import Engine
 from launcher.engineapi import Frames
 from launcher.execsocket import ExecSocket
 from launcher.errors import EngineError, NotFound, PolicyError, Problem
@@ -76,15 +76,15 @@ class Target:
 def target(engine: Engine, name: str) -> Target:
     """The running `up` sandbox NAME, or an error that says what it is instead."""
     item = sandboxes.find(engine, name)
-    kind = item["Labels"].get(label.KIND)
+    kind = item.labels.get(label.KIND)
     if kind != "up":
         raise PolicyError([Problem(file="command line", path="NAME", expected="a sandbox `sandbox up` started",
                                    found=f"{name} is a `{kind}` sandbox",
                                    hint="`sandbox up DIR --name N` starts one that stays")])
-    if item.get("State") != "running":
-        raise EngineError(f"{name} is {item.get('State', '?')}, not running; `sandbox down {name}` and "
+    if item.state != "running":
+        raise EngineError(f"{name} is {item.state}, not running; `sandbox down {name}` and "
                           f"`sandbox up` start it again")
-    return Target(name=name, ref=item["Id"], user=engine.inspect(item["Id"])["Config"].get("User") or "")
+    return Target(name=name, ref=item.id, user=engine.inspect(item.id).user or "")
 
 
 @dataclass(kw_only=True, eq=False)
@@ -300,7 +300,7 @@ class Forwarder:
 
     def _check_alive(self) -> None:
         try:
-            running = self.engine.inspect(self.where.ref)["State"].get("Running", False)
+            running = self.engine.inspect(self.where.ref).running
         except NotFound:
             running = False
         if not running and not self.failure:

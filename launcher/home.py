@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from launcher import labels as label
-from launcher.engine import Engine
+from launcher.engineproto import Engine
 from launcher.errors import EngineError, PolicyError, Problem
 from launcher.plan import HomeSpec, Mount, MountKind
 from launcher.tools import run_tool
@@ -39,7 +39,7 @@ def prepare(engine: Engine, spec: HomeSpec, progress: Progress) -> bool:
         progress(f"created the home volume {spec.volume}: it keeps the agent's home for the next run on "
                  f"{spec.workspace} (`sandbox down --purge`, `sandbox gc --volumes` remove it)")
     else:
-        have = found.get("Labels") or {}
+        have = found.labels
         if have.get(label.KIND) != "home" or have.get(label.WORKSPACE) != spec.workspace:
             raise PolicyError([Problem(file="command line", path="home.mode", expected=f"the home volume of {spec.workspace}",
                                        found=f"volume {spec.volume} is " + (f"the home of {have.get(label.WORKSPACE)}"
@@ -62,19 +62,18 @@ def prepare(engine: Engine, spec: HomeSpec, progress: Progress) -> bool:
 
 
 def _users(engine: Engine, name: str) -> tuple[str, ...]:
-    return tuple((i.get("Names") or ["?"])[0].lstrip("/") for i in engine.list(label.selector(label.HOME, name))
-                 if i["Labels"].get(label.KIND) in ("run", "up"))
+    return tuple(i.name for i in engine.list(label.selector(label.HOME, name)) if i.labels.get(label.KIND) in ("run", "up"))
 
 
 def all_homes(engine: Engine, workspace: str | None = None) -> list[HomeVolume]:
     """Home volumes (of one workspace, or all), with the sandboxes using each."""
     filters = [label.selector(label.KIND, "home")] + ([label.selector(label.WORKSPACE, workspace)] if workspace else [])
     out = []
-    for volume in sorted(engine.list_volumes(*filters), key=lambda v: v["Name"]):
-        labels = volume.get("Labels") or {}
-        out.append(HomeVolume(name=volume["Name"], workspace=labels.get(label.WORKSPACE, "?"),
-                              profile=labels.get(label.PROFILE, "?"), created=volume.get("CreatedAt", ""),
-                              users=_users(engine, volume["Name"])))
+    for volume in sorted(engine.list_volumes(*filters), key=lambda v: v.name):
+        labels = volume.labels
+        out.append(HomeVolume(name=volume.name, workspace=labels.get(label.WORKSPACE, "?"),
+                              profile=labels.get(label.PROFILE, "?"), created=volume.created,
+                              users=_users(engine, volume.name)))
     return out
 
 

@@ -18,7 +18,7 @@ from typing import Callable
 
 from launcher import labels as label
 from launcher import resources
-from launcher.engine import Engine
+from launcher.engineproto import Engine
 from launcher.errors import EngineError
 
 BASE_IMAGE = "debian:bookworm-slim"

@@ -14,7 +14,7 @@ from launcher import labels as label
 from launcher import checks, home, host, overlap, runtimes, workspaces
 from launcher.copies import store
 from launcher.copies.fill import Filling
-from launcher.engine import Engine
+from launcher.engineproto import Engine
 from launcher.egress import proxy
 from launcher.egress.audit import EgressEvent
 from launcher.errors import EngineError, ProbeFailed, also_failed
@@ -193,24 +193,24 @@ def remove_sandbox(engine: Engine, name: str) -> None:
     containers = engine.list(label.selector(label.SANDBOX, name))
     made: dict[str, tuple[str, ...]] = {}
     for item in containers:
-        labels = item["Labels"]
+        labels = item.labels
         made.setdefault(labels.get(label.WORKSPACE, ""), ())
         made[labels.get(label.WORKSPACE, "")] += tuple(json.loads(labels.get(label.PLACEHOLDERS, "[]")))
     # Only a running agent's container holds work worth a graceful stop (the proxy does not), and
     # it goes first, so its work is flushed before anything else goes; the rest go at once.
-    running = [c["Id"] for c in containers if c.get("State") == "running" and c["Labels"].get(label.KIND) != "proxy"]
+    running = [c.id for c in containers if c.state == "running" and c.labels.get(label.KIND) != "proxy"]
     try:
         for ref in running:
             try:
                 engine.stop(ref, GRACE)
             finally:
                 engine.remove(ref)
-        rest = [c["Id"] for c in containers if c["Id"] not in running]
+        rest = [c.id for c in containers if c.id not in running]
         if rest:
             overlap.each(engine.remove, rest)
     finally:
         # Networks once their containers are gone (a network with an endpoint cannot go).
-        networks = [n["Name"] for n in engine.list_networks(label.selector(label.SANDBOX, name))]
+        networks = [n.name for n in engine.list_networks(label.selector(label.SANDBOX, name))]
         if networks:
             overlap.each(engine.remove_network, networks)
         for workspace, paths in made.items():

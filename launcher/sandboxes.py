@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from launcher import labels as label
 from launcher import host
 from launcher.egress.audit import EgressEvent, parse_log
-from launcher.engine import Engine
+from launcher.engineproto import ContainerSummary, Engine
 from launcher.errors import EngineError, NotFound, Problem
 from launcher.launch import Listener, remove_sandbox
 
@@ -25,25 +25,21 @@ class SandboxInfo:
     changes: int | None = None      # copies: changes at the last checkpoint (None: not known, or not a copy)
 
 
-def _name(item: dict) -> str:
-    return (item.get("Names") or ["?"])[0].lstrip("/")
+def _sandboxes(engine: Engine) -> list[ContainerSummary]:
+    return [i for i in engine.list() if i.labels.get(label.KIND) in SANDBOX_KINDS]
 
 
-def _sandboxes(engine: Engine) -> list[dict]:
-    return [i for i in engine.list() if i["Labels"].get(label.KIND) in SANDBOX_KINDS]
-
-
-def find(engine: Engine, name: str) -> dict:
+def find(engine: Engine, name: str) -> ContainerSummary:
     for item in _sandboxes(engine):
-        if _name(item) == name:
+        if item.name == name:
             return item
     raise NotFound(f"no sandbox named {name!r}; `sandbox ls` lists them")
 
 
-def reuse_problem(item: dict, plan) -> Problem | None:
+def reuse_problem(item: ContainerSummary, plan) -> Problem | None:
     """Why a running sandbox of this name may not be reused for `plan` (another envelope or
     workspace), or None."""
-    have, want = item["Labels"], dict(plan.container.labels)
+    have, want = item.labels, dict(plan.container.labels)
     keys = (label.EFFECTIVE_DIGEST, label.WORKSPACE)
     if all(have.get(k) == want[k] for k in keys):
         return None
@@ -51,8 +47,8 @@ def reuse_problem(item: dict, plan) -> Problem | None:
         return (f"policy {labels.get(label.POLICY, '?')} (effective sha256 "
                 f"{labels.get(label.EFFECTIVE_DIGEST, '?')[:12]}) on {labels.get(label.WORKSPACE, '?')}")
     return Problem(file="command line", path="--name", expected=f"a sandbox with {shown(want)}",
-                   found=f"{_name(item)} is running with {shown(have)}",
-                   hint=f"`sandbox down {_name(item)}` first, or choose another --name")
+                   found=f"{item.name} is running with {shown(have)}",
+                   hint=f"`sandbox down {item.name}` first, or choose another --name")
 
 
 def ls(engine: Engine) -> list[SandboxInfo]:
@@ -61,9 +57,9 @@ def ls(engine: Engine) -> list[SandboxInfo]:
     from launcher import home
     from launcher.copies import store
 
-    found = [SandboxInfo(name=_name(i), kind=i["Labels"][label.KIND], state=i.get("State", "?"),
-                         policy=i["Labels"].get(label.POLICY, "?"),
-                         workspace=i["Labels"].get(label.WORKSPACE, "?"), created=i.get("Created", 0))
+    found = [SandboxInfo(name=i.name, kind=i.labels[label.KIND], state=i.state,
+                         policy=i.labels.get(label.POLICY, "?"),
+                         workspace=i.labels.get(label.WORKSPACE, "?"), created=i.created)
              for i in _sandboxes(engine)]
     return found + [SandboxInfo(name=c.name, kind="copy", state="in use" if c.users else "kept", policy=c.policy,
                                 workspace=c.workspace, created=0, changes=c.changes)
@@ -88,7 +84,7 @@ def down(engine: Engine, name: str, purge: bool = False) -> Down:
     from launcher import home
     from launcher.copies import store
 
-    labels = find(engine, name)["Labels"]
+    labels = find(engine, name).labels
     copy = labels.get(label.COPY)
     remove_sandbox(engine, name)
     changes, dropped = None, False
@@ -106,20 +102,20 @@ def gc(engine: Engine, everything: bool) -> list[str]:
     its sandbox container is gone, stopped, or was a `run` whose launcher died. Sandboxes another
     tool launched (compose, `docker run` from `compile --format argv`) go only with everything.
     """
-    groups: dict[str, list[dict]] = {}
+    groups: dict[str, list[ContainerSummary]] = {}
     # Only what the launcher made carries a kind: a container someone ran from one of our images
     # inherits the image's managed label, and is theirs.
     for item in engine.list():
-        if label.KIND in item["Labels"]:
-            groups.setdefault(item["Labels"].get(label.SANDBOX, _name(item)), []).append(item)
+        if label.KIND in item.labels:
+            groups.setdefault(item.labels.get(label.SANDBOX, item.name), []).append(item)
     for network in engine.list_networks():
-        if label.KIND in network["Labels"]:
-            groups.setdefault(network["Labels"].get(label.SANDBOX, network["Name"]), [])
+        if label.KIND in network.labels:
+            groups.setdefault(network.labels.get(label.SANDBOX, network.name), [])
     removed = []
     for name, items in groups.items():
-        main = next((i for i in items if i["Labels"].get(label.KIND) in SANDBOX_KINDS), None)
+        main = next((i for i in items if i.labels.get(label.KIND) in SANDBOX_KINDS), None)
         if main is not None and not everything:
-            labels, state = main["Labels"], main.get("State")
+            labels, state = main.labels, main.state
             if labels[label.KIND] == "external":   # its launcher is someone else's (compose)
                 continue
             owner_alive = host.pid_alive(int(labels.get(label.OWNER_PID, "0") or 0))
@@ -128,7 +124,7 @@ def gc(engine: Engine, everything: bool) -> list[str]:
             if not (stopped or (labels[label.KIND] == "run" and not owner_alive)):
                 continue
         elif main is None and items and not everything:
-            owner_alive = host.pid_alive(int(items[0]["Labels"].get(label.OWNER_PID, "0") or 0))
+            owner_alive = host.pid_alive(int(items[0].labels.get(label.OWNER_PID, "0") or 0))
             if owner_alive:  # a proxy whose sandbox is still being created
                 continue
         remove_sandbox(engine, name)
@@ -149,9 +145,9 @@ def gc_copies(engine: Engine, force: bool) -> list[CopyVerdict]:
     from launcher.copies import apply, export, store
 
     for view in engine.list_volumes(label.selector(label.KIND, "copy-view")):   # a killed diff's or apply's
-        if not host.pid_alive(int((view.get("Labels") or {}).get(label.OWNER_PID, "0") or 0)):
+        if not host.pid_alive(int(view.labels.get(label.OWNER_PID, "0") or 0)):
             try:
-                engine.remove_volume(view["Name"])
+                engine.remove_volume(view.name)
             except EngineError:   # still mounted by a leftover tools container: the next gc
                 pass
     verdicts = []
@@ -175,10 +171,10 @@ def stale_probe_volumes(engine: Engine, current: str) -> list[str]:
     """Remove probe volumes of earlier probe versions that no container uses any more."""
     removed = []
     for volume in engine.list_volumes():
-        if volume["Name"].startswith("sandbox-probe-") and volume["Name"] != current:
+        if volume.name.startswith("sandbox-probe-") and volume.name != current:
             try:
-                engine.remove_volume(volume["Name"])
-                removed.append(volume["Name"])
+                engine.remove_volume(volume.name)
+                removed.append(volume.name)
             except EngineError:  # still mounted by a running sandbox
                 pass
     return removed
@@ -186,7 +182,7 @@ def stale_probe_volumes(engine: Engine, current: str) -> list[str]:
 
 def exec_in(engine: Engine, name: str, argv: list[str], listener: Listener) -> int:
     item = find(engine, name)
-    exec_id, stream = engine.exec_stream(item["Id"], argv)
+    exec_id, stream = engine.exec_stream(item.id, argv)
     for out, err in stream:
         if out:
             listener.output("stdout", out)
@@ -197,7 +193,7 @@ def exec_in(engine: Engine, name: str, argv: list[str], listener: Listener) -> i
 
 def egress_log(engine: Engine, name: str) -> tuple[EgressEvent, ...]:
     find(engine, name)
-    proxies = [i for i in engine.list(label.selector(label.SANDBOX, name)) if i["Labels"].get(label.KIND) == "proxy"]
+    proxies = [i for i in engine.list(label.selector(label.SANDBOX, name)) if i.labels.get(label.KIND) == "proxy"]
     if not proxies:
         raise NotFound(f"{name} has no egress proxy (its network mode is not proxy)")
-    return parse_log(engine.logs(proxies[0]["Id"]))
+    return parse_log(engine.logs(proxies[0].id))

@@ -15,7 +15,7 @@ import random
 
 from launcher import host
 from launcher.egress.squid import NetworkSpec
-from launcher.engine import Engine
+from launcher.engineproto import Engine
 from launcher.errors import EngineError
 
 DEFAULT_POOL = "198.18.0.0/15"

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import BinaryIO, Iterator
 
 from launcher import labels as label
-from launcher.engine import Engine
+from launcher.engineproto import Engine
 from launcher.errors import EngineError, SandboxError
 from launcher.plan import ContainerSpec, Mount
 
@@ -84,7 +84,7 @@ def created(engine: Engine, *, name: str, mounts: list[Mount], labels: dict[str,
         engine.remove(ref)
         for mount in mounts:
             info = engine.volume_info(mount.source) if mount.source else None
-            if info is not None and not (info.get("Labels") or {}).get(label.MANAGED):
+            if info is not None and not info.labels.get(label.MANAGED):
                 try:
                     engine.remove_volume(mount.source)
                 except EngineError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from launcher.engineproto import ContainerInfo
 from launcher.plan import PROBE_END, ContainerSpec, MountKind
 
 
@@ -74,10 +75,10 @@ def _mount_words(planned: list[tuple], found: list[tuple]) -> list[str]:
     return out
 
 
-def compare_inspect(spec: ContainerSpec, attrs: dict, image_env: list[str]) -> list[str]:
+def compare_inspect(spec: ContainerSpec, info: ContainerInfo, image_env: list[str]) -> list[str]:
     """Differences between the plan and what the engine actually created, one sentence each that
     names the field and both values (empty: they agree)."""
-    host, config = attrs.get("HostConfig") or {}, attrs.get("Config") or {}
+    host = info.host
     diffs: list[str] = []
 
     def want(field: str, expected, found) -> None:
@@ -92,45 +93,43 @@ def compare_inspect(spec: ContainerSpec, attrs: dict, image_env: list[str]) -> l
         else:
             diffs.append(f"{field}: the plan says {_words(expected)}, the container has {_words(found)}")
 
-    want("Privileged", False, host.get("Privileged"))
-    want("Runtime", spec.runtime, host.get("Runtime"))
-    want("CapDrop", sorted(spec.cap_drop), sorted(host.get("CapDrop") or []))
-    want("CapAdd", sorted(spec.cap_add), sorted(host.get("CapAdd") or []))
-    want("ReadonlyRootfs", spec.read_only_root, host.get("ReadonlyRootfs"))
-    options = host.get("SecurityOpt") or []
+    want("Privileged", False, host.privileged)
+    want("Runtime", spec.runtime, host.runtime)
+    want("CapDrop", sorted(spec.cap_drop), sorted(host.cap_drop))
+    want("CapAdd", sorted(spec.cap_add), sorted(host.cap_add))
+    want("ReadonlyRootfs", spec.read_only_root, host.read_only_root)
+    options = list(host.security_opt)
     want("SecurityOpt", sorted(spec.security_opt), sorted(options))
     for weak in ("seccomp=unconfined", "seccomp:unconfined", "apparmor=unconfined", "apparmor:unconfined"):
         if weak in options:
             diffs.append(f"SecurityOpt: {weak} is set, which switches off a protection the plan requires")
-    want("NetworkMode", spec.network_mode, host.get("NetworkMode"))
-    for field in ("PidMode", "UTSMode", "UsernsMode"):
-        want(field, spec.pid_mode if field == "PidMode" else "", host.get(field) or "")
-    if host.get("IpcMode") == "host":
+    want("NetworkMode", spec.network_mode, host.network_mode)
+    want("PidMode", spec.pid_mode, host.pid_mode)
+    want("UTSMode", "", host.uts_mode)
+    want("UsernsMode", "", host.userns_mode)
+    if host.ipc_mode == "host":
         diffs.append("IpcMode: the plan says a private namespace, the container has 'host'")
-    want("Devices", list(spec.devices), [f"{d['PathOnHost']}:{d['PathInContainer']}" for d in host.get("Devices") or []])
-    want("GroupAdd", list(spec.group_add), host.get("GroupAdd") or [])
-    want("Dns", list(spec.dns), host.get("Dns") or [])
-    want("PortBindings", {}, host.get("PortBindings") or {})
-    want("PublishAllPorts", False, bool(host.get("PublishAllPorts")))
-    want("Binds", [], host.get("Binds") or [])
-    want("PidsLimit", spec.pids_limit, host.get("PidsLimit"))
-    want("Memory", spec.memory_bytes, host.get("Memory"))
-    want("NanoCpus", spec.nano_cpus, host.get("NanoCpus"))
-    log = host.get("LogConfig") or {}
-    want("LogConfig", ("json-file", dict(spec.log_options)), (log.get("Type"), log.get("Config") or {}))
-    want("User", spec.user, config.get("User"))
-    want("Image", spec.image, config.get("Image"))
-    want("Entrypoint", list(spec.entrypoint), config.get("Entrypoint") or [])
-    want("Cmd", list(spec.command), config.get("Cmd") or [])
+    want("Devices", list(spec.devices), list(host.devices))
+    want("GroupAdd", list(spec.group_add), list(host.group_add))
+    want("Dns", list(spec.dns), list(host.dns))
+    want("PortBindings", {}, host.port_bindings)
+    want("PublishAllPorts", False, host.publish_all)
+    want("Binds", [], list(host.binds))
+    want("PidsLimit", spec.pids_limit, host.pids_limit)
+    want("Memory", spec.memory_bytes, host.memory)
+    want("NanoCpus", spec.nano_cpus, host.nano_cpus)
+    want("LogConfig", ("json-file", dict(spec.log_options)), (host.log_type, host.log_options))
+    want("User", spec.user, info.user)
+    want("Image", spec.image, info.image)
+    want("Entrypoint", list(spec.entrypoint), list(info.entrypoint))
+    want("Cmd", list(spec.command), list(info.command))
     names = lambda env: sorted({item.split("=", 1)[0] for item in env})  # noqa: E731
-    want("Env names", names([f"{k}=" for k, _ in spec.env] + image_env), names(config.get("Env") or []))
+    want("Env names", names([f"{k}=" for k, _ in spec.env] + list(image_env)), names(info.env))
     # Owned tmpfs are HostConfig.Tmpfs entries (not in inspect's Mounts): their options say owner and mode.
-    want("Tmpfs", {m.target: m.tmpfs_options for m in spec.mounts if m.owned_tmpfs}, host.get("Tmpfs") or {})
+    want("Tmpfs", {m.target: m.tmpfs_options for m in spec.mounts if m.owned_tmpfs}, host.tmpfs)
     planned = sorted((m.kind.value, m.target, not m.read_only, m.source if m.kind is not MountKind.TMPFS else "")
                      for m in spec.mounts if not m.owned_tmpfs)
-    found = sorted((m.get("Type"), m.get("Destination"), bool(m.get("RW")),
-                    m.get("Name") if m.get("Type") == "volume" else (m.get("Source") or ""))
-                   for m in attrs.get("Mounts") or [])
+    found = sorted((m.kind, m.target, m.writable, m.source) for m in info.mounts)
     if planned != found:
         diffs += _mount_words(planned, found) or [f"Mounts: the plan says {_words(planned)}, the container has {_words(found)}"]
     return diffs

@@ -18,22 +18,11 @@ from conftest import fake_facts
 from launcher import attest, pipeline
 from launcher.cli import main
 from launcher.compiler import compile_policy
+from launcher.enginefake import FakeEngine
+from launcher.engineproto import ContainerInfo, HostSettings
 from launcher.errors import AttestationInvalid, EngineError, ExitCode
 from launcher.targets import report
 from launcher.verify import Check, ProbeReport
-
-
-class FakeEngine:
-    def version(self):
-        return {"Version": "20.10.24", "ApiVersion": "1.41", "Os": "linux", "Arch": "amd64", "KernelVersion": "6.1.0",
-                "Components": [{"Name": "Engine", "Version": "20.10.24"}, {"Name": "runc", "Version": "1.1.5"}]}
-
-    def info(self):
-        return {"CgroupVersion": "1", "SecurityOptions": ["name=seccomp,profile=default"], "DefaultRuntime": "runc",
-                "Runtimes": {"runc": {"path": "runc"}}}
-
-    def image_digests(self, ref):
-        return {"id": "sha256:" + attest.sha256(ref.encode()), "repo_digests": []}
 
 
 def invoke(*args):
@@ -58,7 +47,7 @@ def statement(tmp_path, name="untrusted") -> dict:
     data = report.build(status="probe-failed", exit_code=122, started=time.monotonic(), plan=plan, probe=probe,
                         error="the sandbox did not take effect")
     recorder = attest.Recorder(None)
-    recorder.compared({"Id": "c1", "Image": "sha256:" + "a" * 64, "HostConfig": {"Runtime": "runc"}}, [])
+    recorder.compared(ContainerInfo(id="c1", image_id="sha256:" + "a" * 64, host=HostSettings(runtime="runc")), [])
     return attest.build(recorder=recorder, plan=plan, policy=layered.effective.policy,
                         layers=layered.effective.layers, engine=FakeEngine(), report=data)
 
@@ -290,21 +279,16 @@ def test_runsc_is_asked_its_version_and_a_missing_runtime_is_said(tmp_path):
 
 
 def test_an_engine_that_fails_while_recording_is_written_down(tmp_path):
-    class Gone(FakeEngine):
-        def version(self):
-            raise EngineError("the engine went away")
-
-        def image_digests(self, ref):
-            raise EngineError("the engine went away")
-
     layered = pipeline.layered("untrusted", str(tmp_path))
     plan = compile_policy(layered.effective.policy, fake_facts(str(tmp_path)))
     data = report.build(status="engine-error", exit_code=121, started=time.monotonic(), plan=plan)
     doc = attest.build(recorder=attest.Recorder(None), plan=plan, policy=layered.effective.policy,
-                       layers=layered.effective.layers, engine=Gone(), report=data)
+                       layers=layered.effective.layers, report=data,
+                       engine=FakeEngine(fail={"GET /(version|images/)": "the engine went away"}))
     pred = attest.verify(attest.serialize(doc), "att.json")["predicate"]
-    assert pred["engine"] == {"error": "the engine went away"} and "error" in pred["images"]["agent"]
-    assert pred["runtime"]["name"] == "runc" and pred["runtime"]["error"] == "the engine went away"
+    gone = "reading the engine version: the engine went away"   # the engine's words, with what it was asked
+    assert pred["engine"] == {"error": gone} and "the engine went away" in pred["images"]["agent"]["error"]
+    assert pred["runtime"]["name"] == "runc" and pred["runtime"]["error"] == gone
     assert pred["inspect"] == {"compared": False, "ok": False, "differences": []}
     assert [s["name"].split(":")[0] for s in doc["subject"]] == ["sandbox-run", "policy"]
 

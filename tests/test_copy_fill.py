@@ -18,6 +18,7 @@ import pytest
 
 from launcher import labels as label
 from launcher.copies import fill, store
+from launcher.enginefake import FakeEngine
 from launcher.plan import CopySpec, Mount, MountKind
 from launcher.tools import read_files, run_tool
 
@@ -109,39 +110,14 @@ def test_the_head_is_read_from_the_files_of_git(tmp_path):
     assert fill.head_commit(str(tmp_path)) == ""
 
 
-class Looked:
-    """Just enough of an Engine for settle: a created container, a stat, the tar of v/upper."""
-
-    def __init__(self, upper: bytes, later: bool = False):
-        self.upper, self.later, self.removed, self.calls = upper, later, [], []
-        self.volumes = {f"c-{p}": {"Name": f"c-{p}", "Labels": {label.MANAGED: "1", label.KIND: "copy",
-                                                              label.COPY: "c"}} for p in ("base", "upper", "tree")}
-
-    def create(self, spec):
-        self.calls.append(("create", spec.command, spec.read_only_root, [m.read_only for m in spec.mounts]))
-        return "look"
-
-    def exists(self, ref, path):
-        return self.later and path == "/v/checkpoints/1"
-
-    def archive_head(self, ref, path, limit):
-        return self.upper[:limit]
-
-    def remove(self, ref):
-        self.calls.append(("remove", ref))
-
-    def volume_info(self, name):
-        return self.volumes.get(name)
-
-    def list(self, *filters):
-        return []
-
-    def list_volumes(self, *filters):
-        return [v for v in self.volumes.values() if f"{label.COPY}=c" in filters]
-
-    def remove_volume(self, name):
-        self.removed.append(name)
-        self.volumes.pop(name, None)
+def looked(upper: bytes, later: bool = False) -> FakeEngine:
+    """The fake engine holding copy c, whose v/upper the archive API answers with the tar `upper`
+    (and v/checkpoints/1 exists when `later`)."""
+    answers = {"/v/upper": upper, **({"/v/checkpoints/1": b""} if later else {})}
+    engine = FakeEngine(archive=lambda info, path: answers.get(path))
+    for part in ("base", "upper", "tree"):
+        engine.create_volume(f"c-{part}", {label.MANAGED: "1", label.KIND: "copy", label.COPY: "c"})
+    return engine
 
 
 def archive(*members, pax=None) -> bytes:
@@ -163,10 +139,12 @@ def checkpointed(monkeypatch):
 
 
 def test_a_copy_whose_upper_layer_is_an_empty_directory_is_dropped_with_no_tools_container(checkpointed):
-    eng = Looked(archive(("upper", tarfile.DIRTYPE, b"")))
+    eng = looked(archive(("upper", tarfile.DIRTYPE, b"")))
     assert store.settle(eng, "c", "run ended", made=True) == (0, True)
-    assert checkpointed == [] and eng.removed == ["c-tree", "c-upper", "c-base"]
-    assert eng.calls[0] == ("create", (), True, [True]) and ("remove", "look") in eng.calls   # a look, read-only
+    assert checkpointed == [] and eng.removed_volumes == ["c-tree", "c-upper", "c-base"]
+    look = eng.created[0]   # a look, read-only, removed
+    assert look["Cmd"] == [] and look["HostConfig"]["ReadonlyRootfs"] is True
+    assert [m["ReadOnly"] for m in look["HostConfig"]["Mounts"]] == [True] and eng.calls == ["create", "remove"]
 
 
 @pytest.mark.parametrize("upper", [
@@ -180,15 +158,15 @@ def test_a_copy_whose_upper_layer_is_an_empty_directory_is_dropped_with_no_tools
     b"", b"\0" * 1024, b"not a tar" * 100,
 ])
 def test_anything_but_an_empty_upper_layer_is_checkpointed_as_before(checkpointed, upper):
-    eng = Looked(upper)
+    eng = looked(upper)
     assert store.settle(eng, "c", "run ended", made=True) == (1, False)
-    assert checkpointed == ["run ended"] and eng.removed == []
+    assert checkpointed == ["run ended"] and eng.removed_volumes == []
 
 
 def test_a_later_checkpoint_or_a_copy_the_run_did_not_make_is_checkpointed_as_before(checkpointed):
     empty = archive(("upper", tarfile.DIRTYPE, b""))
-    assert store.settle(Looked(empty, later=True), "c", "m", made=True) == (1, False)
-    assert store.settle(Looked(empty), "c", "m", made=False) == (1, False)
+    assert store.settle(looked(empty, later=True), "c", "m", made=True) == (1, False)
+    assert store.settle(looked(empty), "c", "m", made=False) == (1, False)
     assert checkpointed == ["m", "m"]
 
 

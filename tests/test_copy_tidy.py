@@ -13,6 +13,7 @@ import pytest
 
 from launcher import labels as label
 from launcher.copies import store
+from launcher.enginefake import FakeEngine, tar_of
 
 SANDBOX = [sys.executable, "-m", "launcher"]
 
@@ -21,60 +22,44 @@ def sandbox(*args, timeout=300):
     return subprocess.run(SANDBOX + list(args), capture_output=True, text=True, timeout=timeout)
 
 
-class Volumes:
-    """Just enough of an Engine for the copies' volumes: what was removed, created, read."""
+def volumes(copies=(), users=(), states=None) -> FakeEngine:
+    """The fake engine holding copies' volumes, `users` (up sandboxes on each copy), and the
+    state.json of each copy in `states` (copy -> its bytes) for the archive API to answer."""
+    def archive(info, path):
+        where, name = path.rsplit("/", 1)
+        volume = next(m.source for m in info.mounts if m.target == where)
+        data = (states or {}).get(volume.rsplit("-", 1)[0])
+        return None if data is None else tar_of(name, data)
 
-    def __init__(self, copies=(), users=(), states=None):
-        self.volumes = {f"{c}-{p}": {"Name": f"{c}-{p}", "Labels": {label.MANAGED: "1", label.KIND: "copy",
-                                                                  label.COPY: c, label.WORKSPACE: "/ws"}}
-                        for c in copies for p in ("base", "upper", "tree")}
-        self.users, self.states, self.removed, self.created = list(users), states or {}, [], []
-
-    def volume_info(self, name):
-        return self.volumes.get(name)
-
-    def list_volumes(self, *filters):
-        wanted = dict(f.split("=", 1) for f in filters)
-        return [v for v in self.volumes.values() if all(v["Labels"].get(k) == w for k, w in wanted.items())]
-
-    def remove_volume(self, name):
-        self.removed.append(name)
-        self.volumes.pop(name, None)
-
-    def list(self, *filters):
-        return [{"Names": [f"/{u}"], "Labels": {label.KIND: "up"}} for u in self.users]
-
-    def create(self, spec):
-        self.created.append(spec)
-        self.mounts = {m.target: m.source for m in spec.mounts}
-        return "look"
-
-    def read_file(self, ref, path, limit):
-        return self.states.get(self.mounts[path.rsplit("/", 1)[0]].rsplit("-", 1)[0])
-
-    def remove(self, ref):
-        self.removed.append(ref)
+    engine = FakeEngine(archive=archive)
+    for c in copies:
+        for part in ("base", "upper", "tree"):
+            engine.create_volume(f"{c}-{part}", {label.MANAGED: "1", label.KIND: "copy", label.COPY: c, label.WORKSPACE: "/ws"})
+        for user in users:
+            engine.http.add_container(user, {label.MANAGED: "1", label.KIND: "up", label.COPY: c})
+    return engine
 
 
 def test_only_a_copy_that_never_held_a_change_is_dropped_and_never_one_in_use():
-    held = Volumes(["c1"])
-    assert not store.drop_if_clean(held, "c1", {"changes": 2, "clean": False}) and held.removed == []
-    history = Volumes(["c1"])   # no change now, but a checkpoint holds some: rewind could bring them back
-    assert not store.drop_if_clean(history, "c1", {"changes": 0, "clean": False}) and history.removed == []
-    used = Volumes(["c1"], users=["sandbox-up"])
-    assert not store.drop_if_clean(used, "c1", {"changes": 0, "clean": True}) and used.removed == []
-    clean = Volumes(["c1"])
+    held = volumes(["c1"])
+    assert not store.drop_if_clean(held, "c1", {"changes": 2, "clean": False}) and held.removed_volumes == []
+    history = volumes(["c1"])   # no change now, but a checkpoint holds some: rewind could bring them back
+    assert not store.drop_if_clean(history, "c1", {"changes": 0, "clean": False}) and history.removed_volumes == []
+    used = volumes(["c1"], users=["sandbox-up"])
+    assert not store.drop_if_clean(used, "c1", {"changes": 0, "clean": True}) and used.removed_volumes == []
+    clean = volumes(["c1"])
     assert store.drop_if_clean(clean, "c1", {"changes": 0, "clean": True})
-    assert clean.removed == ["c1-tree", "c1-upper", "c1-base"] and clean.volumes == {}   # the overlay first
+    assert clean.removed_volumes == ["c1-tree", "c1-upper", "c1-base"] and clean.volumes == {}   # the overlay first
 
 
 def test_ls_reads_every_copys_count_through_one_created_container():
-    eng = Volumes(["a", "b", "c"], states={"a": json.dumps({"changes": 3, "checkpoint": 2}).encode(),
+    eng = volumes(["a", "b", "c"], states={"a": json.dumps({"changes": 3, "checkpoint": 2}).encode(),
                                            "b": b"not json"})
     found = {c.name: (c.changes, c.checkpoint) for c in store.states(eng, store.all_copies(eng))}
     assert found == {"a": (3, 2), "b": (None, None), "c": (None, None)}   # unreadable or missing: not known
-    assert len(eng.created) == 1 and eng.created[0].command == () and eng.created[0].network_mode == "none"
-    assert all(m.read_only for m in eng.created[0].mounts) and "look" in eng.removed
+    assert len(eng.created) == 1 and eng.created[0]["Cmd"] == [] and eng.created[0]["HostConfig"]["NetworkMode"] == "none"
+    assert all(m["ReadOnly"] for m in eng.created[0]["HostConfig"]["Mounts"]) and eng.calls[-1] == "remove"
+    assert eng.containers == {}
 
 
 def test_what_a_run_says_of_its_copy_comes_from_its_last_checkpoint(capsys):

@@ -60,29 +60,16 @@ def test_run_report_and_exit_code_agree_on_an_internal_error(monkeypatch, tmp_pa
     assert data["status"] == "error" and "KeyError" in data["error"]
 
 
-class _Engine:
-    def create(self, spec):
-        return "ref"
-
-    def inspect(self, ref):
-        return {}
-
-    def image_env(self, image):
-        return ()
-
-    def remove(self, ref):
-        raise EngineError("the engine went away")
-
-
 def test_a_clean_up_failure_is_reported_beside_the_primary_error(monkeypatch):
     from conftest import fake_facts
     from launcher.compiler import compile_policy
+    from launcher.enginefake import FakeEngine
     from conftest import preset
 
     plan = compile_policy(preset("untrusted"), fake_facts())
     monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, env: ["ReadonlyRootfs: expected True, found False"])
     with pytest.raises(ProbeFailed) as info:
-        launch.create_verified(_Engine(), plan)
+        launch.create_verified(FakeEngine(fail={"DELETE /containers/": "the engine went away"}), plan)
     assert info.value.exit_code == ExitCode.PROBE_FAILED
 
     @click.command()

@@ -12,6 +12,8 @@ import sys
 import pytest
 
 from launcher import home
+from launcher import labels as label
+from launcher.enginefake import FakeEngine
 from launcher.errors import PolicyError
 from launcher.plan import HomeSpec, home_volume_name
 
@@ -88,31 +90,14 @@ def test_a_volume_of_that_name_that_is_not_this_workspaces_home_is_refused(engin
             engine.remove_volume(spec.volume)
 
 
-class _Volumes:
-    """Just enough of an Engine for the home volumes' bookkeeping (no Docker)."""
-
-    def __init__(self, volumes, containers):
-        self.volumes, self.containers, self.removed = volumes, containers, []
-
-    def list_volumes(self, *filters):
-        want = dict(f.split("=", 1) for f in filters)
-        return [v for v in self.volumes if all(v["Labels"].get(k) == x for k, x in want.items())]
-
-    def list(self, *filters):
-        key, value = filters[0].split("=", 1)
-        return [c for c in self.containers if c["Labels"].get(key) == value]
-
-    def remove_volume(self, name):
-        self.removed.append(name)
-
-
 @pytest.mark.parametrize("workspace, removed", [("/w/a", ["h-a1"]), (None, ["h-a1", "h-b"])])
 def test_purge_and_gc_volumes_remove_only_unused_home_volumes(workspace, removed):
     """`down --purge` (one workspace) and `gc --volumes` (all): a home a sandbox uses stays; a copy stays."""
-    def volume(name, ws, kind="home"):
-        return {"Name": name, "Labels": {"dev.sandbox.kind": kind, "dev.sandbox.workspace": ws, "dev.sandbox.profile": "default"}}
-    engine = _Volumes([volume("h-a1", "/w/a"), volume("h-a2", "/w/a"), volume("h-b", "/w/b"), volume("c-upper", "/w/a", "copy")],
-                      [{"Names": ["/s1"], "Labels": {"dev.sandbox.kind": "up", "dev.sandbox.home": "h-a2"}},
-                       {"Names": ["/t1"], "Labels": {"dev.sandbox.kind": "tool", "dev.sandbox.home": "h-b"}}])
+    engine = FakeEngine()
+    for name, ws, kind in (("h-a1", "/w/a", "home"), ("h-a2", "/w/a", "home"), ("h-b", "/w/b", "home"),
+                           ("c-upper", "/w/a", "copy")):
+        engine.create_volume(name, {label.MANAGED: "1", label.KIND: kind, label.WORKSPACE: ws, label.PROFILE: "default"})
+    engine.http.add_container("s1", {label.MANAGED: "1", label.KIND: "up", label.HOME: "h-a2"})
+    engine.http.add_container("t1", {label.MANAGED: "1", label.KIND: "tool", label.HOME: "h-b"})
     gone, kept = home.remove_unused(engine, workspace)
-    assert gone == removed == engine.removed and kept == ["h-a2 (in use by s1)"]
+    assert gone == removed == engine.removed_volumes and kept == ["h-a2 (in use by s1)"]

@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import BIND, fake_facts, untrusted_bind, preset
-from fakes import FakeEngine, Recorder
+from fakes import Recorder
+from launcher.enginefake import FakeEngine
 from launcher import explain, launch
 from launcher.cli import main
 from launcher.compiler import compile_policy, up_main

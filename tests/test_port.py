@@ -23,6 +23,7 @@ from conftest import external_tool
 from launcher import forward
 from launcher import labels as label
 from launcher.cli import main
+from launcher.enginefake import FakeEngine
 from launcher.execsocket import ExecSocket
 from launcher.errors import EngineError, ExitCode, NotFound, PolicyError
 from launcher.plan import PROBE_BUSYBOX
@@ -61,30 +62,24 @@ def test_help_says_how_it_reaches_the_sandbox():
     assert "no network, no interface and no published port" in text and "Ctrl-C" in text
 
 
-class Listed:
-    """Engine.list and inspect of one container."""
-
-    def __init__(self, kind="up", state="running", user="1000:1000"):
-        self.item = {"Id": "cid", "Names": ["/box"], "State": state, "Labels": {label.KIND: kind}}
-        self.user = user
-
-    def list(self, *filters):
-        return [self.item]
-
-    def inspect(self, ref):
-        return {"Config": {"User": self.user}, "State": {"Running": self.item["State"] == "running"}}
+def listed(kind="up", state="running", user="1000:1000") -> FakeEngine:
+    """The fake engine with one sandbox, box."""
+    engine = FakeEngine()
+    engine.http.add_container("box", {label.MANAGED: "1", label.KIND: kind}, status=state, user=user)
+    return engine
 
 
 def test_the_target_is_a_running_up_sandbox_and_its_user():
-    assert forward.target(Listed(), "box") == forward.Target(name="box", ref="cid", user="1000:1000")
+    engine = listed()
+    assert forward.target(engine, "box") == forward.Target(name="box", ref=engine.list()[0].id, user="1000:1000")
     with pytest.raises(NotFound, match="no sandbox named 'other'") as missing:
-        forward.target(Listed(), "other")
+        forward.target(listed(), "other")
     assert missing.value.exit_code == ExitCode.ENGINE
     with pytest.raises(PolicyError, match="box is a `run` sandbox") as run:
-        forward.target(Listed(kind="run"), "box")
+        forward.target(listed(kind="run"), "box")
     assert run.value.exit_code == ExitCode.POLICY_INVALID
     with pytest.raises(EngineError, match="box is exited, not running"):
-        forward.target(Listed(state="exited"), "box")
+        forward.target(listed(state="exited"), "box")
 
 
 def test_a_host_port_in_use_is_refused_with_another_to_try():
@@ -92,7 +87,7 @@ def test_a_host_port_in_use_is_refused_with_another_to_try():
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     spec = forward.PortSpec(port=8000, host_port=taken.getsockname()[1])
-    forwarder = forward.Forwarder(Listed(), forward.Target(name="box", ref="cid", user=""), spec, lambda m: None)
+    forwarder = forward.Forwarder(listed(), forward.Target(name="box", ref="cid", user=""), spec, lambda m: None)
     with pytest.raises(PolicyError, match=f"found {spec.host_port} is in use") as used:
         forwarder.listen()
     assert used.value.exit_code == ExitCode.POLICY_INVALID and "sandbox port box 8000:PORT" in str(used.value)
@@ -114,20 +109,27 @@ def test_frames_split_anywhere_come_out_whole():
 BUSYBOX = shutil.which("busybox") or "busybox"
 
 
-class LocalExec:
-    """Engine.exec_socket, exec_running and exec_stream for argv run here, the probe's busybox
-    replaced by the host's: framed output on a socket pair, its stdin closed at a half-close."""
+class LocalExec(FakeEngine):
+    """The fake engine with a running sandbox named cid, whose exec_socket, exec_running and
+    exec_stream run argv here, the probe's busybox replaced by the host's: framed output on a
+    socket pair, its stdin closed at a half-close."""
 
     def __init__(self):
+        super().__init__()
+        self.http.add_container("cid", {label.MANAGED: "1", label.KIND: "up"})
         self.procs: dict[str, subprocess.Popen] = {}
-        self.alive = True
         self.kills: list[list[str]] = []
+
+    @property
+    def alive(self) -> bool:
+        return self.inspect("cid").running
+
+    @alive.setter
+    def alive(self, running: bool) -> None:
+        self.http.container("cid")["State"].update(Running=running, Status="running" if running else "exited")
 
     def _argv(self, argv):
         return [BUSYBOX if a == PROBE_BUSYBOX else a for a in argv]
-
-    def inspect(self, ref):
-        return {"State": {"Running": self.alive}, "Config": {"User": ""}}
 
     def exec_socket(self, ref, argv, user):
         if not self.alive:
@@ -300,7 +302,7 @@ def test_a_sandbox_that_stops_stops_the_forwarder_with_121(served, monkeypatch):
 def test_ctrl_c_stops_the_command_with_0_and_a_port_in_use_gives_120(monkeypatch):
     from launcher import engine as engine_mod
 
-    monkeypatch.setattr(engine_mod, "connect", lambda: Listed())
+    monkeypatch.setattr(engine_mod, "connect", lambda: listed())
 
     def interrupted(self):
         raise KeyboardInterrupt

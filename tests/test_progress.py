@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from launcher import images
+from launcher.enginefake import FakeEngine
 from launcher.errors import EngineError
 
 
@@ -26,27 +27,16 @@ def clock(monkeypatch):
     return fake
 
 
-class BuildEngine:
-    """Plays back Docker's build stream, each line at its time on the clock."""
+def build_engine(clock, stream, present=()):
+    """The fake engine, playing back Docker's build stream, each line at its time on the clock; a
+    present image was built from the current context."""
+    def lines(context, tag):
+        for at, line in stream:
+            clock.now = 100.0 + at
+            yield line
 
-    def __init__(self, clock, stream, present=()):
-        self.clock, self.stream, self.present = clock, stream, set(present) | {images.BASE_IMAGE}
-        self.imported = []
-
-    def image_labels(self, tag):   # a present image was built from the current context
-        return {"dev.sandbox.context": images.agent_image().context_hash}
-
-    def image_exists(self, tag):
-        return tag in self.present
-
-    def build(self, context, tag, labels, on_line):
-        for at, line in self.stream:
-            self.clock.now = 100.0 + at
-            on_line(line)
-        self.present.add(tag)
-
-    def import_tar(self, path, repository, tag):
-        self.imported.append(f"{repository}:{tag}")
+    built = {"dev.sandbox.context": images.agent_image().context_hash}
+    return FakeEngine(images={images.BASE_IMAGE: {}, **{ref: {"Labels": built} for ref in present}}, builds=lines)
 
 
 APT = "RUN apt-get update && apt-get install -y --no-install-recommends git curl ca-certificates python3 python3-pip"
@@ -59,7 +49,7 @@ BUILD = [(0, "Step 1/3 : FROM debian:bookworm-slim"), (0, " ---> 5f2b1a"), (1, f
 def test_a_build_shows_each_step_with_the_image_and_seconds_and_a_heartbeat_in_a_long_one(clock):
     lines = []
     image = images.agent_image()
-    assert images.build(BuildEngine(clock, BUILD), image, lines.append)
+    assert images.build(build_engine(clock, BUILD), image, lines.append)
     assert lines == [
         f"building sandbox/agent:bookworm from {image.context}",
         "  sandbox/agent:bookworm: step 1/3: FROM debian:bookworm-slim (0 s)",
@@ -72,7 +62,7 @@ def test_a_build_shows_each_step_with_the_image_and_seconds_and_a_heartbeat_in_a
 
 def test_a_present_image_is_not_built_and_says_nothing(clock):
     lines = []
-    assert not images.build(BuildEngine(clock, BUILD, present={images.AGENT_IMAGE}), images.agent_image(), lines.append)
+    assert not images.build(build_engine(clock, BUILD, present={images.AGENT_IMAGE}), images.agent_image(), lines.append)
     assert lines == []
 
 
@@ -127,7 +117,7 @@ def fake_debootstrap(monkeypatch, clock):
 
 
 def test_debootstrap_shows_each_stage_once_then_at_most_a_line_every_few_seconds(clock, fake_debootstrap):
-    lines, engine = [], BuildEngine(clock, [])
+    lines, engine = [], build_engine(clock, [])
     images.bootstrap(engine, lines.append)
     assert fake_debootstrap == ["debootstrap", "tar"] and engine.imported == [images.BASE_IMAGE]
     assert lines[0].startswith("debootstrap --variant=minbase bookworm (about a minute) into ")
@@ -151,7 +141,7 @@ def test_debootstrap_shows_each_stage_once_then_at_most_a_line_every_few_seconds
 def test_a_failing_step_reports_its_last_lines(clock, fake_debootstrap):
     fake_debootstrap.fail_tar = True
     with pytest.raises(EngineError, match="tar failed with exit code 1:\ntar: broken"):
-        images.bootstrap(BuildEngine(clock, []), lambda line: None)
+        images.bootstrap(build_engine(clock, []), lambda line: None)
 
 
 def test_run_passes_every_line_of_a_real_process_and_keeps_the_tail_for_errors():
@@ -170,13 +160,11 @@ def test_a_silent_build_step_still_gets_a_heartbeat(monkeypatch):
 
     monkeypatch.setattr(images, "HEARTBEAT", 0.05)
 
-    class SilentEngine(BuildEngine):
-        def build(self, context, tag, labels, on_line):
-            on_line("Step 2/2 : RUN make")
-            time.sleep(0.3)        # a step that prints nothing
-            self.present.add(tag)
+    def silent(context, tag):
+        yield "Step 2/2 : RUN make"
+        time.sleep(0.3)        # a step that prints nothing
 
     lines = []
-    images.build(SilentEngine(None, []), images.agent_image(), lines.append)
+    images.build(FakeEngine(builds=silent), images.agent_image(), lines.append)
     assert any("step 2/2 still running" in line for line in lines), lines
     assert lines[-1].startswith("built sandbox/agent:bookworm in ")

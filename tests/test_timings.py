@@ -8,13 +8,15 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
 from conftest import BIND, fake_facts, preset
-from fakes import FakeEngine, Recorder
+from fakes import Recorder
 from launcher import launch, overlap, timings
 from launcher.compiler import compile_policy
+from launcher.enginefake import FakeEngine
 from launcher.errors import EngineError
 from launcher.policy import with_allowed
 
@@ -48,51 +50,58 @@ def test_each_waits_for_every_call_then_raises_the_first_failure():
 
 
 class ProxyEngine(FakeEngine):
-    """The fake engine with networks and a proxy; records the order of what happened. The proxy
-    reports ready only once the agent's container exists (or after 5 s), so a launch that made
-    the container only after the proxy was ready shows it in the order."""
+    """The fake engine, recording the order of what happened. The proxy reports ready only once
+    the agent's container exists (or after 5 s), so a launch that made the container only after
+    the proxy was ready shows it in the order; one that never comes up has exited."""
 
     def __init__(self, plan, ready=True):
         checks = "".join(f"PROBE\t{c}\tpass\t-\t-\n" for c in plan.probe.checks)
         super().__init__(output=[((checks + f"PROBE-END\tok\t{len(plan.probe.checks)}\n").encode(), None)])
-        self.events, self.ready, self.created = [], ready, threading.Event()
+        self.plan, self.events, self.ready, self.agent_made = plan, [], ready, threading.Event()
         self.lock = threading.Lock()
 
     def note(self, event):
         with self.lock:
             self.events.append(event)
 
+    def role(self, ref):
+        return "proxy" if self.http.info(ref).name == self.plan.proxy.name else "agent"
+
     def create_network(self, spec, subnet=""):
         time.sleep(0.05)
+        made = super().create_network(spec, subnet)
         self.note(("network", spec.name))
-        return True
+        return made
 
-    def create_proxy(self, spec, values, egress_ready=lambda: None):
-        egress_ready()
+    def create_proxy(self, spec, secrets=None, egress_ready=lambda: None):
+        ref = super().create_proxy(spec, secrets, egress_ready)
         self.note(("proxy", spec.name))
-        return "proxy-id"
+        return ref
 
     def create(self, spec):
         ref = super().create(spec)
-        self.note(("create", ref))
-        self.created.set()
+        self.note(("create", "agent"))
+        self.agent_made.set()
         return ref
 
     def start(self, ref):
-        self.note(("start", ref))
+        super().start(ref)
+        self.note(("start", self.role(ref)))
 
     def logs(self, ref, stdout=True, stderr=False):
-        if ref != "proxy-id":
+        if self.role(ref) != "proxy":
             return ""
-        if self.ready and self.created.wait(5):
-            self.note(("ready", ref))
+        if self.ready and self.agent_made.wait(5):
+            self.note(("ready", "proxy"))
             return "Accepting HTTP Socket connections at sandbox-proxy:3128"
         return "FATAL: no config"
 
     def inspect(self, ref):
-        return {"State": {"Running": False}} if ref == "proxy-id" else super().inspect(ref)
+        info = super().inspect(ref)
+        return replace(info, running=False) if self.role(ref) == "proxy" else info
 
     def remove_network(self, name):
+        super().remove_network(name)
         self.note(("remove network", name))
 
 
@@ -107,9 +116,9 @@ def test_proxy_mode_overlaps_steps_but_starts_the_agent_only_after_the_proxy_is_
     launch.run(engine, plan, Recorder())
     events = engine.events
     internal = events.index(("network", plan.proxy.internal_network))
-    ready, agent_start = events.index(("ready", "proxy-id")), events.index(("start", "cid"))
-    assert internal < events.index(("create", "cid")) < ready    # made while the proxy started
-    assert events.index(("start", "proxy-id")) < ready < agent_start
+    ready, agent_start = events.index(("ready", "proxy")), events.index(("start", "agent"))
+    assert internal < events.index(("create", "agent")) < ready    # made while the proxy started
+    assert events.index(("start", "proxy")) < ready < agent_start
     assert len([e for e in events if e[0] == "network"]) == len(plan.networks) == 2
 
 
@@ -118,8 +127,8 @@ def test_a_proxy_that_never_comes_up_means_the_agent_never_starts_and_nothing_st
     engine = ProxyEngine(plan, ready=False)
     with pytest.raises(EngineError, match="did not come up"):
         launch.run(engine, plan, Recorder())
-    assert ("start", "cid") not in engine.events and ("create", "cid") in engine.events
-    assert engine.calls[-1] == "remove" and engine.spec is None
+    assert ("start", "agent") not in engine.events and ("create", "agent") in engine.events
+    assert engine.calls[-1] == "remove" and engine.containers == {} and engine.networks == {}
 
 
 @pytest.mark.engine

@@ -25,7 +25,7 @@ from launcher.copies import fill
 from launcher.copies.export import Exported, read_export
 from launcher.copies.limits import Limits, upper_refused
 from launcher.copies.review import Allowed
-from launcher.engine import Engine
+from launcher.engineproto import Engine, VolumeInfo
 from launcher.errors import EngineError, NotFound, PolicyError, Problem
 from launcher.plan import CopySpec, Mount, MountKind
 from launcher.tools import TOOL_SECONDS, created, read_files, run_tool, tool_stream
@@ -94,7 +94,7 @@ def begin(engine: Engine, spec: CopySpec, progress: Progress, phase: fill.Phase 
     copy is reused. The caller waits for it before it starts a sandbox on it."""
     found = engine.volume_info(spec.upper_volume)
     if found is not None:
-        have = (found.get("Labels") or {}).get(label.WORKSPACE)
+        have = found.labels.get(label.WORKSPACE)
         if have != spec.source:
             raise PolicyError([Problem(file="command line", path="--name", expected=f"a copy of {spec.source}",
                                        found=f"copy {spec.name} is of {have}",
@@ -110,7 +110,7 @@ def begin(engine: Engine, spec: CopySpec, progress: Progress, phase: fill.Phase 
         made = {}
         overlap.each(lambda volume: made.__setitem__(volume, engine.create_volume(volume, labels)),
                      (spec.base_volume, spec.upper_volume))
-        base, upper = (made[v]["Mountpoint"] for v in (spec.base_volume, spec.upper_volume))
+        base, upper = (made[v].mountpoint for v in (spec.base_volume, spec.upper_volume))
         # mounted when a sandbox starts (its mount is no_copy: not at its create), once the fill made upper/, work/
         engine.create_volume(spec.tree_volume, labels, {
             "type": "overlay", "device": "overlay",
@@ -151,25 +151,24 @@ def _fill(engine: Engine, spec: CopySpec) -> str:
     return json.loads(out or b"{}").get("head") or ""
 
 
-def _copy_of(volume: dict) -> Copy:
-    labels = volume.get("Labels") or {}
+def _copy_of(volume: VolumeInfo) -> Copy:
+    labels = volume.labels
     return Copy(name=labels.get(label.COPY, "?"), workspace=labels.get(label.WORKSPACE, "?"),
                 policy=labels.get(label.POLICY, "?"), protected=tuple(json.loads(labels.get(label.PROTECTED, "[]"))),
-                created=volume.get("CreatedAt", ""), maker=int(labels.get(label.OWNER_PID, "0") or 0))
+                created=volume.created, maker=int(labels.get(label.OWNER_PID, "0") or 0))
 
 
 def all_copies(engine: Engine) -> list[Copy]:
-    copies: dict[str, dict] = {}
+    copies: dict[str, VolumeInfo] = {}
     for volume in engine.list_volumes(label.selector(label.KIND, "copy")):
-        name = (volume.get("Labels") or {}).get(label.COPY, "")
-        if name and (name not in copies or volume["Name"] == f"{name}-upper"):
+        name = volume.labels.get(label.COPY, "")
+        if name and (name not in copies or volume.name == f"{name}-upper"):
             copies[name] = volume
     return [_with_users(engine, _copy_of(v)) for _, v in sorted(copies.items())]
 
 
 def _with_users(engine: Engine, copy: Copy) -> Copy:
-    users = tuple((i.get("Names") or ["?"])[0].lstrip("/") for i in engine.list(label.selector(label.COPY, copy.name))
-                  if i["Labels"].get(label.KIND) in ("run", "up"))
+    users = tuple(i.name for i in engine.list(label.selector(label.COPY, copy.name)) if i.labels.get(label.KIND) in ("run", "up"))
     return replace(copy, users=users)
 
 
@@ -181,7 +180,7 @@ def complete(engine: Engine, name: str) -> bool:
 def find(engine: Engine, name: str) -> Copy:
     for part in ("upper", "base", "tree"):
         volume = engine.volume_info(f"{name}-{part}")
-        if volume is not None and (volume.get("Labels") or {}).get(label.KIND) == "copy":
+        if volume is not None and volume.labels.get(label.KIND) == "copy":
             return _with_users(engine, _copy_of(volume))
     raise NotFound(f"no copy named {name!r}; `sandbox ls` lists them")
 
@@ -191,7 +190,7 @@ def _view(engine: Engine, name: str, number: int) -> Iterator[str]:
     """A volume that is checkpoint `number` laid over the copy as a read-only overlay (two lower
     layers, no upper): the tree as the agent left it then, whiteouts and opaque directories read by
     the kernel as in the sandbox's own overlay. Removed afterwards (`drop` and `gc` take a leftover)."""
-    upper, base = (engine.volume_info(f"{name}-{part}")["Mountpoint"] for part in ("upper", "base"))
+    upper, base = (engine.volume_info(f"{name}-{part}").mountpoint for part in ("upper", "base"))
     view = f"{name}-view-{os.urandom(3).hex()}"
     engine.create_volume(view, {label.MANAGED: "1", label.KIND: "copy-view", label.COPY: name,
                                 label.OWNER_PID: str(os.getpid())},
@@ -341,7 +340,7 @@ def states(engine: Engine, copies: list[Copy]) -> list[Copy]:
     """The copies with what their last checkpoint counted (v/state.json), read through one created,
     never started container for all of them (the archive API): no tools container per copy.
     A copy without the file (made by an older launcher, or incomplete) keeps changes=None."""
-    upper = {v["Name"] for v in engine.list_volumes(label.selector(label.KIND, "copy"))}
+    upper = {v.name for v in engine.list_volumes(label.selector(label.KIND, "copy"))}
     looked = [c for c in copies if f"{c.name}-upper" in upper]
     if not looked:
         return copies
@@ -370,8 +369,8 @@ def discard(engine: Engine, name: str) -> None:
 
 def drop(engine: Engine, name: str) -> None:
     """Remove whichever of the copy's volumes exist."""
-    views = [v["Name"] for v in engine.list_volumes(label.selector(label.COPY, name))
-             if (v.get("Labels") or {}).get(label.KIND) == "copy-view"]   # a killed diff's or apply's
+    views = [v.name for v in engine.list_volumes(label.selector(label.COPY, name))
+             if v.labels.get(label.KIND) == "copy-view"]   # a killed diff's or apply's
     def remove(volume: str) -> None:
         try:
             engine.remove_volume(volume)

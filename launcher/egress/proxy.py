@@ -74,7 +74,7 @@ def _proxy(engine: Engine, plan: LaunchPlan, values: dict[str, str], listener, i
         while time.monotonic() < deadline and not interrupted.is_set():
             if PROXY_READY in engine.logs(ref, stdout=False, stderr=True):
                 return
-            if not engine.inspect(ref)["State"]["Running"]:
+            if not engine.inspect(ref).running:
                 break
             time.sleep(POLL)
     tail = "\n    ".join(engine.logs(ref, stdout=False, stderr=True).strip().splitlines()[-5:])

@@ -153,7 +153,7 @@ def _launched(engine: Engine, request: session.Request, listener) -> session.Run
 
 def leftovers(engine: Engine, workspace: str) -> list[str]:
     ours = label.selector(label.WORKSPACE, host.workspace_real(workspace))
-    return [c["Names"][0] for c in engine.list(ours)] + [n["Name"] for n in engine.list_networks(ours)]
+    return [c.name for c in engine.list(ours)] + [n.name for n in engine.list_networks(ours)]
 
 
 def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, progress: Progress,
