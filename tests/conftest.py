@@ -66,6 +66,16 @@ def external_tool(command: str, install_hint: str) -> str:
     return found
 
 
+@functools.cache
+def docker_sdk():
+    """The docker SDK's client, for what a test does to the engine behind the launcher's back (kill
+    a container, build or remove an image, make an upstream): the launcher's Engine is not reached
+    through. Connected on first use, to the engine the environment points at."""
+    import docker
+
+    return docker.from_env(timeout=300)
+
+
 @contextlib.contextmanager
 def script_upstream(engine, prefix: str, alias: str, script: str, environment: dict | None = None):
     """A Python `script` (printing READY once it listens) in the upstream image, reachable as
@@ -75,7 +85,7 @@ def script_upstream(engine, prefix: str, alias: str, script: str, environment: d
 
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
     upstream_image = testnet.ensure_upstream(engine)
-    api, network = engine.client.api, f"sandbox-test-{prefix}-{os.getpid()}"
+    api, network = docker_sdk().api, f"sandbox-test-{prefix}-{os.getpid()}"
     api.create_network(network, driver="bridge", internal=True)
     ref = api.create_container(upstream_image, name=f"{network}-upstream", command=["python3", "-u", "-c", script],
                                environment=environment or {}, host_config=api.create_host_config(network_mode=network),

@@ -14,7 +14,7 @@ from datetime import datetime
 
 import pytest
 
-from conftest import BIND
+from conftest import BIND, docker_sdk
 
 from launcher import attest, checks, images
 from launcher.errors import AttestationInvalid, ExitCode
@@ -52,7 +52,7 @@ def test_a_run_writes_a_record_that_verifies_and_is_true_to_the_run(engine, work
     assert sorted(os.listdir(out)) == ["report.json", "run.intoto.json"]      # no temp file left
     doc = verified(path)
     pred = doc["predicate"]
-    api = engine.client.api
+    api = docker_sdk().api
     for role, ref in (("agent", images.AGENT_IMAGE), ("probe", images.probe_image().tag)):
         found = api.inspect_image(ref)
         volume = {"volume": images.probe_volume_name()} if role == "probe" else {}
@@ -117,8 +117,8 @@ def test_proxy_mode_records_the_proxy_image_and_the_egress_summary(engine, works
     assert result.returncode == 0, result.stderr
     pred = verified(path)["predicate"]
     proxy = images.proxy_image().tag
-    assert pred["images"]["proxy"] == {"ref": proxy, "id": engine.client.api.inspect_image(proxy)["Id"],
-                                       "repo_digests": engine.client.api.inspect_image(proxy).get("RepoDigests") or []}
+    assert pred["images"]["proxy"] == {"ref": proxy, "id": docker_sdk().api.inspect_image(proxy)["Id"],
+                                       "repo_digests": docker_sdk().api.inspect_image(proxy).get("RepoDigests") or []}
     blocked = pred["report"]["egress"]["blocked"]
     assert [(b["host"], b["count"]) for b in blocked] == [("denied.test", 1)]
     assert any(r["host"] == "allowed.test" and not r["denied"] for r in pred["report"]["egress"]["requests"])
@@ -132,16 +132,16 @@ def test_an_inspect_mismatch_is_recorded_with_its_differences_and_no_probe(engin
 
     tag = f"sandbox-test/attest-volumes:{os.getpid()}"
     dockerfile = f"FROM {images.AGENT_IMAGE}\nVOLUME /etc/cron.d\n".encode()
-    engine.client.images.build(fileobj=io.BytesIO(dockerfile), tag=tag, rm=True, labels={"dev.sandbox.managed": "1"})
+    docker_sdk().images.build(fileobj=io.BytesIO(dockerfile), tag=tag, rm=True, labels={"dev.sandbox.managed": "1"})
     try:
         policy = tmp_path / "volumes.yaml"
         policy.write_text(f"version: 1\nname: volumes\ndescription: d\nextends: [untrusted]\nimage: {tag}\n")
         path = tmp_path / "inspect.intoto.json"
         result = sandbox("run", "-p", str(policy), "-w", str(workspace), "--attest", str(path), "--",
                          "touch", "/workspace/AGENT-RAN")
-        image_id = engine.client.api.inspect_image(tag)["Id"]
+        image_id = docker_sdk().api.inspect_image(tag)["Id"]
     finally:
-        engine.client.api.remove_image(tag, force=True)
+        docker_sdk().api.remove_image(tag, force=True)
     assert result.returncode == ExitCode.PROBE_FAILED, result.stderr
     pred = verified(path)["predicate"]
     assert pred["inspect"]["compared"] and pred["inspect"]["ok"] is False

@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import external_tool, fake_facts, untrusted_bind, preset
+from conftest import docker_sdk, external_tool, fake_facts, preset, untrusted_bind
 from launcher import host, images, sandboxes, workspaces
 from launcher.compiler import compile_policy
 from launcher.targets.compose import compose_text, to_compose
@@ -77,7 +77,7 @@ def compose_bin():
 @pytest.mark.engine
 def test_docker_compose_brings_up_a_probed_sandbox_equal_to_the_plan(engine, compose_bin, workspace, tmp_path):
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
-    api, egress = engine.client.api, f"sandbox-test-compose-egress-{os.getpid()}"
+    api, egress = docker_sdk().api, f"sandbox-test-compose-egress-{os.getpid()}"
     api.create_network(egress, driver="bridge", internal=True)   # stands in for the internet: leads nowhere
     policy = with_allowed(preset("ci"), ({"host": "allowed.test", "private": True},))
     facts = host.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag,
@@ -100,9 +100,9 @@ def test_docker_compose_brings_up_a_probed_sandbox_equal_to_the_plan(engine, com
         assert set(to_compose(plan)["services"]) == {"proxy", "sandbox"}
         # compose owns these containers: `sandbox gc` must not take them, though no launcher of ours lives.
         label = f"dev.sandbox.sandbox={name}"
-        before = sorted(c["Id"] for c in engine.list(label))
+        before = sorted(c.id for c in engine.list(label))
         sandboxes.gc(engine, everything=False)
-        assert sorted(c["Id"] for c in engine.list(label)) == before and len(before) == 2
+        assert sorted(c.id for c in engine.list(label)) == before and len(before) == 2
     finally:
         down = subprocess.run(project + ["down", "--timeout", "1"], capture_output=True, text=True, timeout=120)
         workspaces.remove_placeholders(plan.placeholders)
@@ -146,7 +146,7 @@ secrets:
         assert (workspace / "one.txt").read_text() == (workspace / "two.txt").read_text() == "model ok\n"
         log = upstream_log()
         assert f"REQ Authorization: Bearer {env_value}" in log and f"REQ x-api-key: {file_value}" in log
-        assert env_value not in json.dumps(engine.inspect(plan.container.name))
+        assert env_value not in json.dumps(docker_sdk().api.inspect_container(plan.container.name))
     finally:
         down = subprocess.run(project + ["down", "--timeout", "1"], capture_output=True, text=True, timeout=120, env=env)
         workspaces.remove_placeholders(plan.placeholders)

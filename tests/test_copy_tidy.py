@@ -89,7 +89,7 @@ def test_ls_shows_a_copys_changes():
 
 
 def copy_volumes(engine, ws) -> list[str]:
-    return sorted(v["Name"] for v in engine.list_volumes(label.selector(label.KIND, "copy"),
+    return sorted(v.name for v in engine.list_volumes(label.selector(label.KIND, "copy"),
                                                            label.selector(label.WORKSPACE, os.path.realpath(ws))))
 
 

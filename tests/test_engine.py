@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIND, read_until, untrusted_bind, preset
+from conftest import BIND, docker_sdk, preset, read_until, untrusted_bind
 from fakes import Recorder
 
 from launcher import host, images, launch, workspaces
@@ -33,7 +33,7 @@ def sandbox(*args, **kwargs) -> subprocess.CompletedProcess:
 def ours(engine, workspace) -> list[str]:
     """Containers of ours on this test's workspace, running or not (leak detector that other
     sandboxes on the same engine do not disturb)."""
-    return sorted(c["Names"][0] for c in engine.list(f"dev.sandbox.workspace={os.path.realpath(workspace)}"))
+    return sorted("/" + c.name for c in engine.list(f"dev.sandbox.workspace={os.path.realpath(workspace)}"))
 
 
 def test_run_example_shows_every_hostile_attempt_blocked(engine, workspace):
@@ -176,7 +176,7 @@ def odd_images(engine):
     yield tags
     for key, tag in tags.items():
         if key != "debian":
-            engine.client.api.remove_image(tag, force=True)
+            docker_sdk().api.remove_image(tag, force=True)
 
 
 @pytest.mark.parametrize("kind", ["debian", "busybox", "no-shell", "lying-sh"])
@@ -240,8 +240,8 @@ def test_up_stops_at_its_time_limit_whoever_is_attached_and_warns_the_shell_firs
         assert b"sandbox: this sandbox stops in 4 s (limits.timeout)" in seen, seen
         assert shell.wait(timeout=30) != 0          # the attached shell ended with the sandbox
         assert time.monotonic() - started < 25
-        state = engine.inspect(name)["State"]
-        assert not state["Running"] and state["ExitCode"] == 0
+        state = engine.inspect(name)
+        assert not state.running and state.exit_code == 0
     finally:
         shell.kill()
         os.close(primary)
@@ -276,7 +276,7 @@ def test_an_empty_probe_volume_that_is_not_ours_is_replaced_not_mounted(engine):
     it for the filled probe volume would fail every start (exec: busybox: no such file)."""
     volume = images.probe_volume_name()
     engine.remove_volume(volume)
-    engine.client.volumes.create(name=volume)   # empty, no labels: as Docker would make it
+    docker_sdk().volumes.create(name=volume)   # empty, no labels: as Docker would make it
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None)
     assert "dev.sandbox.managed" in engine.volume_labels(volume)
     result = sandbox("run", "-p", "read-only", "-w", str(Path(__file__).parent.parent / "examples" / "untrusted-repo"),
@@ -297,7 +297,7 @@ def test_an_agent_printing_without_end_leaves_a_bounded_log_on_the_host_and_its_
         received += len(chunk or b"")
         for item in engine.list(f"dev.sandbox.workspace={workspace}"):   # the engine's copy, while it exists
             try:
-                path = engine.inspect(item["Id"])["LogPath"]
+                path = engine.inspect(item.id).log_path
                 sizes = [os.path.getsize(p) for p in (path, path + ".1", path + ".2") if os.path.exists(p)]
             except (OSError, KeyError, NotFound):
                 continue
@@ -316,13 +316,13 @@ def test_an_image_declaring_volumes_is_refused_in_words(engine, workspace):
     tag = "sandbox-test/volumes:1"
     # /home/agent is the agent's home tmpfs now, which takes the place of the image's volume there
     dockerfile = f"FROM {images.AGENT_IMAGE}\nVOLUME /home/agent /etc/cron.d /var/spool/x\n".encode()
-    engine.client.images.build(fileobj=io.BytesIO(dockerfile), tag=tag, rm=True, labels={"dev.sandbox.managed": "1"})
+    docker_sdk().images.build(fileobj=io.BytesIO(dockerfile), tag=tag, rm=True, labels={"dev.sandbox.managed": "1"})
     try:
         policy = tmp_policy = workspace.parent / "volumes.yaml"
         tmp_policy.write_text(f"version: 1\nname: volumes\ndescription: d\nextends: [untrusted]\nimage: {tag}\n")
         result = sandbox("run", "-p", str(policy), "-w", str(workspace), "--", "touch", "/workspace/AGENT-RAN")
     finally:
-        engine.client.api.remove_image(tag, force=True)
+        docker_sdk().api.remove_image(tag, force=True)
     assert result.returncode == ExitCode.PROBE_FAILED, result.stderr
     assert ("the image declares VOLUME /etc/cron.d, /var/spool/x: writable volumes the policy does not declare"
             in result.stderr), result.stderr

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import BIND, preset
+from conftest import BIND, docker_sdk, preset
 
 from fakes import Recorder
 from launcher import host, images, launch
@@ -29,11 +29,11 @@ SANDBOX = [sys.executable, "-m", "launcher"]
 
 def leftovers(engine, workspace) -> list[str]:
     label = f"dev.sandbox.workspace={os.path.realpath(workspace)}"
-    return sorted([c["Names"][0] for c in engine.list(label)] + [n["Name"] for n in engine.list_networks(label)])
+    return sorted(["/" + c.name for c in engine.list(label)] + [n.name for n in engine.list_networks(label)])
 
 
 def volumes(engine) -> set[str]:
-    return {v["Name"] for v in engine.list_volumes()}
+    return {v.name for v in engine.list_volumes()}
 
 
 def start(workspace, *args) -> subprocess.Popen:
@@ -59,8 +59,8 @@ def internet(engine):
 def test_the_container_killed_mid_run_reports_its_exit_code_and_leaves_nothing(engine, workspace):
     proc = start(workspace, "--", "sleep", "120")
     wait_for(proc, "probe passed")
-    running = [c for c in engine.list(f"dev.sandbox.workspace={workspace}") if c["State"] == "running"]
-    engine.client.api.kill(running[0]["Id"])
+    running = [c for c in engine.list(f"dev.sandbox.workspace={workspace}") if c.state == "running"]
+    docker_sdk().api.kill(running[0].id)
     assert proc.wait(timeout=60) == 137
     assert leftovers(engine, workspace) == []
 
@@ -182,7 +182,7 @@ def test_ctrl_c_while_an_image_builds_leaves_nothing(engine, tmp_path, workspace
         dockerfile.write(f"RUN sleep 60 # {os.getpid()}\n")
     slow_tag = subprocess.run([sys.executable, "-c", "from launcher import images; print(images.probe_image().tag)"],
                               cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
-    api, images_before = engine.client.api, {i["Id"] for i in engine.client.api.images(all=True)}
+    api, images_before = docker_sdk().api, {i["Id"] for i in docker_sdk().api.images(all=True)}
 
     def building() -> list[dict]:
         return [c for c in api.containers(all=True) if f"sleep 60 # {os.getpid()}" in c["Command"]]

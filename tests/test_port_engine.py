@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from conftest import BIND
+from conftest import BIND, docker_sdk
 from launcher.errors import ExitCode
 
 pytestmark = pytest.mark.engine
@@ -130,8 +130,8 @@ def test_a_server_inside_answers_on_the_host_loopback_and_the_sandbox_stays_offl
         assert relays(name) == []
 
         state = engine.inspect(name)   # nothing was added to the sandbox's network
-        assert state["HostConfig"]["NetworkMode"] == "none" and not state["HostConfig"].get("PortBindings")
-        assert not state["NetworkSettings"].get("Ports") and not state["NetworkSettings"].get("Networks", {}).get("bridge")
+        assert state.host.network_mode == "none" and not state.host.port_bindings and "bridge" not in state.networks
+        assert not docker_sdk().api.inspect_container(name)["NetworkSettings"].get("Ports")
         devices = sandbox("exec", name, "--", "cat", "/proc/net/dev").stdout.splitlines()[2:]
         assert [line.split(":")[0].strip() for line in devices] == ["lo"]
     finally:

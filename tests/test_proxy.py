@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from fakes import Recorder
-from conftest import preset
+from conftest import docker_sdk, preset
 from launcher import checks, host, images, launch
 from launcher.compiler import compile_policy
 from launcher.errors import ExitCode, ProbeFailed
@@ -42,7 +42,7 @@ def run_ci(internet, workspace, allow, script, *extra, timeout=120):
 
 def leftovers(engine, workspace) -> list:
     label = f"dev.sandbox.workspace={os.path.realpath(workspace)}"
-    return [c["Names"][0] for c in engine.list(label)] + [n["Name"] for n in engine.list_networks(label)]
+    return ["/" + c.name for c in engine.list(label)] + [n.name for n in engine.list_networks(label)]
 
 
 CURL = 'curl -s -o /dev/null -w "%{http_code}" --max-time 10'
@@ -104,8 +104,8 @@ def test_killing_the_proxy_mid_run_cuts_egress(engine, internet, workspace):
                                        "--allow-private", "allowed.test", "--", "bash", "-c", script],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "first=200"
-    proxies = [c for c in engine.list(f"dev.sandbox.workspace={workspace}") if c["Labels"]["dev.sandbox.kind"] == "proxy"]
-    engine.client.api.kill(proxies[0]["Id"])
+    proxies = [c for c in engine.list(f"dev.sandbox.workspace={workspace}") if c.labels["dev.sandbox.kind"] == "proxy"]
+    docker_sdk().api.kill(proxies[0].id)
     out, _ = proc.communicate(timeout=120)
     assert "second=000" in out and "direct=000" in out
     assert internet.seen_by_canary() == []
@@ -201,15 +201,15 @@ def test_default_egress_network_is_created_and_removed(engine, workspace):
 def test_tls_sni_must_be_allowed_too(engine, internet, workspace):
     """Squid peeks at the TLS client hello inside a CONNECT tunnel: an SNI that no rule allows cuts
     the tunnel before anything reaches the upstream; an allowed one is spliced through untouched."""
-    before = internet.client.api.logs(internet.upstream).decode().count("CONN 443")
+    before = docker_sdk().api.logs(internet.upstream).decode().count("CONN 443")
     script = ('curl -s --max-time 5 --connect-to denied.test:443:allowed.test:443 https://denied.test/ -o /dev/null; '
               'echo "mismatch=$?"')
     result, report = run_ci(internet, workspace, ["allowed.test"], script)
     assert "mismatch=0" not in result.stdout
-    assert internet.client.api.logs(internet.upstream).decode().count("CONN 443") == before
+    assert docker_sdk().api.logs(internet.upstream).decode().count("CONN 443") == before
     assert any(e["sni"] == "denied.test" and e["tls"] == "terminate" and e["denied"] for e in report["egress"]["requests"])
     result, _ = run_ci(internet, workspace, ["allowed.test"], "curl -s --max-time 3 https://allowed.test/ -o /dev/null; true")
-    assert internet.client.api.logs(internet.upstream).decode().count("CONN 443") == before + 1
+    assert docker_sdk().api.logs(internet.upstream).decode().count("CONN 443") == before + 1
 
 
 def test_a_plain_internal_network_fails_egress_direct(engine, internet, workspace, probe_only):

@@ -60,7 +60,7 @@ def test_the_main_job_works_with_debians_own_python_and_leaves_nothing(engine, t
     wheels = os.environ.get("SANDBOX_TEST_WHEELHOUSE", "")
     _needs(os.access(DEBIAN_PYTHON, os.X_OK), f"no {DEBIAN_PYTHON}")
     _needs(bool(wheels) and os.path.isdir(wheels), "SANDBOX_TEST_WHEELHOUSE (wheels for an offline install) is not set")
-    assert not [c for c in engine.list() if c["Names"][0] == "/sandbox-untrusted-repo"], \
+    assert not [c for c in engine.list() if c.name == "sandbox-untrusted-repo"], \
         "a sandbox named sandbox-untrusted-repo is running already: `sandbox down sandbox-untrusted-repo`"
     clone = _copy_of_the_repository(tmp_path / "clone")   # owned by root, as this test runs: copy mode copes
     command = quickstart()[0]

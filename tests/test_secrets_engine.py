@@ -12,7 +12,7 @@ import tarfile
 
 import pytest
 
-from conftest import script_upstream
+from conftest import docker_sdk, script_upstream
 
 pytestmark = pytest.mark.engine
 SANDBOX = [sys.executable, "-m", "launcher"]
@@ -83,7 +83,7 @@ echo done
 
 def from_the_egress_side(engine, model_api, proxy: str) -> str:
     """Connect to the proxy's secret endpoint from the upstream's side (another network)."""
-    api, ref = engine.client.api, model_api[2]
+    api, ref = docker_sdk().api, model_api[2]
     probe = ("import socket\ntry:\n    socket.create_connection((%r, 3130), timeout=3); print('connected')\n"
              "except OSError as exc:\n    print('refused' if isinstance(exc, ConnectionRefusedError) else repr(exc))") % proxy
     exec_id = api.exec_create(ref, ["python3", "-c", probe])["Id"]
@@ -101,10 +101,10 @@ def _run_and_search(engine, model_api, workspace, source_line: str, value: str, 
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     answer = proc.stdout.readline()
     assert proc.stdout.readline().strip() == "INSPECT-NOW", answer
-    sandboxes = [c for c in engine.list(f"dev.sandbox.workspace={workspace}") if c["Labels"]["dev.sandbox.kind"] != "proxy"]
-    inspected = json.dumps([engine.inspect(c["Id"]) for c in sandboxes])
-    proxy = next(c["Names"][0].lstrip("/") for c in engine.list(f"dev.sandbox.workspace={workspace}")
-                 if c["Labels"]["dev.sandbox.kind"] == "proxy")
+    sandboxes = [c for c in engine.list(f"dev.sandbox.workspace={workspace}") if c.labels["dev.sandbox.kind"] != "proxy"]
+    inspected = json.dumps([docker_sdk().api.inspect_container(c.id) for c in sandboxes])
+    proxy = next(c.name for c in engine.list(f"dev.sandbox.workspace={workspace}")
+                 if c.labels["dev.sandbox.kind"] == "proxy")
     from_egress = from_the_egress_side(engine, model_api, proxy)
     (workspace / "go").touch()
     out, err = proc.communicate(timeout=120)
@@ -259,7 +259,7 @@ def certs(engine):
     from launcher import images
 
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
-    out = engine.client.containers.run(images.proxy_image().tag, entrypoint=["sh", "-c", CERTS], user="13:13",
+    out = docker_sdk().containers.run(images.proxy_image().tag, entrypoint=["sh", "-c", CERTS], user="13:13",
                                        network_disabled=True, remove=True).decode()
     return {part.split("\n", 1)[0]: part.split("\n", 1)[1] for part in out.split("== ")[1:]}
 

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from conftest import docker_sdk
 from launcher import images, scan
 from launcher.selftest import scratch
 from launcher.selftest import runner as st
@@ -115,7 +116,7 @@ def _weak_run(engine, tmp_path, workspace, mode, network, extra_env=None, cases=
                   "HOST_IPS": "127.0.0.1", "CANARY_IP": "", "HOST_CANARY_DIR": "/hostdir", "TMPFS": "/tmp:1048576",
                   "HOST_CANARY": str(tmp_path / "git-canary"), "TRACKED": scratch.TRACKED,
                   **(extra_env or {})}
-        api = engine.client.api
+        api = docker_sdk().api
         host_config = api.create_host_config(
             network_mode=network, pid_mode="host", cap_add=["ALL"], cap_drop=["SYS_RESOURCE"], shm_size="600m",
             security_opt=["seccomp=unconfined", "apparmor=unconfined"], tmpfs={"/tmp": "size=8m"},
@@ -248,7 +249,7 @@ def test_the_time_limit_and_leftover_checks_catch_a_weakened_launch(engine):
         assert st.judge_time_limit(outcome.timed_out, outcome.exit_code).verdict == st.PASS
         assert st.judge_leftovers(st.leftovers(engine, ws), (), ()).verdict == st.PASS
         # Weakened: a container of this workspace left behind.
-        leftover = engine.client.api.create_container(
+        leftover = docker_sdk().api.create_container(
             images.AGENT_IMAGE, ["true"], labels={"dev.sandbox.managed": "1",
                                                    "dev.sandbox.workspace": host.workspace_real(ws)})["Id"]
         assert st.judge_leftovers(st.leftovers(engine, ws), (), ()).verdict == st.FAIL

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from conftest import docker_sdk
 from launcher import labels as label
 from launcher import subnets
 from launcher.egress.squid import INTERNAL_OPTIONS, NetworkSpec
@@ -100,11 +101,11 @@ def test_more_proxy_networks_than_the_default_pools_hold(engine):
         got += [subnets.create_network(engine, spec(name)) for name in names[1:]]
         assert str(first) not in got and len(set(got)) == 40
         for name, subnet in zip(names, got):
-            assert engine.client.api.inspect_network(name)["IPAM"]["Config"][0]["Subnet"] == subnet
+            assert docker_sdk().api.inspect_network(name)["IPAM"]["Config"][0]["Subnet"] == subnet
     finally:
         for name in names + [holder, f"{prefix}-again"]:
             engine.remove_network(name)
-    assert not [n for n in engine.list_networks() if n["Name"].startswith(prefix)]
+    assert not [n for n in engine.list_networks() if n.name.startswith(prefix)]
 
 
 @pytest.mark.engine
