@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from launcher import baseline, engine, sandboxes
 from launcher.cli import main
+from launcher.enginefake import FakeEngine
 from launcher.selftest import runner as st
 
 
@@ -77,7 +78,7 @@ def test_a_usage_error_of_ours_exits_2():
 
 
 def test_down_json_says_what_was_removed_and_kept(monkeypatch):
-    monkeypatch.setattr(engine, "connect", lambda: object())
+    monkeypatch.setattr(engine, "connect", lambda: FakeEngine())
     monkeypatch.setattr(sandboxes, "down", lambda eng, name, purge: sandboxes.Down(
         copy="c", changes=2, removed=("v1",), kept=("v2",)))
     monkeypatch.setattr(baseline, "take", lambda name: None)
@@ -90,7 +91,7 @@ def test_down_json_says_what_was_removed_and_kept(monkeypatch):
 
 
 def test_gc_json_says_what_was_removed_and_which_copies_stay(monkeypatch):
-    monkeypatch.setattr(engine, "connect", lambda: object())
+    monkeypatch.setattr(engine, "connect", lambda: FakeEngine())
     monkeypatch.setattr(sandboxes, "gc", lambda eng, everything: ["old"])
     monkeypatch.setattr(sandboxes, "stale_probe_volumes", lambda eng, name: ["probe-v"])
     monkeypatch.setattr(sandboxes, "ls", lambda eng: [])
@@ -110,7 +111,7 @@ def test_gc_json_says_what_was_removed_and_which_copies_stay(monkeypatch):
 def _selftest_result(monkeypatch):
     result = st.PresetResult(policy="p", mode="none", cases=(
         st.CaseResult(id="a", expected="x", observed="y", verdict=st.PASS),))
-    monkeypatch.setattr(engine, "connect", lambda: object())
+    monkeypatch.setattr(engine, "connect", lambda: FakeEngine())
     monkeypatch.setattr(st, "run", lambda eng, policies, status: (result,))
     return st.to_json((result,))
 

@@ -6,6 +6,7 @@ import pytest
 
 import launcher
 from launcher import session
+from launcher.enginefake import FakeEngine
 from launcher.errors import ExitCode, PolicyError
 from launcher.launch import Outcome
 from launcher.verify import Check, ProbeReport
@@ -52,7 +53,7 @@ def test_a_run_reports_to_its_listener_and_returns_the_agents_status(tmp_path, m
     monkeypatch.setattr(launch, "run", fake_run)
     heard = Heard()
     request = session.Request(policy="untrusted", workspace=str(tmp_path), command=("make", "test"))
-    result = session.run(request, heard, engine=object())
+    result = session.run(request, heard, engine=FakeEngine())
     assert (result.status, result.exit_code, result.report["agent"]["exit_code"]) == ("agent-failed", 3, 3)
     assert ran[0].container.command[-2:] == ("make", "test") and heard.out == b"agent says hi\n"
     assert result.planned.plan is ran[0] and capsys.readouterr() == ("", "")
