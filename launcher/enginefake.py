@@ -9,8 +9,9 @@ exists, with PATH=/usr/bin), `output` ((stdout, stderr) pairs every attached con
 answered), `fail` ({"METHOD /path regex": message}: the engine answers 500 with it), `logs`
 (container name -> its log text), `archive` ((ContainerInfo, path) -> the raw tar the archive API
 answers, or None: no such path), `builds` ((context, tag) -> the build's output lines) and `execs`
-(argv -> (output pairs, exit code)); `http.add_container` seeds a container made earlier. What happened: `calls` (create, start, kill, stop, remove),
-`created` (each create body), `removed_volumes`, `imported`, and the models' dicts."""
+(argv -> (output pairs, exit code)); `http.add_container` seeds a container made earlier.
+What happened: `calls` (create, start, kill, stop, remove), `created` (each create body),
+`removed_volumes`, `imported`, and the models' dicts."""
 
 from __future__ import annotations
 

@@ -62,7 +62,8 @@ def prepare(engine: Engine, spec: HomeSpec, progress: Progress) -> bool:
 
 
 def _users(engine: Engine, name: str) -> tuple[str, ...]:
-    return tuple(i.name for i in engine.list(label.selector(label.HOME, name)) if i.labels.get(label.KIND) in ("run", "up"))
+    return tuple(i.name for i in engine.list(label.selector(label.HOME, name))
+                 if i.labels.get(label.KIND) in ("run", "up"))
 
 
 def all_homes(engine: Engine, workspace: str | None = None) -> list[HomeVolume]:

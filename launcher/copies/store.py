@@ -168,7 +168,8 @@ def all_copies(engine: Engine) -> list[Copy]:
 
 
 def _with_users(engine: Engine, copy: Copy) -> Copy:
-    users = tuple(i.name for i in engine.list(label.selector(label.COPY, copy.name)) if i.labels.get(label.KIND) in ("run", "up"))
+    users = tuple(i.name for i in engine.list(label.selector(label.COPY, copy.name))
+                  if i.labels.get(label.KIND) in ("run", "up"))
     return replace(copy, users=users)
 
 
