@@ -93,13 +93,29 @@ def agent_image() -> BundledImage:
     return BundledImage(key="agent", tag=AGENT_IMAGE, context=context, context_hash=_context_hash(context))
 
 
+def _chained(context: Path, *under: BundledImage) -> str:
+    """The hash of a recipe that builds on other bundled images: a change in any of them changes it."""
+    parts = [_context_hash(context)] + [image.context_hash or image.tag.rpartition(":")[2] for image in under]
+    return hashlib.sha256("".join(parts).encode()).hexdigest()[:12]
+
+
+def agent_fetch_image() -> BundledImage:
+    """The stage the agent images share (images/agent-fetch, FROM the agent image): their fetch
+    stages start from it, their final stages copy its hardening step. Never a sandbox's image."""
+    context = resources.images_dir() / "agent-fetch"
+    return BundledImage(key="agent-fetch", tag=f"sandbox/agent-fetch:{_chained(context, agent_image())}",
+                        context=context)
+
+
 def agent_profile_image(name: str) -> BundledImage:
-    """An agent CLI's image (images/agents/NAME, FROM the agent image); the tag follows its recipe."""
+    """An agent CLI's image (images/agents/NAME, FROM the agent image and the fetch image); the tag
+    follows its recipe and theirs."""
     context = resources.images_dir() / "agents" / name
     if not (context / "Dockerfile").is_file():
         raise EngineError(f"no agent image recipe {name!r} in {context.parent}")
-    # FROM the agent image: a changed agent image is a changed recipe too.
-    digest = hashlib.sha256((_context_hash(context) + agent_image().context_hash).encode()).hexdigest()[:12]
+    # The fetch image's tag already follows the agent image; both are named so that either one's
+    # change is a changed recipe.
+    digest = _chained(context, agent_image(), agent_fetch_image())
     return BundledImage(key=f"agent-{name}", tag=f"sandbox/agent-{name}:{digest}", context=context)
 
 
@@ -130,11 +146,14 @@ def ca_buildargs(files: list[Path]) -> dict[str, str]:
 
 def build_agent(engine: Engine, name: str, progress: Progress, ca_files: list[Path] = (),
                 force: bool = False) -> BundledImage:
-    """Build the agent image (when missing) and NAME's image on it, trusting ca_files during the
-    download steps (the CLI's default: extra_ca_files(), the host's own)."""
+    """Build the agent image and the shared fetch image (each when missing or changed) and NAME's
+    image on them, trusting ca_files during the download steps (the CLI's default:
+    extra_ca_files(), the host's own). `force` rebuilds the fetch image and NAME's."""
     build(engine, agent_image(), progress)
+    fetch = agent_fetch_image()
+    build(engine, fetch, progress, force)
     image = agent_profile_image(name)
-    build(engine, image, progress, force, ca_buildargs(list(ca_files)))
+    build(engine, image, progress, force, {"FETCH": fetch.tag, **ca_buildargs(list(ca_files))})
     return image
 
 

@@ -27,7 +27,10 @@ def test_the_image_recipe_pins_the_profiles_version(name):
     assert re.search(rf"^ARG [A-Z_]+_VERSION={re.escape(profile.package.version)}$", dockerfile, re.M), name
     assert profile.package.name in dockerfile
     assert dockerfile.rstrip().endswith("USER 1000:1000")
-    assert "ARG BASE=sandbox/agent:bookworm" in dockerfile and "-perm /6000" in dockerfile and "getcap -r /" in dockerfile
+    # The base image's checks again (no file capabilities, no setuid/setgid files): the shared
+    # fetch image's hardening step (tests/test_agent_images.py reads where and when it runs).
+    assert "ARG BASE=sandbox/agent:bookworm" in dockerfile
+    assert "COPY --from=fetch /usr/local/sbin/sandbox-harden" in dockerfile and re.search(r"^\s*(RUN .*)?sandbox-harden", dockerfile, re.M)
 
 
 @pytest.mark.parametrize("profile", agents.PROFILES.values(), ids=lambda p: p.name)
