@@ -1,5 +1,5 @@
 #!/bin/sh
-# Every benchmark, one after another in one run, as the README's table reports them:
+# Every benchmark, one after another in one run, as the table of docs/benchmarks.md reports them:
 #     sh bench/all.sh 2>&1 | tee bench.log        (about 25 minutes on 2 cores)
 # PYTHON names the interpreter that has the launcher installed (default: python3).
 set -eu

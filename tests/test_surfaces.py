@@ -13,12 +13,12 @@ from launcher.surfaces import BY_NAME, INVENTORY, PROTECTED, compare
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_inventory_is_one_list_of_names_each_with_a_reason_and_the_readme_table_matches():
+def test_the_inventory_is_one_list_of_names_each_with_a_reason_and_the_docs_table_matches():
     names = [s.name for s in INVENTORY]
     assert len(names) == len(set(names)) and all("/" not in n and n for n in names)
     assert all(s.tools and s.why for s in INVENTORY)
-    readme = (ROOT / "README.md").read_text()
-    table = readme[readme.index("| surface | tools"):]
+    page = (ROOT / "docs" / "security.md").read_text()   # "What the agent leaves behind"
+    table = page[page.index("| surface | tools"):]
     table = table[:table.index("\n\n")]
     rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `([^`]+)` \|[^|]*\| (protected|reported)", table, re.M)}
     assert rows == {s.name: "protected" if s.protect else "reported" for s in INVENTORY}
