@@ -1,5 +1,6 @@
-"""The documents hold together: every relative link in README.md and docs/*.md resolves (the file
-exists; an #anchor names a heading of that file, by GitHub's slug rules), and docs/architecture.md
+"""The documents hold together: every relative link in README.md and docs/*.md (and the other pages
+of the repository: examples/, images/, launcher/) resolves (the file exists; an #anchor names a
+heading of that file, by GitHub's slug rules), and docs/architecture.md
 names every module under launcher/, so the map cannot go stale."""
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+         *sorted(p for d in ("examples", "images", "launcher") for p in (ROOT / d).rglob("*.md"))]
 LINK = re.compile(r"(?<!!)\[(?:[^\]`]|`[^`]*`)*\]\(([^()\s]+)\)")   # [text](target); `]` inside code spans too
 
 
