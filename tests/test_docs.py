@@ -95,3 +95,10 @@ def test_the_checks_catch_what_they_should(tmp_path):
                     "[web](https://example.com) and [here](#same-1).\n\n```\n[in](fence.md)\n# not a heading\n```\n")
     assert links(page) == ["x.md#y", "#same-1"]
     assert anchors(page) == {"title", "same", "same-1"}
+
+
+def test_the_license_file_is_the_license_pyproject_names():
+    pyproject = (ROOT / "pyproject.toml").read_text()   # no tomllib before Python 3.11
+    assert 'license = {text = "MIT"}' in pyproject and '"License :: OSI Approved :: MIT License"' in pyproject
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("MIT License\n\nCopyright (c) 2026 ") and "Permission is hereby granted, free of charge" in text
