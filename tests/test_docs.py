@@ -102,3 +102,13 @@ def test_the_license_file_is_the_license_pyproject_names():
     assert 'license = {text = "MIT"}' in pyproject and '"License :: OSI Approved :: MIT License"' in pyproject
     text = (ROOT / "LICENSE").read_text()
     assert text.startswith("MIT License\n\nCopyright (c) 2026 ") and "Permission is hereby granted, free of charge" in text
+
+
+def test_the_readmes_preset_table_names_every_bundled_preset():
+    from launcher import resources
+
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("| preset | for |"):]
+    table = table[:table.index("\n\n")]
+    named = {re.match(r"^\| `([^`]+)`", row).group(1) for row in table.splitlines()[2:]}
+    assert named == {p.stem for p in Path(resources.policies_dir()).glob("*.yaml")}
