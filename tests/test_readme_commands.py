@@ -74,3 +74,11 @@ def test_a_flag_or_command_that_does_not_exist_is_caught():
     assert _missing(("down",), ("--allow",)) == ["--allow"]   # words of down's help, not an option of it
     with pytest.raises(KeyError):
         _uses(["sandbox nosuchcommand --help"])
+
+
+def test_every_command_of_the_cli_is_in_the_list():
+    shown = {u[0] for u in USES}
+    for name, command in main.commands.items():
+        paths = [(name, sub) for sub in command.commands] if hasattr(command, "commands") else [(name,)]
+        for path in paths:
+            assert path in shown, f"README's \"What you can do\" does not show `sandbox {' '.join(path)}`"
