@@ -1,5 +1,5 @@
 """The probe's checks, in the order the probe reports them: one list that the probe script, the
-explain table, the README and the tamper matrix are each tested against; and what to do when one
+explain table, docs/security.md and the tamper matrix are each tested against; and what to do when one
 fails, where the probe's line alone does not say it."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 
 class ExitCode:
-    """Stable exit codes (documented in the README). The agent's own code passes through."""
+    """Stable exit codes (the README's "Exit codes"). The agent's own code passes through."""
 
     OK = 0
     USAGE = 2

@@ -1,4 +1,4 @@
-"""The one path from a policy reference to a LaunchPlan, as the README draws it:
+"""The one path from a policy reference to a LaunchPlan, as docs/architecture.md draws it:
 load the base ─▶ layers after it (org, user, repository, git, flags) ─▶ host facts ─▶ compile.
 The CLI, the selftest and `sandbox check` all go through here."""
 

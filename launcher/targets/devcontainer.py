@@ -16,7 +16,7 @@ from launcher.targets.argv import log_flags, mount_flag, tmpfs_flag
 from launcher.runtimes import as_file
 
 # Remote settings the editor honours inside the container. The host-side ones (credential helper,
-# ssh/gpg agent forwarding, copying .gitconfig) are user settings of the editor: see the README.
+# ssh/gpg agent forwarding, copying .gitconfig) are user settings of the editor: docs/targets.md, "Dev containers".
 VSCODE_SETTINGS = {
     "git.autofetch": False,
     "git.terminalAuthenticationDetection": False,

@@ -117,7 +117,7 @@ class _Volumes:
                                 "readOnly": True})
         elif m.kind is MountKind.TMPFS and self.plan.probe.home == m.target:
             # Not a memory volume: the probe proves the home by its node path, which a tmpfs root
-            # does not have (see the README, "Kubernetes").
+            # does not have (docs/targets.md, "Kubernetes").
             self.home_volume = self._add(self._name("home"), {"emptyDir": {"sizeLimit": str(m.size_bytes)}}
                                          if m.size_bytes else {"emptyDir": {}})
             self.mounts.append({"name": self.home_volume, "mountPath": m.target, "subPath": HOME_DIR})
