@@ -1,6 +1,7 @@
 """The attestation record of a run (`sandbox run --attest FILE`): one in-toto Statement v1 whose
 predicate holds what the run was (policy, layers, images, engine, runtime, inspect, the run report).
-It is unsigned and says so; `verify` re-checks every digest it holds."""
+Unsigned (and saying so), or signed in a DSSE envelope (signing.py); `check` re-checks every digest
+it holds and, given the public key, the signature."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import os
 import stat
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from launcher import images, runtimes
+from launcher import images, runtimes, signing
 from launcher.errors import AttestationInvalid, EngineError
 from launcher.engineproto import ContainerInfo
 from launcher.layers import layers_digest
@@ -24,7 +26,9 @@ from launcher.timings import timed
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://sandbox.dev/attestation/run/v1"
 UNSIGNED = ("unsigned: the digests catch accidents and naive edits, not a forger, who can recompute them; "
-            "only a signature (future work) says who wrote it")
+            "only a signature (`--attest-key`) says who wrote it")
+SIGNED = ("signed: the file is a DSSE envelope over this statement; `sandbox verify-attestation FILE --key PUB` "
+          "checks that the holder of the key with this keyid signed it")
 CONTENT_LIMIT = 1 << 20        # a layer file larger than this is named and digested, not embedded
 
 
@@ -152,15 +156,18 @@ def layer_entries(layers) -> list[dict]:
     return entries
 
 
-def build(*, recorder: Recorder, plan: LaunchPlan, policy, layers, engine, report: dict) -> dict:
-    """The statement of a finished (or failed) run; `report` is the run report (`--report`)."""
+def build(*, recorder: Recorder, plan: LaunchPlan, policy, layers, engine, report: dict,
+          signer: signing.Key | None = None) -> dict:
+    """The statement of a finished (or failed) run; `report` is the run report (`--report`); with
+    `signer`, the statement says it is signed, and by which key (the envelope carries the signature)."""
     effective = plain(policy)
     none = "the engine was not reached"
     engine_facts, runtime_facts = (_engine_facts(engine, plan) if engine else
                                    ({"error": none}, {**runtime(plan, {}, {}), "error": none}))
     predicate = {
-        "unsigned": True,
-        "signature": UNSIGNED,
+        "unsigned": signer is None,
+        "signature": UNSIGNED if signer is None else SIGNED,
+        **({} if signer is None else {"signer": {"keyid": signer.keyid, "algorithm": signer.algorithm}}),
         "run": {"sandbox": plan.container.name, "started_at": recorder.started_at, "finished_at": now(),
                 "status": report["status"], "exit_code": report["exit_code"]},
         "policy": {"name": plan.policy_name, "sha256": sha256(canonical(effective)),
@@ -176,13 +183,13 @@ def build(*, recorder: Recorder, plan: LaunchPlan, policy, layers, engine, repor
             "predicate": predicate}
 
 
-def record(path: str, recorder: Recorder, planned, engine, report: dict) -> str | None:
-    """Build and write the record of this run (`planned`: pipeline.Planned); returns why it could
-    not be written, or None."""
+def record(path: str, recorder: Recorder, planned, engine, report: dict, key: signing.Key | None = None) -> str | None:
+    """Build and write (with `key`: sign) the record of this run (`planned`: pipeline.Planned);
+    returns why it could not be written, or None."""
     try:
         statement = build(recorder=recorder, plan=planned.plan, policy=planned.policy,
-                          layers=planned.layered.effective.layers, engine=engine, report=report)
-        write(path, statement)
+                          layers=planned.layered.effective.layers, engine=engine, report=report, signer=key)
+        write(path, statement, key)
     except (OSError, EngineError, ValueError) as exc:
         return f"the attestation record was not written to {path}: {exc}"
     return None
@@ -215,13 +222,19 @@ def writable(path: str) -> str:
     return target
 
 
-def write(path: str, statement: dict) -> None:
+def signed(statement: dict, key: signing.Key) -> bytes:
+    """The envelope file of `statement`: its canonical bytes are the payload."""
+    return signing.serialize(signing.envelope(serialize(statement), key))
+
+
+def write(path: str, statement: dict, key: signing.Key | None = None) -> None:
     """Atomically (temp file, fsync, rename): a reader finds the whole record or none."""
+    data = serialize(statement) if key is None else signed(statement, key)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".sandbox-attest-", dir=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(serialize(statement))
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -242,14 +255,18 @@ def _number(text: str):
     raise ValueError(f"{text} is not a JSON number")
 
 
-def parse(data: bytes, file: str) -> dict:
+def _json(data: bytes, file: str):
+    try:
+        return json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_number)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise AttestationInvalid(f"{file}: not a sandbox attestation record: {exc}") from None
+
+
+def parse(data: bytes, file: str, doc=None) -> dict:
     def bad(why: str) -> AttestationInvalid:
         return AttestationInvalid(f"{file}: not a sandbox attestation record: {why}")
 
-    try:
-        statement = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_number)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise bad(str(exc)) from None
+    statement = _json(data, file) if doc is None else doc
     if not isinstance(statement, dict) or set(statement) != {"_type", "subject", "predicateType", "predicate"}:
         raise bad("expected an object with exactly _type, subject, predicateType and predicate")
     if statement["_type"] != STATEMENT_TYPE or statement["predicateType"] != PREDICATE_TYPE:
@@ -260,13 +277,17 @@ def parse(data: bytes, file: str) -> dict:
     return statement
 
 
-def problems(data: bytes, statement: dict) -> list[str]:
-    """Every digest (and the file's form) that does not match; empty when the record is intact."""
+def problems(data: bytes, statement: dict, keyid: str | None = None) -> list[str]:
+    """Every digest (and the file's form) that does not match; empty when the record is intact.
+    `keyid`: the statement is the payload of an envelope signed by that keyid (None: a plain file)."""
     found = []
     pred = statement["predicate"]
     try:
-        if pred["unsigned"] is not True:
-            found.append("predicate.unsigned: expected true (sandbox writes no signatures yet)")
+        if keyid is None and pred["unsigned"] is not True:
+            found.append("predicate.unsigned is not true: this statement says it was signed, but it is not in its "
+                         "DSSE envelope (it was taken out of it, or the flag was changed)")
+        if keyid is not None and (pred["unsigned"] is not False or pred["signer"]["keyid"] != keyid):
+            found.append(f"predicate.signer: the statement does not name the envelope's keyid {keyid} as its signer")
         policy = pred["policy"]
         if sha256(canonical(policy["effective"])) != policy["sha256"]:
             found.append("predicate.policy.sha256 does not match the effective policy in the record")
@@ -293,10 +314,43 @@ def problems(data: bytes, statement: dict) -> list[str]:
     return found
 
 
-def verify(data: bytes, file: str) -> dict:
-    """The statement, once every digest in it matches; AttestationInvalid names each mismatch."""
-    statement = parse(data, file)
-    found = problems(data, statement)
+@dataclass(frozen=True, kw_only=True)
+class Checked:
+    """A record whose digests match: its statement, whether it is signed (an envelope), by which
+    keyid and algorithm, and whether that signature was verified (only with a key)."""
+
+    statement: dict
+    signed: bool = False
+    verified: bool = False
+    keyid: str | None = None
+    algorithm: str | None = None
+
+
+def check(data: bytes, file: str, key: signing.Key | None = None) -> Checked:
+    """The record in `data` (a Statement or a DSSE envelope of one), once every digest in it
+    matches and, with `key` (a public one), once the envelope's signature is that key's; an
+    unsigned record with a key fails. AttestationInvalid names each mismatch."""
+    doc = _json(data, file)
+    envelope = signing.opened(data, doc, file)
+    if envelope is None:
+        if key is not None:
+            raise AttestationInvalid(f"{file}: the record is unsigned (a bare in-toto Statement, no DSSE envelope); "
+                                     f"--key {key.file} asks for a signature by keyid {key.keyid}")
+        return Checked(statement=_intact(data, file, parse(data, file, doc)))
+    if key is not None:   # the signature first: nothing else of an unverified payload matters
+        signing.check(envelope, key, file)
+    statement = _intact(envelope.payload, file, parse(envelope.payload, f"{file} (its payload)"), envelope.keyid)
+    return Checked(statement=statement, signed=True, verified=key is not None, keyid=envelope.keyid,
+                   algorithm=statement["predicate"]["signer"]["algorithm"])
+
+
+def _intact(data: bytes, file: str, statement: dict, keyid: str | None = None) -> dict:
+    found = problems(data, statement, keyid)
     if found:
         raise AttestationInvalid(f"{file}: the attestation record does not match its digests:\n  " + "\n  ".join(found))
     return statement
+
+
+def verify(data: bytes, file: str) -> dict:
+    """The statement, once every digest in it matches (a signature, if any, unchecked)."""
+    return check(data, file).statement

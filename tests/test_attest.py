@@ -303,7 +303,7 @@ def test_a_record_that_cannot_be_written_at_the_end_turns_a_success_into_118(tmp
     monkeypatch.setattr(launch, "run", lambda engine, plan, listener: launch.Outcome(
         container=plan.container.name, probe=probe, exit_code=0, timed_out=False))
 
-    def disk_full(path, statement):
+    def disk_full(path, statement, key=None):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(attest, "write", disk_full)
