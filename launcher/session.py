@@ -33,6 +33,7 @@ class Request:
     name: str | None = None
     egress_network: str | None = None
     attest: str | None = None        # run: write the attestation record here (also when the run fails)
+    attest_key: object = None        # and sign it with this key (a launcher.signing.Key: signing.signing_key(PATH))
     fresh: bool = False              # up, copy mode: a new copy instead of the kept one (see `_fresh`)
 
 
@@ -141,13 +142,17 @@ def run(request: Request, listener: Listener, *, engine=None, timings=None) -> R
                         timed_out=bool(outcome and outcome.timed_out), error=_said(error))
     unwritten = None
     if request.attest and planned:   # a record once there is a policy to attest; 118 if it cannot be written
-        unwritten = attest.record(request.attest, recorder, planned, engine, data)
+        unwritten = attest.record(request.attest, recorder, planned, engine, data, request.attest_key)
         if unwritten is None:
-            listener.status(f"attestation record written to {request.attest} (unsigned)")
+            listener.status(f"attestation record written to {request.attest} ({_signed(request.attest_key)})")
         elif status in ("ok", "agent-failed"):
             code = ExitCode.ATTESTATION_INVALID
     return RunResult(status=status, exit_code=code, report=data, planned=planned, outcome=outcome, changes=changes,
                      error=error, attestation_problem=unwritten)
+
+
+def _signed(key) -> str:
+    return "unsigned" if key is None else f"signed: a DSSE envelope, {key.algorithm} keyid {key.keyid[:16]}…"
 
 
 def _said(error: BaseException | None) -> str:

@@ -10,7 +10,7 @@ import click
 
 from launcher.cli import complete
 from launcher.cli import output
-from launcher.cli.attest import attest_option
+from launcher.cli.attest import attest_arguments, attest_option
 from launcher.cli.options import (POLICY_HELP, agent_options, duration, egress_options, either, layer_options, request,
                                   same_directory, session, strict_option, timeline, timings_option, workspace_flag)
 from launcher.errors import SandboxError, Terminated
@@ -33,7 +33,7 @@ from launcher.errors import SandboxError, Terminated
 @timings_option
 @click.argument("command", nargs=-1, required=True)
 def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_json: bool, report_path: str | None,
-        attest_path: str | None, strict: bool, allow: tuple[str, ...], egress_network: str | None, timings: bool,
+        attest_path: str | None, attest_key, strict: bool, allow: tuple[str, ...], egress_network: str | None, timings: bool,
         command: tuple[str, ...]) -> None:
     """Run COMMAND as the agent in a fresh sandbox, then remove it.
 
@@ -47,7 +47,7 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
     line = timeline(timings)
     console = output.Console(agent_stdout=sys.stderr.buffer if as_json else None, timeline=line)
     asked = request(policy, workspace, command, timeout=timeout, allow=allow, strict=strict, name=name,
-                    egress_network=egress_network, attest=attest_path)
+                    egress_network=egress_network, **attest_arguments(attest_path, attest_key))
     result = session(line).run(asked, console, timings=line)
     if result.attestation_problem:
         output.error(result.attestation_problem)
