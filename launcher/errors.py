@@ -10,7 +10,7 @@ class ExitCode:
 
     OK = 0
     USAGE = 2
-    ATTESTATION_INVALID = 118   # `sandbox verify-attestation`: a digest does not match; `run --attest`: not written
+    ATTESTATION_INVALID = 118   # verify-attestation: a digest or the signature does not match; --attest: not written
     COPY_CONFLICT = 119      # `sandbox apply`: the host tree changed where the agent's changes go; nothing written
     POLICY_INVALID = 120
     ENGINE = 121

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from itertools import count
 
 from launcher import baseline, host, images, launch, pipeline, sandboxes
-from launcher.errors import ExitCode, NotFound, PolicyError, ProbeFailed, Problem, SandboxError, Terminated, \
-    secondary_failures
+from launcher.errors import AttestationInvalid, ExitCode, NotFound, PolicyError, ProbeFailed, Problem, SandboxError, \
+    Terminated, secondary_failures
 from launcher.launch import Listener, Outcome
 from launcher.pipeline import LayerOptions, Planned
 from launcher.timings import timed
@@ -32,7 +32,7 @@ class Request:
     options: LayerOptions = LayerOptions()
     name: str | None = None
     egress_network: str | None = None
-    attest: str | None = None        # run: write the attestation record here (also when the run fails)
+    attest: str | None = None        # run: write the attestation record here (also when the run fails); up: at down
     attest_key: object = None        # and sign it with this key (a launcher.signing.Key: signing.signing_key(PATH))
     fresh: bool = False              # up, copy mode: a new copy instead of the kept one (see `_fresh`)
 
@@ -176,6 +176,7 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
     if request.fresh and planned.plan.copy:
         planned = _fresh(engine, planned, request, listener, timings)
     plan, sandbox = planned.plan, planned.plan.container.name
+    started = time.monotonic()
     try:
         found = sandboxes.find(engine, sandbox)
     except NotFound:
@@ -185,8 +186,18 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
         if problem:
             raise PolicyError([problem])
         listener.status(f"{sandbox} is already running; opening a shell in it")
+        if request.attest:
+            listener.status(f"note: --attest: no new record; {sandbox} was started earlier, and its record is the one "
+                            "asked for then, if any (written at `sandbox down`)")
         return UpResult(planned=planned, sandbox=sandbox, reused=True)
-    launch.up(engine, plan, listener)
+    recorder = None
+    if request.attest:
+        from launcher import attest
+
+        recorder = attest.Recorder(listener)
+    probe = launch.up(engine, plan, recorder or listener)
+    if recorder is not None:
+        _keep_record(request, planned, engine, recorder, probe, started, listener)
     if agent:   # the profile's home files (and, for its shells, its variables)
         from launcher.agents.wiring import wrapped
 
@@ -199,6 +210,30 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
     listener.status(f"{sandbox} is up until {time.strftime('%H:%M:%S', time.localtime(ends))} (limits.timeout); "
                     f"`sandbox down {sandbox}` removes it")
     return UpResult(planned=planned, sandbox=sandbox, reused=False, ends=ends)
+
+
+def _keep_record(request: Request, planned: Planned, engine, recorder, probe, started: float, listener) -> None:
+    """up --attest: the record of the start, kept on the host until `sandbox down` writes it."""
+    from launcher import attest, records
+    from launcher.targets import report
+
+    plan = planned.plan
+    data = report.build(status="ok", exit_code=0, started=started, plan=plan, probe=probe,
+                        layer_notes=planned.layered.effective.notes)
+    if plan.proxy:   # replaced by the proxy's log at `sandbox down`; `gc` finds the proxy gone
+        data["egress"] = {"blocked": [], "requests": [], "error": "not read: the sandbox was removed without "
+                          "`sandbox down` (its proxy's log went with it)"}
+    statement = attest.build(recorder=recorder, plan=plan, policy=planned.policy,
+                             layers=planned.layered.effective.layers, engine=engine, report=data,
+                             signer=request.attest_key)
+    try:
+        records.save(plan.container.name, request.attest, statement, request.attest_key)
+    except OSError as exc:
+        name = plan.container.name
+        raise AttestationInvalid(f"the attestation record cannot be kept until `sandbox down`: {exc}; {name} is up: "
+                                 f"`sandbox down {name}` removes it") from None
+    listener.status(f"the attestation record goes to {request.attest} ({_signed(request.attest_key)}) when "
+                    f"`sandbox down {plan.container.name}` removes it")
 
 
 def _fresh(engine, planned: Planned, request: Request, listener: Listener, timings) -> Planned:

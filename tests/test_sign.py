@@ -1,7 +1,7 @@
 """Signed run records (DSSE envelopes, ed25519 and ECDSA P-256): a round trip for both key types, every
 tamper caught with the key (a changed byte anywhere, another key, another type, a swapped keyid, an
 unsigned record, extra signatures), what is honest without a key, bad key files refused before
-anything starts. No engine."""
+anything starts, and `up --attest` writing its record at `down`. No engine."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from test_attest import FakeEngine, invoke, statement
 
-from launcher import attest, pipeline, signing
+from launcher import attest, pipeline, records, signing
 from launcher.errors import AttestationInvalid, ExitCode
 
 MAKERS = {"ed25519": ed25519.Ed25519PrivateKey.generate, "ecdsa-p256": lambda: ec.generate_private_key(ec.SECP256R1())}
@@ -232,7 +232,7 @@ def bad_key_files(tmp_path) -> dict:
             tmp_path / "missing.pem": "cannot read the private key", tmp_path: "cannot read the private key"}
 
 
-@pytest.mark.parametrize("command", ["run"])
+@pytest.mark.parametrize("command", ["run", "up"])
 def test_a_bad_signing_key_is_refused_before_anything_starts(tmp_path, monkeypatch, command):
     def never(*args, **kwargs):
         raise AssertionError("the pipeline ran")
@@ -265,8 +265,8 @@ def test_the_documented_openssl_commands_make_keys_that_sign_and_verify(tmp_path
         pytest.skip("no openssl here")
     for args in (["-algorithm", "ed25519"], ["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"]):
         subprocess.run(["openssl", "genpkey", *args, "-out", str(tmp_path / "key.pem")], check=True)
-        subprocess.run(["openssl", "pkey", "-in", str(tmp_path / "key.pem"), "-pubout", "-out", str(tmp_path / "key.pub")],
-                       check=True)
+        subprocess.run(["openssl", "pkey", "-in", str(tmp_path / "key.pem"), "-pubout",
+                        "-out", str(tmp_path / "key.pub")], check=True)
         data = signed_record(tmp_path, tmp_path / "key.pem")
         assert attest.check(data, "att.json", pub(tmp_path / "key.pub")).verified
 
@@ -281,6 +281,7 @@ def fake_run(monkeypatch, probe_ok=True):
     monkeypatch.setattr(session, "ready", lambda engine, planned, agent, listener: None)
     monkeypatch.setattr(launch, "run", lambda engine, plan, listener: launch.Outcome(
         container=plan.container.name, probe=probe, exit_code=0, timed_out=False))
+    monkeypatch.setattr(launch, "up", lambda engine, plan, listener: probe)
     return probe
 
 
@@ -295,3 +296,70 @@ def test_run_with_a_key_writes_a_signed_record(keys, tmp_path, monkeypatch):
     assert f"attestation record written to {out} (signed: a DSSE envelope, {algorithm}" in result.stderr
     checked = attest.check(out.read_bytes(), str(out), pub(public))
     assert checked.verified and checked.statement["predicate"]["run"]["status"] == "ok"
+
+
+def test_up_keeps_the_record_and_down_writes_it_signed(keys, tmp_path, monkeypatch):
+    from launcher import engine, sandboxes
+    from launcher.errors import NotFound
+
+    algorithm, key, public = keys
+    fake_run(monkeypatch)
+    monkeypatch.setattr(sandboxes, "find", lambda eng, name: (_ for _ in ()).throw(NotFound(name)))
+    (tmp_path / "ws").mkdir()
+    out = tmp_path / "up.intoto.json"
+    result = invoke("up", "--workspace-mode", "bind", "-w", str(tmp_path / "ws"), "--name", "sandbox-signed",
+                    "--attest", str(out), "--attest-key", str(key), "--no-shell")
+    assert result.exit_code == 0, result.stderr
+    assert "goes to" in result.stderr and "`sandbox down sandbox-signed`" in result.stderr
+    assert not out.exists() and records.names() == ("sandbox-signed",)
+    kept = records.pending("sandbox-signed")
+    assert kept["key"]["file"] == str(key) and key.read_text().splitlines()[1] not in json.dumps(kept)
+    monkeypatch.setattr(engine, "connect", lambda: FakeEngine())
+    monkeypatch.setattr(sandboxes, "down", lambda eng, name, purge=False: sandboxes.Down())
+    result = invoke("down", "sandbox-signed")
+    assert result.exit_code == 0, result.stderr
+    assert f"attestation record written to {out} (signed)" in result.stderr and records.names() == ()
+    checked = attest.check(out.read_bytes(), str(out), pub(public))
+    run = checked.statement["predicate"]["run"]
+    assert checked.verified and run["removed_by"] == "sandbox down" and run["status"] == "ok"
+    assert run["started_at"] <= run["finished_at"] and checked.statement["predicate"]["report"]["probe"]["ok"]
+
+
+def test_down_with_the_key_gone_says_so_keeps_the_record_and_exits_118(tmp_path, monkeypatch):
+    from launcher import engine, sandboxes
+    from launcher.errors import NotFound
+
+    key, _ = pem_pair(tmp_path, "k", ed25519.Ed25519PrivateKey.generate())
+    fake_run(monkeypatch)
+    monkeypatch.setattr(sandboxes, "find", lambda eng, name: (_ for _ in ()).throw(NotFound(name)))
+    (tmp_path / "ws").mkdir()
+    out = tmp_path / "up.intoto.json"
+    assert invoke("up", "--workspace-mode", "bind", "-w", str(tmp_path / "ws"), "--name", "sandbox-k",
+                  "--attest", str(out), "--attest-key", str(key), "--no-shell").exit_code == 0
+    pem_pair(tmp_path, "k", ed25519.Ed25519PrivateKey.generate())   # the file now holds another key
+    monkeypatch.setattr(engine, "connect", lambda: FakeEngine())
+    monkeypatch.setattr(sandboxes, "down", lambda eng, name, purge=False: sandboxes.Down())
+    result = invoke("down", "sandbox-k")
+    assert result.exit_code == ExitCode.ATTESTATION_INVALID, result.stderr
+    assert "holds another key" in result.stderr and "kept: `sandbox gc` tries again" in result.stderr
+    assert not out.exists() and records.names() == ("sandbox-k",)
+
+
+def test_a_sandbox_gc_removes_gets_its_record_written_by_gc(tmp_path, monkeypatch):
+    from launcher import engine, sandboxes
+    from launcher.errors import NotFound
+
+    fake_run(monkeypatch)
+    monkeypatch.setattr(sandboxes, "find", lambda eng, name: (_ for _ in ()).throw(NotFound(name)))
+    (tmp_path / "ws").mkdir()
+    out = tmp_path / "up.intoto.json"
+    assert invoke("up", "--workspace-mode", "bind", "-w", str(tmp_path / "ws"), "--name", "sandbox-gc",
+                  "--attest", str(out), "--no-shell").exit_code == 0
+    monkeypatch.setattr(engine, "connect", lambda: FakeEngine())
+    for name in ("gc", "stale_probe_volumes", "ls", "gc_copies"):
+        monkeypatch.setattr(sandboxes, name, lambda *args, **kwargs: [])
+    result = invoke("gc")
+    assert result.exit_code == 0, result.stderr
+    assert f"attestation record written to {out} (unsigned)" in result.stderr and records.names() == ()
+    checked = attest.check(out.read_bytes(), str(out))
+    assert not checked.signed and checked.statement["predicate"]["run"]["removed_by"] == "sandbox gc"

@@ -84,7 +84,7 @@ def main() -> None:
 
     \b
     Exit codes: the agent's own code, or
-      118 `sandbox verify-attestation`: a digest does not match (`run --attest`: record not written)
+      118 `sandbox verify-attestation`: a digest or signature does not match (`--attest`: record not written)
       119 `sandbox apply`: the host tree changed where the agent's changes go (nothing written)
       120 policy or input refused   121 engine unavailable / launch failed
       122 probe failed (the sandbox did not take effect; the agent never ran)

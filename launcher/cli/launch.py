@@ -10,7 +10,7 @@ import click
 
 from launcher.cli import complete
 from launcher.cli import output
-from launcher.cli.attest import attest_arguments, attest_option
+from launcher.cli.attest import attest_arguments, attest_option, up_attest_option
 from launcher.cli.options import (POLICY_HELP, agent_options, duration, egress_options, either, layer_options, request,
                                   same_directory, session, strict_option, timeline, timings_option, workspace_flag)
 from launcher.errors import SandboxError, Terminated
@@ -80,12 +80,14 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
               "goes.")
 @click.option("--timeout", callback=duration,
               help="Stop the sandbox this long after it starts, whoever is attached (can only shorten the policy's).")
+@up_attest_option
 @egress_options
 @agent_options
 @layer_options
 @timings_option
 def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str | None, no_shell: bool, fresh: bool,
-       timeout: str | None, allow: tuple[str, ...], egress_network: str | None, timings: bool) -> None:
+       timeout: str | None, attest_path: str | None, attest_key, allow: tuple[str, ...], egress_network: str | None,
+       timings: bool) -> None:
     """Start a long-lived sandbox on WORKSPACE and open an interactive shell in it.
 
     The sandbox stays after the shell ends: `sandbox ls`, `sandbox exec NAME -- CMD`,
@@ -100,7 +102,8 @@ def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str
     workspace = either(workspace, workspace_flag, "workspace", ".", same=same_directory)
     line = timeline(timings)
     started = session(line).up(request(policy, workspace, timeout=timeout, allow=allow, name=name, egress_network=egress_network,
-                             fresh=fresh), output.Console(timeline=line), timings=line)
+                                       fresh=fresh, **attest_arguments(attest_path, attest_key)),
+                               output.Console(timeline=line), timings=line)
     if line is not None:
         output.print_timings(line)
     if no_shell:

@@ -9,7 +9,7 @@ import click
 
 from launcher.cli import complete
 from launcher.cli.options import down_strict_option
-from launcher.cli.output import Console, print_blocked, print_changes
+from launcher.cli.output import Console, error, print_blocked, print_changes
 from launcher.errors import ExitCode
 
 
@@ -103,7 +103,9 @@ def down(name: str, purge: bool, strict: bool, as_json: bool) -> None:
     """
     from launcher import engine, host, sandboxes
 
-    done = sandboxes.down(engine.connect(), name, purge=purge)
+    eng = engine.connect()
+    egress = _egress_for_record(eng, name)
+    done = sandboxes.down(eng, name, purge=purge)
     click.echo(f"sandbox: removed {name}" + "".join(f", {v}" for v in done.removed), err=True)
     for volume in done.kept:
         click.echo(f"sandbox: kept the home volume {volume}", err=True)
@@ -116,9 +118,44 @@ def down(name: str, purge: bool, strict: bool, as_json: bool) -> None:
                    f"`sandbox apply {copy}`, `sandbox discard {copy}`", err=True)
     failing = strict or host.in_ci()
     changed = _report_changes((name,), failing)
+    unwritten = _write_record(name, "sandbox down", changed.get(name, []), egress)
     _finish(as_json, {"sandbox": name, "removed": [name, *done.removed], "kept": list(done.kept),
                       "copy": copy and {"name": copy, "changes": done.changes, "dropped": done.dropped},
                       "workspace_changes": changed.get(name, [])}, failing)
+    if unwritten:
+        sys.exit(ExitCode.ATTESTATION_INVALID)
+
+
+def _egress_for_record(eng, name: str) -> dict | None:
+    """An `up --attest` sandbox in proxy mode: its egress, read before its proxy goes with it."""
+    from launcher import records
+
+    saved = records.pending(name)
+    if not saved or saved["statement"]["predicate"]["report"].get("egress") is None:
+        return None
+    from launcher import sandboxes
+    from launcher.errors import SandboxError
+    from launcher.targets.report import egress_json
+
+    try:
+        return egress_json(sandboxes.egress_log(eng, name))
+    except SandboxError as exc:
+        return {"blocked": [], "requests": [], "error": f"the proxy's log was not read: {exc}"}
+
+
+def _write_record(name: str, removed_by: str, changes: list[dict], egress: dict | None) -> bool:
+    """`up --attest`: write the removed sandbox's record, said on stderr; True when it was not written."""
+    from launcher import records
+
+    written = records.finish(name, removed_by, changes, egress)
+    if written is None:
+        return False
+    if written.problem:
+        error(written.problem)
+        return True
+    click.echo(f"sandbox: attestation record written to {written.path} ({'signed' if written.signed else 'unsigned'})",
+               err=True)
+    return False
 
 
 @click.command(short_help="Remove what a killed launcher left behind.")
@@ -156,6 +193,10 @@ def gc(everything: bool, force: bool, volumes: bool, as_json: bool) -> None:
     alive = {item.name for item in sandboxes.ls(eng)}
     click.echo(f"sandbox: removed {len(named)}: {', '.join(named)}" if named else "sandbox: nothing to remove", err=True)
     changed = _report_changes(tuple(n for n in baseline.names() if n not in alive), failing=False)
+    from launcher import records
+
+    for gone in (n for n in records.names() if n not in alive):   # `up --attest` sandboxes removed without `down`
+        _write_record(gone, "sandbox gc", changed.get(gone, []), None)
     _finish(as_json, {"removed": removed + [c["name"] for c in copies if c["removed"]], "copies": copies,
                       "workspace_changes": changed}, failing=False)
 

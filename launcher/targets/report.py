@@ -38,11 +38,14 @@ def build(*, status: str, exit_code: int, started: float, plan: LaunchPlan | Non
         "agent": {"exit_code": agent_exit, "timed_out": timed_out},
         # New, changed or removed files that host tools run or trust, and symlinks leaving the workspace.
         "workspace_changes": surfaces.to_json(changes),
-        "egress": None if not (plan and plan.proxy) else {
-            "blocked": [asdict(s) for s in summarize(tuple(e for e in egress if e.denied))],
-            "requests": [asdict(e) | {"denied": e.denied} for e in egress],
-        },
+        "egress": egress_json(egress) if plan and plan.proxy else None,
     }
+
+
+def egress_json(egress: tuple) -> dict:
+    """The report's egress: the blocked requests summarized, and every request."""
+    return {"blocked": [asdict(s) for s in summarize(tuple(e for e in egress if e.denied))],
+            "requests": [asdict(e) | {"denied": e.denied} for e in egress]}
 
 
 def write(path: str, report: dict) -> None:

@@ -1,0 +1,84 @@
+"""The attestation record of an `up` sandbox (`sandbox up --attest FILE [--attest-key KEY]`): what
+only the start sees (plan, layers, images, engine, inspect, probe) is kept on the host, where the
+agent cannot write, until `sandbox down` (or `gc`) removes the sandbox and writes the record."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from launcher import attest, host, signing
+
+
+@dataclass(frozen=True, kw_only=True)
+class Written:
+    """A record `down` wrote (`problem` None) or could not write (`problem` says why)."""
+
+    path: str
+    signed: bool
+    problem: str | None = None
+
+
+def _path(name: str) -> str:
+    return os.path.join(host.state_dir(), "records", f"{name}.json")
+
+
+def save(name: str, path: str, statement: dict, key: signing.Key | None) -> None:
+    """Keep the statement of a started sandbox until it is removed; the key stays where it is (its
+    file is read again at `down`, never copied)."""
+    target = _path(name)
+    os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+    tmp = f"{target}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump({"path": path, "statement": statement,
+                   "key": None if key is None else {"file": os.path.abspath(key.file), "keyid": key.keyid}}, out)
+    os.replace(tmp, target)
+
+
+def pending(name: str) -> dict | None:
+    try:
+        with open(_path(name)) as data:
+            return json.load(data)
+    except (OSError, ValueError):
+        return None
+
+
+def names() -> tuple[str, ...]:
+    try:
+        return tuple(n[:-5] for n in os.listdir(os.path.dirname(_path("x"))) if n.endswith(".json"))
+    except OSError:
+        return ()
+
+
+def finish(name: str, removed_by: str, changes: list[dict], egress: dict | None) -> Written | None:
+    """Write the record of the removed sandbox `name` (None when none was asked for): the end
+    time, who removed it, the surfaces the agent changed and (proxy mode) its egress, then signed
+    again with the key read now, which must be the one `up` was given. Not written: kept."""
+    saved = pending(name)
+    if saved is None:
+        return None
+    path, statement, asked = saved["path"], saved["statement"], saved["key"]
+    pred = statement["predicate"]
+    pred["run"].update(finished_at=attest.now(), removed_by=removed_by)
+    pred["report"]["workspace_changes"] = changes
+    if egress is not None:
+        pred["report"]["egress"] = egress
+    statement["subject"] = attest.subjects(pred)
+    try:
+        key = None
+        if asked:
+            key = signing.signing_key(asked["file"])
+            if key.keyid != asked["keyid"]:
+                raise signing.KeyInvalid(f"{asked['file']}: holds another key (keyid {key.keyid}) than at `sandbox up` "
+                                         f"({asked['keyid']})")
+        attest.write(path, statement, key)
+    except (OSError, ValueError) as exc:   # KeyInvalid is a ValueError; kept for `sandbox gc` to try again
+        return Written(path=path, signed=bool(asked), problem=f"the attestation record was not written to {path}: {exc} "
+                       "(kept: `sandbox gc` tries again)")
+    try:
+        os.unlink(_path(name))
+    except OSError:
+        pass
+    return Written(path=path, signed=bool(asked))
