@@ -150,3 +150,54 @@ def test_an_inspect_mismatch_is_recorded_with_its_differences_and_no_probe(engin
     assert pred["report"]["probe"] is None and pred["run"]["status"] == "probe-failed"
     assert [layer["kind"] for layer in pred["layers"]][:2] == ["preset", "policy"]   # extends: both files, in order
     assert not (workspace / "AGENT-RAN").exists()
+
+
+def key_files(tmp_path, name: str, algorithm: str) -> tuple:
+    """A key made as docs/attestation.md says (openssl), its private and public PEM files."""
+    key, pub = tmp_path / f"{name}.pem", tmp_path / f"{name}.pub"
+    how = ["-algorithm", "ed25519"] if algorithm == "ed25519" else ["-algorithm", "EC", "-pkeyopt",
+                                                                    "ec_paramgen_curve:P-256"]
+    subprocess.run(["openssl", "genpkey", *how, "-out", str(key)], check=True, capture_output=True)
+    subprocess.run(["openssl", "pkey", "-in", str(key), "-pubout", "-out", str(pub)], check=True, capture_output=True)
+    return key, pub
+
+
+def test_a_signed_run_record_verifies_with_its_key_only(engine, workspace, tmp_path):
+    key, pub = key_files(tmp_path, "signer", "ed25519")
+    _, other = key_files(tmp_path, "other", "ed25519")
+    path = tmp_path / "signed.intoto.json"
+    result = sandbox("run", *BIND, "-w", str(workspace), "--attest", str(path), "--attest-key", str(key), "--",
+                     "true")
+    assert result.returncode == 0, result.stderr
+    assert f"attestation record written to {path} (signed: a DSSE envelope, ed25519" in result.stderr
+    checked = sandbox("verify-attestation", str(path), "--key", str(pub))
+    assert checked.returncode == 0 and "the signature verifies" in checked.stdout, checked.stderr
+    assert json.loads(path.read_bytes())["payloadType"] == "application/vnd.in-toto+json"
+    wrong = sandbox("verify-attestation", str(path), "--key", str(other))
+    assert wrong.returncode == ExitCode.ATTESTATION_INVALID and "not by the key in" in wrong.stderr
+    assert "Traceback" not in wrong.stderr
+
+
+def test_up_with_attest_writes_a_signed_record_at_down(engine, workspace, tmp_path):
+    key, pub = key_files(tmp_path, "signer", "ecdsa-p256")
+    name, path = f"sandbox-attest-up-{os.getpid()}", tmp_path / "up.intoto.json"
+    try:
+        result = sandbox("up", *BIND, str(workspace), "--name", name, "--attest", str(path), "--attest-key", str(key),
+                         "--no-shell")
+        assert result.returncode == 0, result.stderr
+        assert not path.exists() and f"`sandbox down {name}` removes it" in result.stderr
+        assert sandbox("exec", name, "--", "touch", "/workspace/made-while-up").returncode == 0
+    finally:
+        down = sandbox("down", name)
+    assert down.returncode == 0, down.stderr
+    assert f"attestation record written to {path} (signed)" in down.stderr
+    checked = sandbox("verify-attestation", str(path), "--key", str(pub), "--json")
+    assert checked.returncode == 0, checked.stderr
+    said = json.loads(checked.stdout)
+    assert said["verified"] and said["algorithm"] == "ecdsa-p256" and said["run"]["sandbox"] == name
+    doc = attest.check(path.read_bytes(), str(path)).statement
+    pred = doc["predicate"]
+    assert pred["run"]["removed_by"] == "sandbox down"
+    assert when(pred["run"]["started_at"]) < when(pred["run"]["finished_at"])
+    assert pred["inspect"]["compared"] and pred["inspect"]["ok"] and pred["report"]["probe"]["ok"]
+    assert pred["images"]["agent"]["id"] == engine.client.api.inspect_image(images.AGENT_IMAGE)["Id"]
