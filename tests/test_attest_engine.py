@@ -200,4 +200,4 @@ def test_up_with_attest_writes_a_signed_record_at_down(engine, workspace, tmp_pa
     assert pred["run"]["removed_by"] == "sandbox down"
     assert when(pred["run"]["started_at"]) < when(pred["run"]["finished_at"])
     assert pred["inspect"]["compared"] and pred["inspect"]["ok"] and pred["report"]["probe"]["ok"]
-    assert pred["images"]["agent"]["id"] == engine.client.api.inspect_image(images.AGENT_IMAGE)["Id"]
+    assert pred["images"]["agent"]["id"] == docker_sdk().api.inspect_image(images.AGENT_IMAGE)["Id"]

@@ -15,9 +15,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
-from test_attest import FakeEngine, invoke, statement
+from test_attest import invoke, statement
 
 from launcher import attest, pipeline, records, signing
+from launcher.enginefake import FakeEngine
 from launcher.errors import AttestationInvalid, ExitCode
 
 MAKERS = {"ed25519": ed25519.Ed25519PrivateKey.generate, "ecdsa-p256": lambda: ec.generate_private_key(ec.SECP256R1())}
