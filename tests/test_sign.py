@@ -364,3 +364,20 @@ def test_a_sandbox_gc_removes_gets_its_record_written_by_gc(tmp_path, monkeypatc
     assert f"attestation record written to {out} (unsigned)" in result.stderr and records.names() == ()
     checked = attest.check(out.read_bytes(), str(out))
     assert not checked.signed and checked.statement["predicate"]["run"]["removed_by"] == "sandbox gc"
+
+
+@pytest.mark.parametrize("command", ["run", "up"])
+def test_a_signing_key_inside_the_workspace_is_refused_the_agent_could_read_it(tmp_path, monkeypatch, command):
+    def never(*args, **kwargs):
+        raise AssertionError("the pipeline ran")
+
+    monkeypatch.setattr(pipeline, "layered", never)
+    ws = tmp_path / "ws"
+    (ws / "keys").mkdir(parents=True)
+    key, _ = pem_pair(ws / "keys", "k", ed25519.Ed25519PrivateKey.generate())
+    (tmp_path / "link.pem").symlink_to(key)                 # through a link outside: the same file
+    tail = ["--", "true"] if command == "run" else ["--no-shell"]
+    for given in (key, tmp_path / "link.pem"):
+        result = invoke(command, "-w", str(ws), "--attest", str(tmp_path / "a.json"), "--attest-key", str(given), *tail)
+        assert result.exit_code == ExitCode.USAGE, result.stderr
+        assert "is inside the workspace" in result.stderr and "nothing was started" in result.stderr

@@ -52,10 +52,20 @@ def up_attest_option(command):
     return attest_option(command, when="`sandbox down` removes it")
 
 
-def attest_arguments(attest_path, attest_key) -> dict:
-    """The Request's attest and attest_key; a key without a file to sign is a usage error."""
-    if attest_key is not None and attest_path is None:
+def attest_arguments(attest_path, attest_key, workspace: str) -> dict:
+    """The Request's attest and attest_key; a key without a file to sign, or one the agent could
+    read (inside its workspace), is a usage error."""
+    if attest_key is None:
+        return {"attest": attest_path, "attest_key": None}
+    if attest_path is None:
         raise click.UsageError("--attest-key signs the record --attest FILE writes: give --attest FILE too")
+    import os
+
+    key, root = os.path.realpath(attest_key.file), os.path.realpath(workspace)
+    if os.path.commonpath([key, root]) == root:
+        raise click.BadParameter(f"{attest_key.file} is inside the workspace {workspace}, which the agent reads: it "
+                                 "could sign records of its own; keep the key outside (in CI, under $RUNNER_TEMP); "
+                                 "nothing was started", param_hint="'--attest-key'")
     return {"attest": attest_path, "attest_key": attest_key}
 
 

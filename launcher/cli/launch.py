@@ -47,7 +47,7 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
     line = timeline(timings)
     console = output.Console(agent_stdout=sys.stderr.buffer if as_json else None, timeline=line)
     asked = request(policy, workspace, command, timeout=timeout, allow=allow, strict=strict, name=name,
-                    egress_network=egress_network, **attest_arguments(attest_path, attest_key))
+                    egress_network=egress_network, **attest_arguments(attest_path, attest_key, workspace))
     result = session(line).run(asked, console, timings=line)
     if result.attestation_problem:
         output.error(result.attestation_problem)
@@ -102,7 +102,7 @@ def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str
     workspace = either(workspace, workspace_flag, "workspace", ".", same=same_directory)
     line = timeline(timings)
     started = session(line).up(request(policy, workspace, timeout=timeout, allow=allow, name=name, egress_network=egress_network,
-                                       fresh=fresh, **attest_arguments(attest_path, attest_key)),
+                                       fresh=fresh, **attest_arguments(attest_path, attest_key, workspace)),
                                output.Console(timeline=line), timings=line)
     if line is not None:
         output.print_timings(line)
