@@ -270,6 +270,18 @@ def test_the_documented_openssl_commands_make_keys_that_sign_and_verify(tmp_path
                         "-out", str(tmp_path / "key.pub")], check=True)
         data = signed_record(tmp_path, tmp_path / "key.pem")
         assert attest.check(data, "att.json", pub(tmp_path / "key.pub")).verified
+        # And openssl alone verifies it, as docs/attestation.md shows: the envelope is plain DSSE.
+        doc = envelope_of(data)
+        payload = base64.b64decode(doc["payload"])
+        (tmp_path / "pae.bin").write_bytes(signing.pae(doc["payloadType"], payload))
+        (tmp_path / "sig.bin").write_bytes(base64.b64decode(doc["signatures"][0]["sig"]))
+        pub_file, pae_file, sig_file = (str(tmp_path / n) for n in ("key.pub", "pae.bin", "sig.bin"))
+        verify = (["openssl", "pkeyutl", "-verify", "-pubin", "-inkey", pub_file, "-rawin", "-in", pae_file,
+                   "-sigfile", sig_file] if "ed25519" in args else
+                  ["openssl", "dgst", "-sha256", "-verify", pub_file, "-signature", sig_file, pae_file])
+        assert subprocess.run(verify, capture_output=True).returncode == 0
+        (tmp_path / "sig.bin").write_bytes(base64.b64decode(envelope_of(flip_signature(data))["signatures"][0]["sig"]))
+        assert subprocess.run(verify, capture_output=True).returncode != 0
 
 
 def fake_run(monkeypatch, probe_ok=True):
