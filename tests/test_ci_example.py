@@ -45,8 +45,10 @@ def checkout(tmp_path: Path) -> Path:
     return repo
 
 
-def run_step(name: str, repo: Path, tmp_path: Path, network: str, key: str, task: str = "add notes"):
-    """Run one step's script with bash as the runner would, `sandbox` being this checkout's launcher."""
+def run_step(name: str, repo: Path, tmp_path: Path, network: str, key: str, task: str = "add notes",
+             **extra_env: str):
+    """Run one step's script with bash as the runner would, `sandbox` being this checkout's launcher;
+    the signing key is prepared first (as the job does), once."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     shim = bin_dir / "sandbox"
@@ -62,8 +64,15 @@ def run_step(name: str, repo: Path, tmp_path: Path, network: str, key: str, task
         shutil.copytree(ROOT / "examples" / "agent", tmp_path / "agent")
     policy.write_text((ROOT / "examples" / "ci" / "sandbox-ci.yaml").read_text()
                       .replace("https://api.example.com", "http://api.test"))
+    runner_temp = tmp_path / "runner-temp"       # $RUNNER_TEMP: outside the checkout
+    runner_temp.mkdir(exist_ok=True)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SANDBOX_POLICY": str(policy),
-           "MODEL_API_KEY": key, "TASK": task, "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}
+           "MODEL_API_KEY": key, "TASK": task, "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+           "RUNNER_TEMP": str(runner_temp), **extra_env}
+    if name != "Prepare the signing key" and not (runner_temp / "sandbox-attest.pem").exists():
+        prepared = subprocess.run(["bash", "-e", "-c", step("Prepare the signing key")], cwd=repo, env=env,
+                                  capture_output=True, text=True, timeout=60)
+        assert prepared.returncode == 0, prepared.stderr
     return subprocess.run(["bash", "-e", "-c", step(name)], cwd=repo, env=env, capture_output=True, text=True,
                           timeout=300)
 
@@ -82,6 +91,10 @@ def test_the_workflow_runs_the_stand_in_agent_with_the_key_injected_and_invisibl
 
     report = json.loads((repo / "sandbox-report.json").read_text())
     assert report["status"] == "ok" and report["probe"]["ok"] and report["agent"]["exit_code"] == 0
+    verified = run_step("Verify the record", repo, tmp_path, network, key)   # the archived record: signed
+    assert verified.returncode == 0 and "the signature verifies" in verified.stdout, verified.stderr
+    record = json.loads((repo / "sandbox-run.intoto.json").read_text())
+    assert record["payloadType"] == "application/vnd.in-toto+json"
     summary = (tmp_path / "summary.md").read_text()
     assert "sandbox: the agent ran and succeeded" in summary and "| probe | passed" in summary
     assert "| exit status | `0` (the agent) |" in summary and "**Egress blocked:** nothing" in summary
@@ -107,3 +120,24 @@ def test_a_sandbox_failure_is_reported_as_one(engine, model_api, tmp_path):
     result = run_step("Run the agent in a sandbox", repo, tmp_path, network, "")   # no key: refused before start
     assert result.returncode == 120 and "::error::sandbox refused or failed (exit 120)" in result.stdout
     assert "refused before anything ran" in (tmp_path / "summary.md").read_text()
+
+
+def test_the_signing_key_comes_from_the_secret_or_is_made_in_the_job_and_said(tmp_path):
+    """The key step alone (no engine needed): the secret's PEM written 0600 outside the checkout,
+    or, without the secret, a key made there with a warning; the public key beside it."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    pem = ed25519.Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    for secret in (pem, ""):
+        temp = tmp_path / ("with" if secret else "without")
+        temp.mkdir()
+        env = {**os.environ, "RUNNER_TEMP": str(temp), "SANDBOX_ATTEST_KEY": secret}
+        done = subprocess.run(["bash", "-e", "-c", step("Prepare the signing key")], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        key = temp / "sandbox-attest.pem"
+        assert (key.stat().st_mode & 0o777) == 0o600 and (temp / "sandbox-attest.pub").exists()
+        assert (key.read_text().strip() == pem.strip()) == bool(secret)
+        assert ("::warning::no SANDBOX_ATTEST_KEY secret" in done.stdout) == (not secret)
