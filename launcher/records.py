@@ -45,6 +45,13 @@ def pending(name: str) -> dict | None:
         return None
 
 
+def drop(name: str) -> None:
+    try:
+        os.unlink(_path(name))
+    except OSError:
+        pass
+
+
 def names() -> tuple[str, ...]:
     try:
         return tuple(n[:-5] for n in os.listdir(os.path.dirname(_path("x"))) if n.endswith(".json"))
@@ -77,8 +84,5 @@ def finish(name: str, removed_by: str, changes: list[dict], egress: dict | None)
     except (OSError, ValueError) as exc:   # KeyInvalid is a ValueError; kept for `sandbox gc` to try again
         return Written(path=path, signed=bool(asked), problem=f"the attestation record was not written to {path}: {exc} "
                        "(kept: `sandbox gc` tries again)")
-    try:
-        os.unlink(_path(name))
-    except OSError:
-        pass
+    drop(name)
     return Written(path=path, signed=bool(asked))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from itertools import count
+from typing import TYPE_CHECKING
 
 from launcher import baseline, host, images, launch, pipeline, sandboxes
 from launcher.errors import AttestationInvalid, ExitCode, NotFound, PolicyError, ProbeFailed, Problem, SandboxError, \
@@ -15,6 +16,9 @@ from launcher.launch import Listener, Outcome
 from launcher.pipeline import LayerOptions, Planned
 from launcher.timings import timed
 from launcher.values import visible
+
+if TYPE_CHECKING:
+    from launcher.signing import Key
 
 # The report's status for a launch that raised, by exit code; any other code is "error".
 _FAILED = {ExitCode.POLICY_INVALID: "policy-invalid", ExitCode.ENGINE: "engine-error",
@@ -33,7 +37,7 @@ class Request:
     name: str | None = None
     egress_network: str | None = None
     attest: str | None = None        # run: write the attestation record here (also when the run fails); up: at down
-    attest_key: object = None        # and sign it with this key (a launcher.signing.Key: signing.signing_key(PATH))
+    attest_key: Key | None = None    # and sign it with this key (launcher.signing.signing_key(PATH))
     fresh: bool = False              # up, copy mode: a new copy instead of the kept one (see `_fresh`)
 
 
@@ -190,6 +194,7 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
             listener.status(f"note: --attest: no new record; {sandbox} was started earlier, and its record is the one "
                             "asked for then, if any (written at `sandbox down`)")
         return UpResult(planned=planned, sandbox=sandbox, reused=True)
+    _stale_record(sandbox, listener)
     recorder = None
     if request.attest:
         from launcher import attest
@@ -210,6 +215,23 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
     listener.status(f"{sandbox} is up until {time.strftime('%H:%M:%S', time.localtime(ends))} (limits.timeout); "
                     f"`sandbox down {sandbox}` removes it")
     return UpResult(planned=planned, sandbox=sandbox, reused=False, ends=ends)
+
+
+def _stale_record(sandbox: str, listener: Listener) -> None:
+    """A kept `up --attest` record of an earlier sandbox of this name, removed behind our back (no
+    `down`, no `gc` since): written now, before this start could be taken for its end."""
+    from launcher import records
+
+    if records.pending(sandbox) is None:
+        return
+    written = records.finish(sandbox, "found removed by `sandbox up`", [], None)
+    if written.problem:   # not kept: the new sandbox's `down` must not write it as its own
+        records.drop(sandbox)
+        listener.status(f"warning: the earlier {sandbox} was removed without `sandbox down`, and {written.problem}; "
+                        "dropped")
+    else:
+        listener.status(f"the attestation record of the earlier {sandbox} (removed without `sandbox down`) was "
+                        f"written to {written.path}")
 
 
 def _keep_record(request: Request, planned: Planned, engine, recorder, probe, started: float, listener) -> None:

@@ -201,3 +201,24 @@ def test_up_with_attest_writes_a_signed_record_at_down(engine, workspace, tmp_pa
     assert when(pred["run"]["started_at"]) < when(pred["run"]["finished_at"])
     assert pred["inspect"]["compared"] and pred["inspect"]["ok"] and pred["report"]["probe"]["ok"]
     assert pred["images"]["agent"]["id"] == docker_sdk().api.inspect_image(images.AGENT_IMAGE)["Id"]
+
+
+def test_up_in_proxy_mode_records_the_egress_read_at_down_before_the_proxy_goes(engine, workspace, tmp_path):
+    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
+    net = Internet(engine)
+    name, path = f"sandbox-attest-proxy-{os.getpid()}", tmp_path / "proxy-up.intoto.json"
+    try:
+        result = sandbox("up", "-p", "ci", str(workspace), "--name", name, "--egress-network", net.network,
+                         "--allow-private", "allowed.test", "--attest", str(path), "--no-shell")
+        assert result.returncode == 0, result.stderr
+        for host in ("allowed.test", "denied.test"):
+            sandbox("exec", name, "--", "curl", "-s", "-o", "/dev/null", "--max-time", "10", f"http://{host}/")
+    finally:
+        down = sandbox("down", name)
+        net.close()
+    assert down.returncode == 0, down.stderr
+    pred = verified(path)["predicate"]
+    egress = pred["report"]["egress"]
+    assert "error" not in egress and [(b["host"], b["count"]) for b in egress["blocked"]] == [("denied.test", 1)]
+    assert any(r["host"] == "allowed.test" and not r["denied"] for r in egress["requests"])
+    assert pred["run"]["removed_by"] == "sandbox down" and "proxy" in pred["images"]

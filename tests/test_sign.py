@@ -393,3 +393,30 @@ def test_a_signing_key_inside_the_workspace_is_refused_the_agent_could_read_it(t
         result = invoke(command, "-w", str(ws), "--attest", str(tmp_path / "a.json"), "--attest-key", str(given), *tail)
         assert result.exit_code == ExitCode.USAGE, result.stderr
         assert "is inside the workspace" in result.stderr and "nothing was started" in result.stderr
+
+
+def test_without_the_key_a_keyid_that_is_not_the_statements_signer_is_still_caught(tmp_path):
+    key, _ = pem_pair(tmp_path, "k", ed25519.Ed25519PrivateKey.generate())
+    doc = envelope_of(signed_record(tmp_path, key))
+    doc["signatures"][0]["keyid"] = "0" * 64
+    with pytest.raises(AttestationInvalid, match="does not name the envelope's keyid 0000"):
+        attest.check(rewritten(doc), "att.json")
+
+
+def test_a_kept_record_of_a_sandbox_removed_behind_our_back_is_written_by_the_next_up(tmp_path, monkeypatch):
+    from launcher import sandboxes
+    from launcher.errors import NotFound
+
+    fake_run(monkeypatch)
+    monkeypatch.setattr(sandboxes, "find", lambda eng, name: (_ for _ in ()).throw(NotFound(name)))
+    (tmp_path / "ws").mkdir()
+    first, up = tmp_path / "first.intoto.json", ["up", "--workspace-mode", "bind", "-w", str(tmp_path / "ws"),
+                                                 "--name", "sandbox-again", "--no-shell"]
+    assert invoke(*up, "--attest", str(first)).exit_code == 0 and not first.exists()
+    result = invoke(*up)   # `docker rm -f` removed the first: no down, no gc
+    assert result.exit_code == 0, result.stderr
+    assert f"the attestation record of the earlier sandbox-again (removed without `sandbox down`) was written to " \
+           f"{first}" in result.stderr
+    assert records.names() == ()   # the new sandbox's down writes no record it was not asked for
+    run = attest.check(first.read_bytes(), str(first)).statement["predicate"]["run"]
+    assert run["removed_by"] == "found removed by `sandbox up`"
