@@ -81,8 +81,7 @@ def finish(name: str, removed_by: str, changes: list[dict], egress: dict | None)
                 raise signing.KeyInvalid(f"{asked['file']}: holds another key (keyid {key.keyid}) than at `sandbox up` "
                                          f"({asked['keyid']})")
         attest.write(path, statement, key)
-    except (OSError, ValueError) as exc:   # KeyInvalid is a ValueError; kept for `sandbox gc` to try again
-        return Written(path=path, signed=bool(asked), problem=f"the attestation record was not written to {path}: {exc} "
-                       "(kept: `sandbox gc` tries again)")
+    except (OSError, ValueError) as exc:   # KeyInvalid is a ValueError; still kept
+        return Written(path=path, signed=bool(asked), problem=f"the attestation record was not written to {path}: {exc}")
     drop(name)
     return Written(path=path, signed=bool(asked))

@@ -152,7 +152,7 @@ def _write_record(name: str, removed_by: str, changes: list[dict], egress: dict 
     if written is None:
         return False
     if written.problem:
-        error(written.problem)
+        error(f"{written.problem} (kept: `sandbox gc` tries again)")
         return True
     click.echo(f"sandbox: attestation record written to {written.path} ({'signed' if written.signed else 'unsigned'})",
                err=True)
