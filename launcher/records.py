@@ -82,6 +82,7 @@ def finish(name: str, removed_by: str, changes: list[dict], egress: dict | None)
                                          f"({asked['keyid']})")
         attest.write(path, statement, key)
     except (OSError, ValueError) as exc:   # KeyInvalid is a ValueError; still kept
-        return Written(path=path, signed=bool(asked), problem=f"the attestation record was not written to {path}: {exc}")
+        return Written(path=path, signed=bool(asked),
+                       problem=f"the attestation record was not written to {path}: {exc}")
     drop(name)
     return Written(path=path, signed=bool(asked))
