@@ -59,6 +59,23 @@ def names() -> tuple[str, ...]:
         return ()
 
 
+def egress(engine, name: str) -> dict | None:
+    """The report's egress of a kept record's sandbox in proxy mode, read from its proxy (before
+    `down` removes it); None when no record is kept or the sandbox has no proxy."""
+    saved = pending(name)
+    if not saved or saved["statement"]["predicate"]["report"].get("egress") is None:
+        return None
+    from launcher import sandboxes
+    from launcher.egress.squid import PROBE_DENIED_HOST
+    from launcher.errors import SandboxError
+    from launcher.targets.report import egress_json
+
+    try:   # the probe's own request for a name that must be refused is not the agent's doing (as for run)
+        return egress_json(tuple(e for e in sandboxes.egress_log(engine, name) if e.host != PROBE_DENIED_HOST))
+    except SandboxError as exc:
+        return {"blocked": [], "requests": [], "error": f"the proxy's log was not read: {exc}"}
+
+
 def finish(name: str, removed_by: str, changes: list[dict], egress: dict | None) -> Written | None:
     """Write the record of the removed sandbox `name` (None when none was asked for): the end
     time, who removed it, the surfaces the agent changed and (proxy mode) its egress, then signed

@@ -86,7 +86,7 @@ def test_down_json_says_what_was_removed_and_kept(monkeypatch):
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout) == {"sandbox": "box", "removed": ["box", "v1"], "kept": ["v2"],
                                          "copy": {"name": "c", "changes": 2, "dropped": False},
-                                         "workspace_changes": []}
+                                         "workspace_changes": [], "attestation": None}   # no up --attest
     assert "sandbox: removed box, v1" in result.stderr and "copy c (2 changed)" in result.stderr
 
 

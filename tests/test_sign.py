@@ -329,8 +329,10 @@ def test_up_keeps_the_record_and_down_writes_it_signed(keys, tmp_path, monkeypat
     assert kept["key"]["file"] == str(key) and key.read_text().splitlines()[1] not in json.dumps(kept)
     monkeypatch.setattr(engine, "connect", lambda: FakeEngine())
     monkeypatch.setattr(sandboxes, "down", lambda eng, name, purge=False: sandboxes.Down())
-    result = invoke("down", "sandbox-signed")
+    result = invoke("down", "sandbox-signed", "--json")
     assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["attestation"] == {"path": str(out), "signed": True, "written": True,
+                                                        "error": None}
     assert f"attestation record written to {out} (signed)" in result.stderr and records.names() == ()
     checked = attest.check(out.read_bytes(), str(out), pub(public))
     run = checked.statement["predicate"]["run"]

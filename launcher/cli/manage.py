@@ -101,10 +101,10 @@ def down(name: str, purge: bool, strict: bool, as_json: bool) -> None:
     Example:
       sandbox down sandbox-myrepo --purge
     """
-    from launcher import engine, host, sandboxes
+    from launcher import engine, host, records, sandboxes
 
     eng = engine.connect()
-    egress = _egress_for_record(eng, name)
+    egress = records.egress(eng, name)   # `up --attest` in proxy mode: read before the proxy goes
     done = sandboxes.down(eng, name, purge=purge)
     click.echo(f"sandbox: removed {name}" + "".join(f", {v}" for v in done.removed), err=True)
     for volume in done.kept:
@@ -118,45 +118,30 @@ def down(name: str, purge: bool, strict: bool, as_json: bool) -> None:
                    f"`sandbox apply {copy}`, `sandbox discard {copy}`", err=True)
     failing = strict or host.in_ci()
     changed = _report_changes((name,), failing)
-    unwritten = _write_record(name, "sandbox down", changed.get(name, []), egress)
+    written = _write_record(name, "sandbox down", changed.get(name, []), egress)
     _finish(as_json, {"sandbox": name, "removed": [name, *done.removed], "kept": list(done.kept),
                       "copy": copy and {"name": copy, "changes": done.changes, "dropped": done.dropped},
-                      "workspace_changes": changed.get(name, [])}, failing)
-    if unwritten:
+                      "workspace_changes": changed.get(name, []),
+                      "attestation": written and {"path": written.path, "signed": written.signed,
+                                                  "written": not written.problem, "error": written.problem}}, failing)
+    if written and written.problem:
         sys.exit(ExitCode.ATTESTATION_INVALID)
 
 
-def _egress_for_record(eng, name: str) -> dict | None:
-    """An `up --attest` sandbox in proxy mode: its egress, read before its proxy goes with it."""
-    from launcher import records
-
-    saved = records.pending(name)
-    if not saved or saved["statement"]["predicate"]["report"].get("egress") is None:
-        return None
-    from launcher import sandboxes
-    from launcher.egress.squid import PROBE_DENIED_HOST
-    from launcher.errors import SandboxError
-    from launcher.targets.report import egress_json
-
-    try:   # the probe's own request for a name that must be refused is not the agent's doing (as for run)
-        return egress_json(tuple(e for e in sandboxes.egress_log(eng, name) if e.host != PROBE_DENIED_HOST))
-    except SandboxError as exc:
-        return {"blocked": [], "requests": [], "error": f"the proxy's log was not read: {exc}"}
-
-
-def _write_record(name: str, removed_by: str, changes: list[dict], egress: dict | None) -> bool:
-    """`up --attest`: write the removed sandbox's record, said on stderr; True when it was not written."""
+def _write_record(name: str, removed_by: str, changes: list[dict], egress: dict | None):
+    """`up --attest`: write the removed sandbox's record, said on stderr; the records.Written, or
+    None when none was asked for."""
     from launcher import records
 
     written = records.finish(name, removed_by, changes, egress)
     if written is None:
-        return False
+        return None
     if written.problem:
         error(f"{written.problem} (kept: `sandbox gc` tries again)")
-        return True
-    click.echo(f"sandbox: attestation record written to {written.path} ({'signed' if written.signed else 'unsigned'})",
-               err=True)
-    return False
+    else:
+        click.echo(f"sandbox: attestation record written to {written.path} "
+                   f"({'signed' if written.signed else 'unsigned'})", err=True)
+    return written
 
 
 @click.command(short_help="Remove what a killed launcher left behind.")
