@@ -103,12 +103,16 @@ def test_a_signed_record_round_trips_and_is_a_dsse_envelope_of_the_statement(key
         verifier.verify(raw, message, ec.ECDSA(hashes.SHA256()))
 
 
-def test_a_changed_byte_anywhere_is_caught_with_the_key(tmp_path):
-    """Every position of the envelope (the payload's base64, the signature, the keyid, the frame)."""
-    key, public = pem_pair(tmp_path, "k", ed25519.Ed25519PrivateKey.generate())
+def test_a_changed_byte_anywhere_is_caught_with_the_key(keys, tmp_path):
+    """Every position of the envelope (the payload's base64, the signature, the keyid, the frame);
+    for ECDSA every position of the signatures and every 7th of the payload (ed25519 has them all)."""
+    algorithm, key, public = keys
     data, verifier = signed_record(tmp_path, key), pub(public)
     said = set()
+    sigs = data.index(b'"signatures"')
     for i in range(len(data)):
+        if algorithm == "ecdsa-p256" and i < sigs and i % 7:
+            continue
         new = data[i] ^ 0x01 if data[i] not in b"\n " else data[i] ^ 0x02
         try:
             attest.check(data[:i] + bytes([new]) + data[i + 1:], "att.json", verifier)
