@@ -7,6 +7,8 @@ import base64
 import binascii
 import hashlib
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 
 from launcher.errors import AttestationInvalid
@@ -40,9 +42,15 @@ def pae(payload_type: str, body: bytes) -> bytes:
 
 
 def _read(path: str, what: str) -> bytes:
+    """The file's first bytes; a regular file only (a FIFO would hang the launcher, never read)."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(KEY_LIMIT + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise KeyInvalid(f"{path}: cannot read the {what}: not a regular file")
+            data = os.read(fd, KEY_LIMIT + 1)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise KeyInvalid(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
     if len(data) > KEY_LIMIT:

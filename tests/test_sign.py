@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import subprocess
 
@@ -232,9 +233,12 @@ def bad_key_files(tmp_path) -> dict:
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.BestAvailableEncryption(b"pw")))
     text = tmp_path / "notes.txt"
     text.write_text("not a key\n")
+    fifo = tmp_path / "fifo.pem"
+    os.mkfifo(fifo)                                           # never read: it would hang the launcher
     return {p384: "an EC key on secp384r1", rsa_key: "a key of type RSA", public: "a public key",
             encrypted: "the private key is encrypted", text: "not a PEM private key",
-            tmp_path / "missing.pem": "cannot read the private key", tmp_path: "cannot read the private key"}
+            tmp_path / "missing.pem": "cannot read the private key", tmp_path: "not a regular file",
+            fifo: "not a regular file"}
 
 
 @pytest.mark.parametrize("command", ["run", "up"])
