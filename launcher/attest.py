@@ -336,7 +336,10 @@ def check(data: bytes, file: str, key: signing.Key | None = None) -> Checked:
         if key is not None:
             raise AttestationInvalid(f"{file}: the record is unsigned (a bare in-toto Statement, no DSSE envelope); "
                                      f"--key {key.file} asks for a signature by keyid {key.keyid}")
-        return Checked(statement=_intact(data, file, parse(data, file, doc)))
+        try:
+            return Checked(statement=_intact(data, file, parse(data, file, doc)))
+        except AttestationInvalid as exc:   # what the digests can and cannot say, with the mismatch
+            raise AttestationInvalid(f"{exc}\n  ({UNSIGNED})") from None
     if key is not None:   # the signature first: nothing else of an unverified payload matters
         signing.check(envelope, key, file)
     statement = _intact(envelope.payload, file, parse(envelope.payload, f"{file} (its payload)"), envelope.keyid)

@@ -430,3 +430,12 @@ def test_a_kept_record_of_a_sandbox_removed_behind_our_back_is_written_by_the_ne
     assert records.names() == ()   # the new sandbox's down writes no record it was not asked for
     run = attest.check(first.read_bytes(), str(first)).statement["predicate"]["run"]
     assert run["removed_by"] == "found removed by `sandbox up`"
+
+
+def test_a_malformed_envelope_is_not_called_unsigned(tmp_path):
+    key, _ = pem_pair(tmp_path, "k", ed25519.Ed25519PrivateKey.generate())
+    doc = envelope_of(signed_record(tmp_path, key))
+    doc["signatures"].append(dict(doc["signatures"][0]))
+    result = verify_cli(tmp_path, rewritten(doc))
+    assert result.exit_code == 118 and "expected exactly one signature" in result.stderr
+    assert "unsigned:" not in result.stderr
