@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from launcher.egress.inject import CA_MAX_BYTES
+from launcher.inject import CA_MAX_BYTES
 from launcher.errors import PolicyError, Problem
 from launcher.gitdirs import GitFacts
 from launcher.model import Access, Policy, WorkspaceMode

@@ -131,7 +131,7 @@ def extra_ca_files(directory: Path = EXTRA_CA_DIR) -> list[Path]:
 def ca_buildargs(files: list[Path]) -> dict[str, str]:
     """CA_BUNDLE for the agent images' download steps: the certificates of `files` (PEM; a private
     key is refused), or nothing. The images use it only while installing, never as their trust."""
-    from launcher.egress.inject import ca_bundle
+    from launcher.inject import ca_bundle
 
     if not files:
         return {}

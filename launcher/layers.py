@@ -9,7 +9,7 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from launcher.egress.rules import AllowRule
+from launcher.allowlist import AllowRule
 from launcher.errors import PolicyError, Problem
 from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime, WorkspaceMode
 from launcher.values import show

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import yaml
 
 from launcher.compiler import refuse_source
-from launcher.egress.rules import AllowRule
+from launcher.allowlist import AllowRule
 from launcher.errors import PolicyError, Problem
 from launcher.gitgraph import GitPath
 from launcher.host import HostFacts

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from launcher.egress.rules import AllowRule
+from launcher.allowlist import AllowRule
 from launcher.surfaces import GIT_CONTROL, PROTECTED
 
 

@@ -120,7 +120,7 @@ def facts_for(policy, workspace: str, launched: bool = True) -> HostFacts:
 def _ca_store(policy) -> tuple[str, str]:
     """The files for policy.ca_certificates, from the usable ones (the compiler refuses the rest)."""
     from launcher import trustfiles
-    from launcher.egress.inject import ca_bundle
+    from launcher.inject import ca_bundle
 
     pems = []
     for given in policy.ca_certificates:

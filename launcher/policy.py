@@ -10,8 +10,8 @@ from pathlib import Path
 
 from launcher import resources
 from launcher.errors import PolicyError, Problem
-from launcher.egress.rules import parse_rule
-from launcher.egress import inject
+from launcher.allowlist import parse_rule
+from launcher import inject
 from launcher.model import (BUILTIN_PROTECTED, Access, EnvPolicy, HomeMode, HomePolicy, Limits, MountPolicy,
                             NetworkMode, NetworkPolicy, Policy, Runtime, SecretPolicy, TmpfsPolicy, WorkspaceMode,
                             WorkspacePolicy)

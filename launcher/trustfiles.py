@@ -8,7 +8,7 @@ import hashlib
 import os
 
 from launcher import host
-from launcher.egress import inject
+from launcher import inject
 from launcher.errors import Problem
 from launcher.host import HostFacts, PathFact
 from launcher.model import Policy

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from launcher import agents, images, secrets
-from launcher.egress import inject
+from launcher import inject
 
 ENDPOINT = "http://proxy:3130"
 

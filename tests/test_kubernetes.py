@@ -19,7 +19,7 @@ from kube_pss import pod_violations
 from launcher import labels as label
 from launcher import resources
 from launcher.compiler import compile_policy
-from launcher.egress import inject
+from launcher import inject
 from launcher.errors import PolicyError
 from launcher.host import PathFact
 from launcher.policy import parse_policy

@@ -286,7 +286,7 @@ def test_show_layers_table_names_the_deciding_layer():
 
 @pytest.mark.parametrize("preset", ["untrusted", "read-only", "ci", "devcontainer"])
 def test_the_example_org_ceiling_composes_with_every_preset(preset, tmp_path, monkeypatch):
-    from launcher.egress.rules import parse_rule
+    from launcher.allowlist import parse_rule
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     monkeypatch.setenv("SANDBOX_ORG_POLICY", os.path.join(root, "examples", "team", "org-policy.yaml"))

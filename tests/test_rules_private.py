@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from launcher import layers
-from launcher.egress.rules import parse_rule
+from launcher.allowlist import parse_rule
 from launcher.egress.squid import render_squid
 
 

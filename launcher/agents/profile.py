@@ -21,7 +21,7 @@ class Package:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelWiring:
-    """How the CLI reaches its model API through a proxy-injected secret (launcher/egress/inject.py):
+    """How the CLI reaches its model API through a proxy-injected secret (launcher/inject.py):
     the sandbox gets SANDBOX_ENDPOINT_<SECRET> = http://proxy:port, the proxy adds `header` toward
     `upstream`. `env` and `home_files` values may contain {endpoint}."""
 
@@ -97,7 +97,7 @@ class AgentProfile:
         return {"name": self.model.secret, "env": key_env, "upstream": self.model.upstream, "header": self.model.header}
 
     def endpoint_var(self) -> str | None:
-        from launcher.egress.inject import endpoint_var
+        from launcher.inject import endpoint_var
 
         return endpoint_var(self.model.secret) if self.model else None
 

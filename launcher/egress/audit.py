@@ -64,7 +64,7 @@ def suggest(events: tuple[EgressEvent, ...]) -> tuple[list[str], list[str]]:
     applied: the person reads it."""
     import ipaddress
 
-    from launcher.egress.rules import DEFAULT_PORTS
+    from launcher.allowlist import DEFAULT_PORTS
     from launcher.values import visible
 
     entries, skipped = {}, {}

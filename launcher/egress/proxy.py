@@ -84,7 +84,7 @@ def _proxy(engine: Engine, plan: LaunchPlan, values: dict[str, str], listener, i
 def secret_values(plan: LaunchPlan) -> dict[str, str]:
     """The proxy's variables carrying the injected secrets, read from the host; refused when unusable."""
     from launcher.errors import PolicyError, Problem
-    from launcher.egress.inject import squid_value
+    from launcher.inject import squid_value
 
     values = {}
     for secret in plan.proxy.secrets if plan.proxy else ():

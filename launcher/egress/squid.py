@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from launcher.egress.rules import AllowRule
-from launcher.egress.inject import CA_PATH, CA_VAR
+from launcher.allowlist import AllowRule
+from launcher.inject import CA_PATH, CA_VAR
 
 PROXY_ALIAS = "sandbox-proxy"
 PROXY_PORT = 3128

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from launcher.egress.rules import parse_rule
+from launcher.allowlist import parse_rule
 from launcher.secrets import secret_name
 
 ENDPOINT_PREFIX = "SANDBOX_ENDPOINT_"
