@@ -18,10 +18,10 @@ from launcher.host import HostFacts, PathFact
 from launcher import inject
 from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime, SecretPolicy, WorkspaceMode
 from launcher.plan import (HOME_PROFILE, PROBE_BUSYBOX, PROBE_DIR, PROBE_SCRIPT, ContainerSpec, CopySpec, HomeSpec,
-                           LaunchPlan, Mount, MountKind, ProbeExpectations, home_volume_name)
+                           LaunchPlan, Mount, MountKind, NetworkSpec, ProbeExpectations, ProxySpec, SecretEndpoint,
+                           home_volume_name)
 from launcher.policy import CAPABILITY_BITS
-from launcher.egress.squid import (ARP_SYSCTLS, INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_ALIAS, PROXY_PORT, NetworkSpec,
-                            ProxySpec, SecretEndpoint, render_squid)
+from launcher.egress.squid import ARP_SYSCTLS, INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_ALIAS, PROXY_PORT, render_squid
 from launcher import checks, runtimes, trustfiles
 from launcher.trustfiles import CA_DIR, CA_VARIABLES
 from launcher.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS

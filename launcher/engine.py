@@ -16,8 +16,7 @@ from launcher.engineproto import ContainerInfo, ContainerSummary, NetworkInfo, V
 from launcher.errors import EngineError, NotFound
 from launcher.execsocket import ExecSocket
 from launcher.streams import Attached
-from launcher.plan import ContainerSpec
-from launcher.egress.squid import NetworkSpec, ProxySpec, proxy_env
+from launcher.plan import ContainerSpec, NetworkSpec, ProxySpec, proxy_env
 
 MANAGED = label.MANAGED_SELECTOR
 DEFAULT_SOCKET = "/var/run/docker.sock"

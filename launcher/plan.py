@@ -6,7 +6,67 @@ import enum
 import hashlib
 from dataclasses import asdict, dataclass, field
 
-from launcher.egress.squid import NetworkSpec, ProxySpec
+from launcher.inject import CA_VAR
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkSpec:
+    name: str
+    internal: bool
+    options: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SecretEndpoint:
+    """One injected secret as the proxy serves it. Where the value comes from, never the value."""
+
+    name: str
+    var: str                  # the proxy's variable carrying the value at launch (SANDBOX_SECRET_<i>)
+    from_env: str             # host variable, or ""
+    from_file: str            # host file, or ""
+    port: int                 # the proxy's plain-HTTP endpoint port for the sandbox
+    scheme: str               # towards the upstream: https (TLS, system CAs or ca_pem) or http
+    host: str
+    upstream_port: int
+    header: str               # header name
+    template: str             # header value with {value}
+    ca_file: str = ""         # host file the CA bundle was read from, or "" (the proxy's system CAs)
+    ca_pem: str = ""          # its certificates (public data): the only CAs the proxy trusts for this upstream
+    login: str = ""           # SecretPolicy.login: how the value is read at launch ("" as it is)
+    path: str = ""            # only paths under this reach the upstream ("" any)
+    extra: tuple[tuple[str, str], ...] = ()   # a login's further headers: (name, proxy variable)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProxySpec:
+    name: str
+    image: str
+    config: str
+    internal_network: str
+    egress_network: str
+    alias: str
+    port: int
+    labels: tuple[tuple[str, str], ...]
+    user: str = "13:13"          # Debian's proxy user; never root
+    pids_limit: int = 128
+    memory_bytes: int = 256 * 1024 ** 2
+    # The root filesystem is read-only; Squid writes only to these small tmpfs directories.
+    scratch_dirs: tuple[str, ...] = ("/run/squid", "/var/spool/squid", "/var/log/squid")
+    scratch_options: str = "uid=13,gid=13,mode=0700,size=16m"
+    secrets: tuple[SecretEndpoint, ...] = ()
+    # Its output is the egress audit: bounded (about a million requests), never unbounded.
+    log_options: tuple[tuple[str, str], ...] = (("max-size", "50m"), ("max-file", "4"))
+
+
+def proxy_env(spec: ProxySpec) -> dict[str, str]:
+    """The proxy container's environment but the secrets' values: its configuration and the CA
+    bundles, base64 (the start script writes them to its tmpfs)."""
+    import base64
+
+    env = {"SANDBOX_SQUID_CONF": base64.b64encode(spec.config.encode()).decode()}
+    env.update({f"{CA_VAR}{i}": base64.b64encode(s.ca_pem.encode()).decode() for i, s in enumerate(spec.secrets) if s.ca_pem})
+    return env
 
 
 class MountKind(enum.Enum):

@@ -14,9 +14,9 @@ import ipaddress
 import random
 
 from launcher import host
-from launcher.egress.squid import NetworkSpec
 from launcher.engineproto import Engine
 from launcher.errors import EngineError
+from launcher.plan import NetworkSpec
 
 DEFAULT_POOL = "198.18.0.0/15"
 PREFIX = 28          # 16 addresses: the gateway Docker reserves, the proxy and the sandbox

@@ -170,7 +170,7 @@ def test_a_ca_file_is_the_only_ca_the_proxy_trusts_for_that_upstream():
     import base64
 
     from launcher.targets import compose
-    from launcher.egress.squid import proxy_env
+    from launcher.plan import proxy_env
 
     comment = b"# Issuer: Company Root CA \xc3\xa9\n"   # text around the block is dropped
     plan = compile_policy(policy(WITH_CA), ca_facts(comment + TEST_CA.encode() + b"\n" + TEST_CA.encode()))

@@ -11,7 +11,8 @@ import pytest
 from conftest import docker_sdk
 from launcher import labels as label
 from launcher import subnets
-from launcher.egress.squid import INTERNAL_OPTIONS, NetworkSpec
+from launcher.egress.squid import INTERNAL_OPTIONS
+from launcher.plan import NetworkSpec
 from launcher.errors import EngineError
 
 # eth0 default via 192.0.2.1, 192.0.2.0/24 on eth0, 198.18.0.0/16 on a VPN's tun device

@@ -6,8 +6,7 @@ import enum
 import shlex
 from dataclasses import asdict, is_dataclass
 
-from launcher.plan import LaunchPlan, Mount, MountKind
-from launcher.egress.squid import proxy_env
+from launcher.plan import LaunchPlan, Mount, MountKind, proxy_env
 from launcher.runtimes import as_file
 
 

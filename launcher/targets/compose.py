@@ -3,8 +3,7 @@ both read it): the same sandbox container, proxy and networks, without the launc
 
 from __future__ import annotations
 
-from launcher.plan import LaunchPlan, Mount, MountKind
-from launcher.egress.squid import ProxySpec, proxy_env
+from launcher.plan import LaunchPlan, Mount, MountKind, ProxySpec, proxy_env
 from launcher.runtimes import as_file
 
 PROBE_VOLUME_KEY = "sandbox-probe"

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import re
 
-from launcher.egress.squid import ProxySpec, proxy_env
-from launcher.plan import LaunchPlan
+from launcher.plan import LaunchPlan, ProxySpec, proxy_env
 from launcher.targets.kubernetes.pod import restricted_context
 
 SECRET_DIR = "/run/sandbox-secrets"
