@@ -126,6 +126,32 @@ def test_no_import_circle_through_imports_inside_functions_either():
     assert not KNOWN_CIRCLES - found, f"circle gone, remove it from KNOWN_CIRCLES: {KNOWN_CIRCLES - found}"
 
 
+# The layers below the egress package: the policy's model and rules, the plan and its types, the
+# engine seam and the host facts. Egress (the proxy at launch, its Squid configuration, the audit)
+# builds on them; none of them may reach launcher.egress, directly or through another module, at
+# import time or inside a function.
+BELOW_EGRESS = ("errors", "names", "values", "labels", "secrets", "surfaces", "paths", "scan", "gitdirs", "gitscan",
+                "gitgraph", "hostgit", "host", "allowlist", "inject", "model", "policy", "plan", "engineproto",
+                "engineapi", "engine", "enginefake", "subnets")
+
+
+def reached(edges: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in edges[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def test_nothing_below_the_plan_and_the_engine_imports_egress():
+    edges = graph(at_top=False)
+    assert set(BELOW_EGRESS) <= NAMES, f"no such module: {set(BELOW_EGRESS) - NAMES}"
+    for name in BELOW_EGRESS:
+        into = sorted(m for m in reached(edges, name) | {name} if m == "egress" or m.startswith("egress."))
+        assert not into, f"{name} reaches {into}: egress builds on the plan and the engine, never below them"
+
+
 def test_the_cli_imports_no_renderer_at_start():
     """`import launcher.cli` (every command's start) loads the targets' registry, not what they write with."""
     code = "import sys, launcher.cli; print(' '.join(sorted(sys.modules)))"
