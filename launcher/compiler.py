@@ -1,7 +1,7 @@
 """compile_policy: a pure function from a Policy and HostFacts to a LaunchPlan.
 
-Host-side refusals live here too (sockets, runtime and credential paths, `/` or $HOME as the
-workspace), so the same input always gives the same plan or the same error.
+Host-side refusals (sockets, runtime and credential paths, `/` or $HOME as the workspace) are
+launcher/refusals.py's, run here, so the same input always gives the same plan or the same error.
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ from dataclasses import replace
 
 from launcher import labels as label
 from launcher.errors import PolicyError, Problem
-from launcher.host import HostFacts, PathFact
+from launcher.host import HostFacts
 from launcher import inject
 from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime, SecretPolicy, WorkspaceMode
 from launcher.plan import (HOME_PROFILE, PROBE_BUSYBOX, PROBE_DIR, PROBE_SCRIPT, ContainerSpec, CopySpec, HomeSpec,
                            LaunchPlan, Mount, MountKind, NetworkSpec, ProbeExpectations, ProxySpec, SecretEndpoint,
                            home_volume_name)
 from launcher.policy import CAPABILITY_BITS
+from launcher.refusals import refuse_source
 from launcher.egress.squid import ARP_SYSCTLS, INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_ALIAS, PROXY_PORT, render_squid
 from launcher import checks, runtimes, trustfiles
 from launcher.trustfiles import CA_DIR, CA_VARIABLES
@@ -29,46 +30,6 @@ from launcher.secrets import RUNTIME_NAMES, SECRET_NAMES, SECRET_VALUES, caseles
 from launcher.surfaces import FILE_PLACEHOLDERS, GIT_BY_EXISTENCE, GIT_READS
 
 _ROOT_DIRS = ("/", "/etc", "/usr", "/var", "/home")
-_REFUSED_SOURCES = ("/proc", "/sys", "/dev", "/boot")
-
-
-def _related(a: str, b: str) -> bool:
-    """True when one path is the other or contains it."""
-    return a == b or a == "/" or b == "/" or a.startswith(b + "/") or b.startswith(a + "/")
-
-
-def refuse_source(fact: PathFact, host: HostFacts, where: str, file: str) -> Problem | None:
-    """Why a host path may not be mounted into a sandbox, or None."""
-    def problem(found: str, hint: str) -> Problem:
-        return Problem(file=file, path=where, expected="a host path safe to share", found=found, hint=hint)
-
-    real = fact.real
-    if fact.kind == "missing":
-        return Problem(file=file, path=where, expected="an existing host path",
-                       found=f"{real} does not exist", hint="create it first, or fix the path")
-    if fact.kind == "socket":
-        return problem(f"{real} is a socket", "a socket reaches a service outside the sandbox")
-    if real == "/":
-        return problem("/ (the whole host)", "mount only the directories the agent needs")
-    if real == host.home:
-        return problem(f"{real} (your home directory)", "mount a project directory instead")
-    for path in host.runtime_sockets:
-        if _related(real, path):
-            return problem(f"{real}, which is or holds the container runtime path {path}",
-                           "a container runtime socket in the sandbox is root on the host")
-    for path in host.credential_paths:
-        if _related(real, path):
-            return problem(f"{real}, which is or holds the credential location {path}",
-                           "credentials never enter the sandbox")
-    for path in _REFUSED_SOURCES:
-        if _related(real, path) and real != "/":
-            return problem(f"{real} (kernel or device filesystem)", "devices cannot be mounted")
-    if fact.sockets:
-        return problem(f"{real}, which holds the socket {fact.sockets[0]}",
-                       "a socket reaches a service outside the sandbox; remove it or mount a subdirectory")
-    return None
-
-
 def effective_digest(policy: Policy) -> str:
     """sha256 of every effective value (flags and layers included, not where it was read from):
     equal digests mean the same envelope."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from launcher.compiler import refuse_source
+from launcher.refusals import refuse_source
 from launcher.allowlist import AllowRule
 from launcher.errors import PolicyError, Problem
 from launcher.gitgraph import GitPath
