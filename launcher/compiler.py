@@ -21,12 +21,12 @@ from launcher.plan import (HOME_PROFILE, PROBE_BUSYBOX, PROBE_DIR, PROBE_SCRIPT,
                            LaunchPlan, Mount, MountKind, NetworkSpec, ProbeExpectations, ProxySpec, SecretEndpoint,
                            home_volume_name)
 from launcher.policy import CAPABILITY_BITS
-from launcher.refusals import refuse_source
+from launcher.refusals import under
 from launcher.egress.squid import ARP_SYSCTLS, INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_ALIAS, PROXY_PORT, render_squid
-from launcher import checks, runtimes, trustfiles
+from launcher import checks, refusals, runtimes
 from launcher.trustfiles import CA_DIR, CA_VARIABLES
 from launcher.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS
-from launcher.secrets import RUNTIME_NAMES, SECRET_NAMES, SECRET_VALUES, caseless, secret_value
+from launcher.secrets import RUNTIME_NAMES, SECRET_NAMES, SECRET_VALUES, caseless
 from launcher.surfaces import FILE_PLACEHOLDERS, GIT_BY_EXISTENCE, GIT_READS
 
 _ROOT_DIRS = ("/", "/etc", "/usr", "/var", "/home")
@@ -103,112 +103,53 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     kind: "run" (we launch it and wait), "up" (kept alive for `exec`), "external" (another tool
     such as docker-compose or plain `docker run` launches it; `gc` leaves it alone) or "devcontainer"
     (another tool launches it and keeps it alive, like `up`). profile: the
-    agent profile whose home volume a `home.mode: volume` policy uses."""
-    file = policy.source
-    problems: list[Problem] = []
-    ws = host.workspace
-    if ws.kind != "dir":
-        problems.append(Problem(file="command line", path="--workspace", expected="an existing directory",
-                                found=f"{ws.real} ({ws.kind})"))
-    else:
-        refusal = refuse_source(ws, host, "--workspace", "command line")
-        if refusal:
-            problems.append(refusal)
-    for index, fact in enumerate(host.mounts):
-        refusal = refuse_source(fact, host, f"mounts[{index}].source", file)
-        if refusal:
-            problems.append(refusal)
-    for name_, value in host.env:
-        if secret_value(value) or "\n" in value or "\0" in value:
-            problems.append(Problem(file=file, path=f"env.pass ({name_})", expected="a plain, non-secret value",
-                                    found="a secret-shaped or multi-line value (not shown)",
-                                    hint=f"unset {name_} or remove it from env.pass"))
-    writable_ws = policy.workspace.access is Access.READ_WRITE
-    copy_mode = policy.workspace.mode is WorkspaceMode.COPY
-    external = kind in ("external", "devcontainer")
-    if copy_mode and external:
-        problems.append(Problem(file=file, path="workspace.mode", expected="bind for a sandbox another tool launches",
-                                found="copy", hint="copy mode needs `sandbox run` or `sandbox up` (they make the copy "
-                                "and keep it for `sandbox diff`); add --workspace-mode bind, or use a policy "
-                                "with workspace: {mode: bind}"))
-    home_volume = policy.home.mode is HomeMode.VOLUME
-    if home_volume and external:
-        problems.append(Problem(file=file, path="home.mode", expected="tmpfs for a sandbox another tool launches",
-                                found="volume", hint="the launcher makes the home volume and hands it to the agent's "
-                                "uid before the start (`sandbox run`, `sandbox up`); use home: {mode: tmpfs}"))
-    for index, (mount, fact) in enumerate(zip(policy.mounts, host.mounts)):
-        held = [real for real in host.git.outside if _under(real, fact.real) or _under(fact.real, real)]
-        if writable_ws and mount.access is Access.READ_WRITE and held:
-            problems.append(Problem(file=file, path=f"mounts[{index}]", expected="no writable mount of what git "
-                                    "reads for the workspace", found=f"{fact.real} is or holds {held[0]}, which git "
-                                    "on the host reads for this workspace (a git directory, config file or hooks "
-                                    "path)", hint="mount it read-only: git on the host runs code from it"))
-    for refusal in host.git.refusals if writable_ws and not copy_mode else ():
-        problems.append(Problem(file="command line", path="--workspace", expected="git paths a read-only mount can "
-                                "protect", found=refusal, hint="host git would run what the agent writes there; run "
-                                "on a copy: --workspace-mode copy (or a read-only workspace)"))
-    for anchor in host.protected:
-        if writable_ws and anchor.kind in ("symlink", "other"):
-            problems.append(Problem(file="command line", path="--workspace",
-                                    expected="protected paths that are plain files or directories",
-                                    found=f"{anchor.real} is a {anchor.kind}",
-                                    hint="remove it; a link there could redirect a read-only mount"))
-    cas, ca_problems = trustfiles.ca_bundles(policy, host)
-    problems += ca_problems
-    problems += [Problem(file=file, path=p, expected=e, found=f, hint=h) for p, e, f, h in
-                 runtimes.refusals(policy.runtime, policy.capabilities)]
-    if problems:
-        raise PolicyError(problems)
+    agent profile whose home volume a `home.mode: volume` policy uses.
 
-    target = policy.workspace.target
+    The stages, in order: the refusals, the names, the mounts, the labels, the network, the
+    environment, the probe's expectations, the volumes the launcher makes, the container."""
+    cas = refusals.check(policy, host, kind)
     container_name = _container_name(policy, host, kind, name)
-    copy = None
-    if copy_mode:
-        copy = CopySpec(name=container_name, source=ws.real, uid=_user(policy, host)[0], gid=_user(policy, host)[1],
-                        exclude=policy.workspace.exclude, protected=policy.workspace.protected, labels=())
-        mounts = [Mount(kind=MountKind.VOLUME, source=copy.tree_volume, target=target, read_only=not writable_ws, no_copy=True)]
-    else:
-        mounts = [Mount(kind=MountKind.BIND, source=ws.real, target=target, read_only=not writable_ws)]
-    placeholders: list[str] = []
-    if writable_ws and not copy_mode:
-        anchors = dict((a.given, a) for a in host.protected if a.given not in _unmountable(host))
-        # A path below another protected one is covered by that one's read-only mount.
-        anchors = {g: a for g, a in anchors.items() if not any(_under(g, o) for o in anchors if o != g)}
-        # The directories above a protected path (.git for .git/hooks) become mount points too,
-        # bound writable onto themselves: a mount point cannot be renamed, so `mv .git x; mkdir
-        # .git` cannot swap in a fresh, writable .git/hooks (found by `sandbox selftest`).
-        for parent in sorted({g.rsplit("/", i)[0] for g in anchors for i in range(1, g.count("/") + 1)} - set(anchors)):
-            mounts.append(Mount(kind=MountKind.BIND, source=posixpath.join(ws.real, parent),
-                                target=posixpath.join(target, parent), read_only=False))
-        for anchor in anchors.values():
-            at = posixpath.join(target, anchor.given)
-            if anchor.kind == "missing" and anchor.given in FILE_PLACEHOLDERS and host.config_placeholder:
-                # A config file its tool opens even when missing: a read-only file holding {} there.
-                mounts.append(Mount(kind=MountKind.BIND, source=host.config_placeholder, target=at, read_only=True))
-                placeholders.append(anchor.real)
-            elif anchor.kind == "missing" and anchor.given in host.git.files and host.git.placeholder:
-                # A git config file the include graph names: empty, as git reads a missing one.
-                mounts.append(Mount(kind=MountKind.BIND, source=host.git.placeholder, target=at, read_only=True))
-                placeholders.append(anchor.real)
-            elif anchor.kind == "missing":
-                # An empty read-only tmpfs takes the name, so nothing can be created there. Docker
-                # creates the mount point in the workspace; the launcher removes it afterwards.
-                mounts.append(Mount(kind=MountKind.TMPFS, target=at, read_only=True, size_bytes=4096))
-                placeholders.append(anchor.real)
-            else:
-                mounts.append(Mount(kind=MountKind.BIND, source=anchor.real, target=at, read_only=True))
+    uid, gid = _user(policy, host)
+    copy = _copy_spec(policy, host, container_name, uid, gid)
+    volume = home_volume_name(host.workspace.real, profile) if policy.home.mode is HomeMode.VOLUME else ""
+    mounts, placeholders, ca_env = _mounts(policy, host, copy, volume, uid, gid)
+    labels = _labels(policy, host, kind, container_name)
+    networks, proxy, proxy_env = (), None, {}
+    if policy.network.mode is NetworkMode.PROXY:
+        networks, proxy, proxy_env = _proxy_parts(policy, host, container_name, labels, egress_network, cas)
+    env = _env(policy, host, proxy_env, ca_env)
+    probe = _probe(policy, host, mounts, copy, proxy, volume, uid, gid)
+    agent = tuple(command) or policy.command
+    main = up_main(policy.limits.timeout_seconds) if kind in LONG_LIVED else agent
+    labels[label.PLACEHOLDERS] = json.dumps(placeholders)
+    home_spec, copy, volume_labels = _volume_specs(policy, host, copy, volume, profile, uid, gid)
+    labels.update(volume_labels)
+    container = _container(policy, container_name, probe, main, env, mounts, labels, proxy, uid, gid)
+    return LaunchPlan(policy_name=policy.name, policy_digest=policy.digest, container=container, probe=probe,
+                      agent_command=agent, timeout_seconds=policy.limits.timeout_seconds,
+                      placeholders=tuple(placeholders), warnings=_warnings(policy, host), networks=networks, proxy=proxy,
+                      copy=copy, home=home_spec)
+
+
+def _copy_spec(policy: Policy, host: HostFacts, name: str, uid: int, gid: int) -> CopySpec | None:
+    """Copy mode's volumes (labelled later, by _volume_specs), or None for a bind workspace."""
+    if policy.workspace.mode is not WorkspaceMode.COPY:
+        return None
+    return CopySpec(name=name, source=host.workspace.real, uid=uid, gid=gid, exclude=policy.workspace.exclude,
+                    protected=policy.workspace.protected, labels=())
+
+
+def _mounts(policy: Policy, host: HostFacts, copy: CopySpec | None, volume: str, uid: int,
+            gid: int) -> tuple[list[Mount], list[str], dict[str, str]]:
+    """Every mount of the container, in order (the workspace and its protected paths, the policy's
+    mounts, the CA files, the tmpfs, the home, the probe), the placeholders made for missing
+    protected paths, and the CA files' environment."""
+    mounts, placeholders = _workspace_mounts(policy, host, copy)
     for mount, fact in zip(policy.mounts, host.mounts):
         mounts.append(Mount(kind=MountKind.BIND, source=fact.real, target=mount.target,
                             read_only=mount.access is Access.READ_ONLY))
-    uid, gid = _user(policy, host)
-    ca_env = {}
-    if policy.ca_certificates and not all(host.ca_store):   # fail closed: never a sandbox without them
-        raise PolicyError([Problem(file=policy.source, path="ca_certificates", expected="CA files the launcher prepared",
-                                   found="none were prepared", hint="run it through `sandbox` (pipeline.facts_for)")])
-    if policy.ca_certificates:
-        for kind, source in zip(("extra", "bundle"), host.ca_store):
-            mounts.append(Mount(kind=MountKind.BIND, source=source, target=f"{CA_DIR}/{kind}.pem", read_only=True))
-        ca_env = {name: f"{CA_DIR}/{kind}.pem" for name, kind in CA_VARIABLES.items()}
+    ca_mounts, ca_env = _ca_mounts(policy, host)
+    mounts += ca_mounts
     for tmpfs in policy.tmpfs:
         mounts.append(Mount(kind=MountKind.TMPFS, target=tmpfs.target, read_only=False, size_bytes=tmpfs.size_bytes,
                             owner=(uid, gid), mode=tmpfs.mode))
@@ -216,40 +157,104 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         # gVisor mounts a writable /tmp of its own where the spec has none: an empty read-only one instead
         mounts.append(Mount(kind=MountKind.TMPFS, target="/tmp", read_only=True, size_bytes=4096))
     home = policy.home
-    volume = home_volume_name(ws.real, profile) if home_volume else ""
-    if home_volume:
+    if volume:
         mounts.append(Mount(kind=MountKind.VOLUME, source=volume, target=home.target, read_only=False, no_copy=True))
     else:
         mounts.append(Mount(kind=MountKind.TMPFS, target=home.target, read_only=False, size_bytes=home.size_bytes,
                             owner=(uid, gid), mode=0o700))
     mounts.append(Mount(kind=MountKind.VOLUME, source=host.probe_volume, target=PROBE_DIR, read_only=True))
+    return mounts, placeholders, ca_env
 
-    writable = tuple(m.target for m in mounts if not m.read_only)
-    labels = {
+
+def _workspace_mounts(policy: Policy, host: HostFacts, copy: CopySpec | None) -> tuple[list[Mount], list[str]]:
+    """The workspace (a bind, or copy mode's volume) and, over a writable bind, the read-only mounts
+    of its protected paths; the host paths of the placeholders that take a missing one's name."""
+    ws, target = host.workspace, policy.workspace.target
+    writable_ws = policy.workspace.access is Access.READ_WRITE
+    if copy:
+        mounts = [Mount(kind=MountKind.VOLUME, source=copy.tree_volume, target=target, read_only=not writable_ws, no_copy=True)]
+    else:
+        mounts = [Mount(kind=MountKind.BIND, source=ws.real, target=target, read_only=not writable_ws)]
+    placeholders: list[str] = []
+    if not writable_ws or copy:
+        return mounts, placeholders
+    anchors = dict((a.given, a) for a in host.protected if a.given not in _unmountable(host))
+    # A path below another protected one is covered by that one's read-only mount.
+    anchors = {g: a for g, a in anchors.items() if not any(under(g, o) for o in anchors if o != g)}
+    # The directories above a protected path (.git for .git/hooks) become mount points too,
+    # bound writable onto themselves: a mount point cannot be renamed, so `mv .git x; mkdir
+    # .git` cannot swap in a fresh, writable .git/hooks (found by `sandbox selftest`).
+    for parent in sorted({g.rsplit("/", i)[0] for g in anchors for i in range(1, g.count("/") + 1)} - set(anchors)):
+        mounts.append(Mount(kind=MountKind.BIND, source=posixpath.join(ws.real, parent),
+                            target=posixpath.join(target, parent), read_only=False))
+    for anchor in anchors.values():
+        at = posixpath.join(target, anchor.given)
+        if anchor.kind == "missing" and anchor.given in FILE_PLACEHOLDERS and host.config_placeholder:
+            # A config file its tool opens even when missing: a read-only file holding {} there.
+            mounts.append(Mount(kind=MountKind.BIND, source=host.config_placeholder, target=at, read_only=True))
+            placeholders.append(anchor.real)
+        elif anchor.kind == "missing" and anchor.given in host.git.files and host.git.placeholder:
+            # A git config file the include graph names: empty, as git reads a missing one.
+            mounts.append(Mount(kind=MountKind.BIND, source=host.git.placeholder, target=at, read_only=True))
+            placeholders.append(anchor.real)
+        elif anchor.kind == "missing":
+            # An empty read-only tmpfs takes the name, so nothing can be created there. Docker
+            # creates the mount point in the workspace; the launcher removes it afterwards.
+            mounts.append(Mount(kind=MountKind.TMPFS, target=at, read_only=True, size_bytes=4096))
+            placeholders.append(anchor.real)
+        else:
+            mounts.append(Mount(kind=MountKind.BIND, source=anchor.real, target=at, read_only=True))
+    return mounts, placeholders
+
+
+def _ca_mounts(policy: Policy, host: HostFacts) -> tuple[list[Mount], dict[str, str]]:
+    """ca_certificates: the prepared CA files, read-only, and the variables naming them."""
+    if not policy.ca_certificates:
+        return [], {}
+    if not all(host.ca_store):   # fail closed: never a sandbox without them
+        raise PolicyError([Problem(file=policy.source, path="ca_certificates", expected="CA files the launcher prepared",
+                                   found="none were prepared", hint="run it through `sandbox` (pipeline.facts_for)")])
+    mounts = [Mount(kind=MountKind.BIND, source=source, target=f"{CA_DIR}/{kind}.pem", read_only=True)
+              for kind, source in zip(("extra", "bundle"), host.ca_store)]
+    return mounts, {name: f"{CA_DIR}/{kind}.pem" for name, kind in CA_VARIABLES.items()}
+
+
+def _labels(policy: Policy, host: HostFacts, kind: str, name: str) -> dict[str, str]:
+    """The container's labels that its networks and proxy share (the volumes' come later)."""
+    return {
         label.MANAGED: "1", label.KIND: "up" if kind in LONG_LIVED else kind, label.POLICY: policy.name,
-        label.POLICY_DIGEST: policy.digest, label.WORKSPACE: ws.real,
+        label.POLICY_DIGEST: policy.digest, label.WORKSPACE: host.workspace.real,
         label.EFFECTIVE_DIGEST: effective_digest(policy),
-        label.SANDBOX: container_name, **_owner(host),
+        label.SANDBOX: name, **_owner(host),
     }
-    networks, proxy, proxy_env = (), None, {}
-    if policy.network.mode is NetworkMode.PROXY:
-        networks, proxy, proxy_env = _proxy_parts(policy, host, container_name, labels, egress_network, cas)
+
+
+def _env(policy: Policy, host: HostFacts, proxy_env: dict[str, str], ca_env: dict[str, str]) -> dict[str, str]:
+    """The agent's environment: env.pass, HOME, env.set, then the proxy's and the CA files' variables."""
     env = dict(host.env)
-    env["HOME"] = home.target   # unless env.set says otherwise
+    env["HOME"] = policy.home.target   # unless env.set says otherwise
     env.update(policy.env.set_values)
     env.update(proxy_env)
     env.update(ca_env)
+    return env
+
+
+def _probe(policy: Policy, host: HostFacts, mounts: list[Mount], copy: CopySpec | None, proxy: ProxySpec | None,
+           volume: str, uid: int, gid: int) -> ProbeExpectations:
+    """What the probe must observe inside the container before the agent starts."""
+    ws, target = host.workspace, policy.workspace.target
+    writable = tuple(m.target for m in mounts if not m.read_only)
     capbnd = sum(1 << CAPABILITY_BITS[c] for c in policy.capabilities)
-    probe = ProbeExpectations(
+    return ProbeExpectations(
         uid=uid, gid=gid, capbnd=f"{capbnd:016x}", nnp=1, seccomp=2, kernel=runtimes.kernel(policy.runtime),
-        rofs=tuple(d for d in _ROOT_DIRS if not any(_under(d, w) for w in writable)),
+        rofs=tuple(d for d in _ROOT_DIRS if not any(under(d, w) for w in writable)),
         writable=writable,
         mounts=tuple(m.target for m in mounts),
         protected=() if copy else tuple(posixpath.join(target, p) for p in _protected(policy, host)),
         workspace=target,
         **({"wsroot": f"/{copy.base_volume}/_data", "wsupper": f"/{copy.upper_volume}/_data/upper"} if copy
            else {"wsroot": ws.real}),
-        home=home.target, homesrc=f"/{volume}/_data" if home_volume else "tmpfs",
+        home=policy.home.target, homesrc=f"/{volume}/_data" if volume else "tmpfs",
         net=policy.network.mode.value,
         pids=str(policy.limits.pids), mem=str(policy.limits.memory_bytes),
         checks=checks.for_mode(policy.network.mode.value),
@@ -259,24 +264,34 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
             "dnsname": next((r.host for r in policy.network.allow if not r.wildcard and not r.ip), "-")}
            if proxy else {}),
     )
-    agent = tuple(command) or policy.command
-    main = up_main(policy.limits.timeout_seconds) if kind in LONG_LIVED else agent
-    labels[label.PLACEHOLDERS] = json.dumps(placeholders)
-    home_spec = None
-    if home_volume:
+
+
+def _volume_specs(policy: Policy, host: HostFacts, copy: CopySpec | None, volume: str, profile: str, uid: int,
+                  gid: int) -> tuple[HomeSpec | None, CopySpec | None, dict[str, str]]:
+    """The volumes the launcher makes before the start (the home, copy mode's), labelled, and the
+    container's labels naming them."""
+    home_spec, labels = None, {}
+    ws = host.workspace.real
+    if volume:
         labels[label.HOME] = volume
-        home_spec = HomeSpec(volume=volume, workspace=ws.real, profile=profile, uid=uid, gid=gid,
-                             labels=tuple(sorted({label.MANAGED: "1", label.KIND: "home", label.WORKSPACE: ws.real,
+        home_spec = HomeSpec(volume=volume, workspace=ws, profile=profile, uid=uid, gid=gid,
+                             labels=tuple(sorted({label.MANAGED: "1", label.KIND: "home", label.WORKSPACE: ws,
                                                   label.PROFILE: profile}.items())))
     if copy:
         labels[label.COPY] = copy.name
         copy = replace(copy, labels=tuple(sorted({label.MANAGED: "1", label.KIND: "copy", label.COPY: copy.name,
-                                                  label.WORKSPACE: ws.real, label.POLICY: policy.name,
+                                                  label.WORKSPACE: ws, label.POLICY: policy.name,
                                                   **_owner(host), label.PROTECTED: json.dumps(copy.protected)}.items())))
-    container = ContainerSpec(
-        name=container_name, image=policy.image, user=f"{uid}:{gid}",
+    return home_spec, copy, labels
+
+
+def _container(policy: Policy, name: str, probe: ProbeExpectations, main: tuple[str, ...], env: dict[str, str],
+               mounts: list[Mount], labels: dict[str, str], proxy: ProxySpec | None, uid: int, gid: int) -> ContainerSpec:
+    """The agent's container: the probe runs first, then `main`."""
+    return ContainerSpec(
+        name=name, image=policy.image, user=f"{uid}:{gid}",
         entrypoint=(PROBE_BUSYBOX, "sh", PROBE_SCRIPT), command=probe.to_args() + ("--",) + main,
-        env=tuple(env.items()), working_dir=target, mounts=tuple(mounts),
+        env=tuple(env.items()), working_dir=policy.workspace.target, mounts=tuple(mounts),
         network_mode=proxy.internal_network if proxy else "none",
         # Docker's embedded resolver still answers for the proxy's name, but forwards every other
         # name to the sandbox's own loopback, where nothing answers: no DNS channel out.
@@ -287,16 +302,18 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         memory_bytes=policy.limits.memory_bytes, nano_cpus=int(policy.limits.cpus * 1e9),
         labels=tuple(sorted(labels.items())), hostname="sandbox",
     )
+
+
+def _warnings(policy: Policy, host: HostFacts) -> tuple[str, ...]:
+    writable_ws = policy.workspace.access is Access.READ_WRITE
+    copy_mode = policy.workspace.mode is WorkspaceMode.COPY
     warnings = list(host.git.notes if writable_ws and not copy_mode else ())
     if writable_ws and policy.workspace.git is Access.READ_WRITE:
         warnings.append("workspace.git is read-write: the agent can rewrite the index, refs and objects of "
-                        f"{ws.real}/.git (skip-worktree hides a changed file from `git status`); review with care")
+                        f"{host.workspace.real}/.git (skip-worktree hides a changed file from `git status`); review with care")
     # A workspace the agent cannot read or write is not warned about here: the probe's ws.access
     # check proves access as the agent's uid, inside the container, and fails the start with a hint.
-    return LaunchPlan(policy_name=policy.name, policy_digest=policy.digest, container=container, probe=probe,
-                      agent_command=agent, timeout_seconds=policy.limits.timeout_seconds,
-                      placeholders=tuple(placeholders), warnings=tuple(warnings), networks=networks, proxy=proxy,
-                      copy=copy, home=home_spec)
+    return tuple(warnings)
 
 
 # The main process of a long-lived sandbox (`up`, a dev container): it ends the container when
@@ -327,7 +344,3 @@ def _unmountable(host: HostFacts) -> set[str]:
     """Missing git files whose mere existence changes what git does (a mount point would be an
     empty directory there, and git fails on it). The surface report covers them instead."""
     return {a.given for a in host.protected if a.kind == "missing" and a.given in GIT_BY_EXISTENCE}
-
-
-def _under(path: str, mount: str) -> bool:
-    return mount != "/" and (path == mount or path.startswith(mount + "/"))

@@ -1,10 +1,14 @@
-"""Host-side refusals: the host paths no sandbox may mount (sockets, runtime and credential paths,
-`/` or $HOME, kernel and device filesystems). Pure, over the host facts."""
+"""Host-side refusals, compile_policy's first stage: the host paths no sandbox may mount (sockets,
+runtime and credential paths, `/` or $HOME, kernel and device filesystems), secret-shaped values
+passed in, what another tool cannot launch, what host git would run. Pure, over the host facts."""
 
 from __future__ import annotations
 
-from launcher.errors import Problem
+from launcher import runtimes, trustfiles
+from launcher.errors import PolicyError, Problem
 from launcher.host import HostFacts, PathFact
+from launcher.model import Access, HomeMode, Policy, WorkspaceMode
+from launcher.secrets import secret_value
 
 _REFUSED_SOURCES = ("/proc", "/sys", "/dev", "/boot")
 
@@ -44,3 +48,83 @@ def refuse_source(fact: PathFact, host: HostFacts, where: str, file: str) -> Pro
         return problem(f"{real}, which holds the socket {fact.sockets[0]}",
                        "a socket reaches a service outside the sandbox; remove it or mount a subdirectory")
     return None
+
+
+def under(path: str, mount: str) -> bool:
+    """True when path is the mount point or below it (never for a mount of /)."""
+    return mount != "/" and (path == mount or path.startswith(mount + "/"))
+
+
+def check(policy: Policy, host: HostFacts, kind: str) -> dict[str, tuple[str, str]]:
+    """compile_policy's first stage: every refusal of this policy on this host at once, as one
+    PolicyError; else the CA bundles of the injected secrets, by the policy's ca_file."""
+    file = policy.source
+    problems: list[Problem] = []
+    ws = host.workspace
+    if ws.kind != "dir":
+        problems.append(Problem(file="command line", path="--workspace", expected="an existing directory",
+                                found=f"{ws.real} ({ws.kind})"))
+    else:
+        refusal = refuse_source(ws, host, "--workspace", "command line")
+        if refusal:
+            problems.append(refusal)
+    for index, fact in enumerate(host.mounts):
+        refusal = refuse_source(fact, host, f"mounts[{index}].source", file)
+        if refusal:
+            problems.append(refusal)
+    for name_, value in host.env:
+        if secret_value(value) or "\n" in value or "\0" in value:
+            problems.append(Problem(file=file, path=f"env.pass ({name_})", expected="a plain, non-secret value",
+                                    found="a secret-shaped or multi-line value (not shown)",
+                                    hint=f"unset {name_} or remove it from env.pass"))
+    problems += _launched_elsewhere(policy, kind) + _git_refusals(policy, host)
+    cas, ca_problems = trustfiles.ca_bundles(policy, host)
+    problems += ca_problems
+    problems += [Problem(file=file, path=p, expected=e, found=f, hint=h) for p, e, f, h in
+                 runtimes.refusals(policy.runtime, policy.capabilities)]
+    if problems:
+        raise PolicyError(problems)
+    return cas
+
+
+def _launched_elsewhere(policy: Policy, kind: str) -> list[Problem]:
+    """What only the launcher can prepare, refused for a sandbox another tool launches."""
+    problems, file = [], policy.source
+    if kind not in ("external", "devcontainer"):
+        return problems
+    if policy.workspace.mode is WorkspaceMode.COPY:
+        problems.append(Problem(file=file, path="workspace.mode", expected="bind for a sandbox another tool launches",
+                                found="copy", hint="copy mode needs `sandbox run` or `sandbox up` (they make the copy "
+                                "and keep it for `sandbox diff`); add --workspace-mode bind, or use a policy "
+                                "with workspace: {mode: bind}"))
+    if policy.home.mode is HomeMode.VOLUME:
+        problems.append(Problem(file=file, path="home.mode", expected="tmpfs for a sandbox another tool launches",
+                                found="volume", hint="the launcher makes the home volume and hands it to the agent's "
+                                "uid before the start (`sandbox run`, `sandbox up`); use home: {mode: tmpfs}"))
+    return problems
+
+
+def _git_refusals(policy: Policy, host: HostFacts) -> list[Problem]:
+    """A writable workspace's refusals: writable mounts of what host git reads, git paths a
+    read-only mount cannot protect, protected paths that are links."""
+    problems: list[Problem] = []
+    writable_ws = policy.workspace.access is Access.READ_WRITE
+    copy_mode = policy.workspace.mode is WorkspaceMode.COPY
+    for index, (mount, fact) in enumerate(zip(policy.mounts, host.mounts)):
+        held = [real for real in host.git.outside if under(real, fact.real) or under(fact.real, real)]
+        if writable_ws and mount.access is Access.READ_WRITE and held:
+            problems.append(Problem(file=policy.source, path=f"mounts[{index}]", expected="no writable mount of what git "
+                                    "reads for the workspace", found=f"{fact.real} is or holds {held[0]}, which git "
+                                    "on the host reads for this workspace (a git directory, config file or hooks "
+                                    "path)", hint="mount it read-only: git on the host runs code from it"))
+    for refusal in host.git.refusals if writable_ws and not copy_mode else ():
+        problems.append(Problem(file="command line", path="--workspace", expected="git paths a read-only mount can "
+                                "protect", found=refusal, hint="host git would run what the agent writes there; run "
+                                "on a copy: --workspace-mode copy (or a read-only workspace)"))
+    for anchor in host.protected:
+        if writable_ws and anchor.kind in ("symlink", "other"):
+            problems.append(Problem(file="command line", path="--workspace",
+                                    expected="protected paths that are plain files or directories",
+                                    found=f"{anchor.real} is a {anchor.kind}",
+                                    hint="remove it; a link there could redirect a read-only mount"))
+    return problems
