@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from launcher.inject import CA_MAX_BYTES
+from launcher import cafiles
 from launcher.errors import PolicyError, Problem
 from launcher.gitdirs import GitFacts
 from launcher.model import Access, Policy, WorkspaceMode
@@ -43,9 +43,9 @@ class HostFacts:
     # another tool (compile, devcontainer) have neither, so the same inputs give the same bytes.
     nonce: str = ""                        # "": the name comes from the policy and the workspace
     owner_pid: int = 0                     # 0: no owner-pid label
-    ca_files: tuple[tuple[PathFact, bytes], ...] = ()   # each secrets[].ca_file (given) and its first bytes
+    ca_files: tuple[cafiles.CaFile, ...] = ()   # each secrets[].ca_file (given), read and checked
     config_placeholder: str = ""           # the file a missing protected config file is bound from
-    ca_certs: tuple[tuple[PathFact, bytes], ...] = ()   # each ca_certificates entry and its first bytes
+    ca_certs: tuple[cafiles.CaFile, ...] = ()   # each ca_certificates entry, read and checked
     ca_store: tuple[str, str] = ("", "")   # trustfiles.store_files: the extras alone, the system CAs plus them
     # Writable bind workspaces only: what git on the host reads for it (gitscan.py), and every
     # host-executed surface's fingerprint (scan.py).
@@ -195,10 +195,11 @@ def codex_refresh_url() -> str:
     return os.environ.get("SANDBOX_CODEX_REFRESH_URL", "") or "https://auth.openai.com/oauth/token"
 
 
-def ca_file(given: str) -> tuple[PathFact, bytes]:
-    """A secret's CA bundle (public data, checked by the compiler): where it is, and its first bytes."""
+def ca_file(given: str) -> cafiles.CaFile:
+    """A CA file the policy names (public data), read and checked here, once: its certificates or why not."""
     fact = path_fact(given, os.getcwd())
-    return fact, _read_regular(fact.real, required=True, follow=True, limit=CA_MAX_BYTES + 1) if fact.kind == "file" else b""
+    data = _read_regular(fact.real, required=True, follow=True, limit=cafiles.READ_LIMIT) if fact.kind == "file" else b""
+    return cafiles.checked(fact.given, fact.real, fact.kind, data)
 
 
 def is_interactive() -> bool:

@@ -112,23 +112,18 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions(),
 
 def facts_for(policy, workspace: str, launched: bool = True) -> HostFacts:
     shared = workspaces.placeholders(host.workspace_real(workspace))   # other sandboxes' mount points
-    return host.gather(policy, workspace, images.probe_volume_name(), images.proxy_image().tag, placeholders=shared,
-                       config_placeholder=workspaces.config_placeholder(), ca_store=_ca_store(policy),
-                       git_placeholder=workspaces.git_placeholder(), launched=launched)
+    facts = host.gather(policy, workspace, images.probe_volume_name(), images.proxy_image().tag, placeholders=shared,
+                        config_placeholder=workspaces.config_placeholder(),
+                        git_placeholder=workspaces.git_placeholder(), launched=launched)
+    return replace(facts, ca_store=_ca_store(facts)) if facts.ca_certs else facts
 
 
-def _ca_store(policy) -> tuple[str, str]:
-    """The files for policy.ca_certificates, from the usable ones (the compiler refuses the rest)."""
+def _ca_store(facts: HostFacts) -> tuple[str, str]:
+    """The files for policy.ca_certificates, from the usable ones the host facts read (the compiler
+    refuses the rest)."""
     from launcher import trustfiles
-    from launcher.inject import ca_bundle
 
-    pems = []
-    for given in policy.ca_certificates:
-        fact, data = host.ca_file(given)
-        try:
-            pems.append(ca_bundle(data) if fact.kind == "file" else "")
-        except ValueError:
-            pass
+    pems = [ca.pem for ca in facts.ca_certs]
     return trustfiles.store_files("".join(pems)) if any(pems) else ("", "")
 
 

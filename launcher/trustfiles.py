@@ -10,7 +10,7 @@ import os
 from launcher import host
 from launcher import inject
 from launcher.errors import Problem
-from launcher.host import HostFacts, PathFact
+from launcher.host import HostFacts
 from launcher.model import Policy
 
 SYSTEM_STORE = "/etc/ssl/certs/ca-certificates.crt"   # Debian, Ubuntu; elsewhere the extras alone
@@ -39,40 +39,29 @@ def store_files(extra_pem: str) -> tuple[str, str]:
     return paths[0], paths[1]
 
 
-def _pem(fact: PathFact, data: bytes) -> str:
-    """The certificates of a CA file host.py read; ValueError says why it is unusable."""
-    if fact.kind != "file":
-        raise ValueError({"missing": "no such file", "dir": "a directory, not a file"}.get(
-            fact.kind, f"a {'socket' if fact.kind == 'socket' else 'FIFO or device'}, not a regular file"))
-    return inject.ca_bundle(data)
-
-
 _CA_PROBLEM = dict(expected=f"a PEM file of CA certificates (at most {inject.CA_MAX_BYTES // 1024} KiB)",
                    hint="the CA certificate(s) that sign the upstream's certificate, e.g. ~/certs/company-ca.pem")
 
 
 def ca_bundles(policy: Policy, host: HostFacts) -> tuple[dict[str, tuple[str, str]], list[Problem]]:
-    """secrets[].ca_file -> (real path, its certificates) from the bytes host.py read, and a
-    problem for each one that is no usable PEM bundle; ca_certificates[] are checked the same way."""
-    facts = {fact.given: (fact, data) for fact, data in host.ca_files}
+    """secrets[].ca_file -> (real path, its certificates), as the host facts checked them, and a
+    problem for each one that is no usable PEM bundle; ca_certificates[] are refused the same way."""
+    facts = {ca.given: ca for ca in host.ca_files}
     found, problems = {}, []
     for index, secret in enumerate(policy.secrets):
         if not secret.ca_file:
             continue
-        fact, data = facts[secret.ca_file]
-        try:
-            found[secret.ca_file] = (fact.real, _pem(fact, data))
-        except ValueError as exc:
-            problems.append(Problem(file=policy.source, path=f"secrets[{index}].ca_file", found=f"{fact.real}: {exc}",
+        ca = facts[secret.ca_file]
+        if ca.problem:
+            problems.append(Problem(file=policy.source, path=f"secrets[{index}].ca_file", found=f"{ca.real}: {ca.problem}",
                                     **_CA_PROBLEM))
-    for index, (fact, data) in enumerate(host.ca_certs):
-        try:
-            _pem(fact, data)
-        except ValueError as exc:
-            problems.append(Problem(file=policy.source, path=f"ca_certificates[{index}]", found=f"{fact.real}: {exc}",
+        else:
+            found[secret.ca_file] = (ca.real, ca.pem)
+    for index, ca in enumerate(host.ca_certs):
+        if ca.problem:
+            problems.append(Problem(file=policy.source, path=f"ca_certificates[{index}]", found=f"{ca.real}: {ca.problem}",
                                     **_CA_PROBLEM))
     return found, problems
-
 
 # Where the sandbox finds ca_certificates, and the variables that name them (which one a tool reads:
 # launcher/agents/README.md). The first replace a tool's store, so they name the system CAs plus ours.

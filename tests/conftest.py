@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher import cafiles
 from launcher.host import HostFacts, PathFact
 from launcher.model import BUILTIN_PROTECTED
 
@@ -20,8 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def fake_facts(workspace: str = "/home/dev/repo", *, protected_kind: str = "missing", mounts=(), env=(),
-               owner=(1000, 1000), ca_files=(), protect=None, **more) -> HostFacts:
-    """Host facts for a pure compiler test: nothing is read from this machine."""
+               owner=(1000, 1000), ca_files=(), ca_certs=(), protect=None, **more) -> HostFacts:
+    """Host facts for a pure compiler test: nothing is read from this machine. ca_files and
+    ca_certs: (PathFact, its bytes) pairs, checked as host.ca_file checks what it read."""
+    def checked(pairs):
+        return tuple(cafiles.checked(fact.given, fact.real, fact.kind, data) for fact, data in pairs)
+
     return HostFacts(
         home="/home/dev", env=tuple(env),
         workspace=PathFact(given=workspace, real=workspace, kind="dir", owner=owner),
@@ -30,7 +35,7 @@ def fake_facts(workspace: str = "/home/dev/repo", *, protected_kind: str = "miss
         runtime_sockets=("/run/docker.sock", "/run/containerd", "/var/lib/docker"),
         credential_paths=("/home/dev/.ssh", "/home/dev/.aws", "/home/dev/.docker"),
         probe_volume="sandbox-probe-test", proxy_image="sandbox/proxy:test", nonce="abc123", owner_pid=4242,
-        ca_files=tuple(ca_files), **more,
+        ca_files=checked(ca_files), ca_certs=checked(ca_certs), **more,
     )
 
 

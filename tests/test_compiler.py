@@ -314,3 +314,20 @@ def test_usable_ca_certificates_become_two_read_only_mounts_and_five_variables(m
     env = dict(plan.container.env)
     assert env["SSL_CERT_FILE"] == env["GIT_SSL_CAINFO"] == env["REQUESTS_CA_BUNDLE"] == "/etc/sandbox-ca/bundle.pem"
     assert env["NODE_EXTRA_CA_CERTS"] == "/etc/sandbox-ca/extra.pem"
+
+
+def test_ca_files_are_checked_once_with_the_host_facts_never_by_the_compiler(monkeypatch):
+    from launcher import inject
+    from launcher.host import PathFact
+
+    monkeypatch.setattr(inject, "ca_bundle", lambda data: CERT)
+    policy = replace(preset("ci"), ca_certificates=("/etc/company-ca.pem",))
+    fact = PathFact(given="/etc/company-ca.pem", real="/etc/company-ca.pem", kind="file")
+    facts = fake_facts(ca_certs=((fact, b"x"),), ca_store=("/state/cas/a-extra.pem", "/state/cas/b-bundle.pem"))
+    assert facts.ca_certs[0].pem == CERT and not facts.ca_certs[0].problem
+
+    def again(data):
+        raise AssertionError("the compiler checked a CA file again")
+
+    monkeypatch.setattr(inject, "ca_bundle", again)
+    assert compile_policy(policy, facts).container.mounts
