@@ -3,9 +3,10 @@ host facts are gathered: the compiler and the CA store take the certificates or 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
-from launcher import inject
+from launcher import hostfiles, hostpaths, inject
 
 READ_LIMIT = inject.CA_MAX_BYTES + 1   # one byte more than a bundle may have, so the check can say so
 
@@ -27,3 +28,10 @@ def checked(given: str, real: str, kind: str, data: bytes) -> CaFile:
         return CaFile(given=given, real=real, pem=inject.ca_bundle(data))
     except ValueError as exc:
         return CaFile(given=given, real=real, problem=str(exc))
+
+
+def ca_file(given: str) -> CaFile:
+    """A CA file the policy names (public data), read and checked here, once: its certificates or why not."""
+    fact = hostpaths.path_fact(given, os.getcwd())
+    data = hostfiles.read_regular(fact.real, required=True, follow=True, limit=READ_LIMIT) if fact.kind == "file" else b""
+    return checked(fact.given, fact.real, fact.kind, data)

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from launcher import labels as label
 from launcher.errors import PolicyError, Problem
-from launcher.host import HostFacts
+from launcher.hostfacts import HostFacts
 from launcher import inject
 from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime, SecretPolicy, WorkspaceMode
 from launcher.plan import (HOME_PROFILE, PROBE_BUSYBOX, PROBE_DIR, PROBE_SCRIPT, ContainerSpec, CopySpec, HomeSpec,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from launcher import labels as label
-from launcher import checks, home, host, overlap, runtimes, workspaces
+from launcher import checks, home, hostpaths, overlap, runtimes, workspaces
 from launcher.copies import store
 from launcher.copies.fill import Filling
 from launcher.engineproto import Engine
@@ -109,7 +109,7 @@ def create_verified(engine: Engine, plan: LaunchPlan, listener: Listener | None 
             attrs = engine.inspect(ref)
             diffs = compare_inspect(spec, attrs, engine.image_env(spec.image))
         for mount in spec.mounts:
-            if mount.kind is MountKind.BIND and not host.bind_source_intact(mount.source):
+            if mount.kind is MountKind.BIND and not hostpaths.bind_source_intact(mount.source):
                 diffs.append(f"bind source {mount.source} changed or vanished since it was checked")
         if hasattr(listener, "compared"):
             listener.compared(attrs, diffs)

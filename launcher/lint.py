@@ -13,7 +13,7 @@ from launcher.refusals import refuse_source
 from launcher.allowlist import AllowRule
 from launcher.errors import PolicyError, Problem
 from launcher.gitgraph import GitPath
-from launcher.host import HostFacts
+from launcher.hostfacts import HostFacts
 from launcher.secrets import literals_in
 from launcher.yamlsafe import NO_SECRET
 from launcher.layers import FIELDS, Effective, Layer, LayerKind, combine, covers, get, widened

@@ -14,10 +14,10 @@ from launcher.lint import Doc, Finding, Severity, in_order, lint, Report
 def check(refs: tuple[str, ...], workspace: str, target: str = "run",
           strict: bool = False) -> tuple[list[Finding], list[Doc]]:
     """Read the stack `sandbox run` would apply (plus the files named after the base) and lint it."""
-    from launcher import host, pipeline, stack, trust
+    from launcher import host, hostfiles, hostpaths, pipeline, stack, trust
     from launcher.policy import read_policy
 
-    ws = host.existing_workspace(workspace)
+    ws = hostpaths.existing_workspace(workspace)
     docs, layers, layer_problems, base, base_problem = [], [], [], None, None
     try:
         file, data = read_policy(refs[0])
@@ -29,8 +29,8 @@ def check(refs: tuple[str, ...], workspace: str, target: str = "run",
     pending: list[tuple[LayerKind, object]] = [
         (LayerKind.REPO if ref.rstrip("/").endswith(".sandbox.yaml") else LayerKind.EXTRA, ref) for ref in refs[1:]]
     pending += [(LayerKind.ORG, host.org_policy_file), (LayerKind.USER, host.user_policy_file),
-                (LayerKind.REPO, functools.partial(host.repo_policy_file, ws))]
-    seen = {host.workspace_real(d.file) for d in docs}
+                (LayerKind.REPO, functools.partial(hostfiles.repo_policy_file, ws))]
+    seen = {hostpaths.workspace_real(d.file) for d in docs}
     for kind, source in pending:
         try:
             if isinstance(source, str):
@@ -43,9 +43,9 @@ def check(refs: tuple[str, ...], workspace: str, target: str = "run",
         except PolicyError as exc:
             layer_problems.append((None, exc))
             continue
-        if host.workspace_real(file) in seen:
+        if hostpaths.workspace_real(file) in seen:
             continue
-        seen.add(host.workspace_real(file))
+        seen.add(hostpaths.workspace_real(file))
         doc = Doc(kind=kind, file=file, data=data)
         docs.append(doc)
         try:
@@ -90,10 +90,10 @@ def _compiled(findings: list[Finding], docs: list[Doc], base: Effective, layers:
 
 
 def _git_paths(workspace: str) -> tuple[GitPath, ...]:
-    from launcher import gitgraph, host
+    from launcher import gitgraph, hostpaths
 
     try:
-        return gitgraph.paths(workspace, host.path_fact(workspace).owner)
+        return gitgraph.paths(workspace, hostpaths.path_fact(workspace).owner)
     except PolicyError:
         return ()
 

@@ -8,9 +8,9 @@ import functools
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from launcher import compiler, host, images, stack, workspaces
+from launcher import compiler, host, hostfacts, hostpaths, images, stack, workspaces
 from launcher.errors import PolicyError, Problem
-from launcher.host import HostFacts
+from launcher.hostfacts import HostFacts
 from launcher.model import WorkspaceMode
 from launcher.plan import LaunchPlan
 from launcher.policy import with_allowed
@@ -86,7 +86,7 @@ class Planned:
 def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions(),
             timings: Timeline | None = None) -> stack.Stack:
     """The effective policy for `ref` on `workspace`: the base, then every layer after it."""
-    host.existing_workspace(workspace)
+    hostpaths.existing_workspace(workspace)
     with timed(timings, "load"):
         base = stack.load_base(ref)
     policy = with_allowed(base.policy, options.allow) if options.allow else base.policy
@@ -111,8 +111,8 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions(),
 
 
 def facts_for(policy, workspace: str, launched: bool = True) -> HostFacts:
-    shared = workspaces.placeholders(host.workspace_real(workspace))   # other sandboxes' mount points
-    facts = host.gather(policy, workspace, images.probe_volume_name(), images.proxy_image().tag, placeholders=shared,
+    shared = workspaces.placeholders(hostpaths.workspace_real(workspace))   # other sandboxes' mount points
+    facts = hostfacts.gather(policy, workspace, images.probe_volume_name(), images.proxy_image().tag, placeholders=shared,
                         config_placeholder=workspaces.config_placeholder(),
                         git_placeholder=workspaces.git_placeholder(), launched=launched)
     return replace(facts, ca_store=_ca_store(facts)) if facts.ca_certs else facts

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from launcher import runtimes, trustfiles
 from launcher.errors import PolicyError, Problem
-from launcher.host import HostFacts, PathFact
+from launcher.hostfacts import HostFacts
+from launcher.hostpaths import PathFact
 from launcher.model import Access, HomeMode, Policy, WorkspaceMode
 from launcher.secrets import secret_value
 

@@ -8,7 +8,7 @@ import posixpath
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from launcher import approvals, host, trust
+from launcher import approvals, host, hostfiles, hostpaths, trust
 from launcher.errors import PolicyError, Problem
 from launcher.layers import FIELDS, Effective, Layer, LayerKind, combine, effective, full_layer, get
 from launcher.model import BUILTIN_PROTECTED, Access, Policy
@@ -128,7 +128,7 @@ def _repo_layer(workspace: str, base: Policy, prior: Effective, so_far: list[Lay
     if ignore:
         notes.append(f"--ignore-repo-policy: {workspace}/.sandbox.yaml, if any, is not applied")
         return None
-    source = host.repo_policy_file(workspace)
+    source = hostfiles.repo_policy_file(workspace)
     if source is None:
         if pin is not None:
             raise PolicyError([Problem(file=f"{workspace}/.sandbox.yaml", path="", found="no such file",
@@ -172,7 +172,7 @@ def _git_layers(workspace: str, notes: list[str]) -> tuple[list[Layer], list[str
     by_config: dict[str, list[str]] = {}
     at_root = []
     try:
-        named = gitgraph.paths(workspace, host.path_fact(workspace).owner)
+        named = gitgraph.paths(workspace, hostpaths.path_fact(workspace).owner)
     except PolicyError as exc:   # bind mode refuses such a workspace (gitscan); copy mode carries no .git back
         notes.append(f"git cannot read the configuration of {workspace}: {exc.problems[0].found}")
         named = ()
@@ -203,7 +203,7 @@ def build(base: Policy, prior: Effective, workspace: str, *, timeout: str | None
     for kind, source in ((LayerKind.ORG, host.org_policy_file()), (LayerKind.USER, host.user_policy_file())):
         if source is not None:
             layers.append(parse_layer(source.data, source.path, kind))
-    ws = host.workspace_real(workspace)
+    ws = hostpaths.workspace_real(workspace)
     repo = _repo_layer(ws, base, prior, list(layers), pin=pin, ignore=ignore_repo, ask=ask,
                        approved_only=approved_only, notes=notes)
     if repo is not None:

@@ -10,7 +10,7 @@ import os
 from launcher import host
 from launcher import inject
 from launcher.errors import Problem
-from launcher.host import HostFacts
+from launcher.hostfacts import HostFacts
 from launcher.model import Policy
 
 SYSTEM_STORE = "/etc/ssl/certs/ca-certificates.crt"   # Debian, Ubuntu; elsewhere the extras alone

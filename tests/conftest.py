@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from launcher import cafiles
-from launcher.host import HostFacts, PathFact
+from launcher.hostfacts import HostFacts
+from launcher.hostpaths import PathFact
 from launcher.model import BUILTIN_PROTECTED
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ from launcher.targets import argv as render
 from launcher.compiler import compile_policy
 from launcher.gitdirs import GitFacts
 from launcher.errors import PolicyError
-from launcher.host import PathFact
+from launcher.hostpaths import PathFact
 from launcher.model import BUILTIN_PROTECTED, Access
 from launcher.plan import PROBE_BUSYBOX, MountKind
 from launcher.surfaces import GIT_BY_EXISTENCE, GIT_CONTROL
@@ -283,7 +283,7 @@ CERT = ("-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUK0rk\n-----END CERTIFI
 
 
 def test_ca_certificates_are_read_only_files_named_by_the_tools_variables():
-    from launcher.host import PathFact
+    from launcher.hostpaths import PathFact
 
     policy = replace(preset("ci"), ca_certificates=("/etc/company-ca.pem",))
     fact = PathFact(given="/etc/company-ca.pem", real="/etc/company-ca.pem", kind="file")
@@ -301,7 +301,7 @@ def test_ca_certificates_are_read_only_files_named_by_the_tools_variables():
 
 def test_usable_ca_certificates_become_two_read_only_mounts_and_five_variables(monkeypatch):
     from launcher import compiler as compiler_mod
-    from launcher.host import PathFact
+    from launcher.hostpaths import PathFact
 
     monkeypatch.setattr(compiler_mod.inject, "ca_bundle", lambda data: CERT)   # a real one: test_engine
     policy = replace(preset("ci"), ca_certificates=("/etc/company-ca.pem",))
@@ -318,7 +318,7 @@ def test_usable_ca_certificates_become_two_read_only_mounts_and_five_variables(m
 
 def test_ca_files_are_checked_once_with_the_host_facts_never_by_the_compiler(monkeypatch):
     from launcher import inject
-    from launcher.host import PathFact
+    from launcher.hostpaths import PathFact
 
     monkeypatch.setattr(inject, "ca_bundle", lambda data: CERT)
     policy = replace(preset("ci"), ca_certificates=("/etc/company-ca.pem",))

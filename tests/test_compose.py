@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import docker_sdk, external_tool, fake_facts, preset, untrusted_bind
-from launcher import host, images, sandboxes, workspaces
+from launcher import hostfacts, images, sandboxes, workspaces
 from launcher.compiler import compile_policy
 from launcher.targets.compose import compose_text, to_compose
 from launcher.policy import parse_policy, with_allowed
@@ -80,7 +80,7 @@ def test_docker_compose_brings_up_a_probed_sandbox_equal_to_the_plan(engine, com
     api, egress = docker_sdk().api, f"sandbox-test-compose-egress-{os.getpid()}"
     api.create_network(egress, driver="bridge", internal=True)   # stands in for the internet: leads nowhere
     policy = with_allowed(preset("ci"), ({"host": "allowed.test", "private": True},))
-    facts = host.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag,
+    facts = hostfacts.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag,
                         launched=False)   # as `compile --format compose`: no nonce, no owner pid
     plan = compile_policy(policy, facts, egress_network=egress, kind="external",
                           command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
@@ -129,7 +129,7 @@ secrets:
   - {{name: one, env: SANDBOX_TEST_COMPOSE_KEY, upstream: "http://model.test", header: "Authorization: Bearer {{value}}"}}
   - {{name: two, file: {key}, upstream: "http://model.test", header: "x-api-key: {{value}}"}}
 """.encode(), str(tmp_path / "policy.yaml"))
-    facts = host.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag)
+    facts = hostfacts.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag)
     script = 'curl -s "$SANDBOX_ENDPOINT_ONE/a" > /workspace/one.txt; curl -s "$SANDBOX_ENDPOINT_TWO/b" > /workspace/two.txt'
     plan = compile_policy(policy, facts, egress_network=network, command=("bash", "-c", script))
     text = compose_text(plan)

@@ -18,7 +18,7 @@ import pytest
 from conftest import BIND, docker_sdk, preset, read_until, untrusted_bind
 from fakes import Recorder
 
-from launcher import host, images, launch, workspaces
+from launcher import hostfacts, images, launch, workspaces
 from launcher.compiler import compile_policy
 from launcher.errors import ExitCode, NotFound
 
@@ -186,7 +186,7 @@ def test_probe_passes_in_any_image(engine, workspace, odd_images, kind):
     from dataclasses import replace
 
     policy = replace(untrusted_bind(), image=odd_images[kind])
-    plan = compile_policy(policy, host.gather(policy, str(workspace), images.probe_volume_name()),
+    plan = compile_policy(policy, hostfacts.gather(policy, str(workspace), images.probe_volume_name()),
                           command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
     outcome = launch.run(engine, plan, Recorder())
     assert outcome.probe.ok and outcome.exit_code == 0
@@ -259,7 +259,7 @@ def test_the_argv_output_launches_a_sandbox_whose_probe_passes_even_for_an_odd_w
     ws.mkdir()
     os.chown(ws, 1000, 1000)   # the agent's uid: a root-owned workspace fails ws.access
     (ws / "README.md").write_text("x\n")
-    plan = compile_policy(untrusted_bind(), host.gather(untrusted_bind(), str(ws), images.probe_volume_name()),
+    plan = compile_policy(untrusted_bind(), hostfacts.gather(untrusted_bind(), str(ws), images.probe_volume_name()),
                           kind="external", command=("true",))
     try:
         result = subprocess.run(render.to_argv(plan), capture_output=True, text=True, timeout=120)

@@ -17,7 +17,7 @@ import pytest
 from conftest import BIND, docker_sdk, preset
 
 from fakes import Recorder
-from launcher import host, images, launch
+from launcher import hostfacts, images, launch
 from launcher.compiler import compile_policy
 from launcher.errors import ExitCode
 from launcher.policy import with_allowed
@@ -99,7 +99,7 @@ PHASES = {
 def test_ctrl_c_at_every_phase_leaves_nothing(engine, internet, workspace, phase):
     before, listing = volumes(engine), sorted(os.listdir(workspace))
     policy = with_allowed(preset("ci"), ({"host": "allowed.test", "private": True},))
-    facts = host.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag)
+    facts = hostfacts.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag)
     plan = compile_policy(policy, facts, egress_network=internet.network, command=("sleep", "1"))
     method, nth = PHASES[phase]
     with pytest.raises(KeyboardInterrupt):

@@ -15,7 +15,7 @@ import pytest
 from fakes import Recorder
 
 from conftest import preset
-from launcher import host, images, launch, runtimes, stack
+from launcher import hostfacts, images, launch, runtimes, stack
 from launcher.compiler import compile_policy
 from launcher.errors import EngineError, ProbeFailed
 from launcher.model import NetworkMode, Runtime, WorkspaceMode
@@ -42,7 +42,7 @@ def gvisor_plan(workspace, mode=WorkspaceMode.BIND, runtime=Runtime.GVISOR, comm
     policy = stack.load_base("untrusted-gvisor").policy   # it extends untrusted
     assert policy.workspace.access.value == "read-write"
     policy = replace(policy, runtime=runtime, workspace=replace(policy.workspace, mode=mode))
-    return compile_policy(policy, host.gather(policy, str(workspace), images.probe_volume_name()),
+    return compile_policy(policy, hostfacts.gather(policy, str(workspace), images.probe_volume_name()),
                           command=command or ("/.sandbox/probe/busybox", "touch", f"/workspace/{MARKER}"))
 
 
@@ -140,7 +140,7 @@ def test_proxy_mode_works_under_gvisor(gvisor, workspace, tmp_path):
     policy = replace(preset("ci"), runtime=Runtime.GVISOR)
     from launcher.policy import with_allowed
     policy = with_allowed(policy, ("allowed.test",))
-    plan = compile_policy(policy, host.gather(policy, str(workspace), images.probe_volume_name(),
+    plan = compile_policy(policy, hostfacts.gather(policy, str(workspace), images.probe_volume_name(),
                                               images.proxy_image().tag),
                           command=("/.sandbox/probe/busybox", "touch", f"/workspace/{MARKER}"))
     assert plan.container.runtime == runtimes.GVISOR[NetworkMode.PROXY][0]

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from conftest import preset
-from launcher import host
+from launcher import host, hostfacts, hostpaths
 from launcher.compiler import compile_policy
 from launcher.errors import PolicyError
 from launcher.policy import parse_policy
@@ -25,7 +25,7 @@ def home(tmp_path, monkeypatch):
 
 def compile_with_mount(source: str, workspace: str):
     policy = parse_policy(f"version: 1\nname: t\ndescription: d\nmounts: [{{source: '{source}', target: /data}}]\n".encode(), "p.yaml")
-    return compile_policy(policy, host.gather(policy, workspace, "vol"))
+    return compile_policy(policy, hostfacts.gather(policy, workspace, "vol"))
 
 
 def test_symlink_to_credentials_is_resolved_and_refused(home, tmp_path):
@@ -44,7 +44,7 @@ def test_workspace_symlink_to_root_is_refused(home, tmp_path):
     (tmp_path / "ws").symlink_to("/")
     policy = preset("untrusted")
     with pytest.raises(PolicyError, match="the whole host"):
-        compile_policy(policy, host.gather(policy, str(tmp_path / "ws"), "vol"))
+        compile_policy(policy, hostfacts.gather(policy, str(tmp_path / "ws"), "vol"))
 
 
 def test_socket_file_is_refused(home, tmp_path):
@@ -78,20 +78,20 @@ def test_docker_host_socket_path_counts_as_runtime(home, tmp_path, monkeypatch):
 
 def test_protected_anchor_walks_components(tmp_path):
     (tmp_path / ".git").mkdir()
-    assert host.protected_anchor(str(tmp_path), ".git/hooks").given == ".git/hooks"
-    assert host.protected_anchor(str(tmp_path), ".git/hooks").kind == "missing"
-    assert host.protected_anchor(str(tmp_path), ".github/workflows").given == ".github"
+    assert hostpaths.protected_anchor(str(tmp_path), ".git/hooks").given == ".git/hooks"
+    assert hostpaths.protected_anchor(str(tmp_path), ".git/hooks").kind == "missing"
+    assert hostpaths.protected_anchor(str(tmp_path), ".github/workflows").given == ".github"
     (tmp_path / ".vscode").symlink_to("/etc")
-    assert host.protected_anchor(str(tmp_path), ".vscode").kind == "symlink"
+    assert hostpaths.protected_anchor(str(tmp_path), ".vscode").kind == "symlink"
     os.remove(tmp_path / ".vscode")
     (tmp_path / "gitfile").write_text("gitdir: elsewhere")
-    assert host.protected_anchor(str(tmp_path), "gitfile/hooks").kind == "file"
+    assert hostpaths.protected_anchor(str(tmp_path), "gitfile/hooks").kind == "file"
 
 
 def test_only_listed_environment_names_are_read(home, monkeypatch):
     monkeypatch.setenv("LANG", "C.UTF-8")
     monkeypatch.setenv("UNLISTED", "x")
-    facts = host.gather(preset("untrusted"), str(home / "project"), "vol")
+    facts = hostfacts.gather(preset("untrusted"), str(home / "project"), "vol")
     assert dict(facts.env) == {"LANG": "C.UTF-8", **({"TERM": os.environ["TERM"]} if "TERM" in os.environ else {})}
 
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import BIND, fake_facts, untrusted_bind
-from launcher import compiler, host, stack
+from launcher import compiler, hostfacts, stack
 from launcher.cli import main
 from launcher.targets import argv as render
 from launcher.errors import ExitCode, PolicyError
@@ -129,7 +129,7 @@ def test_symlinks_into_the_host_inside_the_workspace_mount_nothing_extra(tmp_pat
     (ws / "etc-link").symlink_to("/etc")
     (ws / "home-link").symlink_to(os.path.expanduser("~"))
     policy = untrusted_bind()
-    plan = compiler.compile_policy(policy, host.gather(policy, str(ws), "probe-vol"))
+    plan = compiler.compile_policy(policy, hostfacts.gather(policy, str(ws), "probe-vol"))
     sources = {m.source for m in plan.container.mounts if m.kind.value == "bind"}
     assert all(s == str(ws) or s.startswith(str(ws) + "/") for s in sources), sources
 
@@ -165,7 +165,7 @@ def _documents():
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=_documents(), env=st.lists(st.tuples(NAMES, VALUES), max_size=3))
 def test_any_accepted_plan_is_inside_the_envelope(doc, env):
-    from launcher.host import PathFact
+    from launcher.hostpaths import PathFact
 
     try:
         policy = policy_from_raw(doc, "generated.yaml", None)

@@ -21,7 +21,7 @@ from launcher import resources
 from launcher.compiler import compile_policy
 from launcher import inject
 from launcher.errors import PolicyError
-from launcher.host import PathFact
+from launcher.hostpaths import PathFact
 from launcher.policy import parse_policy
 from launcher.targets.kubernetes import KubeOptions, kubernetes_text, to_manifests
 from launcher.targets.kubernetes import pod as kpod

@@ -12,7 +12,7 @@ from conftest import fake_facts
 from launcher import layers, stack
 from launcher.compiler import compile_policy
 from launcher.errors import PolicyError
-from launcher.host import PathFact
+from launcher.hostpaths import PathFact
 from launcher.layers import FIELDS, LayerKind, full_layer
 from launcher.runtimes import GVISOR_THREADS
 from launcher.model import Access, HomeMode, NetworkMode, Runtime, WorkspaceMode

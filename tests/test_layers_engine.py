@@ -74,7 +74,7 @@ def test_the_probe_notices_when_only_a_layer_added_protection_is_missing(engine,
     from dataclasses import replace
 
     from fakes import Recorder
-    from launcher import host, images, launch, stack
+    from launcher import hostfacts, images, launch, stack
     from launcher.compiler import compile_policy
     from launcher.errors import ProbeFailed
 
@@ -87,7 +87,7 @@ def test_the_probe_notices_when_only_a_layer_added_protection_is_missing(engine,
         config.write("\thooksPath = .githooks\n")
     base = stack.load_base("untrusted")
     policy = stack.build(untrusted_bind(), base, str(workspace)).effective.policy
-    plan = compile_policy(policy, host.gather(policy, str(workspace), images.probe_volume_name()),
+    plan = compile_policy(policy, hostfacts.gather(policy, str(workspace), images.probe_volume_name()),
                           command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
     added = {"/workspace/secrets", "/workspace/.githooks"}
     assert added <= set(plan.probe.protected)

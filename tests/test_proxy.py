@@ -13,7 +13,7 @@ import pytest
 
 from fakes import Recorder
 from conftest import docker_sdk, preset
-from launcher import checks, host, images, launch
+from launcher import checks, hostfacts, images, launch
 from launcher.compiler import compile_policy
 from launcher.errors import ExitCode, ProbeFailed
 from launcher.policy import with_allowed
@@ -144,7 +144,7 @@ def test_gc_removes_proxy_and_networks_of_a_killed_launcher(engine, internet, wo
 
 def _plan(workspace, internet):
     policy = with_allowed(preset("ci"), ({"host": "allowed.test", "private": True},))
-    facts = host.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag)
+    facts = hostfacts.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag)
     return compile_policy(policy, facts, egress_network=internet.network,
                           command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
 

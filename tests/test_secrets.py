@@ -161,7 +161,7 @@ WITH_CA = BASE.replace(b'header: "Authorization: Bearer {value}"}',
 
 
 def ca_facts(data: bytes, kind: str = "file"):
-    from launcher.host import PathFact
+    from launcher.hostpaths import PathFact
 
     return fake_facts(ca_files=[(PathFact(given="/etc/company-ca.pem", real="/etc/company-ca.pem", kind=kind), data)])
 
@@ -214,14 +214,14 @@ def test_the_host_reads_a_ca_file_and_the_cli_refuses_a_bad_one_without_a_traceb
     import subprocess
     import sys
 
-    from launcher import host
+    from launcher import hostfacts
 
     ca, ws = tmp_path / "ca.pem", tmp_path / "ws"
     ws.mkdir()
     ca.write_text(TEST_CA)
     text = WITH_CA.replace(b"/etc/company-ca.pem", str(ca).encode())
     parsed = policy(text)
-    plan = compile_policy(parsed, host.gather(parsed, str(ws), "vol"))
+    plan = compile_policy(parsed, hostfacts.gather(parsed, str(ws), "vol"))
     assert plan.proxy.secrets[0].ca_pem == TEST_CA
     os.mkfifo(tmp_path / "fifo")   # never opened: it could hang the launcher
     for bad, fragment in ((tmp_path / "none.pem", "no such file"), (tmp_path / "fifo", "a FIFO or device, not a regular file")):

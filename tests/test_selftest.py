@@ -234,7 +234,7 @@ def test_the_outside_checks_fail_on_what_an_escape_leaves():
 def test_the_time_limit_and_leftover_checks_catch_a_weakened_launch(engine):
     from dataclasses import replace
 
-    from launcher import host, launch, session
+    from launcher import hostpaths, launch, session
     from launcher.selftest import scratch
 
     ws = scratch.scratch_workspace("sandbox-test-weak-launch-")
@@ -251,7 +251,7 @@ def test_the_time_limit_and_leftover_checks_catch_a_weakened_launch(engine):
         # Weakened: a container of this workspace left behind.
         leftover = docker_sdk().api.create_container(
             images.AGENT_IMAGE, ["true"], labels={"dev.sandbox.managed": "1",
-                                                   "dev.sandbox.workspace": host.workspace_real(ws)})["Id"]
+                                                   "dev.sandbox.workspace": hostpaths.workspace_real(ws)})["Id"]
         assert st.judge_leftovers(st.leftovers(engine, ws), (), ()).verdict == st.FAIL
     finally:
         if leftover:

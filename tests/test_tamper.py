@@ -17,7 +17,7 @@ from conftest import BIND, preset
 
 from fakes import Recorder
 
-from launcher import checks, host, images, launch, runtimes
+from launcher import checks, hostfacts, images, launch, runtimes
 from launcher.compiler import compile_policy
 from launcher.errors import ProbeFailed
 from launcher.model import HomeMode, NetworkMode, Runtime, WorkspaceMode
@@ -108,7 +108,7 @@ def probe_only(monkeypatch):
 def plan_for(workspace, mode=WorkspaceMode.BIND, home=HomeMode.TMPFS):
     policy = preset("untrusted")
     policy = replace(policy, workspace=replace(policy.workspace, mode=mode), home=replace(policy.home, mode=home))
-    return compile_policy(policy, host.gather(policy, str(workspace), images.probe_volume_name()),
+    return compile_policy(policy, hostfacts.gather(policy, str(workspace), images.probe_volume_name()),
                           command=("/.sandbox/probe/busybox", "touch", f"/workspace/{MARKER}"))
 
 
@@ -284,7 +284,7 @@ def test_a_workspace_the_agent_can_use_passes_ws_access(engine, workspace, name,
     os.chown(workspace, owner, owner)
     os.chmod(workspace, mode)
     policy = preset(name)
-    plan = compile_policy(policy, host.gather(policy, str(workspace), images.probe_volume_name()),
+    plan = compile_policy(policy, hostfacts.gather(policy, str(workspace), images.probe_volume_name()),
                           command=AGENT_SAYS)
     listener = Recorder()
     outcome = launch.run(engine, plan, listener)

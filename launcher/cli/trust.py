@@ -27,11 +27,11 @@ def trust() -> None:
 
 def _state(approval) -> str:
     """Whether the workspace's file is still the approved one."""
-    from launcher import host, trust as tofu
+    from launcher import hostfiles, trust as tofu
     from launcher.errors import PolicyError
 
     try:
-        source = host.repo_policy_file(approval.workspace)
+        source = hostfiles.repo_policy_file(approval.workspace)
     except PolicyError as exc:   # a symlink or a FIFO there now: say so, list the rest
         return f"unreadable now: {exc.problems[0].found}"
     if source is None:
@@ -67,12 +67,12 @@ def list_(as_json: bool) -> None:
 
 def _source(workspace: str):
     """(the workspace's real path, its .sandbox.yaml), validated; errors in words when there is none."""
-    from launcher import host, stack
+    from launcher import hostfiles, hostpaths, stack
     from launcher.errors import PolicyError, Problem
     from launcher.layers import LayerKind
 
-    ws = host.workspace_real(workspace)
-    source = host.repo_policy_file(ws)
+    ws = hostpaths.workspace_real(workspace)
+    source = hostfiles.repo_policy_file(ws)
     if source is None:
         raise PolicyError([Problem(file=f"{ws}/.sandbox.yaml", path="", expected="a repository policy to approve",
                                    found="no such file", hint="a repository policy is the file .sandbox.yaml at the "
@@ -135,9 +135,9 @@ def revoke(workspace: str) -> None:
     Example:
       sandbox trust revoke -w ~/src/repo
     """
-    from launcher import approvals, host
+    from launcher import approvals, hostpaths
 
-    removed = approvals.revoke(host.workspace_real(workspace))
+    removed = approvals.revoke(hostpaths.workspace_real(workspace))
     output.status(f"revoked the approval of {removed.workspace}/.sandbox.yaml (sha256 {removed.sha256})")
 
 

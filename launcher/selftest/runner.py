@@ -13,7 +13,7 @@ from importlib import resources as pkg_resources
 from typing import Callable
 
 from launcher import labels as label
-from launcher import baseline, host, images, pipeline, resources, runtimes, scan, session, stack
+from launcher import baseline, host, hostpaths, images, pipeline, resources, runtimes, scan, session, stack
 from launcher.selftest import scratch
 from launcher.engine import Engine
 from launcher.errors import ProbeFailed, SandboxError
@@ -152,7 +152,7 @@ def _launched(engine: Engine, request: session.Request, listener) -> session.Run
 
 
 def leftovers(engine: Engine, workspace: str) -> list[str]:
-    ours = label.selector(label.WORKSPACE, host.workspace_real(workspace))
+    ours = label.selector(label.WORKSPACE, hostpaths.workspace_real(workspace))
     return [c.name for c in engine.list(ours)] + [n.name for n in engine.list_networks(ours)]
 
 
