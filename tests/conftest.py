@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def fake_facts(workspace: str = "/home/dev/repo", *, protected_kind: str = "missing", mounts=(), env=(),
                owner=(1000, 1000), ca_files=(), ca_certs=(), protect=None, **more) -> HostFacts:
     """Host facts for a pure compiler test: nothing is read from this machine. ca_files and
-    ca_certs: (PathFact, its bytes) pairs, checked as host.ca_file checks what it read."""
+    ca_certs: (PathFact, its bytes) pairs, checked as cafiles.ca_file checks what it read."""
     def checked(pairs):
         return tuple(cafiles.checked(fact.given, fact.real, fact.kind, data) for fact, data in pairs)
 
@@ -41,7 +41,7 @@ def fake_facts(workspace: str = "/home/dev/repo", *, protected_kind: str = "miss
 
 
 def _anchor(workspace: str, rel: str, kind: str) -> PathFact:
-    # A missing path is protected at its first component (.git for .git/hooks), as host.py does.
+    # A missing path is protected at its first component (.git for .git/hooks), as hostpaths.protected_anchor does.
     given = rel.split("/")[0] if kind == "missing" else rel
     return PathFact(given=given, real=f"{workspace}/{given}", kind=kind)
 

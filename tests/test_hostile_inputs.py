@@ -140,7 +140,7 @@ CAPS = ["CHOWN", "NET_BIND_SERVICE", "SETUID", "SYS_ADMIN", "SYS_PTRACE", "NET_A
         "SYS_MODULE", "MKNOD", "KILL", "ALL"]
 NAMES = st.sampled_from(["LANG", "CI", "GITHUB_TOKEN", "MY_SECRET", "DOCKER_HOST", "AWS_REGION", "X", "api_key", "PATH"])
 VALUES = st.sampled_from(["1", "true", "ghp_" + "a" * 36, "AKIAABCDEFGHIJKLMNOP", "plain", "sk-abc", "tcp://h:2375"])
-# What host.py would report for each source on a usual host (/var/run is a link to /run).
+# What hostpaths.path_fact would report for each source on a usual host (/var/run is a link to /run).
 REAL = {"/var/run/docker.sock": ("/run/docker.sock", "socket"), "/run": ("/run", "dir"),
         "/var/lib/docker": ("/var/lib/docker", "dir"), "/home/dev/.ssh": ("/home/dev/.ssh", "dir"),
         "/srv/data": ("/srv/data", "dir"), "/": ("/", "dir"), "/home/dev": ("/home/dev", "dir"),
