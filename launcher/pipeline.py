@@ -14,6 +14,7 @@ from launcher.hostfacts import HostFacts
 from launcher.model import WorkspaceMode
 from launcher.plan import LaunchPlan
 from launcher.policy import with_allowed
+from launcher.statefiles import StateFile
 from launcher.timings import Timeline, timed
 
 
@@ -77,6 +78,9 @@ class Planned:
     layered: stack.Stack     # the effective policy and the notes the user should hear
     facts: HostFacts
     plan: LaunchPlan
+    # What the plan binds from the state directory (placeholders, the CA store): compiling wrote none;
+    # a launch or a command's output step makes them (statefiles.write).
+    files: tuple[StateFile, ...] = ()
 
     @property
     def policy(self):
@@ -111,20 +115,28 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions(),
 
 
 def facts_for(policy, workspace: str, launched: bool = True) -> HostFacts:
+    return facts_and_files(policy, workspace, launched)[0]
+
+
+def facts_and_files(policy, workspace: str, launched: bool = True) -> tuple[HostFacts, tuple[StateFile, ...]]:
+    """The host facts, and the state files they name (nothing written: statefiles.write does)."""
     shared = workspaces.placeholders(hostpaths.workspace_real(workspace))   # other sandboxes' mount points
+    config, git = workspaces.config_placeholder(), workspaces.git_placeholder()
     facts = hostfacts.gather(policy, workspace, images.probe_volume_name(), images.proxy_image().tag, placeholders=shared,
-                        config_placeholder=workspaces.config_placeholder(),
-                        git_placeholder=workspaces.git_placeholder(), launched=launched)
-    return replace(facts, ca_store=_ca_store(facts)) if facts.ca_certs else facts
+                             config_placeholder=config.path, git_placeholder=git.path, launched=launched)
+    store = _ca_store(facts)
+    if store:
+        facts = replace(facts, ca_store=(store[0].path, store[1].path))
+    return facts, (config, git, *store)
 
 
-def _ca_store(facts: HostFacts) -> tuple[str, str]:
+def _ca_store(facts: HostFacts) -> tuple[StateFile, ...]:
     """The files for policy.ca_certificates, from the usable ones the host facts read (the compiler
-    refuses the rest)."""
+    refuses the rest); none without one."""
     from launcher import trustfiles
 
     pems = [ca.pem for ca in facts.ca_certs]
-    return trustfiles.store_files("".join(pems)) if any(pems) else ("", "")
+    return trustfiles.store_files("".join(pems)) if any(pems) else ()
 
 
 def compiled(result: stack.Stack, workspace: str, command: tuple[str, ...] = (), *, kind: str = "run",
@@ -134,13 +146,13 @@ def compiled(result: stack.Stack, workspace: str, command: tuple[str, ...] = (),
     With `agent`, the command runs behind the profile's start-up wrapper (its home files).
     launched=False: files for another tool, the same bytes on every compile (no nonce, no pid)."""
     with timed(timings, "host facts"):
-        facts = facts_for(result.effective.policy, workspace, launched)
+        facts, files = facts_and_files(result.effective.policy, workspace, launched)
     if agent and command:
         from launcher.agents.wiring import wrapped
 
         command = wrapped(agent.profile, command, agent.keyed)[1]
     with timed(timings, "compile"):
-        return Planned(layered=result, facts=facts, plan=compiler.compile_policy(
+        return Planned(layered=result, facts=facts, files=files, plan=compiler.compile_policy(
             result.effective.policy, facts, command=command, kind=kind, name=name, egress_network=egress_network,
             **({"profile": agent.name} if agent else {})))
 

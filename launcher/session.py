@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from itertools import count
 from typing import TYPE_CHECKING
 
-from launcher import baseline, host, images, launch, pipeline, sandboxes
+from launcher import baseline, host, images, launch, pipeline, sandboxes, statefiles
 from launcher.errors import AttestationInvalid, ExitCode, NotFound, PolicyError, ProbeFailed, Problem, SandboxError, \
     Terminated, secondary_failures
 from launcher.launch import Listener, Outcome
@@ -87,6 +87,8 @@ def prepare(request: Request, listener: Listener, *, kind: str = "run", launched
                                 egress_network=request.egress_network, agent=agent, timings=timings, launched=launched)
     for warning in planned.plan.warnings:
         listener.status(f"warning: {warning}")
+    if launched:   # files for another tool: the command's output step makes them
+        statefiles.write(planned.files)
     return planned
 
 
@@ -289,5 +291,7 @@ def _fresh(engine, planned: Planned, request: Request, listener: Listener, timin
     held = f"{taken['changes']} changes" if taken.get("changes") else "checkpoints with changes"
     listener.status(f"--fresh: the copy {name} holds {held} and stays (`sandbox diff {name}`, `sandbox apply {name}`, "
                     f"`sandbox discard {name}`); the new sandbox and its copy are {new}")
-    return pipeline.compiled(planned.layered, request.workspace, (), kind="up", name=new,
-                             egress_network=request.egress_network, agent=request.options.agent, timings=timings)
+    fresh = pipeline.compiled(planned.layered, request.workspace, (), kind="up", name=new,
+                              egress_network=request.egress_network, agent=request.options.agent, timings=timings)
+    statefiles.write(fresh.files)
+    return fresh

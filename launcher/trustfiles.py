@@ -12,31 +12,26 @@ from launcher import inject
 from launcher.errors import Problem
 from launcher.hostfacts import HostFacts
 from launcher.model import Policy
+from launcher.statefiles import StateFile
 
 SYSTEM_STORE = "/etc/ssl/certs/ca-certificates.crt"   # Debian, Ubuntu; elsewhere the extras alone
 _LIMIT = 4 << 20
 
 
-def store_files(extra_pem: str) -> tuple[str, str]:
-    """(extra.pem, bundle.pem) paths for these certificates, written once."""
+def store_files(extra_pem: str) -> tuple[StateFile, StateFile]:
+    """The extra.pem and bundle.pem for these certificates, named by their content (the host's system
+    store read now; statefiles.write makes them, once)."""
     try:
         with open(SYSTEM_STORE, "rb") as system:
             base = system.read(_LIMIT).decode("ascii", errors="replace")
     except OSError:
         base = ""
     folder = os.path.join(host.state_dir(), "cas")
-    os.makedirs(folder, mode=0o755, exist_ok=True)
-    paths = []
-    for kind, text in (("extra", extra_pem), ("bundle", base.rstrip("\n") + "\n" + extra_pem if base else extra_pem)):
-        path = os.path.join(folder, f"{hashlib.sha256(text.encode()).hexdigest()[:16]}-{kind}.pem")
-        if not os.path.isfile(path):
-            temp = f"{path}.{os.getpid()}"
-            with open(temp, "w") as out:
-                out.write(text)
-            os.chmod(temp, 0o444)   # read by the agent's uid inside, written by no one
-            os.replace(temp, path)
-        paths.append(path)
-    return paths[0], paths[1]
+    extra, bundle = [StateFile(path=os.path.join(folder, f"{hashlib.sha256(text.encode()).hexdigest()[:16]}-{kind}.pem"),
+                               text=text, folder_mode=0o755)
+                     for kind, text in (("extra", extra_pem),
+                                        ("bundle", base.rstrip("\n") + "\n" + extra_pem if base else extra_pem))]
+    return extra, bundle
 
 
 _CA_PROBLEM = dict(expected=f"a PEM file of CA certificates (at most {inject.CA_MAX_BYTES // 1024} KiB)",

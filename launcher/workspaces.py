@@ -15,6 +15,7 @@ import os
 import stat
 
 from launcher import host
+from launcher.statefiles import StateFile
 
 
 def _base(workspace: str) -> str:
@@ -86,20 +87,13 @@ def remove_placeholders(paths: tuple[str, ...]) -> None:
             pass
 
 
-def config_placeholder(name: str = "empty-config.json", text: str = "{}\n") -> str:
+def config_placeholder(name: str = "empty-config.json", text: str = "{}\n") -> StateFile:
     """A read-only file holding `{}` that a missing protected config file is bound from (see
-    surfaces.Surface.file); made once in the state directory."""
-    path = os.path.join(host.state_dir(), name)
-    if not os.path.isfile(path):
-        os.makedirs(host.state_dir(), mode=0o700, exist_ok=True)
-        with open(f"{path}.{os.getpid()}", "w") as out:
-            out.write(text)
-        os.chmod(f"{path}.{os.getpid()}", 0o444)
-        os.replace(f"{path}.{os.getpid()}", path)
-    return path
+    surfaces.Surface.file), in the state directory (statefiles.write makes it, once)."""
+    return StateFile(path=os.path.join(host.state_dir(), name), text=text)
 
 
-def git_placeholder() -> str:
+def git_placeholder() -> StateFile:
     """An empty read-only file a missing git config file of the include graph is bound from (git
     fails on `{}`, and on a directory)."""
     return config_placeholder("empty.gitconfig", "")

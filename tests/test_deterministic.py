@@ -111,3 +111,22 @@ def test_a_launch_keeps_a_unique_name_and_its_owner(setup, monkeypatch):
     assert len(names) == 2
     labels = dict(pipeline.plan("untrusted", "ws", options=options).plan.container.labels)
     assert labels["dev.sandbox.owner-pid"] == str(os.getpid())
+
+
+def test_compiling_writes_nothing_the_compile_commands_output_step_makes_what_the_files_bind(setup, monkeypatch):
+    from click.testing import CliRunner
+
+    from launcher.cli import main
+
+    monkeypatch.chdir(setup)
+    monkeypatch.setenv("MODEL_KEY", "k")
+    state = setup / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    planned = pipeline.plan("every.yaml", "ws", options=pipeline.LayerOptions(workspace_mode="bind"), launched=False)
+    assert not state.exists(), "compiling wrote into the state directory"
+    named = {f.path for f in planned.files}
+    assert set(planned.facts.ca_store) <= named and planned.facts.config_placeholder in named
+    result = CliRunner().invoke(main, ["compile", "--policy", "every.yaml", "-w", "ws", "--format", "compose",
+                                       "--workspace-mode", "bind"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert all(os.path.isfile(path) and os.stat(path).st_mode & 0o777 == 0o444 for path in named)

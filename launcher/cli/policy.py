@@ -48,9 +48,12 @@ def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: s
     Example:
       sandbox compile -p ci -w . --allow api.example.com --format argv
     """
+    from launcher import statefiles
+
     target = FORMATS[fmt]
-    launch_plan = plan(policy, workspace, command, kind=target.kind, allow=allow, egress_network=egress_network,
-                       launched=False).plan
+    planned = plan(policy, workspace, command, kind=target.kind, allow=allow, egress_network=egress_network,
+                   launched=False)
+    launch_plan = planned.plan
     logins = [s.name for s in (launch_plan.proxy.secrets if launch_plan.proxy else ()) if s.login]
     if logins and target.external:
         from launcher.errors import PolicyError, Problem
@@ -62,6 +65,7 @@ def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: s
     options = dict(claim=claim, workspace_root=workspace_root, proxy_ip=proxy_ip, node=node)   # each takes its own
     text = target.write(launch_plan, **options)
     warn_losses(target, launch_plan, **options)
+    statefiles.write(planned.files)   # what the files for another tool bind from (compiling wrote nothing)
     click.echo(text, nl=False)
 
 

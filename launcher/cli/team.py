@@ -76,6 +76,7 @@ def devcontainer(workspace: str | None, workspace_flag: str | None, policy: str,
     Example:
       sandbox devcontainer -p devcontainer ~/src/repo
     """
+    from launcher import statefiles
     from launcher.targets import TARGETS, devcontainer as dc
 
     from launcher.cli.policy import warn_losses
@@ -83,10 +84,12 @@ def devcontainer(workspace: str | None, workspace_flag: str | None, policy: str,
     target = TARGETS["devcontainer"]
     workspace = either(workspace, workspace_flag, "workspace", ".", same=same_directory)
     with dc.folder(workspace):
-        launch_plan = plan(policy, workspace, (), kind=target.kind, allow=allow, egress_network=egress_network,
-                           launched=False).plan
+        planned = plan(policy, workspace, (), kind=target.kind, allow=allow, egress_network=egress_network,
+                       launched=False)
+        launch_plan = planned.plan
         warn_losses(target, launch_plan)
         written = dc.write(workspace, target.write(launch_plan), force)
+        statefiles.write(planned.files)   # what the dev container binds from (compiling wrote nothing)
     for path in written:
         click.echo(f"sandbox: wrote {path}", err=True)
 
