@@ -195,7 +195,8 @@ def discard(name: str) -> None:
     store.find(eng, name)
     count = len(store.changes(eng, name)["changes"])
     store.discard(eng, name)
-    click.echo(f"sandbox: discarded {name}" + (f" and its {count} unapplied changes" if count else ""), err=True)
+    # The count is the copy's against its base: what `apply` already wrote to the host is among it.
+    click.echo(f"sandbox: discarded {name}" + (f" and the {count} changes it held" if count else ""), err=True)
 
 
 @click.command(short_help="Take a checkpoint of a copy now.")
