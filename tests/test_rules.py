@@ -92,23 +92,20 @@ def graph(at_top: bool) -> dict[str, set[str]]:
     return {name: {m for m, _ in ours(tree, at_top=at_top) if m in NAMES and m != name} for name, tree in modules()}
 
 
+def reached(edges: dict[str, set[str]], start: str) -> set[str]:
+    """Every module `start` reaches through its imports."""
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in edges[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
 def circles(edges: dict[str, set[str]]) -> set[frozenset[str]]:
     """Each group of modules that reach one another through their imports (a circle), once."""
-    def reach(start: str) -> set[str]:
-        seen, todo = set(), [start]
-        while todo:
-            for nxt in edges[todo.pop()] - seen:
-                seen.add(nxt)
-                todo.append(nxt)
-        return seen
-
-    reached = {name: reach(name) for name in edges}
-    return {frozenset(m for m in reached[name] if name in reached[m]) for name in edges if name in reached[name]}
-
-
-# Circles closed only by imports inside functions, still to be broken (the host facts and the git
-# scan were one: issue 29, part 4 split host.py). Remove an entry when its circle is gone; never add one.
-KNOWN_CIRCLES: set[frozenset[str]] = set()
+    reach = {name: reached(edges, name) for name in edges}
+    return {frozenset(m for m in reach[name] if name in reach[m]) for name in edges if name in reach[name]}
 
 
 def test_no_import_circle_at_import_time():
@@ -118,8 +115,7 @@ def test_no_import_circle_at_import_time():
 def test_no_import_circle_through_imports_inside_functions_either():
     """A lazy import (kept for start-up time) is still a dependency: it may not close a circle."""
     found = circles(graph(at_top=False))
-    assert not found - KNOWN_CIRCLES, "import circle: " + "; ".join(" <-> ".join(sorted(c)) for c in found - KNOWN_CIRCLES)
-    assert not KNOWN_CIRCLES - found, f"circle gone, remove it from KNOWN_CIRCLES: {KNOWN_CIRCLES - found}"
+    assert not found, "import circle: " + "; ".join(" <-> ".join(sorted(c)) for c in found)
 
 
 # The layers below the egress package: the policy's model and rules, the plan and its types, the
@@ -130,14 +126,6 @@ BELOW_EGRESS = ("errors", "names", "values", "labels", "secrets", "surfaces", "p
                 "gitgraph", "hostgit", "host", "hostpaths", "hostfiles", "cafiles", "hostfacts", "allowlist", "inject",
                 "model", "policy", "plan", "engineproto", "engineapi", "engine", "enginefake", "subnets")
 
-
-def reached(edges: dict[str, set[str]], start: str) -> set[str]:
-    seen, todo = set(), [start]
-    while todo:
-        for nxt in edges[todo.pop()] - seen:
-            seen.add(nxt)
-            todo.append(nxt)
-    return seen
 
 
 def test_nothing_below_the_plan_and_the_engine_imports_egress():
