@@ -191,17 +191,24 @@ def test_the_github_workflow_runs_a_real_cli_headless_step_by_step(name, engine,
                     f'PYTHONPATH={os.path.dirname(os.path.dirname(__file__))} exec {sys.executable} -m launcher "$@"\n')
     shim.chmod(0o755)
     reset()
+    runner_temp = tmp_path / "runner-temp"       # $RUNNER_TEMP: outside the checkout, where the key goes
+    runner_temp.mkdir()
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "MODEL_API_KEY": key, "AGENT": name,
-           "TASK": "Create the marker file.", "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}
-    done = subprocess.run(["bash", "-e", "-c", step("Run a real agent CLI in a sandbox")], cwd=repo, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0 and "agent succeeded" in done.stdout, done.stdout + done.stderr[-3000:]
+           "TASK": "Create the marker file.", "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+           "RUNNER_TEMP": str(runner_temp)}
+    said = []
+    for name_of_step in ("Prepare the signing key", "Run a real agent CLI in a sandbox", "Verify the record"):
+        done = subprocess.run(["bash", "-e", "-c", step(name_of_step)], cwd=repo, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, name_of_step + ": " + done.stdout + done.stderr[-3000:]
+        said += [done.stdout, done.stderr]
+    assert "agent succeeded" in said[2], said[2]   # the run step's stdout
     assert (repo / f"marker-{name}.txt").is_file()
     report = json.loads((repo / "sandbox-report.json").read_text())
     assert report["status"] == "ok" and report["agent"]["exit_code"] == 0
     header, _, template = agents.get(name).model.header.partition(": ")
     assert any(r["headers"].get(header.lower()) == template.format(value=key) for r in log() if r["method"] == "POST")
-    for text in (done.stdout, done.stderr, (tmp_path / "summary.md").read_text(), (repo / "sandbox-report.json").read_text()):
+    for text in (*said, (tmp_path / "summary.md").read_text(), (repo / "sandbox-report.json").read_text()):
         assert key not in text
 
 
