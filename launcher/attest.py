@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from launcher import images, runtimes, signing
+from launcher import engineid, images, runtimes, signing
 from launcher.errors import AttestationInvalid, EngineError
 from launcher.engineproto import ContainerInfo
 from launcher.layers import layers_digest
@@ -100,7 +100,8 @@ def _engine_facts(engine, plan: LaunchPlan) -> tuple[dict, dict]:
         version, info = engine.version(), engine.info()
     except EngineError as exc:
         return {"error": str(exc)}, {**runtime(plan, {}, {}), "error": str(exc)}
-    facts = {"version": version.get("Version", ""), "api_version": version.get("ApiVersion", ""),
+    identity = engineid.identify(version, info)
+    facts = {"engine": identity.kind, "version": identity.version, "api_version": identity.api_version,
              "os": version.get("Os", ""), "arch": version.get("Arch", ""),
              "kernel": version.get("KernelVersion") or info.get("KernelVersion", ""),
              "components": {c.get("Name", ""): c.get("Version", "") for c in version.get("Components") or []},

@@ -9,6 +9,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Callable
 
+from launcher import engineid
 from launcher.style import BAD, GOOD, WARN, Mark, plain
 
 
@@ -31,7 +32,7 @@ class Finding:
 
 @dataclass(frozen=True, kw_only=True)
 class KnownFix:
-    component: str                      # runc, engine, containerd
+    component: str                      # docker, podman (the engines), runc, crun, containerd
     ids: str
     fixed: tuple[tuple[int, ...], ...]  # first fixed version of each maintained branch
     blocking: bool
@@ -45,12 +46,24 @@ KNOWN_FIXES = (
              what="leaked file descriptor lets a process start outside the container's root (\"Leaky Vessels\")"),
     KnownFix(component="runc", ids="CVE-2025-31133, CVE-2025-52565, CVE-2025-52881", fixed=((1, 2, 8), (1, 3, 3), (1, 4, 0)),
              blocking=False, what="mount races redirect masked paths and procfs writes (needs a crafted image or mounts)"),
-    KnownFix(component="engine", ids="CVE-2019-14271", fixed=((19, 3, 1),), blocking=True,
+    KnownFix(component="docker", ids="CVE-2019-14271", fixed=((19, 3, 1),), blocking=True,
              what="`docker cp` loads libraries from the container (host root)"),
-    KnownFix(component="engine", ids="CVE-2024-41110", fixed=((23, 0, 15), (25, 0, 6), (26, 1, 5), (27, 1, 1)),
+    KnownFix(component="docker", ids="CVE-2024-41110", fixed=((23, 0, 15), (25, 0, 6), (26, 1, 5), (27, 1, 1)),
              blocking=False, what="authorization plugins can be bypassed (only matters with an AuthZ plugin)"),
     KnownFix(component="containerd", ids="CVE-2020-15257", fixed=((1, 3, 9), (1, 4, 3)), blocking=False,
              what="host-network containers reach containerd's shim API (sandboxes never use the host network)"),
+    # podman's own: none blocks a sandbox (every capability dropped; only images built here run, and
+    # only this project's Dockerfiles are built), each still worth the upgrade.
+    KnownFix(component="podman", ids="CVE-2022-27649", fixed=((4, 0, 3),), blocking=False,
+             what="containers start with non-empty inheritable capabilities (sandboxes drop every capability)"),
+    KnownFix(component="podman", ids="CVE-2024-1753", fixed=((4, 9, 4), (5, 0, 1)), blocking=False,
+             what="a Containerfile's RUN --mount=type=bind can write the host's / during `podman build`"),
+    KnownFix(component="podman", ids="CVE-2024-9407, CVE-2024-9675", fixed=((5, 2, 5),), blocking=False,
+             what="RUN --mount arguments of a build reach the host filesystem"),
+    KnownFix(component="podman", ids="CVE-2026-55686", fixed=((5, 7, 1),), blocking=False,
+             what="an image whose WORKDIR is a symlink can create directories or change ownership on the host"),
+    KnownFix(component="crun", ids="CVE-2022-27650", fixed=((1, 4, 4),), blocking=False,
+             what="containers start with non-empty inheritable capabilities (sandboxes drop every capability)"),
 )
 # Distribution builds that carry a fix without the upstream version number (package version -> ids).
 BACKPORTS = {"1.1.5+ds1-1+deb12u1": ("CVE-2024-21626",)}   # Debian DSA-5615-1
@@ -66,25 +79,25 @@ def vulnerable(version: tuple[int, ...], fixed: tuple[tuple[int, ...], ...]) -> 
     return version < (same[0] if same else max(fixed))
 
 
-def _components(version: dict) -> dict[str, str]:
-    found = {c.get("Name", "").lower(): c.get("Version", "") for c in version.get("Components") or []}
-    found["engine"] = version.get("Version", found.get("engine", ""))
-    return found
+def _judged(engine) -> tuple[str, ...]:
+    """The components whose advisories apply: the engine itself and what runs its containers."""
+    if engine.kind == engineid.PODMAN:
+        return (engine.kind, *([r for r in ("runc", "crun") if r in engine.components] or [engine.runtime]))
+    return (engine.kind, "runc", "containerd")
 
 
 def escape_fixes(version: dict, info: dict) -> list[Finding]:
-    components = _components(version)
-    package = (info.get("RuncCommit") or {}).get("ID", "")
+    engine = engineid.identify(version, info)
     out = []
-    for name in ("engine", "runc", "containerd"):
-        text = components.get(name, "")
+    for name in _judged(engine):
+        text = engine.components.get("engine" if name == engine.kind else name, "")
         number = version_tuple(text)
         if not number:
             out.append(Finding(status=Status.WARN, check=f"{name} version", detail="unknown",
                                fix=f"check the {name} version by hand against its security advisories"))
             continue
         open_ = [k for k in KNOWN_FIXES if k.component == name and vulnerable(number, k.fixed)
-                 and k.ids not in BACKPORTS.get(package, ())]
+                 and k.ids not in BACKPORTS.get(engine.runtime_package, ())]
         if not open_:
             out.append(Finding(status=Status.OK, check=f"{name} version", detail=f"{text}: no known escape left open"))
         for fix in open_:
@@ -98,10 +111,11 @@ def escape_fixes(version: dict, info: dict) -> list[Finding]:
 
 def engine_findings(info: dict, version: dict) -> list[Finding]:
     options = " ".join(info.get("SecurityOptions") or [])
-    out = [Finding(status=Status.OK, check="engine", detail=f"reachable: Docker {version.get('Version', '?')} "
+    engine = engineid.identify(version, info)
+    out = [Finding(status=Status.OK, check="engine", detail=f"reachable: {engine.label} "
                    f"(API {version.get('ApiVersion', '?')}), {info.get('OperatingSystem', '?')}, kernel {info.get('KernelVersion', '?')}")]
     out += escape_fixes(version, info)
-    out.append(Finding(status=Status.OK, check="seccomp", detail="available (Docker's default profile)") if "name=seccomp" in options
+    out.append(Finding(status=Status.OK, check="seccomp", detail="available (the engine's default profile)") if "name=seccomp" in options
                else Finding(status=Status.FAIL, check="seccomp", detail="not available: no system-call filter",
                             fix="use a kernel and engine built with seccomp (the probe's seccomp checks fail without it)"))
     cgroup = str(info.get("CgroupVersion") or "1")
@@ -114,11 +128,15 @@ def engine_findings(info: dict, version: dict) -> list[Finding]:
         out.append(Finding(status=Status.OK, check="rootless", detail="the engine runs rootless: its root is not host root"))
     else:
         out.append(Finding(status=Status.OK, check="rootless", detail="rootful engine (the agent still never runs as root)",
-                           fix="optional: rootless Docker adds a layer (dockerd-rootless-setuptool.sh install)"))
+                           fix="optional: rootless podman (run it as an unprivileged user) adds a layer"
+                           if engine.kind == engineid.PODMAN else
+                           "optional: rootless Docker adds a layer (dockerd-rootless-setuptool.sh install)"))
     out.append(Finding(status=Status.OK, check="userns-remap", detail="on: container ids map to unprivileged host ids")
                if "name=userns" in options else
                Finding(status=Status.WARN, check="userns-remap", detail="off: uid 1000 inside is uid 1000 on the host",
-                       fix="dockerd --userns-remap=default (or rootless mode) maps container ids away from host ids"))
+                       fix='userns = "auto" in containers.conf (or rootless podman) maps container ids away from host ids'
+                       if engine.kind == engineid.PODMAN else
+                       "dockerd --userns-remap=default (or rootless mode) maps container ids away from host ids"))
     kernel = version_tuple(str(info.get("KernelVersion") or "0"))
     out.append(Finding(status=Status.OK, check="copy mode", detail=f"kernel {info.get('KernelVersion')}: overlay with "
                        "userxattr works") if kernel >= (5, 11) else

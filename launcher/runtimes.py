@@ -137,9 +137,11 @@ def fact(info: dict, version: dict, runtime: Runtime, mode: NetworkMode = Networ
 
 
 def runc_version(version: dict) -> str:
-    """runc's version as `docker version` lists it among the engine's components ("" if absent)."""
-    found = [c.get("Version", "") for c in version.get("Components") or [] if c.get("Name", "").lower() == "runc"]
-    return found[0] if found else ""
+    """runc's version as the engine lists it among its components (Docker: "runc", podman: "OCI
+    Runtime (runc)"; "" if absent)."""
+    from launcher import engineid
+
+    return engineid.identify(version, {}).components.get("runc", "")
 
 
 def binary_version(path: str) -> str:

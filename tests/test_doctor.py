@@ -95,3 +95,40 @@ def test_copy_mode_needs_a_kernel_with_overlay_userxattr():
     new = {f.check: f for f in doctor.engine_findings(INFO, version())}
     assert old["copy mode"].status is doctor.Status.WARN and "--workspace-mode bind" in old["copy mode"].fix
     assert new["copy mode"].status is doctor.Status.OK
+
+
+# What podman 4.3.1 (Debian 12) answers on its Docker-compatible API, trimmed to what is read.
+PODMAN_VERSION = {"Version": "4.3.1", "ApiVersion": "1.41", "Components": [
+    {"Name": "Podman Engine", "Version": "4.3.1", "Details": {"APIVersion": "4.3.1"}},
+    {"Name": "Conmon", "Version": "conmon version 2.1.6, commit: unknown"},
+    {"Name": "OCI Runtime (runc)", "Version": "runc version 1.1.5+ds1\ncommit: 1.1.5+ds1-1+deb12u1\nspec: 1.0.2-dev"}]}
+PODMAN_INFO = {"SecurityOptions": ["name=seccomp,profile=default"], "DefaultRuntime": "runc", "CgroupVersion": "2",
+               "MemoryLimit": True, "PidsLimit": True, "RuncCommit": {"ID": ""}, "KernelVersion": "6.1.0"}
+
+
+def test_podman_is_recognised_by_its_components_and_judged_by_its_own_advisories():
+    from launcher import engineid
+
+    engine = engineid.identify(PODMAN_VERSION, PODMAN_INFO)
+    assert (engine.kind, engine.label, engine.runtime) == ("podman", "Podman 4.3.1", "runc")
+    assert engine.components["runc"] == "1.1.5+ds1" and engine.components["conmon"] == "2.1.6"
+    assert engine.runtime_package == "1.1.5+ds1-1+deb12u1"
+    findings = doctor.engine_findings(PODMAN_INFO, PODMAN_VERSION)
+    assert findings[0].detail.startswith("reachable: Podman 4.3.1")
+    text = " ".join(f.detail + f.fix for f in findings)
+    assert "CVE-2019-14271" not in text and "Docker" not in text      # Docker's advisories are not podman's
+    assert "CVE-2024-1753" in text and not by_check(findings, "containerd version")
+    assert all(f.status is not Status.FAIL for f in findings if f.check.endswith(" version")), findings
+    # runc behind podman: the Debian package with the backport (read from the component's commit line)
+    assert not [f for f in findings if "CVE-2024-21626" in f.detail]
+
+
+def test_docker_stays_docker_and_a_podman_runtime_is_judged_when_listed():
+    from launcher import engineid
+
+    assert engineid.identify(version(), INFO).label == "Docker 27.3.1"
+    crun = {**PODMAN_VERSION, "Components": PODMAN_VERSION["Components"][:2] + [
+        {"Name": "OCI Runtime (crun)", "Version": "crun version 1.2\ncommit: abc"}]}
+    found = doctor.escape_fixes(crun, {**PODMAN_INFO, "DefaultRuntime": "crun"})
+    assert [f.status for f in by_check(found, "crun version")] == [Status.WARN]    # CVE-2022-27650, below 1.4.4
+    assert not by_check(found, "runc version")
