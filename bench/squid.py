@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from launcher import images  # noqa: E402
 from launcher.allowlist import parse_rule  # noqa: E402
-from launcher.egress.squid import INTERNAL_OPTIONS, PROXY_ALIAS, PROXY_PORT, render_squid  # noqa: E402
+from launcher.plan import INTERNAL_OPTIONS, PROXY_ALIAS, PROXY_PORT  # noqa: E402
+from launcher.squidconf import render_squid  # noqa: E402
 from launcher.plan import ProxySpec  # noqa: E402
 
 PREFIX = "sandbox-bench-squid"

@@ -17,12 +17,12 @@ from launcher.errors import PolicyError, Problem
 from launcher.hostfacts import HostFacts
 from launcher import inject
 from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime, SecretPolicy, WorkspaceMode
-from launcher.plan import (HOME_PROFILE, PROBE_BUSYBOX, PROBE_DIR, PROBE_SCRIPT, ContainerSpec, CopySpec, HomeSpec,
-                           LaunchPlan, Mount, MountKind, NetworkSpec, ProbeExpectations, ProxySpec, SecretEndpoint,
-                           home_volume_name)
+from launcher.plan import (ARP_SYSCTLS, HOME_PROFILE, INTERNAL_OPTIONS, PROBE_BUSYBOX, PROBE_DENIED_HOST, PROBE_DIR,
+                           PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ContainerSpec, CopySpec, HomeSpec, LaunchPlan, Mount,
+                           MountKind, NetworkSpec, ProbeExpectations, ProxySpec, SecretEndpoint, home_volume_name)
 from launcher.policy import CAPABILITY_BITS
 from launcher.refusals import under
-from launcher.egress.squid import ARP_SYSCTLS, INTERNAL_OPTIONS, PROBE_DENIED_HOST, PROXY_ALIAS, PROXY_PORT, render_squid
+from launcher.squidconf import render_squid
 from launcher import checks, refusals, runtimes
 from launcher.trustfiles import CA_DIR, CA_VARIABLES
 from launcher.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS

@@ -66,7 +66,7 @@ def egress(engine, name: str) -> dict | None:
     if not saved or saved["statement"]["predicate"]["report"].get("egress") is None:
         return None
     from launcher import sandboxes
-    from launcher.egress.squid import PROBE_DENIED_HOST
+    from launcher.plan import PROBE_DENIED_HOST
     from launcher.errors import SandboxError
     from launcher.targets.report import egress_json
 

@@ -91,7 +91,7 @@ def test_the_agent_choice_reads_the_kind_from_the_host_value(monkeypatch):
 
 
 def test_the_proxy_config_of_a_login_forwards_only_its_paths_with_every_header():
-    from launcher.egress.squid import render_squid
+    from launcher.squidconf import render_squid
     from launcher.plan import SecretEndpoint
 
     secret = SecretEndpoint(name="model", var="SANDBOX_SECRET_0", from_env="", from_file="auth.json", port=3130,

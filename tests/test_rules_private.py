@@ -7,7 +7,7 @@ import pytest
 
 from launcher import layers
 from launcher.allowlist import parse_rule
-from launcher.egress.squid import render_squid
+from launcher.squidconf import render_squid
 
 
 def test_a_rule_may_opt_into_private_addresses_and_says_so():

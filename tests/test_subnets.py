@@ -11,7 +11,7 @@ import pytest
 from conftest import docker_sdk
 from launcher import labels as label
 from launcher import subnets
-from launcher.egress.squid import INTERNAL_OPTIONS
+from launcher.plan import INTERNAL_OPTIONS
 from launcher.plan import NetworkSpec
 from launcher.errors import EngineError
 

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, replace
 
 from launcher import labels as label
-from launcher.egress.squid import PROXY_ALIAS
+from launcher.plan import PROXY_ALIAS
 from launcher.errors import PolicyError, Problem
 from launcher.plan import PROBE_DIR, LaunchPlan
 from launcher.targets.kubernetes import network, pod
