@@ -118,14 +118,35 @@ def test_no_import_circle_through_imports_inside_functions_either():
     assert not found, "import circle: " + "; ".join(" <-> ".join(sorted(c)) for c in found)
 
 
-# The layers below the egress package: the policy's model and rules, the plan and its types, the
-# engine seam and the host facts. Egress (the proxy at launch, its Squid configuration, the audit)
-# builds on them; none of them may reach launcher.egress, directly or through another module, at
-# import time or inside a function.
-BELOW_EGRESS = ("errors", "names", "values", "labels", "secrets", "surfaces", "paths", "scan", "gitdirs", "gitscan",
-                "gitgraph", "hostgit", "host", "hostpaths", "hostfiles", "cafiles", "hostfacts", "allowlist", "inject",
-                "model", "policy", "plan", "engineproto", "engineapi", "engine", "enginefake", "subnets")
+# The layers under the egress proxy, lowest first: each module imports only from its own layer and
+# the ones below (inside functions too). Egress (the proxy at launch and its audit) builds on the
+# plan and the engine; the compiler, which renders the proxy's configuration, sits below it.
+LAYERS = (
+    ("basics", {"errors", "names", "values", "paths", "labels", "secrets", "resources", "timings", "yamlsafe"}),
+    ("policy", {"allowlist", "inject", "surfaces", "model", "schema", "policy", "layers"}),
+    ("host facts", {"hostpaths", "hostfiles", "host", "cafiles", "statefiles", "hostgit", "gitdirs", "gitgraph", "gitscan",
+                    "scan", "hostfacts"}),
+    ("plan", {"plan", "squidconf", "checks", "runtimes", "trustfiles", "refusals", "compiler"}),
+    ("engine", {"engineproto", "engineapi", "engine", "enginefake", "subnets", "images"}),
+    ("egress", {"egress", "egress.audit", "egress.proxy"}),
+)
 
+
+def test_each_layer_imports_only_from_itself_and_below():
+    edges = graph(at_top=False)
+    listed = [m for _, layer in LAYERS for m in layer]
+    assert len(listed) == len(set(listed)) and set(listed) <= NAMES, set(listed) - NAMES
+    for index, (layer_name, layer) in enumerate(LAYERS):
+        above = set().union(*(modules for _, modules in LAYERS[index + 1:]))
+        for module in sorted(layer):
+            assert not edges[module] & above, f"{module} ({layer_name}) imports {sorted(edges[module] & above)} from above"
+
+
+# Below the egress package: every layer under it, and what ends in a plan or checks one without
+# launching (the pipeline, the stack of layers, `sandbox check`, the workspaces' state). None of them
+# may reach launcher.egress, directly or through another module, at import time or inside a function.
+BELOW_EGRESS = tuple(sorted(set().union(*(layer for name, layer in LAYERS if name != "egress"))
+                            | {"pipeline", "stack", "lint", "lintstack", "workspaces", "approvals", "trust"}))
 
 
 def test_nothing_below_the_plan_and_the_engine_imports_egress():
