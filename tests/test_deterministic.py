@@ -130,3 +130,18 @@ def test_compiling_writes_nothing_the_compile_commands_output_step_makes_what_th
                                        "--workspace-mode", "bind"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert all(os.path.isfile(path) and os.stat(path).st_mode & 0o777 == 0o444 for path in named)
+
+
+def test_check_and_explain_gather_and_compile_and_write_nothing(setup, monkeypatch):
+    from click.testing import CliRunner
+
+    from launcher.cli import main
+
+    monkeypatch.chdir(setup)
+    monkeypatch.setenv("MODEL_KEY", "k")
+    state = setup / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    for args in (["check", "--policy", "every.yaml", "-w", "ws"], ["explain", "--policy", "every.yaml", "-w", "ws"]):
+        result = CliRunner().invoke(main, args, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        assert not state.exists(), f"sandbox {args[0]} wrote into the state directory"
