@@ -49,7 +49,7 @@ def gvisor_plan(workspace, mode=WorkspaceMode.BIND, runtime=Runtime.GVISOR, comm
 @pytest.fixture
 def probe_only(monkeypatch):
     monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env: [])
-    monkeypatch.setattr(launch.host, "bind_source_intact", lambda path: True)
+    monkeypatch.setattr(launch.hostpaths, "bind_source_intact", lambda path: True)
 
 
 def test_the_preset_asks_for_gvisor_and_compiles_to_runsc(workspace):

@@ -43,7 +43,7 @@ TAMPERS["caps.bnd"] = lambda c, ws, tmp: replace(c, cap_add=("CHOWN",))
 @pytest.fixture
 def probe_only(monkeypatch):
     monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env: [])
-    monkeypatch.setattr(launch.host, "bind_source_intact", lambda path: True)
+    monkeypatch.setattr(launch.hostpaths, "bind_source_intact", lambda path: True)
 
 
 @pytest.mark.parametrize("check", list(TAMPERS))
