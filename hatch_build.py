@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import tempfile
@@ -18,7 +19,14 @@ class CustomBuildHook(BuildHookInterface):
                                    capture_output=True, text=True, timeout=10).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return   # not a checkout (an sdist): the version says so
-        fd, path = tempfile.mkstemp(prefix="sandbox-commit-")
+        fd, self._commit_file = tempfile.mkstemp(prefix="sandbox-commit-")
         with os.fdopen(fd, "w") as out:
             out.write(commit + ("-dirty" if dirty else "") + "\n")
-        build_data["force_include"][path] = "launcher/_commit.txt"
+        build_data["force_include"][self._commit_file] = "launcher/_commit.txt"
+
+    def finalize(self, version, build_data, artifact_path):
+        """The temporary file is in the wheel now: it goes (one was left in /tmp per build)."""
+        path = getattr(self, "_commit_file", None)
+        if path:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
