@@ -112,3 +112,9 @@ def test_the_readmes_preset_table_names_every_bundled_preset():
     table = table[:table.index("\n\n")]
     named = {re.match(r"^\| `([^`]+)`", row).group(1) for row in table.splitlines()[2:]}
     assert named == {p.stem for p in Path(resources.policies_dir()).glob("*.yaml")}
+
+
+def test_the_readme_links_every_docs_page():
+    text = (ROOT / "README.md").read_text()
+    unlinked = [p.name for p in sorted((ROOT / "docs").glob("*.md")) if f"(docs/{p.name}" not in text]
+    assert not unlinked, f"README.md does not link: {unlinked}"
