@@ -20,7 +20,7 @@ from launcher.cli import main
 from launcher.compiler import compile_policy
 from launcher.enginefake import FakeEngine
 from launcher.engineproto import ContainerInfo, HostSettings
-from launcher.errors import AttestationInvalid, EngineError, ExitCode
+from launcher.errors import AttestationInvalid, ExitCode
 from launcher.targets import report
 from launcher.verify import Check, ProbeReport
 
@@ -293,15 +293,22 @@ def test_an_engine_that_fails_while_recording_is_written_down(tmp_path):
     assert [s["name"].split(":")[0] for s in doc["subject"]] == ["sandbox-run", "policy"]
 
 
-def test_a_record_that_cannot_be_written_at_the_end_turns_a_success_into_118(tmp_path, monkeypatch):
+def fake_run(monkeypatch, probe_ok=True):
+    """A launch that ends well (or with a failed probe) without an engine: session and launch stand-ins."""
     from launcher import launch, session
 
-    probe = ProbeReport(checks=(Check(id="identity.uid", ok=True, expected="1000", observed="1000"),),
-                        finished=True, verdict_ok=True)
+    probe = ProbeReport(checks=(Check(id="identity.uid", ok=probe_ok, expected="1000", observed="1000"),),
+                        finished=True, verdict_ok=probe_ok)
     monkeypatch.setattr(session, "connect", lambda listener: FakeEngine())
     monkeypatch.setattr(session, "ready", lambda engine, planned, agent, listener: None)
     monkeypatch.setattr(launch, "run", lambda engine, plan, listener: launch.Outcome(
         container=plan.container.name, probe=probe, exit_code=0, timed_out=False))
+    monkeypatch.setattr(launch, "up", lambda engine, plan, listener: probe)
+    return probe
+
+
+def test_a_record_that_cannot_be_written_at_the_end_turns_a_success_into_118(tmp_path, monkeypatch):
+    fake_run(monkeypatch)
 
     def disk_full(path, statement, key=None):
         raise OSError(28, "No space left on device")

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
-from test_attest import invoke, statement
+from test_attest import fake_run, invoke, statement
 
 from launcher import attest, pipeline, records, signing
 from launcher.enginefake import FakeEngine
@@ -290,20 +290,6 @@ def test_the_documented_openssl_commands_make_keys_that_sign_and_verify(tmp_path
         assert subprocess.run(verify, capture_output=True).returncode == 0
         (tmp_path / "sig.bin").write_bytes(base64.b64decode(envelope_of(flip_signature(data))["signatures"][0]["sig"]))
         assert subprocess.run(verify, capture_output=True).returncode != 0
-
-
-def fake_run(monkeypatch, probe_ok=True):
-    from launcher import launch, session
-    from launcher.verify import Check, ProbeReport
-
-    probe = ProbeReport(checks=(Check(id="identity.uid", ok=probe_ok, expected="1000", observed="1000"),),
-                        finished=True, verdict_ok=probe_ok)
-    monkeypatch.setattr(session, "connect", lambda listener: FakeEngine())
-    monkeypatch.setattr(session, "ready", lambda engine, planned, agent, listener: None)
-    monkeypatch.setattr(launch, "run", lambda engine, plan, listener: launch.Outcome(
-        container=plan.container.name, probe=probe, exit_code=0, timed_out=False))
-    monkeypatch.setattr(launch, "up", lambda engine, plan, listener: probe)
-    return probe
 
 
 def test_run_with_a_key_writes_a_signed_record(keys, tmp_path, monkeypatch):
