@@ -202,7 +202,12 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
         from launcher import attest
 
         recorder = attest.Recorder(listener)
-    probe = launch.up(engine, plan, recorder or listener)
+    try:
+        probe = launch.up(engine, plan, recorder or listener)
+    except SandboxError as exc:   # a refused start is evidence too: its record is written now (no `down` follows)
+        if recorder is not None:
+            _refused_record(request, planned, engine, recorder, exc, started, listener)
+        raise
     if recorder is not None:
         _keep_record(request, planned, engine, recorder, probe, started, listener)
     if agent:   # the profile's home files (and, for its shells, its variables)
@@ -234,6 +239,21 @@ def _stale_record(sandbox: str, listener: Listener) -> None:
     else:
         listener.status(f"the attestation record of the earlier {sandbox} (removed without `sandbox down`) was "
                         f"written to {written.path}")
+
+
+def _refused_record(request: Request, planned: Planned, engine, recorder, error: SandboxError, started: float,
+                    listener: Listener) -> None:
+    """up --attest when the start failed (the probe refused it, the inspect differed): the record of
+    that failure, written to its file at once, as `run` does."""
+    from launcher import attest
+    from launcher.targets import report
+
+    data = report.build(status=_FAILED.get(error.exit_code, "error"), exit_code=error.exit_code, started=started,
+                        plan=planned.plan, probe=error.report if isinstance(error, ProbeFailed) else None,
+                        layer_notes=planned.layered.effective.notes, error=_said(error))
+    unwritten = attest.record(request.attest, recorder, planned, engine, data, request.attest_key)
+    listener.status(f"warning: {unwritten}" if unwritten else f"attestation record of the refused start written to "
+                    f"{request.attest} ({_signed(request.attest_key)})")
 
 
 def _keep_record(request: Request, planned: Planned, engine, recorder, probe, started: float, listener) -> None:

@@ -33,6 +33,7 @@ class Key:
     keyid: str
     private: bool
     handle: object = field(repr=False, compare=False)
+    shared_mode: int | None = None   # a private key file others may read: its mode (the CLI warns)
 
 
 def pae(payload_type: str, body: bytes) -> bytes:
@@ -93,7 +94,9 @@ def signing_key(path: str) -> Key:
                              "`verify-attestation --key` takes)") from None
         raise KeyInvalid(f"{path}: not a PEM private key ({exc}); make one: {MAKE_KEY}") from None
     algorithm, keyid = _described(path, key.public_key())
-    return Key(file=path, algorithm=algorithm, keyid=keyid, private=True, handle=key)
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    return Key(file=path, algorithm=algorithm, keyid=keyid, private=True, handle=key,
+               shared_mode=mode if mode & 0o077 else None)
 
 
 def verifying_key(path: str) -> Key:

@@ -203,6 +203,27 @@ def test_up_with_attest_writes_a_signed_record_at_down(engine, workspace, tmp_pa
     assert pred["images"]["agent"]["id"] == docker_sdk().api.inspect_image(images.AGENT_IMAGE)["Id"]
 
 
+def test_up_whose_probe_fails_writes_its_signed_record_at_once(engine, workspace, tmp_path):
+    """No `down` follows a refused start, so its record is written then, not kept for later."""
+    from launcher import records
+
+    key, pub = key_files(tmp_path, "signer", "ed25519")
+    os.chown(workspace, 0, 0)
+    os.chmod(workspace, 0o700)
+    name, path = f"sandbox-attest-refused-{os.getpid()}", tmp_path / "refused.intoto.json"
+    result = sandbox("up", *BIND, str(workspace), "--name", name, "--attest", str(path), "--attest-key", str(key),
+                     "--no-shell")
+    assert result.returncode == ExitCode.PROBE_FAILED, result.stderr
+    assert f"attestation record of the refused start written to {path} (signed" in result.stderr
+    assert records.pending(name) is None
+    checked = sandbox("verify-attestation", str(path), "--key", str(pub), "--json")
+    assert checked.returncode == 0, checked.stderr
+    pred = attest.check(path.read_bytes(), str(path)).statement["predicate"]
+    assert pred["run"]["status"] == "probe-failed" and pred["run"]["exit_code"] == ExitCode.PROBE_FAILED
+    assert [c["id"] for c in pred["report"]["probe"]["checks"] if not c["ok"]] == ["ws.access"]
+    assert docker_sdk().containers.list(all=True, filters={"name": name}) == []
+
+
 def test_up_in_proxy_mode_records_the_egress_read_at_down_before_the_proxy_goes(engine, workspace, tmp_path):
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
     net = Internet(engine)

@@ -305,6 +305,19 @@ def test_run_with_a_key_writes_a_signed_record(keys, tmp_path, monkeypatch):
     assert checked.verified and checked.statement["predicate"]["run"]["status"] == "ok"
 
 
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o604])
+def test_a_signing_key_others_can_read_is_warned_of(tmp_path, monkeypatch, mode):
+    fake_run(monkeypatch)
+    (tmp_path / "ws").mkdir()
+    key, _ = pem_pair(tmp_path, "k", ed25519.Ed25519PrivateKey.generate())
+    key.chmod(mode)
+    result = invoke("run", "--workspace-mode", "bind", "-w", str(tmp_path / "ws"), "--attest",
+                    str(tmp_path / "a.json"), "--attest-key", str(key), "--", "true")
+    assert result.exit_code == 0, result.stderr
+    warned = f"warning: {key} (mode {mode:04o}) can be read by other users" in result.stderr
+    assert warned == (mode != 0o600), result.stderr
+
+
 def test_up_keeps_the_record_and_down_writes_it_signed(keys, tmp_path, monkeypatch):
     from launcher import engine, sandboxes
     from launcher.errors import NotFound

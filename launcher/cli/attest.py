@@ -66,6 +66,9 @@ def attest_arguments(attest_path, attest_key, workspace: str) -> dict:
         raise click.BadParameter(f"{attest_key.file} is inside the workspace {workspace}, which the agent reads: it "
                                  "could sign records of its own; keep the key outside (in CI, under $RUNNER_TEMP); "
                                  "nothing was started", param_hint="'--attest-key'")
+    if attest_key.shared_mode is not None:   # ssh refuses such a key; a signing key in CI is often written 0644
+        click.echo(f"warning: {attest_key.file} (mode {attest_key.shared_mode:04o}) can be read by other users, who "
+                   f"could sign records as this key: `chmod 600 {attest_key.file}`", err=True)
     return {"attest": attest_path, "attest_key": attest_key}
 
 
