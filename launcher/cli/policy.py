@@ -25,7 +25,8 @@ if TYPE_CHECKING:
               help="Host directory the agent works on.")
 @click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default="json", show_default=True,
               help="json: the whole plan; argv: the equivalent `docker run` command; compose: a compose file; "
-                   "kubernetes: NetworkPolicies, proxy and agent Pod for `kubectl apply`.")
+                   "kubernetes: NetworkPolicies, proxy and agent Pod for `kubectl apply`; agent-sandbox: the same with "
+                   "the Pod as a kubernetes-sigs/agent-sandbox SandboxTemplate.")
 @click.option("--claim", default="sandbox-workspace", show_default=True,
               help="kubernetes: the PersistentVolumeClaim that holds the workspace.")
 @click.option("--workspace-root", default="",
@@ -35,13 +36,15 @@ if TYPE_CHECKING:
               help="kubernetes: the proxy Service's fixed ClusterIP, inside the cluster's service range.")
 @click.option("--node", type=click.Choice(["kubelet", "podman"]), default="kubelet", show_default=True,
               help="kubernetes: who runs the Pod; the probe expects the mounts that one makes.")
+@click.option("--warm", type=click.IntRange(min=0, max=2 ** 31 - 1), default=None, metavar="N",
+              help="agent-sandbox: also a SandboxWarmPool of N Pods (0: none kept warm; claims need a pool).")
 @egress_options
 @agent_options
 @layer_options
 @show_layers_option
 @click.argument("command", nargs=-1)
 def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: str, proxy_ip: str, node: str,
-            allow: tuple[str, ...], egress_network: str | None, command: tuple[str, ...]) -> None:
+            warm: int | None, allow: tuple[str, ...], egress_network: str | None, command: tuple[str, ...]) -> None:
     """Compile a policy into a launch plan, without touching the Docker engine.
 
     \b
@@ -51,6 +54,9 @@ def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: s
     from launcher import statefiles
 
     target = FORMATS[fmt]
+    if warm is not None and "warm" not in target.options:
+        writers = ", ".join(t.formats[0] for t in TARGETS.values() if "warm" in t.options)
+        raise click.UsageError(f"--warm is for --format {writers}, not {fmt}: a warm pool is that format's object")
     planned = plan(policy, workspace, command, kind=target.kind, allow=allow, egress_network=egress_network,
                    launched=False)
     launch_plan = planned.plan
@@ -62,7 +68,7 @@ def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: s
                                    found=f"{fmt} with a subscription login ({', '.join(logins)})",
                                    hint="the login is read and refreshed on the host at launch, which these files "
                                         "cannot do: start it with sandbox run or sandbox up")])
-    options = dict(claim=claim, workspace_root=workspace_root, proxy_ip=proxy_ip, node=node)   # each takes its own
+    options = dict(claim=claim, workspace_root=workspace_root, proxy_ip=proxy_ip, node=node, warm=warm)   # each takes its own
     text = target.write(launch_plan, **options)
     warn_losses(target, launch_plan, **options)
     statefiles.write(planned.files)   # what the files for another tool bind from (compiling wrote nothing)

@@ -1,6 +1,6 @@
 """Output targets of a LaunchPlan, as one family: every way a sandbox comes to exist — launched by us
 (`run`, `up`; `exec` enters an `up` one), or by another tool from the files we write
-(`compile --format argv|compose|kubernetes`, `sandbox devcontainer`). TARGETS is the one registry:
+(`compile --format argv|compose|kubernetes|agent-sandbox`, `sandbox devcontainer`). TARGETS is the one registry:
 `check --target`, `explain --target`, `compile --format` and `sandbox devcontainer` read it. The
 run report and its step summary (report.py, summary.py) are outputs of a run, not targets."""
 
@@ -88,6 +88,19 @@ def _kubernetes_losses(plan: "LaunchPlan", *, node: str = "kubelet", **_) -> Los
     return losses(plan, node=node)
 
 
+def _agent_sandbox(plan: "LaunchPlan", *, warm: int | None = None, **options) -> str:
+    from launcher.targets.kubernetes import KubeOptions
+    from launcher.targets.kubernetes.agentsandbox import agent_sandbox_text
+
+    return agent_sandbox_text(plan, KubeOptions(**options), warm)
+
+
+def _agent_sandbox_losses(plan: "LaunchPlan", *, warm: int | None = None, **_) -> Losses:
+    from launcher.targets.kubernetes.agentsandbox import losses
+
+    return losses(plan, warm=warm)
+
+
 def _devcontainer(plan: "LaunchPlan") -> dict[str, str]:
     from launcher.targets.devcontainer import files
 
@@ -103,6 +116,9 @@ TARGETS: Mapping[str, Target] = MappingProxyType({t.name: t for t in (
     # A Pod's workspace is a claim, so copy mode (the claim is the copy) is not refused as for compose.
     Target(name="kubernetes", kind="kubernetes", external=True, formats=("kubernetes",),
            options=("claim", "workspace_root", "proxy_ip", "node"), writer=_kubernetes, report=_kubernetes_losses),
+    # The same Pod, made by the agent-sandbox controller from a SandboxTemplate (a kubelet's, never podman's).
+    Target(name="agent-sandbox", kind="kubernetes", external=True, formats=("agent-sandbox",),
+           options=("claim", "workspace_root", "proxy_ip", "warm"), writer=_agent_sandbox, report=_agent_sandbox_losses),
     Target(name="devcontainer", kind="devcontainer", external=True, writer=_devcontainer),
 )})
 # What `compile --format` offers, and the target each format writes.

@@ -62,13 +62,23 @@ KUBERNETES = _cells(
                               "paths exist; they were compiled from the local tree"),
     surfaces=enforced_by_nothing("no launcher runs afterwards: whoever reads the claim back must treat it as "
                                  "untrusted (workspace.protect still holds in the Pod)"))
+# The agent-sandbox controller makes the Pod from a SandboxTemplate: Kubernetes' cells, but a warm
+# Pod's deadline runs from when the pool starts it, and the controller's own changes go unchecked.
+AGENT_SANDBOX = _cells(
+    timeout=enforced_by_nothing("the Pod's activeDeadlineSeconds asks the kubelet to end it (not proven here); a "
+                                "warm pool's Pod starts its agent and that clock when the pool creates it, not when "
+                                "a claim adopts it"),
+    inspect=enforced_by_nothing("nothing compares the Pod the agent-sandbox controller makes from the template with "
+                                "the plan (it adds its own labels and annotations); the probe still checks what it "
+                                "can see, and a namespace that enforces the restricted level refuses a laxer Pod"),
+    binds=KUBERNETES[ROWS["binds"]], surfaces=KUBERNETES[ROWS["surfaces"]])
 DEVCONTAINER = _cells(
     timeout=Enforcement(mechanism="the main process (busybox sleep) ends the container", component=Component.PROCESS,
                         checks=()),
     **_FILES)
 
 CELLS = MappingProxyType({"run": RUN, "up": UP, "argv": ARGV, "compose": COMPOSE, "kubernetes": KUBERNETES,
-                          "devcontainer": DEVCONTAINER})
+                          "agent-sandbox": AGENT_SANDBOX, "devcontainer": DEVCONTAINER})
 
 
 def cannot(cells: Mapping[str, Enforcement]) -> list[tuple[str, str]]:

@@ -12,7 +12,12 @@ RESTRICTED_ADDS = ("NET_BIND_SERVICE",)   # the only capability the restricted p
 
 def losses(plan: LaunchPlan, *, node: str) -> list[tuple[str, str]]:
     """(policy field or protection, why) for everything this Pod does not enforce as Docker does."""
-    out = cannot(KUBERNETES) + [
+    return cannot(KUBERNETES) + pod_losses(plan, node=node)
+
+
+def pod_losses(plan: LaunchPlan, *, node: str) -> list[tuple[str, str]]:
+    """What the agent Pod itself, wherever it comes from, does not enforce as Docker does."""
+    out = [
         ("limits.pids", "the Pod API has no per-Pod process limit: only the kubelet's podPidsLimit (node-wide "
                         "setting) bounds it; the probe expects the container's own pids.max, max"),
         ("tmpfs mode and owner", "an emptyDir is created 0777 by the kubelet (only the agent's uid runs in the Pod)"),
@@ -51,8 +56,11 @@ def losses(plan: LaunchPlan, *, node: str) -> list[tuple[str, str]]:
     return out
 
 
-def header(plan: LaunchPlan, *, node: str, claim: str, secrets: tuple[str, ...], secret_name: str) -> str:
-    lines = [f"sandbox: policy {plan.policy_name} (sha256 {plan.policy_digest[:12]}) as Kubernetes objects for "
+def header(plan: LaunchPlan, *, node: str, claim: str, secrets: tuple[str, ...], secret_name: str,
+           form: str = "Kubernetes objects", notes: tuple[str, ...] = (),
+           lost: list[tuple[str, str]] | None = None) -> str:
+    """The file's head: how to apply it, what to create first, and the loss report (`lost`, by default this Pod's)."""
+    lines = [f"sandbox: policy {plan.policy_name} (sha256 {plan.policy_digest[:12]}) as {form} for "
              f"{node}; `kubectl apply -f` this file.",
              "The probe (the agent container's entrypoint) refuses to start the agent unless every check passes.",
              f"The workspace is the PersistentVolumeClaim {claim!r}: create and fill it first.",
@@ -61,6 +69,7 @@ def header(plan: LaunchPlan, *, node: str, claim: str, secrets: tuple[str, ...],
         keys = " ".join(f"--from-file={s}=FILE" for s in secrets)
         lines.append(f"Injected secrets: `kubectl create secret generic {secret_name} {keys}` first (no value is in "
                      "this file); only the proxy Pod mounts it.")
+    lines += notes
     lines.append("Not enforced in this form (`sandbox run` enforces it):")
-    lines += [f"  - {name}: {why}" for name, why in losses(plan, node=node)]
+    lines += [f"  - {name}: {why}" for name, why in (losses(plan, node=node) if lost is None else lost)]
     return "".join(f"# {line}\n" for line in lines)
