@@ -67,7 +67,7 @@ def _sandbox(cwd, *args: str, seed: int) -> str:
 
 
 CASES = [(policy, fmt) for policy in ("untrusted", "every.yaml") for fmt in ("json", "argv", "compose")] + \
-    [(policy, "kubernetes") for policy in ("untrusted", "every-pod.yaml")]
+    [(policy, "kubernetes") for policy in ("untrusted", "every-pod.yaml")] + [("untrusted", "agent-sandbox")]
 
 
 @pytest.mark.parametrize("policy,fmt", CASES)
