@@ -72,8 +72,10 @@ def losses(plan: LaunchPlan, *, warm: int | None = None) -> list[tuple[str, str]
     out.append(("the Pod the controller makes", "it names the Pod after its Sandbox, copies the template's labels "
                 "and annotations and adds its own (agents.x-k8s.io/...), keeps automountServiceAccountToken false; "
                 "nothing compares its Pod with the template"))
-    out.append(("claims", "a SandboxClaim cannot add environment or volumes (Disallowed, set explicitly) but can "
-                "add labels and annotations to the Pod; it cannot change the template's"))
+    out.append(("claims", "a SandboxClaim cannot add environment or volumes (Disallowed, set explicitly) nor change "
+                "the template's labels, but it can add labels of the controller's allowed domains (by default "
+                "sandbox.users.io) to its Pod: a NetworkPolicy of the namespace that selects such a label adds its "
+                "allows to the Pod"))
     out.append(("the workspace", "every Pod of the template mounts the same PersistentVolumeClaim: sandboxes share "
                 "one workspace, and several Pods on several nodes need a ReadWriteMany claim"))
     out.append(("the sandbox router", "the Pod takes no ingress and has no Service: the controller's router cannot "
