@@ -130,6 +130,43 @@ def test_the_controller_is_left_no_default_to_choose():
     assert pool["spec"]["updateStrategy"] == {"type": "Recreate"} and pool["spec"]["replicas"] == 0
 
 
+# The controller's policy for a template's Pods, as sandboxtemplate_controller.go (2fd412d) builds it:
+# the template's rules when networkPolicy is there, else its "secure default"; the Pods by a hash label.
+PUBLIC = [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+                                                               "169.254.0.0/16"]}},
+                  {"ipBlock": {"cidr": "::/0", "except": ["fc00::/7", "fe80::/10"]}}]}]
+
+
+def controller_policy(template: dict) -> dict | None:
+    spec = template["spec"]
+    if spec.get("networkPolicyManagement", "Managed") == "Unmanaged":
+        return None
+    rules = spec.get("networkPolicy")
+    if rules is None:
+        rules = {"ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name":
+                                                                              "agent-sandbox-system"}},
+                                        "podSelector": {"matchLabels": {"app": "sandbox-router"}}}]}],
+                 "egress": PUBLIC}
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": f"{template['metadata']['name']}-network-policy"},
+            "spec": {"podSelector": {"matchLabels": {"agents.x-k8s.io/sandbox-template-ref-hash": "0"}},
+                     "policyTypes": ["Ingress", "Egress"], "ingress": rules.get("ingress") or [],
+                     "egress": rules.get("egress") or []}}
+
+
+@pytest.mark.parametrize("name", resources.preset_names())
+def test_the_controllers_policy_allows_what_ours_allows_and_its_default_would_not(name):
+    kv, versions = kube_validate()
+    objects = to_manifests(preset_plan(name))
+    template = template_of(objects)
+    made = controller_policy(template)
+    kv.validate(made, versions[-1], strict=True)
+    (ours,) = [o for o in by_kind(objects, "NetworkPolicy") if o["metadata"]["name"] == f"{template['metadata']['name']}-isolate"]
+    assert (made["spec"]["ingress"], made["spec"]["egress"]) == (ours["spec"]["ingress"], ours["spec"]["egress"])
+    del template["spec"]["networkPolicy"]   # what leaving the choice to the controller would give
+    assert controller_policy(template)["spec"]["egress"] == PUBLIC != ours["spec"]["egress"]
+
+
 def test_the_warm_pool_names_the_template_and_comes_last():
     objects = to_manifests(preset_plan("ci"), warm=2)
     assert [o["kind"] for o in objects][-2:] == ["SandboxTemplate", "SandboxWarmPool"]
