@@ -28,14 +28,14 @@ if TYPE_CHECKING:
                    "kubernetes: NetworkPolicies, proxy and agent Pod for `kubectl apply`; agent-sandbox: the same with "
                    "the Pod as a kubernetes-sigs/agent-sandbox SandboxTemplate.")
 @click.option("--claim", default="sandbox-workspace", show_default=True,
-              help="kubernetes: the PersistentVolumeClaim that holds the workspace.")
+              help="kubernetes, agent-sandbox: the PersistentVolumeClaim that holds the workspace.")
 @click.option("--workspace-root", default="",
-              help="kubernetes: the claim's path on the node as the probe sees it (mountinfo root); default / "
+              help="kubernetes, agent-sandbox: the claim's path on the node as the probe sees it (mountinfo root); default / "
                    "(a whole-filesystem volume), for podman its named volume.")
 @click.option("--proxy-ip", default="10.96.0.200", show_default=True,
-              help="kubernetes: the proxy Service's fixed ClusterIP, inside the cluster's service range.")
+              help="kubernetes, agent-sandbox: the proxy Service's fixed ClusterIP, inside the cluster's service range.")
 @click.option("--node", type=click.Choice(["kubelet", "podman"]), default="kubelet", show_default=True,
-              help="kubernetes: who runs the Pod; the probe expects the mounts that one makes.")
+              help="kubernetes, agent-sandbox: who runs the Pod; the probe expects the mounts that one makes.")
 @click.option("--warm", type=click.IntRange(min=0, max=2 ** 31 - 1), default=None, metavar="N",
               help="agent-sandbox: also a SandboxWarmPool of N Pods (0: none kept warm; claims need a pool).")
 @egress_options

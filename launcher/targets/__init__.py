@@ -95,10 +95,10 @@ def _agent_sandbox(plan: "LaunchPlan", *, warm: int | None = None, **options) ->
     return agent_sandbox_text(plan, KubeOptions(**options), warm)
 
 
-def _agent_sandbox_losses(plan: "LaunchPlan", *, warm: int | None = None, **_) -> Losses:
+def _agent_sandbox_losses(plan: "LaunchPlan", *, warm: int | None = None, node: str = "kubelet", **_) -> Losses:
     from launcher.targets.kubernetes.agentsandbox import losses
 
-    return losses(plan, warm=warm)
+    return losses(plan, warm=warm, node=node)
 
 
 def _devcontainer(plan: "LaunchPlan") -> dict[str, str]:
@@ -116,9 +116,10 @@ TARGETS: Mapping[str, Target] = MappingProxyType({t.name: t for t in (
     # A Pod's workspace is a claim, so copy mode (the claim is the copy) is not refused as for compose.
     Target(name="kubernetes", kind="kubernetes", external=True, formats=("kubernetes",),
            options=("claim", "workspace_root", "proxy_ip", "node"), writer=_kubernetes, report=_kubernetes_losses),
-    # The same Pod, made by the agent-sandbox controller from a SandboxTemplate (a kubelet's, never podman's).
+    # The same Pod, made by the agent-sandbox controller from a SandboxTemplate.
     Target(name="agent-sandbox", kind="kubernetes", external=True, formats=("agent-sandbox",),
-           options=("claim", "workspace_root", "proxy_ip", "warm"), writer=_agent_sandbox, report=_agent_sandbox_losses),
+           options=("claim", "workspace_root", "proxy_ip", "node", "warm"), writer=_agent_sandbox,
+           report=_agent_sandbox_losses),
     Target(name="devcontainer", kind="devcontainer", external=True, writer=_devcontainer),
 )})
 # What `compile --format` offers, and the target each format writes.

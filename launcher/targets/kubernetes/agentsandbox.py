@@ -6,8 +6,6 @@ controller's own default policy never applies."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from launcher.errors import PolicyError, Problem
 from launcher.plan import LaunchPlan
 from launcher.targets import kubernetes
@@ -16,18 +14,19 @@ from launcher.targets.kubernetes.losses import header, pod_losses
 from launcher.targets.protections import AGENT_SANDBOX, cannot
 
 API_VERSION = "extensions.agents.x-k8s.io/v1beta1"
-NODE = "kubelet"   # the controller's Pods run on a cluster's kubelet (podman plays no SandboxTemplate)
 MAX_WARM = 2 ** 31 - 1   # replicas is an int32
 
 
 def to_manifests(plan: LaunchPlan, options: kubernetes.KubeOptions = kubernetes.KubeOptions(),
                  warm: int | None = None) -> list[dict]:
     """The objects, in apply order: the NetworkPolicies (ours, before any Pod exists), the proxy,
-    the SandboxTemplate in place of the agent Pod, then the warm pool that starts its Pods."""
+    the SandboxTemplate in place of the agent Pod, then the warm pool that starts its Pods. A
+    cluster's node is a kubelet; node podman is for the tests, which play the Pod the controller
+    would make from the template with podman."""
     if warm is not None and not 0 <= warm <= MAX_WARM:
         raise PolicyError([Problem(file="command line", path="--warm", expected=f"a number of Pods, 0 to {MAX_WARM}",
                                    found=str(warm))])
-    objects = kubernetes.to_manifests(plan, replace(options, node=NODE))
+    objects = kubernetes.to_manifests(plan, options)
     pod = objects.pop()   # the agent Pod comes last there
     assert pod["kind"] == "Pod" and pod["spec"]["containers"][0]["name"] == "agent"
     meta = pod["metadata"]
@@ -58,9 +57,9 @@ def to_manifests(plan: LaunchPlan, options: kubernetes.KubeOptions = kubernetes.
     return objects
 
 
-def losses(plan: LaunchPlan, *, warm: int | None = None) -> list[tuple[str, str]]:
+def losses(plan: LaunchPlan, *, warm: int | None = None, node: str = "kubelet") -> list[tuple[str, str]]:
     """The Kubernetes Pod's losses, and what the agent-sandbox controller changes or decides."""
-    out = cannot(AGENT_SANDBOX) + pod_losses(plan, node=NODE)
+    out = cannot(AGENT_SANDBOX) + pod_losses(plan, node=node)
     out.append(("the controller's NetworkPolicy", "the template sets networkPolicyManagement: Managed with the "
                 "agent's own rules, so the controller's default (ingress from its sandbox-router; egress to every "
                 "public address on every port, DNS rewritten to 8.8.8.8 and 1.1.1.1) never applies; the same rules "
@@ -100,6 +99,6 @@ def agent_sandbox_text(plan: LaunchPlan, options: kubernetes.KubeOptions = kuber
     if warm is None:
         notes += ("A SandboxClaim names a SandboxWarmPool, not a template: compile with --warm N (0: every claim "
                   "starts a Pod) or write a pool whose sandboxTemplateRef is this template.",)
-    head = header(plan, node=NODE, claim=options.claim, secrets=secrets, secret_name=network.secret_name(plan),
-                  form="an agent-sandbox SandboxTemplate", notes=notes, lost=losses(plan, warm=warm))
+    head = header(plan, node=options.node, claim=options.claim, secrets=secrets, secret_name=network.secret_name(plan),
+                  form="an agent-sandbox SandboxTemplate", notes=notes, lost=losses(plan, warm=warm, node=options.node))
     return head + yaml.safe_dump_all(objects, sort_keys=False, width=1000, explicit_start=True)
