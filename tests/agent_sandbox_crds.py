@@ -14,7 +14,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 FILES = {"SandboxTemplate": "extensions.agents.x-k8s.io_sandboxtemplates.yaml",
-         "SandboxWarmPool": "extensions.agents.x-k8s.io_sandboxwarmpools.yaml"}
+         "SandboxWarmPool": "extensions.agents.x-k8s.io_sandboxwarmpools.yaml",
+         "SandboxClaim": "extensions.agents.x-k8s.io_sandboxclaims.yaml"}   # docs/targets.md's example
 VERSION = "v1beta1"
 
 

@@ -176,6 +176,16 @@ def test_the_warm_pool_names_the_template_and_comes_last():
     assert [o["kind"] for o in objects[:2]] == ["NetworkPolicy", "NetworkPolicy"]   # before any Pod exists
 
 
+def test_the_docs_claim_validates_and_names_a_pool_as_the_file_names_it():
+    text = (Path(__file__).parent.parent / "docs" / "targets.md").read_text()
+    (block,) = [b for b in text.split("```yaml\n")[1:] if "kind: SandboxClaim" in b]
+    claim = yaml.safe_load(block.split("```")[0])
+    assert crds.errors(claim) == []
+    (pool,) = by_kind(to_manifests(preset_plan("ci"), warm=1), "SandboxWarmPool")
+    assert claim["spec"]["warmPoolRef"].keys() == pool["spec"]["sandboxTemplateRef"].keys() == {"name"}
+    assert pool["metadata"]["name"] == pool["spec"]["sandboxTemplateRef"]["name"]   # "named as the template"
+
+
 def test_the_loss_report_names_what_the_controller_decides():
     plan = preset_plan("ci")
     said = dict(losses(plan, warm=1))
