@@ -15,8 +15,11 @@ import pytest
 import yaml
 
 import agent_sandbox_crds as crds
+from conftest import fake_facts
 from kube_pss import pod_violations
 from launcher import resources
+from launcher.compiler import compile_policy
+from launcher.policy import parse_policy
 from launcher.targets.kubernetes import KubeOptions, to_manifests as kube_manifests
 from launcher.targets.kubernetes.agentsandbox import agent_sandbox_text, losses, to_manifests
 from test_kubernetes import SANDBOX, agent_pod, by_kind, kube_validate, preset_plan
@@ -184,6 +187,14 @@ def test_the_docs_claim_validates_and_names_a_pool_as_the_file_names_it():
     (pool,) = by_kind(to_manifests(preset_plan("ci"), warm=1), "SandboxWarmPool")
     assert claim["spec"]["warmPoolRef"].keys() == pool["spec"]["sandboxTemplateRef"].keys() == {"name"}
     assert pool["metadata"]["name"] == pool["spec"]["sandboxTemplateRef"]["name"]   # "named as the template"
+
+
+def test_a_long_name_leaves_room_for_the_pools_sandbox_names():
+    """A pool's Sandboxes (and their Pods) are named `POOL-` and five random characters: still a DNS label."""
+    policy = parse_policy(b"version: 1\nname: a-rather-long-policy-name-for-one-team\ndescription: d\n", "d.yaml")
+    plan = compile_policy(policy, fake_facts(workspace="/home/dev/a-repository-with-a-long-name-too"), kind="kubernetes")
+    (pool,) = by_kind(to_manifests(plan, warm=1), "SandboxWarmPool")
+    assert len(pool["metadata"]["name"]) + len("-x7k2p") <= 63
 
 
 def test_the_loss_report_names_what_the_controller_decides():
