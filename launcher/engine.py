@@ -156,9 +156,10 @@ class Engine:
                 if text:
                     on_line(text)
 
-    def import_tar(self, path: str, repository: str, tag: str) -> None:
-        with _mapped(f"importing {repository}:{tag}"):
-            self.client.api.import_image_from_file(path, repository=repository, tag=tag)
+    def import_tar(self, path: str, ref: str) -> None:
+        # The tag inside `repo` (the API allows it): podman 4.3 drops a separate `tag` (NAME:latest).
+        with _mapped(f"importing {ref}"):
+            self.client.api.import_image_from_file(path, repository=ref)
 
     # volumes
     def volume_labels(self, name: str) -> dict | None:

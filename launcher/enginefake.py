@@ -345,9 +345,9 @@ class FakeEngine(Engine):
             on_line(line)
         self.http.add_image(tag, Labels=labels)
 
-    def import_tar(self, path: str, repository: str, tag: str) -> None:
-        self.imported.append(f"{repository}:{tag}")
-        self.http.add_image(f"{repository}:{tag}")
+    def import_tar(self, path: str, ref: str) -> None:
+        self.imported.append(ref)
+        self.http.add_image(ref)
 
     def fill_volume(self, name: str, image: str, path: str, labels: dict) -> None:
         self.create_volume(name, labels)

@@ -56,6 +56,10 @@ class BundledImage:
     # For a fixed tag that policies name (sandbox/agent:bookworm): the context's hash, kept as a
     # label, so a changed Dockerfile rebuilds the image instead of serving the old one.
     context_hash: str = ""
+    # The image its Dockerfile builds on (its `ARG BASE`). The build gets that image's id as BASE,
+    # never the name: engines resolve a short name differently (podman reads `debian` as an alias
+    # of docker.io/library/debian and may go to a registry for it), an id means the same everywhere.
+    base: str = BASE_IMAGE
 
 
 def _context_hash(context: Path) -> str:
@@ -104,7 +108,7 @@ def agent_fetch_image() -> BundledImage:
     stages start from it, their final stages copy its hardening step. Never a sandbox's image."""
     context = resources.images_dir() / "agent-fetch"
     return BundledImage(key="agent-fetch", tag=f"sandbox/agent-fetch:{_chained(context, agent_image())}",
-                        context=context)
+                        context=context, base=AGENT_IMAGE)
 
 
 def agent_profile_image(name: str) -> BundledImage:
@@ -116,7 +120,7 @@ def agent_profile_image(name: str) -> BundledImage:
     # The fetch image's tag already follows the agent image; both are named so that either one's
     # change is a changed recipe.
     digest = _chained(context, agent_image(), agent_fetch_image())
-    return BundledImage(key=f"agent-{name}", tag=f"sandbox/agent-{name}:{digest}", context=context)
+    return BundledImage(key=f"agent-{name}", tag=f"sandbox/agent-{name}:{digest}", context=context, base=AGENT_IMAGE)
 
 
 EXTRA_CA_DIR = Path("/usr/local/share/ca-certificates")   # Debian/Ubuntu: the host's extra CAs
@@ -153,7 +157,7 @@ def build_agent(engine: Engine, name: str, progress: Progress, ca_files: list[Pa
     fetch = agent_fetch_image()
     build(engine, fetch, progress, force)
     image = agent_profile_image(name)
-    build(engine, image, progress, force, {"FETCH": fetch.tag, **ca_buildargs(list(ca_files))})
+    build(engine, image, progress, force, {"FETCH": image_id(engine, fetch.tag), **ca_buildargs(list(ca_files))})
     return image
 
 
@@ -161,16 +165,26 @@ def probe_volume_name() -> str:
     return "sandbox-probe-" + probe_image().tag.split(":")[1]
 
 
-def ensure_base(engine: Engine, progress: Progress) -> None:
+def image_id(engine: Engine, ref: str) -> str:
+    """The id of a local image (what a build goes FROM); an error if the engine has none."""
+    found = engine.image_digests(ref)["id"]
+    if not found:
+        raise EngineError(f"the engine reports no id for image {ref}")
+    return found
+
+
+def ensure_base(engine: Engine, progress: Progress) -> str:
+    """debian:bookworm-slim present (pulled, or else bootstrapped); returns its id."""
     if engine.image_exists(BASE_IMAGE):
-        return
+        return image_id(engine, BASE_IMAGE)
     progress(f"base image {BASE_IMAGE} is missing; trying to pull it")
     try:
         engine.pull(BASE_IMAGE)
-        return
+        return image_id(engine, BASE_IMAGE)
     except EngineError as exc:
         progress(f"pull failed ({str(exc).splitlines()[0]}); bootstrapping it from Debian packages instead")
     bootstrap(engine, progress)
+    return image_id(engine, BASE_IMAGE)
 
 
 def bootstrap(engine: Engine, progress: Progress, tag: str = BASE_IMAGE) -> None:
@@ -185,8 +199,11 @@ def bootstrap(engine: Engine, progress: Progress, tag: str = BASE_IMAGE) -> None
         progress(f"packing the root filesystem ({ticker.elapsed()} s)")
         _run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."])
         progress(f"importing it as {tag} ({ticker.elapsed()} s)")
-        repository, _, name = tag.rpartition(":")
-        engine.import_tar(str(tarball), repository, name)
+        engine.import_tar(str(tarball), tag)
+    if not engine.image_exists(tag):
+        # An engine that names the import otherwise would leave every build without its base.
+        raise EngineError(f"the engine imported the base image but not as {tag}.\n    hint: "
+                          f"`docker images` shows the name it chose; tag it {tag} and run `sandbox images build`")
     progress(f"created {tag} locally from Debian packages in {ticker.elapsed()} s (no registry was used)")
 
 
@@ -290,7 +307,8 @@ def build(engine: Engine, image: BundledImage, progress: Progress, force: bool =
     if not force and engine.image_exists(image.tag) and (
             not image.context_hash or engine.image_labels(image.tag).get(label.CONTEXT) == image.context_hash):
         return False
-    ensure_base(engine, progress)
+    base = ensure_base(engine, progress) if image.base == BASE_IMAGE else image_id(engine, image.base)
+    buildargs = {"BASE": base, **(buildargs or {})}
     progress(f"building {image.tag} from {image.context}")
     ticker, step = _Ticker(progress, image.tag), ["?"]
 
@@ -304,10 +322,10 @@ def build(engine: Engine, image: BundledImage, progress: Progress, force: bool =
         elif not line.startswith("Successfully"):
             ticker.say(f"step {step[0]} still running")
 
-    extra = {"buildargs": buildargs} if buildargs else {}   # only agent images take any
     with _heartbeat(ticker, lambda: f"step {step[0]} still running"):
         engine.build(str(image.context), image.tag,
-                     {**LABELS, **({label.CONTEXT: image.context_hash} if image.context_hash else {})}, on_line, **extra)
+                     {**LABELS, **({label.CONTEXT: image.context_hash} if image.context_hash else {})}, on_line,
+                     buildargs)
     progress(f"built {image.tag} in {ticker.elapsed()} s")
     return True
 

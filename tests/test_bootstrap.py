@@ -58,8 +58,11 @@ class Importer:
     def __init__(self):
         self.imported = []
 
-    def import_tar(self, path, repository, tag):
-        self.imported.append(f"{repository}:{tag}")
+    def import_tar(self, path, ref):
+        self.imported.append(ref)
+
+    def image_exists(self, ref):
+        return ref in self.imported
 
 
 def test_as_root_a_missing_debootstrap_is_installed_with_apt_get_and_said_so(monkeypatch):
@@ -69,6 +72,20 @@ def test_as_root_a_missing_debootstrap_is_installed_with_apt_get_and_said_so(mon
     assert lines[0] == "debootstrap is missing; installing it with apt-get (the base image is made from Debian packages)"
     assert any(line.startswith("installed debootstrap in ") for line in lines)
     assert engine.imported == ["sandbox-test/base:unit"]
+
+
+class Renamer(Importer):
+    """podman 4.3's compat import when the tag is passed on its own: NAME:latest, not NAME:TAG."""
+
+    def import_tar(self, path, ref):
+        self.imported.append(ref.rpartition(":")[0] + ":latest")
+
+
+def test_an_import_the_engine_names_otherwise_is_an_error_that_says_so(monkeypatch):
+    Host(monkeypatch, have=("apt-get", "tar", "debootstrap"))
+    with pytest.raises(EngineError, match="imported the base image but not as sandbox-test/base:unit") as caught:
+        images.bootstrap(Renamer(), lambda line: None, tag="sandbox-test/base:unit")
+    assert caught.value.exit_code == 121 and "tag it sandbox-test/base:unit" in str(caught.value)
 
 
 def test_without_package_lists_apt_get_update_runs_first_then_the_install_again(monkeypatch):

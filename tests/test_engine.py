@@ -154,7 +154,7 @@ def _import_image(engine, tag: str, files: dict[str, tuple[bytes, int]]) -> str:
     path = Path(f"/tmp/{tag.replace('/', '_').replace(':', '_')}.tar")
     path.write_bytes(buffer.getvalue())
     try:
-        engine.import_tar(str(path), *tag.split(":"))
+        engine.import_tar(str(path), tag)
     finally:
         path.unlink()
     return tag
