@@ -5,8 +5,11 @@ fails, where the probe's line alone does not say it."""
 from __future__ import annotations
 
 # Every mode, in order; the proxy-only checks are reported after net.routes.
-ALWAYS = (
-    "kernel.runtime", "identity.uid", "identity.gid", "identity.groups", "caps.process", "caps.bnd", "nnp", "seccomp.mode",
+FIRST = ("kernel.runtime", "identity.uid", "identity.gid", "identity.groups")
+# Only on an engine that maps ids (rootless, userns-remap): uid 0 inside is not root outside.
+USERNS = ("identity.userns",)
+ALWAYS = FIRST + (
+    "caps.process", "caps.bnd", "nnp", "seccomp.mode",
     "seccomp.unshare", "fs.root_ro", "fs.rofs", "fs.sysfs_ro", "mounts.inventory", "mounts.writable",
     "mounts.workspace", "ws.access", "home.private", "fs.protected", "sockets.mounts", "sockets.runtime",
     "env.secrets", "env.runtime", "creds.files", "net.interfaces", "net.routes",
@@ -15,12 +18,14 @@ PROXY_ONLY = ("egress.proxy", "egress.denied", "egress.direct", "egress.dns")
 LAST = ("limits.pids", "limits.memory", "proc.pid1", "dev.nodes")
 
 
-def for_mode(mode: str) -> tuple[str, ...]:
-    """The ids the probe reports for a sandbox in network mode `mode`, in order."""
-    return ALWAYS + (PROXY_ONLY if mode == "proxy" else ()) + LAST
+def for_mode(mode: str, userns: bool = False) -> tuple[str, ...]:
+    """The ids the probe reports for a sandbox in network mode `mode` (with identity.userns on an
+    engine that remaps ids), in order."""
+    rest = ALWAYS[len(FIRST):] + (PROXY_ONLY if mode == "proxy" else ()) + LAST
+    return FIRST + (USERNS if userns else ()) + rest
 
 
-ALL = ALWAYS + PROXY_ONLY + LAST
+ALL = FIRST + USERNS + ALWAYS[len(FIRST):] + PROXY_ONLY + LAST
 
 
 def _ws_access_hint(seen: dict[str, str], uid: int, workspace: str) -> str:

@@ -105,11 +105,12 @@ class Transport:
     def __init__(self, *, images: dict | None = None, output: Pairs = (), exit_code: int = 0,
                  tamper: Callable[[dict], None] | None = None, fail: dict[str, str] | None = None,
                  logs: dict[str, str] | None = None, archive: Callable[[ContainerInfo, str], bytes | None] | None = None,
-                 engine_version: dict | None = None, engine_info: dict | None = None):
+                 engine_version: dict | None = None, engine_info: dict | None = None, libpod_info: dict | None = None):
         self.images = None if images is None else {ref: self._image(ref, **doc) for ref, doc in images.items()}
         self.output, self.exit_code, self.tamper = list(output), exit_code, tamper or (lambda doc: None)
         self.fail, self.logs, self.archive = dict(fail or {}), dict(logs or {}), archive or (lambda info, path: None)
         self.engine_version, self.engine_info = engine_version or VERSION, engine_info or INFO
+        self.libpod_info = libpod_info   # podman's /libpod/info; None: a Docker engine (404)
         self.containers: dict[str, dict] = {}
         self.volumes: dict[str, dict] = {}
         self.networks: dict[str, dict] = {}
@@ -174,6 +175,9 @@ class Transport:
 
     def _info(self, **_):
         return _answer(200, self.engine_info)
+
+    def _libpod_info(self, **_):
+        return _answer(404, {"message": "page not found"}) if self.libpod_info is None else _answer(200, self.libpod_info)
 
     def _image_json(self, ref, **_):
         found = self.image(ref)
@@ -303,7 +307,8 @@ class Transport:
 
     C = "/containers/([^/]+)"
     ROUTES = [
-        ("GET", "/version", _version), ("GET", "/info", _info), ("GET", "/images/(.+)/json", _image_json),
+        ("GET", "/version", _version), ("GET", "/info", _info), ("GET", "/libpod/info", _libpod_info),
+        ("GET", "/images/(.+)/json", _image_json),
         ("POST", "/volumes/create", _volume_create), ("GET", "/volumes", _volumes),
         ("GET", "/volumes/([^/]+)", _volume), ("DELETE", "/volumes/([^/]+)", _volume_remove),
         ("POST", "/containers/create", _create), ("GET", "/containers/json", _containers),

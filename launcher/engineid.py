@@ -9,6 +9,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+# The cgroup controller behind each limit a policy sets (limits.cpus is a CFS quota: "cpu").
+LIMIT_CONTROLLERS = (("limits.memory", "memory"), ("limits.pids", "pids"), ("limits.cpus", "cpu"))
+
 DOCKER, PODMAN = "docker", "podman"
 _RUNTIME = re.compile(r"oci runtime \((?P<name>[^)]+)\)")
 _VERSION = re.compile(r"\bversion:?\s+v?(?P<version>[0-9][^\s,]*)")
@@ -51,3 +54,61 @@ def identify(version: dict, info: dict) -> EngineIdentity:
     components["engine"] = version.get("Version") or components.get("engine", "")
     return EngineIdentity(kind=kind, version=components["engine"], api_version=version.get("ApiVersion", ""),
                           runtime=info.get("DefaultRuntime") or "runc", components=components, runtime_package=package)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineFacts:
+    """What the compiler must know of the engine that runs the plan. The defaults are what the
+    launcher assumed before it asked: a rootful engine, ids not remapped, every limit enforced
+    (`asked` False: no engine was asked, as for `sandbox compile`)."""
+
+    kind: str = DOCKER
+    asked: bool = False
+    rootless: bool = False            # the engine runs as an unprivileged user (podman, Docker rootless)
+    userns_remap: bool = False        # a rootful engine that maps container ids (dockerd --userns-remap)
+    uid_map: tuple[tuple[int, int, int], ...] = ()   # (inside, outside, count), when the engine reports it
+    gid_map: tuple[tuple[int, int, int], ...] = ()
+    cgroup_version: str = ""
+    unenforced: tuple[str, ...] = ()  # the limits (LIMIT_CONTROLLERS' fields) the engine would ignore
+    network: str = ""                 # a rootless engine's user-mode network (slirp4netns, pasta), when reported
+
+    @property
+    def remapped(self) -> bool:
+        """Uid 0 inside is not root outside: the probe's identity.userns is asked for."""
+        return self.rootless or self.userns_remap
+
+    @property
+    def label(self) -> str:
+        how = "rootless" if self.rootless else "userns-remap" if self.userns_remap else "rootful"
+        return f"{'podman' if self.kind == PODMAN else 'Docker'} ({how}, cgroup v{self.cgroup_version or '?'})"
+
+
+def _id_map(entries) -> tuple[tuple[int, int, int], ...]:
+    return tuple((int(e["container_id"]), int(e["host_id"]), int(e["size"])) for e in entries or ())
+
+
+def facts(version: dict, info: dict, libpod: dict | None = None) -> EngineFacts:
+    """The engine's facts from `GET /version`, `GET /info` and, for podman, `GET /libpod/info`
+    (podman's own document). podman's compatible /info says MemoryLimit and PidsLimit are true even
+    rootless on cgroup v1, where it ignores them ("Resource limits are not supported and ignored on
+    cgroups V1 rootless systems"): what it can apply is the controllers libpod's host lists."""
+    kind = identify(version, info).kind
+    options = " ".join(info.get("SecurityOptions") or ())
+    host = (libpod or {}).get("host") or {}
+    security, maps = host.get("security") or {}, host.get("idMappings") or {}
+    rootless = bool(security.get("rootless", info.get("Rootless"))) or "name=rootless" in options
+    if kind == PODMAN and "cgroupControllers" in host:
+        controllers = set(host.get("cgroupControllers") or ())
+        unenforced = tuple(f for f, c in LIMIT_CONTROLLERS if c not in controllers)
+    elif kind == PODMAN and rootless:   # not told what it can apply: nothing, rather than what it claims
+        unenforced = tuple(f for f, _ in LIMIT_CONTROLLERS)
+    else:   # Docker: its flags follow the controllers it can use (rootless on cgroup v1: the driver "none")
+        flags = {"memory": "MemoryLimit", "pids": "PidsLimit", "cpu": "CpuCfsQuota"}
+        none = info.get("CgroupDriver") == "none"
+        unenforced = tuple(f for f, c in LIMIT_CONTROLLERS if none or info.get(flags[c]) is False)
+    network = "pasta" if (host.get("pasta") or {}).get("executable") else \
+        "slirp4netns" if rootless and (host.get("slirp4netns") or {}).get("executable") else ""
+    return EngineFacts(kind=kind, asked=True, rootless=rootless, userns_remap="name=userns" in options,
+                       uid_map=_id_map(maps.get("uidmap")), gid_map=_id_map(maps.get("gidmap")),
+                       cgroup_version=str(host.get("cgroupVersion") or info.get("CgroupVersion") or "").lstrip("v"),
+                       unenforced=unenforced, network=network)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 if TYPE_CHECKING:
+    from launcher.engineid import EngineFacts
     from launcher.plan import ContainerSpec
 
 Output = Iterator[tuple[bytes | None, bytes | None]]
@@ -168,6 +169,8 @@ class Engine(Protocol):
     # the engine itself (version and info are its own documents, recorded as they are)
     def version(self) -> dict: ...
     def info(self) -> dict: ...
+    def libpod_info(self) -> dict: ...
+    def facts(self) -> EngineFacts: ...
 
     # images
     def image_exists(self, ref: str) -> bool: ...

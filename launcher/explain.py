@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass
 
 from launcher import tables
+from launcher.engineid import EngineFacts
 from launcher.enforcement import Component, Enforcement
 from launcher.layers import FIELDS, Effective
 from launcher.model import NetworkMode, Runtime
@@ -144,6 +145,21 @@ ALWAYS: tuple[tuple[str, Enforcement], ...] = (
 )
 
 
+# On an engine that maps ids (`explain --engine`, and every launch): what the map proves.
+REMAPPED = ("uid 0 inside is not root outside", E(
+    mechanism="the engine's user namespace (rootless, or dockerd --userns-remap)", component=Component.NAMESPACE,
+    checks=("identity.userns",), note="ids inside map to unprivileged ids of the host (/etc/subuid, /etc/subgid)"))
+
+
+def on_engine(field: str, row: Enforcement, engine: EngineFacts | None) -> Enforcement:
+    """The row as the engine asked has it: a limit it would ignore is refused at launch."""
+    if engine is None or field not in engine.unenforced:
+        return row
+    return E(mechanism=row.mechanism, component=Component.NOTHING, checks=row.checks,
+             note=f"REFUSED on this engine: {engine.label} ignores it (no cgroup controller it may use); "
+                  "`sandbox run` refuses the policy rather than run it unlimited")
+
+
 def for_target(name: str, target: str, default: Enforcement) -> Enforcement:
     """The row as `target` has it: its own cell where the enforcement depends on the target."""
     return TARGETS[target].cells.get(name, default)
@@ -178,10 +194,11 @@ class Row:
         return tuple(out)
 
 
-def rows(eff: Effective, target: str = "run") -> tuple[Row, ...]:
+def rows(eff: Effective, target: str = "run", engine: EngineFacts | None = None) -> tuple[Row, ...]:
     decided = {d.field: d for d in eff.decisions}
     return tuple(Row(field=f, value=decided[f].value, decided_by=decided[f].decided_by,
-                     enforcement=for_target(f, target, ENFORCEMENT.get((f, _variant(f, eff))) or ENFORCEMENT[(f, "")]))
+                     enforcement=on_engine(f, for_target(f, target, ENFORCEMENT.get((f, _variant(f, eff)))
+                                                         or ENFORCEMENT[(f, "")]), engine))
                  for f in FIELDS)
 
 
@@ -197,56 +214,72 @@ UNDER_GVISOR: dict[str, Enforcement] = {
 }
 
 
-def always(target: str = "run", runtime: Runtime = Runtime.RUNC) -> tuple[tuple[str, Enforcement], ...]:
-    """The ALWAYS rows (gVisor's where it enforces them), then the launcher's own protections, as
-    `target` has them."""
+def always(target: str = "run", runtime: Runtime = Runtime.RUNC,
+           engine: EngineFacts | None = None) -> tuple[tuple[str, Enforcement], ...]:
+    """The ALWAYS rows (gVisor's where it enforces them; the id map's on a remapping engine), then
+    the launcher's own protections, as `target` has them."""
     rows_ = tuple((name, UNDER_GVISOR.get(name, e) if runtime is Runtime.GVISOR else e) for name, e in ALWAYS)
+    rows_ += (REMAPPED,) if engine is not None and engine.remapped else ()
     return rows_ + tuple((name, cell) for name, cell in TARGETS[target].cells.items() if name not in FIELDS)
 
 
 def checks_named() -> set[str]:
     """Every probe check id this table relies on (a test compares them with the probe)."""
-    return {c for e in (*ENFORCEMENT.values(), *(e for _, e in ALWAYS)) for c in e.checks}
+    return {c for e in (*ENFORCEMENT.values(), *(e for _, e in ALWAYS), REMAPPED[1]) for c in e.checks}
 
 
-def to_json(eff: Effective, target: str = "run") -> dict:
+def to_json(eff: Effective, target: str = "run", engine: EngineFacts | None = None) -> dict:
     def one(name, e, **extra):
         return {"field": name, **extra, "mechanism": e.mechanism, "enforced_by": e.component.value,
                 "probe_checks": list(e.checks), "note": e.note}
     return {
         "policy": eff.policy.name, "sha256": eff.policy.digest,
         "layers": [{"kind": layer.kind.value, "file": layer.file, "sha256": layer.digest} for layer in eff.layers],
-        "fields": [one(r.field, r.enforcement, value=r.value, decided_by=r.decided_by, flags=list(r.flags))
-                   for r in rows(eff, target)],
-        "always": [one(name, e) for name, e in always(target, eff.policy.runtime)],
+        "fields": [one(r.field, r.enforcement, value=r.value, decided_by=r.decided_by,
+                       flags=list(r.flags + _refused(r.field, engine)))
+                   for r in rows(eff, target, engine)],
+        "always": [one(name, e) for name, e in always(target, eff.policy.runtime, engine)],
         "target": target,
         "not_enforced_here": [{"field": name, "why": why} for name, why in TARGETS[target].cannot()],
         "proxy_mode": eff.policy.network.mode is NetworkMode.PROXY,
+        **({"engine": {"engine": engine.kind, "rootless": engine.rootless, "userns_remap": engine.userns_remap,
+                       "cgroup_version": engine.cgroup_version, "unenforced": list(engine.unenforced)}}
+           if engine is not None else {}),
     }
+
+
+def _refused(field: str, engine: EngineFacts | None) -> tuple[str, ...]:
+    return ("REFUSED on this engine",) if engine is not None and field in engine.unenforced else ()
 
 
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def render(eff: Effective, markdown: bool = False, target: str = "run", width: int | None = None) -> str:
+def render(eff: Effective, markdown: bool = False, target: str = "run", width: int | None = None,
+           engine: EngineFacts | None = None) -> str:
     """A table: field, value, Docker mechanism, enforcing component, probe checks, and a flag;
     the text form within `width` columns when given (cells wrap)."""
     head = ("field", "value", "mechanism", "enforced by", "probe check", "flag")
     body = [(r.field, _clip(r.value, 36), r.enforcement.mechanism, r.enforcement.component.value,
-             ", ".join(r.enforcement.checks) or "-", ", ".join(r.flags)) for r in rows(eff, target)]
+             ", ".join(r.enforcement.checks) or "-", ", ".join(r.flags + _refused(r.field, engine)))
+            for r in rows(eff, target, engine)]
     body += [(f"({name})", "always", e.mechanism, e.component.value, ", ".join(e.checks) or "-",
-              "NOT ENFORCED" if e.component is Component.NOTHING else "") for name, e in always(target, eff.policy.runtime)]
+              "NOT ENFORCED" if e.component is Component.NOTHING else "")
+             for name, e in always(target, eff.policy.runtime, engine)]
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]
     else:
         lines = tables.table([head, *body], width or sys.maxsize)
-    unenforced = [r.field for r in rows(eff, target) if r.enforcement.component is Component.NOTHING]
-    unprobed = [r.field for r in rows(eff, target) if not r.enforcement.checks]
+    unenforced = [r.field for r in rows(eff, target, engine) if r.enforcement.component is Component.NOTHING]
+    unprobed = [r.field for r in rows(eff, target, engine) if not r.enforcement.checks]
     lines += ["", f"policy {eff.policy.name} (sha256 {eff.policy.digest[:12]}), {len(eff.layers)} layer(s)",
               f"enforced by nothing: {', '.join(unenforced) or '-'}", f"not probed: {', '.join(unprobed) or '-'}"]
     lines += [f"not enforced for {target} (`run` enforces it): {name}: {why}" for name, why in TARGETS[target].cannot()]
+    if engine is not None:
+        lines.append(f"engine asked: {engine.label}" + (f"; refused there: {', '.join(engine.unenforced)}"
+                                                         if engine.unenforced else ""))
     if width and not markdown:
         lines = [part for line in lines for part in tables.paragraph(line, width)]
     return "\n".join(lines)

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 
 from launcher import cafiles, host, hostpaths
+from launcher.engineid import EngineFacts
 from launcher.gitdirs import GitFacts
 from launcher.hostpaths import PathFact
 from launcher.model import Access, Policy, WorkspaceMode
@@ -36,6 +37,9 @@ class HostFacts:
     # host-executed surface's fingerprint (scan.py).
     git: GitFacts = GitFacts()
     surfaces: tuple[tuple[str, str], ...] | None = None   # None: not scanned (read-only workspace)
+    # The engine that runs the plan, once it was asked (a launch, `explain --engine`); the default
+    # is a rootful engine that enforces every limit.
+    engine: EngineFacts = EngineFacts()
 
 
 def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str = "",

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from launcher import compiler, host, hostfacts, hostpaths, images, stack, workspaces
+from launcher.engineid import EngineFacts
 from launcher.errors import PolicyError, Problem
 from launcher.hostfacts import HostFacts
 from launcher.model import WorkspaceMode
@@ -118,12 +119,16 @@ def facts_for(policy, workspace: str, launched: bool = True) -> HostFacts:
     return facts_and_files(policy, workspace, launched)[0]
 
 
-def facts_and_files(policy, workspace: str, launched: bool = True) -> tuple[HostFacts, tuple[StateFile, ...]]:
-    """The host facts, and the state files they name (nothing written: statefiles.write does)."""
+def facts_and_files(policy, workspace: str, launched: bool = True,
+                    engine: EngineFacts | None = None) -> tuple[HostFacts, tuple[StateFile, ...]]:
+    """The host facts (with the engine's, when it was asked), and the state files they name
+    (nothing written: statefiles.write does)."""
     shared = workspaces.placeholders(hostpaths.workspace_real(workspace))   # other sandboxes' mount points
     config, git = workspaces.config_placeholder(), workspaces.git_placeholder()
     facts = hostfacts.gather(policy, workspace, images.probe_volume_name(), images.proxy_image().tag, placeholders=shared,
                              config_placeholder=config.path, git_placeholder=git.path, launched=launched)
+    if engine is not None:
+        facts = replace(facts, engine=engine)
     store = _ca_store(facts)
     if store:
         facts = replace(facts, ca_store=(store[0].path, store[1].path))
@@ -141,12 +146,13 @@ def _ca_store(facts: HostFacts) -> tuple[StateFile, ...]:
 
 def compiled(result: stack.Stack, workspace: str, command: tuple[str, ...] = (), *, kind: str = "run",
              name: str | None = None, egress_network: str | None = None, agent: AgentChoice | None = None,
-             timings: Timeline | None = None, launched: bool = True) -> Planned:
+             timings: Timeline | None = None, launched: bool = True, engine: EngineFacts | None = None) -> Planned:
     """Host facts and the compiled plan for an effective policy; raises PolicyError (exit 120).
+    `engine`: the facts of the engine that runs it (None: not asked; a rootful engine assumed).
     With `agent`, the command runs behind the profile's start-up wrapper (its home files).
     launched=False: files for another tool, the same bytes on every compile (no nonce, no pid)."""
     with timed(timings, "host facts"):
-        facts, files = facts_and_files(result.effective.policy, workspace, launched)
+        facts, files = facts_and_files(result.effective.policy, workspace, launched, engine)
     if agent and command:
         from launcher.agents.wiring import wrapped
 

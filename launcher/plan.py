@@ -173,6 +173,7 @@ class ProbeExpectations:
     pids: str
     mem: str
     kernel: str = "host"    # host (runc) or gvisor: the kernel the probe must find itself on
+    userns: str = "-"       # "remapped": no id inside is root outside (rootless or userns-remap engines)
     wsupper: str = "-"      # copy mode: the end of the overlay's upper path (wsroot: of its lower path)
     home: str = "-"         # the agent's home mount point
     homesrc: str = "-"      # "tmpfs", or the end of the home volume's path (/NAME/_data)

@@ -5,11 +5,13 @@ passed in, what another tool cannot launch, what host git would run. Pure, over 
 from __future__ import annotations
 
 from launcher import runtimes, trustfiles
+from launcher.engineid import LIMIT_CONTROLLERS
 from launcher.errors import PolicyError, Problem
 from launcher.hostfacts import HostFacts
 from launcher.hostpaths import PathFact
 from launcher.model import Access, HomeMode, Policy, WorkspaceMode
 from launcher.secrets import secret_value
+from launcher.values import show
 
 _REFUSED_SOURCES = ("/proc", "/sys", "/dev", "/boot")
 
@@ -83,9 +85,26 @@ def check(policy: Policy, host: HostFacts, kind: str) -> dict[str, tuple[str, st
     problems += ca_problems
     problems += [Problem(file=file, path=p, expected=e, found=f, hint=h) for p, e, f, h in
                  runtimes.refusals(policy.runtime, policy.capabilities)]
+    problems += _unenforced_limits(policy, host)
     if problems:
         raise PolicyError(problems)
     return cas
+
+
+def _unenforced_limits(policy: Policy, host: HostFacts) -> list[Problem]:
+    """A limit the engine would ignore is refused, never run unlimited: rootless podman on cgroup v1
+    only warns ("Resource limits are not supported and ignored") and starts the container."""
+    engine = host.engine
+    values = {"limits.memory": policy.limits.memory_bytes, "limits.pids": policy.limits.pids,
+              "limits.cpus": policy.limits.cpus}
+    controller = dict(LIMIT_CONTROLLERS)
+    return [Problem(file=policy.source, path=field, expected="a limit the engine enforces",
+                    found=f"{show(field, values[field])}, which {engine.label} would ignore (no {controller[field]} cgroup controller "
+                          "it may use)",
+                    hint="run it on a rootful engine, or rootless on cgroup v2 with the memory, pids and cpu controllers "
+                         "delegated to the user (systemd: `Delegate=memory pids cpu` for user@.service); a policy cannot "
+                         "waive a limit (docs/security.md#rootless-engines)")
+            for field in engine.unenforced]
 
 
 def _launched_elsewhere(policy: Policy, kind: str) -> list[Problem]:

@@ -92,6 +92,20 @@ def prepare(request: Request, listener: Listener, *, kind: str = "run", launched
     return planned
 
 
+def for_engine(request: Request, planned: Planned, engine, *, kind: str = "run", timings=None) -> Planned:
+    """The plan compiled again with the facts of the engine that runs it, where they change it: on a
+    rootless or userns-remapped engine the probe proves the id map, and a limit the engine would
+    ignore is refused (PolicyError)."""
+    facts = engine.facts()
+    if not facts.remapped and not facts.unenforced:
+        return planned   # what the first compile assumed
+    again = pipeline.compiled(planned.layered, request.workspace, request.command, kind=kind, name=request.name,
+                              egress_network=request.egress_network, agent=request.options.agent, timings=timings,
+                              engine=facts)
+    statefiles.write(again.files)
+    return again
+
+
 def ready(engine, planned: Planned, agent, listener: Listener) -> None:
     """The images this plan runs, built or pulled when missing (minutes, once)."""
     plan = planned.plan
@@ -124,6 +138,7 @@ def run(request: Request, listener: Listener, *, engine=None, timings=None) -> R
     try:
         planned = prepare(request, listener, timings=timings)
         engine = engine or connect(listener)
+        planned = for_engine(request, planned, engine, timings=timings)
         ready(engine, planned, request.options.agent, listener)
         outcome = launch.run(engine, planned.plan, recorder)
         if outcome.timed_out:
@@ -177,6 +192,7 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
     workspace: exit 120 if it differs); raises SandboxError when it cannot."""
     planned = prepare(request, listener, kind="up", timings=timings)
     engine = engine or connect(listener)
+    planned = for_engine(request, planned, engine, kind="up", timings=timings)
     agent = request.options.agent
     ready(engine, planned, agent, listener)
     if request.fresh and planned.plan.copy:

@@ -183,7 +183,7 @@ _p_hexip() {
 
 parse_args() {
 	local keys bad= seen= dash=0 nafter=0 arg k v ok
-	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,wsupper,home,homesrc,net,pids,mem,kernel,proxy,denyhost,dnsname,"
+	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,wsupper,home,homesrc,net,pids,mem,kernel,userns,proxy,denyhost,dnsname,"
 	keys="${keys}checks,secretnames,secretvalues,runtimenames,runtimesockets,credpaths,"
 	for arg in "$@"; do
 		if [ "$dash" = 1 ]; then nafter=$((nafter + 1)); continue; fi
@@ -205,6 +205,7 @@ parse_args() {
 		pids | mem) case $v in max) ;; '' | *[!0-9]*) ok=0 ;; esac ;;
 		net) case $v in none | proxy) ;; *) ok=0 ;; esac ;;
 		kernel) case $v in host | gvisor) ;; *) ok=0 ;; esac ;;
+		userns) case $v in - | remapped) ;; *) ok=0 ;; esac ;;
 		proxy) case $v in -) ;; *:*[!0-9]* | :* | *: | *[!a-z0-9.:-]*) ok=0 ;; *:*) ;; *) ok=0 ;; esac ;;
 		denyhost | dnsname) case $v in -) ;; '' | *[!a-z0-9.-]*) ok=0 ;; esac ;;
 		workspace | wsroot | wsupper | home) [ "$v" = - ] || _p_validpath "$v" || ok=0 ;;
@@ -227,6 +228,9 @@ parse_args() {
 	[ "$dash" = 1 ] && [ "$nafter" = 0 ] && _p_add bad "missing:agent-argv"
 	if [ "$A_workspace" != - ] && [ "$A_wsroot" = - ]; then _p_add bad "invalid:wsroot=-"; fi
 	if [ "$A_home" = - ]; then _p_add bad "invalid:home=-"; fi
+	# identity.userns is asked for exactly when the plan says the ids are remapped
+	if _p_in identity.userns "$A_checks"; then [ "$A_userns" = remapped ]; else [ "$A_userns" = - ]; fi ||
+		_p_add bad "invalid:userns=$A_userns"
 	if [ "$A_net" = proxy ] && { [ "$A_proxy" = - ] || [ "$A_denyhost" = - ]; }; then _p_add bad "invalid:proxy=-"; fi
 	if [ -n "$bad" ]; then
 		_p_line args 0 "key=value... -- argv" "$bad"
@@ -532,6 +536,30 @@ check_identity_groups() {
 		obs=$S_Groups
 	else obs="status unreadable"; fi
 	_p_line identity.groups "$ok" "no 0" "$obs"
+}
+
+# userns=remapped (a rootless or userns-remapped engine): no id inside is root outside. Each line
+# of /proc/$$/uid_map and gid_map is "inside outside count"; a range whose outside start is 0 maps
+# an id to the host's root (a rootful engine's identity map "0 0 4294967295" does). Unreadable,
+# empty or unparsable: fail.
+check_identity_userns() {
+	local ok=1 obs= f m ln
+	for f in uid gid; do
+		m=$("$BB" cat "/proc/$$/${f}_map" 2>/dev/null) || m=
+		[ -n "$m" ] || { ok=0; obs="$obs${obs:+ }$f=unreadable"; continue; }
+		obs="$obs${obs:+ }$f="
+		set -f; IFS=$_P_NL
+		for ln in $m; do
+			IFS=' '; set -- $ln
+			if [ "$#" != 3 ]; then ok=0; obs="${obs}bad,"; continue; fi
+			case $1$2$3 in *[!0-9]*) ok=0 ;; esac
+			case $2 in *[!0]*) ;; *) ok=0 ;; esac   # outside 0: the host's root
+			obs="$obs$1:$2:$3,"
+		done
+		IFS=$_P_IFS; set +f
+		obs=${obs%,}
+	done
+	_p_line identity.userns "$ok" "no host root in uid_map, gid_map" "$obs"
 }
 
 # inheritable, permitted, effective, ambient all zero (one check: Docker clears Inh and never

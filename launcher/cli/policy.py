@@ -11,7 +11,7 @@ import click
 from launcher.cli import complete, output
 from launcher.cli.options import (POLICY_HELP, agent_options, egress_options, either, layer_options, plan, policy_flag,
                                   show_layers_option)
-from launcher.errors import ExitCode
+from launcher.errors import ExitCode, PolicyError
 from launcher.targets import FORMATS, TARGETS, Target
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: s
     launch_plan = planned.plan
     logins = [s.name for s in (launch_plan.proxy.secrets if launch_plan.proxy else ()) if s.login]
     if logins and target.external:
-        from launcher.errors import PolicyError, Problem
+        from launcher.errors import Problem
 
         raise PolicyError([Problem(file="command line", path="--format", expected="json, or sandbox run/up",
                                    found=f"{fmt} with a subscription login ({', '.join(logins)})",
@@ -118,12 +118,16 @@ def check(policies: tuple[str, ...], policy_flag: str | None, workspace: str, fm
               help="How the sandbox is started: run, up (and exec into it), the argv, compose or Kubernetes files, a dev "
                    "container. "
                    "Rows this target cannot enforce are marked.")
+@click.option("--engine", "ask_engine", is_flag=True,
+              help="Ask the engine (DOCKER_HOST) what it enforces: rootless, id maps, the limits it would ignore.")
 @layer_options
 @agent_options
-def explain(policy: str | None, policy_flag: str | None, workspace: str, fmt: str, as_json: bool, target: str) -> None:
+def explain(policy: str | None, policy_flag: str | None, workspace: str, fmt: str, as_json: bool, target: str,
+            ask_engine: bool) -> None:
     """For every effective field: value, Docker mechanism, enforcing component and the probe check
     that proves it, for one target; fields enforced by nothing or not probed are flagged. Never
-    asks or runs.
+    asks or runs (--engine: reads the engine's /info, nothing else; a limit it would ignore is
+    marked, and the command then exits 120 as `run` would refuse it).
 
     \b
     Example:
@@ -136,10 +140,23 @@ def explain(policy: str | None, policy_flag: str | None, workspace: str, fmt: st
     policy = either(policy, policy_flag, "policy", "untrusted")
     result = pipeline.layered(policy, workspace, layer_settings(approved_only=True))
     tell(result)
-    pipeline.compiled(result, workspace, kind=TARGETS[target].kind)   # refused as `compile` would refuse it
+    facts = refused = None
+    if ask_engine:
+        from launcher import engine
+
+        facts = engine.connect().facts()
+    try:   # refused as `compile` would refuse it (and, asked, as `run` would on this engine)
+        pipeline.compiled(result, workspace, kind=TARGETS[target].kind, engine=facts)
+    except PolicyError as exc:
+        if facts is None or not all(p.path in facts.unenforced for p in exc.problems):
+            raise
+        refused = exc   # the table first: it says which fields, and why
     eff = result.effective
-    click.echo(json.dumps(table.to_json(eff, target), indent=2) if fmt == "json"
-               else table.render(eff, fmt == "markdown", target, width=None if fmt == "markdown" else output.columns()))
+    click.echo(json.dumps(table.to_json(eff, target, facts), indent=2) if fmt == "json"
+               else table.render(eff, fmt == "markdown", target, width=None if fmt == "markdown" else output.columns(),
+                                 engine=facts))
+    if refused:
+        raise refused
 
 
 @click.command(short_help="Print the policy format's JSON Schema.")
