@@ -57,10 +57,14 @@ def _owner(host: HostFacts) -> dict[str, str]:
 
 
 def _user(policy: Policy, host: HostFacts) -> tuple[int, int]:
+    """policy.user, else the workspace's owner as the container sees it (through the engine's id
+    map, where it has one), never 0: else 1000:1000."""
     if policy.user is not None:
         return policy.user
     uid, gid = host.workspace.owner
-    return (uid, gid) if uid != 0 and gid != 0 else (1000, 1000)
+    if host.engine.uid_map:   # rootless podman: the user's own uid is 0 inside, its subuids 1…
+        uid, gid = host.engine.inside(uid, host.engine.uid_map), host.engine.inside(gid, host.engine.gid_map)
+    return (uid, gid) if uid and gid else (1000, 1000)
 
 
 def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egress_network: str | None,

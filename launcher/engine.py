@@ -119,21 +119,10 @@ class Engine:
             self._version = self._json("reading the engine version", "GET", "/version")
         return self._version
 
-    def info(self) -> dict:
-        return self._json("reading the engine's system information", "GET", "/info")
-
-    def libpod_info(self) -> dict:
-        """podman's own system document (`/libpod/info`: rootless, id mappings, cgroup controllers);
-        {} from an engine that has none (Docker answers 404)."""
-        return self._json("reading podman's system information", "GET", "/libpod/info", missing=True) or {}
-
-    def facts(self):
-        """What the compiler must know of this engine (launcher.engineid.EngineFacts)."""
-        from launcher import engineid
-
-        version, info = self.version(), self.info()
-        podman = engineid.identify(version, info).kind == engineid.PODMAN
-        return engineid.facts(version, info, self.libpod_info() if podman else None)
+    def info(self, libpod: bool = False) -> dict:
+        """/info; libpod: podman's own /libpod/info (rootless, id maps, cgroup controllers), {} from Docker."""
+        return self._json("reading the engine's system information", "GET", "/libpod/info" if libpod else "/info",
+                          missing=libpod) or {}
 
     # images
     def _image(self, ref: str, missing: bool = False) -> dict | None:

@@ -77,10 +77,22 @@ class EngineFacts:
         """Uid 0 inside is not root outside: the probe's identity.userns is asked for."""
         return self.rootless or self.userns_remap
 
+    @staticmethod
+    def inside(outside: int, id_map: tuple[tuple[int, int, int], ...]) -> int | None:
+        """The id inside that `outside` (a host id) is, under `id_map`; None where it is not mapped."""
+        return next((first + outside - start for first, start, count in id_map if start <= outside < start + count), None)
+
     @property
     def label(self) -> str:
         how = "rootless" if self.rootless else "userns-remap" if self.userns_remap else "rootful"
         return f"{'podman' if self.kind == PODMAN else 'Docker'} ({how}, cgroup v{self.cgroup_version or '?'})"
+
+
+def asked(engine) -> EngineFacts:
+    """The facts of a connected engine (a launcher.engineproto.Engine): /version and /info, and
+    podman's /libpod/info when it is podman."""
+    version, info = engine.version(), engine.info()
+    return facts(version, info, engine.info(libpod=True) if identify(version, info).kind == PODMAN else None)
 
 
 def _id_map(entries) -> tuple[tuple[int, int, int], ...]:

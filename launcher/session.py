@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from itertools import count
 from typing import TYPE_CHECKING
 
-from launcher import baseline, host, images, launch, pipeline, sandboxes, statefiles
+from launcher import baseline, engineid, host, images, launch, pipeline, sandboxes, statefiles
 from launcher.errors import AttestationInvalid, ExitCode, NotFound, PolicyError, ProbeFailed, Problem, SandboxError, \
     Terminated, secondary_failures
 from launcher.launch import Listener, Outcome
@@ -96,7 +96,7 @@ def for_engine(request: Request, planned: Planned, engine, *, kind: str = "run",
     """The plan compiled again with the facts of the engine that runs it, where they change it: on a
     rootless or userns-remapped engine the probe proves the id map, and a limit the engine would
     ignore is refused (PolicyError)."""
-    facts = engine.facts()
+    facts = engineid.asked(engine)
     if not facts.remapped and not facts.unenforced:
         return planned   # what the first compile assumed
     again = pipeline.compiled(planned.layered, request.workspace, request.command, kind=kind, name=request.name,

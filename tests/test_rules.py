@@ -125,7 +125,7 @@ LAYERS = (
     ("basics", {"errors", "names", "values", "paths", "labels", "secrets", "resources", "timings", "yamlsafe"}),
     ("policy", {"allowlist", "inject", "surfaces", "model", "schema", "policy", "layers"}),
     ("host facts", {"hostpaths", "hostfiles", "host", "cafiles", "statefiles", "hostgit", "gitdirs", "gitgraph", "gitscan",
-                    "scan", "hostfacts"}),
+                    "scan", "engineid", "hostfacts"}),
     ("plan", {"plan", "squidconf", "checks", "runtimes", "trustfiles", "refusals", "compiler"}),
     ("engine", {"engineproto", "engineapi", "engine", "enginefake", "subnets", "images"}),
     ("egress", {"egress", "egress.audit", "egress.proxy"}),

@@ -142,9 +142,9 @@ def explain(policy: str | None, policy_flag: str | None, workspace: str, fmt: st
     tell(result)
     facts = refused = None
     if ask_engine:
-        from launcher import engine
+        from launcher import engine, engineid
 
-        facts = engine.connect().facts()
+        facts = engineid.asked(engine.connect())
     try:   # refused as `compile` would refuse it (and, asked, as `run` would on this engine)
         pipeline.compiled(result, workspace, kind=TARGETS[target].kind, engine=facts)
     except PolicyError as exc:
