@@ -5,7 +5,7 @@ passed in, what another tool cannot launch, what host git would run. Pure, over 
 from __future__ import annotations
 
 from launcher import runtimes, trustfiles
-from launcher.engineid import LIMIT_CONTROLLERS
+from launcher.engineid import LIMIT_CONTROLLERS, PODMAN
 from launcher.errors import PolicyError, Problem
 from launcher.hostfacts import HostFacts
 from launcher.hostpaths import PathFact
@@ -85,7 +85,7 @@ def check(policy: Policy, host: HostFacts, kind: str) -> dict[str, tuple[str, st
     problems += ca_problems
     problems += [Problem(file=file, path=p, expected=e, found=f, hint=h) for p, e, f, h in
                  runtimes.refusals(policy.runtime, policy.capabilities)]
-    problems += _unenforced_limits(policy, host)
+    problems += _unenforced_limits(policy, host) + _rootless_copy(policy, host)
     if problems:
         raise PolicyError(problems)
     return cas
@@ -105,6 +105,16 @@ def _unenforced_limits(policy: Policy, host: HostFacts) -> list[Problem]:
                          "delegated to the user (systemd: `Delegate=memory pids cpu` for user@.service); a policy cannot "
                          "waive a limit (docs/security.md#rootless-engines)")
             for field in engine.unenforced]
+
+
+def _rootless_copy(policy: Policy, host: HostFacts) -> list[Problem]:
+    """Copy mode's workspace is an overlay the local volume driver mounts: rootless podman (4.3
+    here) cannot ("mount: …/_data: special device overlay does not exist"), after the copy is made."""
+    if not (host.engine.rootless and host.engine.kind == PODMAN and policy.workspace.mode is WorkspaceMode.COPY):
+        return []
+    return [Problem(file=policy.source, path="workspace.mode", expected="bind on rootless podman", found="copy",
+                    hint="rootless podman cannot mount the copy's overlay volume: add --workspace-mode bind (the agent "
+                         "then works on the tree itself), or use a rootful engine")]
 
 
 def _launched_elsewhere(policy: Policy, kind: str) -> list[Problem]:

@@ -688,6 +688,18 @@ check_fs_sysfs_ro() {
 }
 
 # every mount point is declared (mounts, protected) or one the engine makes
+# _p_hostnode MP ROOT FSTYPE -- a rootless engine's device node: it cannot mknod in its user
+# namespace, so it binds the host's own /dev/null, zero, full, random, urandom, tty (devtmpfs, the
+# node of that same name), and masks /proc paths with its /dev/null. Only with userns=remapped.
+_p_hostnode() {
+	[ "$A_userns" = remapped ] && [ "$3" = devtmpfs ] || return 1
+	case $1 in
+	/dev/null | /dev/zero | /dev/full | /dev/random | /dev/urandom | /dev/tty) [ "$2" = "/${1#/dev/}" ] ;;
+	/proc/*) [ "$2" = /null ] ;;
+	*) return 1 ;;
+	esac
+}
+
 check_mounts_inventory() {
 	local ok=0 undecl= ln mm root mp fst known
 	if [ "$MI_OK" != 1 ]; then _p_line mounts.inventory 0 "$A_mounts" "$MI_ERR"; return; fi
@@ -704,7 +716,8 @@ check_mounts_inventory() {
 			tmpfs) [ "$root" = / ] || { [ "$root" = /null ] && [ "$mm" = "$MI_DEV_MM" ]; } && known=1 ;;
 			esac ;;
 		esac
-		[ "$known" = 1 ] || _p_in "$mp" "$A_mounts" || _p_in "$mp" "$A_protected" || _p_add undecl "$mp"
+		[ "$known" = 1 ] || _p_hostnode "$mp" "$root" "$fst" || _p_in "$mp" "$A_mounts" || _p_in "$mp" "$A_protected" ||
+			_p_add undecl "$mp"
 	done
 	IFS=$_P_IFS; set +f
 	[ -z "$undecl" ] && ok=1
@@ -727,7 +740,7 @@ check_mounts_writable() {
 		/proc/*) [ "$root" = /null ] && [ "$mm" = "$MI_DEV_MM" ] && eng=1 ;;
 		/sys/fs/cgroup) [ "$fst" = tmpfs ] && eng=1 ;;   # cgroup v1: root-owned 0555 tmpfs
 		esac
-		[ "$eng" = 1 ] || _p_add wset "$mp"
+		[ "$eng" = 1 ] || _p_hostnode "$mp" "$root" "$fst" || _p_add wset "$mp"
 	done
 	IFS=,
 	for p in $wset; do _p_in "$p" "$A_writable" || ok=0; done
