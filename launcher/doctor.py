@@ -109,12 +109,9 @@ def escape_fixes(version: dict, info: dict) -> list[Finding]:
     return out
 
 
-def engine_findings(info: dict, version: dict, libpod: dict | None = None) -> list[Finding]:
-    """The engine's findings from /info and /version (and podman's /libpod/info, which says what a
-    rootless podman can enforce: its compatible /info claims every limit)."""
+def engine_findings(info: dict, version: dict) -> list[Finding]:
     options = " ".join(info.get("SecurityOptions") or [])
     engine = engineid.identify(version, info)
-    facts = engineid.facts(version, info, libpod)
     out = [Finding(status=Status.OK, check="engine", detail=f"reachable: {engine.label} "
                    f"(API {version.get('ApiVersion', '?')}), {info.get('OperatingSystem', '?')}, kernel {info.get('KernelVersion', '?')}")]
     out += escape_fixes(version, info)
@@ -123,35 +120,25 @@ def engine_findings(info: dict, version: dict, libpod: dict | None = None) -> li
                             fix="use a kernel and engine built with seccomp (the probe's seccomp checks fail without it)"))
     cgroup = str(info.get("CgroupVersion") or "1")
     missing = [n for n in ("MemoryLimit", "PidsLimit") if info.get(n) is False]
-    if facts.rootless and facts.unenforced:
-        out.append(Finding(status=Status.FAIL, check="cgroups", detail=f"v{cgroup}: {facts.label} would ignore "
-                           f"{', '.join(facts.unenforced)}; a policy that sets them is refused (every preset does)",
-                           fix="delegate the memory, pids and cpu controllers to the user (cgroup v2, systemd "
-                               "`Delegate=memory pids cpu` for user@.service), or use a rootful engine"))
-    else:
-        out.append(Finding(status=Status.FAIL if missing else Status.OK, check="cgroups",
+    out.append(Finding(status=Status.FAIL if missing else Status.OK, check="cgroups",
                        detail=f"v{cgroup} ({info.get('CgroupDriver', '?')} driver)" + (f"; no {', '.join(missing)}" if missing else
                                                                                    "; pids and memory limits work"),
                        fix="enable the memory and pids cgroup controllers (kernel command line)" if missing else ""))
-    if facts.rootless:
-        mapped = f" (uid 0 inside is host uid {facts.uid_map[0][1]})" if facts.uid_map and facts.uid_map[0][0] == 0 else ""
-        out.append(Finding(status=Status.OK, check="rootless",
-                           detail=f"the engine runs rootless: its root is not host root{mapped}; the probe proves the map"))
+    if "name=rootless" in options:
+        out.append(Finding(status=Status.OK, check="rootless", detail="the engine runs rootless: its root is not host root"))
     else:
         out.append(Finding(status=Status.OK, check="rootless", detail="rootful engine (the agent still never runs as root)",
                            fix="optional: rootless podman (run it as an unprivileged user) adds a layer"
                            if engine.kind == engineid.PODMAN else
                            "optional: rootless Docker adds a layer (dockerd-rootless-setuptool.sh install)"))
     out.append(Finding(status=Status.OK, check="userns-remap", detail="on: container ids map to unprivileged host ids")
-               if facts.remapped else
+               if "name=userns" in options else
                Finding(status=Status.WARN, check="userns-remap", detail="off: uid 1000 inside is uid 1000 on the host",
                        fix='userns = "auto" in containers.conf (or rootless podman) maps container ids away from host ids'
                        if engine.kind == engineid.PODMAN else
                        "dockerd --userns-remap=default (or rootless mode) maps container ids away from host ids"))
     kernel = version_tuple(str(info.get("KernelVersion") or "0"))
-    out.append(Finding(status=Status.WARN, check="copy mode", detail="rootless podman cannot mount its overlay volume",
-                       fix="use --workspace-mode bind, or a rootful engine") if facts.rootless and facts.kind == engineid.PODMAN else
-               Finding(status=Status.OK, check="copy mode", detail=f"kernel {info.get('KernelVersion')}: overlay with "
+    out.append(Finding(status=Status.OK, check="copy mode", detail=f"kernel {info.get('KernelVersion')}: overlay with "
                        "userxattr works") if kernel >= (5, 11) else
                Finding(status=Status.WARN, check="copy mode", detail=f"kernel {info.get('KernelVersion', '?')}: its "
                        "overlay has no userxattr (Linux 5.11)", fix="use --workspace-mode bind, or a newer kernel"))
@@ -197,9 +184,8 @@ def run(connect: Callable, images_present: Callable | None = None,
 
     try:
         engine = connect()
-        info, version = engine.info(), engine.version()
-        libpod = engine.info(libpod=True) if engineid.identify(version, info).kind == engineid.PODMAN else None
-        found = engine_findings(info, version, libpod) + (more(info) if more else [])
+        info = engine.info()
+        found = engine_findings(info, engine.version()) + (more(info) if more else [])
     except EngineError as exc:
         first = str(exc).splitlines()[0]
         return [Finding(status=Status.FAIL, check="engine", detail=f"unreachable: {first}",

@@ -180,17 +180,3 @@ def test_explain_marks_the_refused_limits_and_adds_the_id_map_row_for_the_engine
     plain = explain.to_json(eff)   # not asked: as before, no id map row
     assert "engine" not in plain and not any(a["probe_checks"] == ["identity.userns"] for a in plain["always"])
 
-
-def test_doctor_tells_the_truth_about_rootless_podman():
-    from launcher import doctor
-
-    found = {f.check: f for f in doctor.engine_findings(ROOTLESS_INFO, PODMAN_VERSION, ROOTLESS_LIBPOD)}
-    assert found["cgroups"].status is doctor.Status.FAIL and "limits.memory, limits.pids, limits.cpus" in found["cgroups"].detail
-    assert "Delegate=memory pids cpu" in found["cgroups"].fix
-    assert found["rootless"].status is doctor.Status.OK and "host uid 1001" in found["rootless"].detail
-    assert found["userns-remap"].status is doctor.Status.OK
-    assert found["copy mode"].status is doctor.Status.WARN and "--workspace-mode bind" in found["copy mode"].fix
-    # without podman's own document its compatible /info alone is not believed about limits
-    assert doctor.engine_findings(ROOTLESS_INFO, PODMAN_VERSION)[0].status is doctor.Status.OK
-    assert {f.check: f for f in doctor.engine_findings(ROOTLESS_INFO, PODMAN_VERSION)}["cgroups"].status \
-        is doctor.Status.FAIL
