@@ -229,3 +229,43 @@ def test_on_rootless_podman_the_probe_proves_the_id_map_and_fails_the_limits_it_
     assert not any(p.startswith(("/dev/", "/proc/")) for p in inventory.observed.split(",")), inventory.observed
     assert not (rootless_workspace / MARKER).exists() and listener.out == b""
     assert eng.list(f"dev.sandbox.workspace={rootless_workspace}") == []
+
+
+def test_the_users_own_workspace_is_root_inside_and_the_agent_cannot_write_it(rootless, rootless_workspace, monkeypatch):
+    """What docs/security.md#rootless-engines says of `user:` auto: the rootless user's own files
+    are uid 0 inside, the agent falls back to 1000:1000 and ws.access refuses the start."""
+    eng, facts = rootless
+    if os.environ.get("SANDBOX_TEST_ROOTLESS_HOST"):
+        pytest.skip("needs root to hand the workspace to the rootless user")
+    user = pwd.getpwnam(USER)
+    for path in [rootless_workspace, *rootless_workspace.rglob("*")]:
+        os.lchown(path, user.pw_uid, user.pw_gid)
+    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env: [])
+    policy = bind_policy()
+    host = replace(hostfacts.gather(policy, str(rootless_workspace), images.probe_volume_name()),
+                   engine=delegated(facts))
+    plan = without_tmpfs_owner(compile_policy(policy, host, command=TOUCH))
+    assert plan.container.user == "1000:1000"
+    with pytest.raises(ProbeFailed) as info:
+        launch.run(eng, plan, Recorder())
+    access = next(c for c in info.value.report.checks if c.id == "ws.access")
+    assert not access.ok and "owner=0" in access.observed and "w=no" in access.observed
+    assert not (rootless_workspace / MARKER).exists()
+
+
+def test_explain_engine_marks_what_rootless_podman_would_ignore_and_exits_as_run_would(rootless, rootless_workspace):
+    import json
+    import sys
+
+    _, facts = rootless
+    done = subprocess.run([sys.executable, "-m", "launcher", "explain", "untrusted", "--engine", "--json", "-w",
+                           str(rootless_workspace)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "DOCKER_HOST": os.environ["DOCKER_HOST"]})
+    assert done.returncode == (120 if facts.unenforced else 0), done.stderr
+    data = json.loads(done.stdout)
+    assert data["engine"]["rootless"] and data["engine"]["unenforced"] == list(facts.unenforced)
+    refused = [f["field"] for f in data["fields"] if "REFUSED on this engine" in f["flags"]]
+    assert refused == [f for f in ("limits.pids", "limits.memory", "limits.cpus") if f in facts.unenforced]
+    assert any(a["probe_checks"] == ["identity.userns"] for a in data["always"])
+    for field in facts.unenforced:
+        assert f"{field}: expected a limit the engine enforces" in done.stderr

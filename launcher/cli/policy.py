@@ -145,12 +145,12 @@ def explain(policy: str | None, policy_flag: str | None, workspace: str, fmt: st
         from launcher import engine, engineid
 
         facts = engineid.asked(engine.connect())
-    try:   # refused as `compile` would refuse it (and, asked, as `run` would on this engine)
-        pipeline.compiled(result, workspace, kind=TARGETS[target].kind, engine=facts)
-    except PolicyError as exc:
-        if facts is None or not all(p.path in facts.unenforced for p in exc.problems):
-            raise
-        refused = exc   # the table first: it says which fields, and why
+    pipeline.compiled(result, workspace, kind=TARGETS[target].kind)   # refused as `compile` would refuse it
+    if facts is not None:
+        try:   # and as `run` would refuse it on this engine: after the table, which says which fields
+            pipeline.compiled(result, workspace, kind=TARGETS[target].kind, engine=facts)
+        except PolicyError as exc:
+            refused = exc
     eff = result.effective
     click.echo(json.dumps(table.to_json(eff, target, facts), indent=2) if fmt == "json"
                else table.render(eff, fmt == "markdown", target, width=None if fmt == "markdown" else output.columns(),
