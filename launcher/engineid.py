@@ -59,18 +59,16 @@ def identify(version: dict, info: dict) -> EngineIdentity:
 @dataclass(frozen=True, kw_only=True)
 class EngineFacts:
     """What the compiler must know of the engine that runs the plan. The defaults are what the
-    launcher assumed before it asked: a rootful engine, ids not remapped, every limit enforced
-    (`asked` False: no engine was asked, as for `sandbox compile`)."""
+    launcher assumes where no engine was asked (`sandbox compile`): a rootful engine, ids not
+    remapped, every limit enforced."""
 
     kind: str = DOCKER
-    asked: bool = False
     rootless: bool = False            # the engine runs as an unprivileged user (podman, Docker rootless)
     userns_remap: bool = False        # a rootful engine that maps container ids (dockerd --userns-remap)
     uid_map: tuple[tuple[int, int, int], ...] = ()   # (inside, outside, count), when the engine reports it
     gid_map: tuple[tuple[int, int, int], ...] = ()
     cgroup_version: str = ""
     unenforced: tuple[str, ...] = ()  # the limits (LIMIT_CONTROLLERS' fields) the engine would ignore
-    network: str = ""                 # a rootless engine's user-mode network (slirp4netns, pasta), when reported
 
     @property
     def remapped(self) -> bool:
@@ -118,9 +116,7 @@ def facts(version: dict, info: dict, libpod: dict | None = None) -> EngineFacts:
         flags = {"memory": "MemoryLimit", "pids": "PidsLimit", "cpu": "CpuCfsQuota"}
         none = info.get("CgroupDriver") == "none"
         unenforced = tuple(f for f, c in LIMIT_CONTROLLERS if none or info.get(flags[c]) is False)
-    network = "pasta" if (host.get("pasta") or {}).get("executable") else \
-        "slirp4netns" if rootless and (host.get("slirp4netns") or {}).get("executable") else ""
-    return EngineFacts(kind=kind, asked=True, rootless=rootless, userns_remap="name=userns" in options,
+    return EngineFacts(kind=kind, rootless=rootless, userns_remap="name=userns" in options,
                        uid_map=_id_map(maps.get("uidmap")), gid_map=_id_map(maps.get("gidmap")),
                        cgroup_version=str(host.get("cgroupVersion") or info.get("CgroupVersion") or "").lstrip("v"),
-                       unenforced=unenforced, network=network)
+                       unenforced=unenforced)

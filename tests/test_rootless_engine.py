@@ -49,7 +49,7 @@ def test_a_plan_that_claims_a_remapping_engine_fails_identity_userns_on_a_rootfu
     facts = engineid.asked(engine)
     if facts.remapped:
         pytest.skip(f"the engine DOCKER_HOST points at is {facts.label}: this tamper needs a rootful one")
-    claimed = engineid.EngineFacts(kind=facts.kind, asked=True, rootless=True, cgroup_version=facts.cgroup_version)
+    claimed = engineid.EngineFacts(kind=facts.kind, rootless=True, cgroup_version=facts.cgroup_version)
     policy = bind_policy()
     host = replace(hostfacts.gather(policy, str(workspace), images.probe_volume_name()), engine=claimed)
     plan = compile_policy(policy, host, command=TOUCH)
@@ -69,7 +69,7 @@ def test_a_host_device_bound_under_another_nodes_name_fails_mounts_inventory(eng
     inspect comparison would refuse the extra mount first)."""
     monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env: [])
     monkeypatch.setattr(launch.hostpaths, "bind_source_intact", lambda path: True)
-    claimed = replace(engineid.asked(engine), asked=True, rootless=True, unenforced=())
+    claimed = replace(engineid.asked(engine), rootless=True, unenforced=())
     policy = bind_policy()
     host = replace(hostfacts.gather(policy, str(workspace), images.probe_volume_name()), engine=claimed)
     plan = compile_policy(policy, host, command=TOUCH)
