@@ -119,8 +119,7 @@ class Engine:
             self._version = self._json("reading the engine version", "GET", "/version")
         return self._version
 
-    def info(self, libpod: bool = False) -> dict:
-        """/info; libpod: podman's own /libpod/info (rootless, id maps, cgroup controllers), {} from Docker."""
+    def info(self, libpod: bool = False) -> dict:   # libpod: podman's own (rootless, id maps, cgroups); Docker: {}
         return self._json("reading the engine's system information", "GET", "/libpod/info" if libpod else "/info",
                           missing=libpod) or {}
 
