@@ -54,15 +54,25 @@ def _home_hint(seen: dict[str, str], uid: int, workspace: str) -> str:
     return ""
 
 
+def _userns_hint(seen: dict[str, str], uid: int, workspace: str) -> str:
+    return ("the plan was compiled for a rootless or userns-remapped engine, but this container's ids are the host's "
+            "(a map line with outside id 0): the engine that ran it is not the one the plan was made for "
+            "(DOCKER_HOST changed?); `sandbox explain --engine` says what the engine reports")
+
+
 # check id -> what the user can do when it fails, from its observed "key=value,..." fields (only
 # where expected/observed alone do not say it)
-_HINTS = {"ws.access": _ws_access_hint, "home.private": _home_hint}
+_HINTS = {"ws.access": _ws_access_hint, "home.private": _home_hint, "identity.userns": _userns_hint}
 
 
-def hint(check_id: str, observed: str, *, uid: int, workspace: str) -> str:
-    """The hint for a failed check, or ""."""
+def hint(check_id: str, observed: str, *, uid: int, workspace: str, remapped: bool = False) -> str:
+    """The hint for a failed check, or "". remapped: the plan is for a rootless or userns-remapped engine."""
     make = _HINTS.get(check_id)
     if make is None:
         return ""
     seen = dict(item.partition("=")[::2] for item in observed.split(","))
+    if check_id == "ws.access" and remapped and seen.get("owner") == "0":
+        return (f"on this rootless engine {workspace} belongs to uid 0 inside: files of the user who runs the engine "
+                "are root's in the container, and the agent never runs as root; hand the tree to the subordinate id "
+                "that is the agent's uid inside (`podman unshare chown -R 1000:1000 DIR`), or use a rootful engine")
     return make(seen, uid, workspace)

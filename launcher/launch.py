@@ -134,7 +134,8 @@ def _probe_failed(report: ProbeReport, errors: list[str], plan: LaunchPlan) -> P
     for c in report.failed:
         # what the container printed: its image (or a reused sandbox's agent) chose these bytes
         lines.append(visible(f"{c.id}: expected {c.expected}, observed {c.observed}", keep_lines=False))
-        hint = checks.hint(c.id, c.observed, uid=plan.probe.uid, workspace=visible(plan.probe.wsroot, keep_lines=False))
+        hint = checks.hint(c.id, c.observed, uid=plan.probe.uid, workspace=visible(plan.probe.wsroot, keep_lines=False),
+                           remapped=plan.probe.userns == "remapped")
         if hint:
             lines.append(f"  hint: {hint}")
     if not report.finished:

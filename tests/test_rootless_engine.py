@@ -59,6 +59,7 @@ def test_a_plan_that_claims_a_remapping_engine_fails_identity_userns_on_a_rootfu
     failed = {c.id: c for c in info.value.report.failed}
     assert set(failed) == {"identity.userns"}, failed
     assert "uid=0:0:4294967295" in failed["identity.userns"].observed
+    assert "not the one the plan was made for" in str(info.value)   # its hint
     assert not (workspace / MARKER).exists() and listener.out == b""
     assert engine.list(f"dev.sandbox.workspace={workspace}") == []
 
@@ -250,6 +251,7 @@ def test_the_users_own_workspace_is_root_inside_and_the_agent_cannot_write_it(ro
         launch.run(eng, plan, Recorder())
     access = next(c for c in info.value.report.checks if c.id == "ws.access")
     assert not access.ok and "owner=0" in access.observed and "w=no" in access.observed
+    assert "podman unshare chown -R 1000:1000" in str(info.value)   # not copy mode: refused on rootless podman
     assert not (rootless_workspace / MARKER).exists()
 
 
