@@ -83,6 +83,24 @@ def test_a_host_device_bound_under_another_nodes_name_fails_mounts_inventory(eng
     assert not (workspace / MARKER).exists()
 
 
+def test_the_hosts_own_dev_null_bound_in_fails_mounts_inventory_on_a_plan_for_a_rootful_engine(engine, workspace,
+                                                                                                  monkeypatch):
+    """The allowance for a rootless engine's device binds holds only where the plan says remapped."""
+    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env: [])
+    monkeypatch.setattr(launch.hostpaths, "bind_source_intact", lambda path: True)
+    policy = bind_policy()
+    plan = compile_policy(policy, hostfacts.gather(policy, str(workspace), images.probe_volume_name()), command=TOUCH)
+    assert plan.probe.userns == "-"
+    container = replace(plan.container, mounts=plan.container.mounts + (
+        Mount(kind=MountKind.BIND, source="/dev/null", target="/dev/null", read_only=False),))
+    with pytest.raises(ProbeFailed) as info:
+        launch.run(engine, replace(plan, container=container), Recorder())
+    assert info.value.report is not None, str(info.value)
+    failed = {c.id: c for c in info.value.report.failed}
+    assert "mounts.inventory" in failed and "/dev/null" in failed["mounts.inventory"].observed
+    assert not (workspace / MARKER).exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # rootless podman, served by an unprivileged user
 
