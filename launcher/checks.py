@@ -15,17 +15,30 @@ ALWAYS = FIRST + (
     "env.secrets", "env.runtime", "creds.files", "net.interfaces", "net.routes",
 )
 PROXY_ONLY = ("egress.proxy", "egress.denied", "egress.direct", "egress.dns")
+# The Pod modes (the Kubernetes target only): what a Pod's network lets through, judged by answers.
+POD_ONLY = ("pod.reach", "pod.dns")
 LAST = ("limits.pids", "limits.memory", "proc.pid1", "dev.nodes")
+# The probe's net= modes: Docker's two, and the Kubernetes target's two for a Pod's network
+# (images/probe/CONTRACT.md, "The Pod modes"), one per policy mode.
+DOCKER_MODES = ("none", "proxy")
+POD_MODES = {"none": "pod", "proxy": "podproxy"}
+_BY_MODE = {
+    "none": (),
+    "proxy": PROXY_ONLY,
+    "pod": POD_ONLY,
+    # the proxy answers and refuses as in proxy mode; pod.* replaces the direct and DNS checks
+    "podproxy": ("egress.proxy", "egress.denied") + POD_ONLY,
+}
 
 
 def for_mode(mode: str, userns: bool = False) -> tuple[str, ...]:
-    """The ids the probe reports for a sandbox in network mode `mode` (with identity.userns on an
-    engine that remaps ids), in order."""
-    rest = ALWAYS[len(FIRST):] + (PROXY_ONLY if mode == "proxy" else ()) + LAST
+    """The ids the probe reports for a sandbox in probe network mode `mode` (with identity.userns
+    on an engine that remaps ids), in order."""
+    rest = ALWAYS[len(FIRST):] + _BY_MODE[mode] + LAST
     return FIRST + (USERNS if userns else ()) + rest
 
 
-ALL = FIRST + USERNS + ALWAYS[len(FIRST):] + PROXY_ONLY + LAST
+ALL = FIRST + USERNS + ALWAYS[len(FIRST):] + PROXY_ONLY + POD_ONLY + LAST
 
 
 def _ws_access_hint(seen: dict[str, str], uid: int, workspace: str) -> str:

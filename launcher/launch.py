@@ -102,6 +102,7 @@ def create_verified(engine: Engine, plan: LaunchPlan, listener: Listener | None 
     """Create the container and refuse it unless `docker inspect` agrees with the plan (a listener
     with a `compared` method, such as the attestation's recorder, is told the result either way)."""
     spec = plan.container
+    _docker_network_mode(spec.command)
     with timed(listener, "create"):
         ref = engine.create(spec)
     try:
@@ -119,6 +120,16 @@ def create_verified(engine: Engine, plan: LaunchPlan, listener: Listener | None 
         _cleaning_up(primary, lambda: engine.remove(ref), f"removing {spec.name}")
         raise
     return ref
+
+
+def _docker_network_mode(command: tuple[str, ...]) -> None:
+    """A Docker container's probe runs in one of Docker's network modes: the Pod modes accept the
+    network plugin's interface and are the Kubernetes target's alone (the probe refuses them too)."""
+    args = command[:command.index("--")] if "--" in command else command
+    modes = [a.partition("=")[2] for a in args if a.startswith("net=")]
+    if len(modes) != 1 or modes[0] not in checks.DOCKER_MODES or any(a.startswith("forbidden=") for a in args):
+        raise ProbeFailed(f"the plan's probe network mode is {', '.join(modes) or 'missing'}: a Docker container's "
+                          f"probe runs in {' or '.join(checks.DOCKER_MODES)} (the Pod modes are the Kubernetes target's)")
 
 
 def _cleaning_up(primary: BaseException, clean, what: str) -> None:

@@ -187,10 +187,15 @@ class ProbeExpectations:
     runtimenames: tuple[str, ...] = ()
     runtimesockets: tuple[str, ...] = ()  # launcher/paths.py
     credpaths: tuple[str, ...] = ()
+    # The Pod modes only (net=pod|podproxy, the Kubernetes target): ADDRESS:PORT the Pod must not
+    # reach; never an argument in Docker's modes, where the probe refuses it.
+    forbidden: tuple[str, ...] = ()
 
     def to_args(self) -> tuple[str, ...]:
         args = []
         for key, value in asdict(self).items():
+            if key == "forbidden" and self.net in ("none", "proxy"):
+                continue
             if isinstance(value, tuple):
                 value = ",".join(escape_path(v) for v in value)
             elif key in ("workspace", "wsroot", "wsupper", "home", "homesrc"):

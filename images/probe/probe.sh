@@ -160,6 +160,25 @@ _p_validlist() {
 	return 0
 }
 
+# _p_validtargets LIST -- empty, or comma-separated ADDRESS:PORT (an IPv6 address in brackets)
+_p_validtargets() {
+	local _i _a
+	[ -z "$1" ] && return 0
+	case $1 in ,* | *, | *,,*) return 1 ;; esac
+	set -f; IFS=,
+	for _i in $1; do
+		case ${_i##*:} in '' | *[!0-9]*) IFS=$_P_IFS; set +f; return 1 ;; esac
+		_a=${_i%:*}
+		case $_a in
+		\[*\]) case $_a in *[!0-9a-f:\[\]]*) _a= ;; esac ;;
+		*) case $_a in *[!0-9.]*) _a= ;; esac ;;
+		esac
+		[ -n "$_a" ] || { IFS=$_P_IFS; set +f; return 1; }
+	done
+	IFS=$_P_IFS; set +f
+	return 0
+}
+
 # _p_within SECONDS CMD... -- run CMD for at most SECONDS (fractions work, unlike busybox
 # timeout, which counts whole seconds); its output and exit status are CMD's, 143 if cut off
 _p_within() {
@@ -192,7 +211,7 @@ parse_args() {
 		*=*) k=${arg%%=*}; v=${arg#*=} ;;
 		*) _p_esc "$arg"; _p_add bad "bad:$_P_R"; continue ;;
 		esac
-		case $keys in *",$k,"*) ;; *) _p_esc "$k"; _p_add bad "unknown:$_P_R"; continue ;; esac
+		case $keys,forbidden, in *",$k,"*) ;; *) _p_esc "$k"; _p_add bad "unknown:$_P_R"; continue ;; esac
 		if _p_in "$k" "$seen"; then _p_add bad "duplicate:$k"; continue; fi
 		_p_add seen "$k"
 		eval "A_$k=\$v"
@@ -203,7 +222,8 @@ parse_args() {
 		nnp) case $v in 0 | 1) ;; *) ok=0 ;; esac ;;
 		seccomp) case $v in 0 | 1 | 2) ;; *) ok=0 ;; esac ;;
 		pids | mem) case $v in max) ;; '' | *[!0-9]*) ok=0 ;; esac ;;
-		net) case $v in none | proxy) ;; *) ok=0 ;; esac ;;
+		net) case $v in none | proxy | pod | podproxy) ;; *) ok=0 ;; esac ;;
+		forbidden) _p_validtargets "$v" || ok=0 ;;
 		kernel) case $v in host | gvisor) ;; *) ok=0 ;; esac ;;
 		userns) case $v in - | remapped) ;; *) ok=0 ;; esac ;;
 		proxy) case $v in -) ;; *:*[!0-9]* | :* | *: | *[!a-z0-9.:-]*) ok=0 ;; *:*) ;; *) ok=0 ;; esac ;;
@@ -224,6 +244,14 @@ parse_args() {
 		_p_in "$k" "$seen" || _p_add bad "missing:$k"
 	done
 	IFS=$_P_IFS; set +f
+	# forbidden= belongs to the Pod modes alone (CONTRACT.md): required there, refused elsewhere
+	case $A_net in
+	pod | podproxy) _p_in forbidden "$seen" || _p_add bad "missing:forbidden" ;;
+	*) _p_in forbidden "$seen" && _p_add bad "invalid:forbidden for net=$A_net" ;;
+	esac
+	# the Pod modes accept a plugin's interface: never under Docker, which makes /.dockerenv in
+	# every container (a Pod's image that carries one fails closed)
+	case $A_net in pod | podproxy) [ ! -e /.dockerenv ] || _p_add bad "invalid:net=$A_net under Docker" ;; esac
 	[ "$dash" = 1 ] || _p_add bad "missing:--"
 	[ "$dash" = 1 ] && [ "$nafter" = 0 ] && _p_add bad "missing:agent-argv"
 	if [ "$A_workspace" != - ] && [ "$A_wsroot" = - ]; then _p_add bad "invalid:wsroot=-"; fi
@@ -231,7 +259,9 @@ parse_args() {
 	# identity.userns is asked for exactly when the plan says the ids are remapped
 	if _p_in identity.userns "$A_checks"; then [ "$A_userns" = remapped ]; else [ "$A_userns" = - ]; fi ||
 		_p_add bad "invalid:userns=$A_userns"
-	if [ "$A_net" = proxy ] && { [ "$A_proxy" = - ] || [ "$A_denyhost" = - ]; }; then _p_add bad "invalid:proxy=-"; fi
+	case $A_net in proxy | podproxy)
+		{ [ "$A_proxy" = - ] || [ "$A_denyhost" = - ]; } && _p_add bad "invalid:proxy=-" ;;
+	esac
 	if [ -n "$bad" ]; then
 		_p_line args 0 "key=value... -- argv" "$bad"
 		printf 'PROBE-END\tfail\t%s\n' "$_P_N"
@@ -244,6 +274,8 @@ parse_args() {
 	set -f; IFS=,
 	for k in ${keys#,}; do [ -z "$k" ] || readonly "A_$k"; done
 	IFS=$_P_IFS; set +f
+	A_forbidden=${A_forbidden-}
+	readonly A_forbidden
 }
 
 # =============================================================================================
@@ -420,8 +452,9 @@ gather_egress() {
 	[ -z "$RT_GW" ] || { _p_hexip "$RT_GW"; EG_GW_IP=$_P_R; }
 	out=$( {
 		_p_ask_proxy &
-		[ -z "$EG_GW_IP" ] || _p_try_gateway &
-		[ "$A_dnsname" = - ] || _p_lookup &
+		# podproxy: pod.reach and pod.dns observe the rest (gather_reach)
+		[ -z "$EG_GW_IP" ] || [ "$A_net" = podproxy ] || _p_try_gateway &
+		[ "$A_dnsname" = - ] || [ "$A_net" = podproxy ] || _p_lookup &
 		wait
 	} )
 	EG_REPORTED= EG_PROXY= EG_DIRECT= EG_DNS=
@@ -463,27 +496,38 @@ _p_try_gateway() {
 	printf 'direct\t%s\n' "$(printf '%s' "$_obs" | "$BB" sort | "$BB" tr '\n' ' ')"
 }
 
-# _p_try_port PORT -- prints PORT:connected|refused|blocked|unsettled|unknown(...); a new
-# attempt (at most 3) while connect() returns before the handshake is done. The -e program gets
-# busybox as $1 and the socket as fd 0: "early" only where the kernel lists that socket as
-# SYN_SENT (02); any other state, or none found, counts as connected.
+# _p_try_port PORT -- prints PORT:connected|refused|blocked|unsettled|unknown(...) for the gateway
 _p_try_port() {
+	local _v
+	_p_connect "$EG_GW_IP" "$1"
+	case $_P_R in noroute | silent) _v=blocked ;; *) _v=$_P_R ;; esac
+	echo "$1:$_v"
+}
+
+# _p_connect HOST PORT -> _P_R: connected|refused|noroute|silent|unsettled|unknown(...), what a
+# TCP connect() to HOST answered within 1 s; a new attempt (at most 3) while connect() returns
+# before the handshake is done. The -e program gets busybox as $1 and the socket as fd 0: "early"
+# only where the kernel lists that socket as SYN_SENT (02); any other state, or none found, counts
+# as connected. "No route to host" and "Network is unreachable" are noroute; nc's own alarm silent.
+_p_connect() {
 	local _n _e _prog
 	_prog='i=$("$1" readlink /proc/self/fd/0); i=${i#socket:[}; i=${i%]}
 st=$("$1" awk -v i="$i" '"'"'$10 == i { print $4 }'"'"' /proc/net/tcp /proc/net/tcp6 2>/dev/null)
 case $st in 02) echo "state early" >&2 ;; *) echo "state connected" >&2 ;; esac'
 	for _n in 1 2 3; do
-		_e=$("$BB" nc -w 1 "$EG_GW_IP" "$1" -e "$BB" sh -c "$_prog" sh "$BB" </dev/null 2>&1)
+		_e=$("$BB" nc -w 1 "$1" "$2" -e "$BB" sh -c "$_prog" sh "$BB" </dev/null 2>&1)
 		case $_e in
 		*"state early"*) continue ;;
-		*"state connected"*) echo "$1:connected" ;;
-		*"can't connect to remote host"*refused*) echo "$1:refused" ;;
-		*"can't connect to remote host"* | "nc: timed out") echo "$1:blocked" ;;
-		*) _p_esc "$_e"; echo "$1:unknown($_P_R)" ;;
+		*"state connected"*) _P_R=connected ;;
+		*"can't connect to remote host"*refused*) _P_R=refused ;;
+		*"can't connect to remote host"*"o route to host"* | *"can't connect to remote host"*"etwork is unreachable"*)
+			_P_R=noroute ;;
+		"nc: timed out" | *"can't connect to remote host"*"imed out"*) _P_R=silent ;;
+		*) _p_esc "$_e"; _P_R="unknown($_P_R)" ;;
 		esac
 		return
 	done
-	echo "$1:unsettled"
+	_P_R=unsettled
 }
 
 # a name only the proxy may resolve. Docker's resolver answers at once for names it knows; an
@@ -493,6 +537,110 @@ _p_lookup() {
 	*Name:*) printf 'dns\tresolves\n' ;;
 	*) printf 'dns\tno answer\n' ;;
 	esac
+}
+
+# pod and podproxy modes only: what answers from the Pod's network (CONTRACT.md, "The Pod modes").
+# Every target is tried at once, in one window of about 1 s, and each verdict is what connect()
+# answered, never a guess from an exit status:
+#   RC_REPORTED      comma list of the observations that reported (reach, dns, control)
+#   RC_REACH         "target:verdict ..." (verdicts of _p_connect; target ADDRESS:PORT, or
+#                    node:none when the node's address is missing or malformed)
+#   RC_DNS           "server:answered|silent|refused|noroute|unknown ..." for one query to each
+#                    nameserver of /etc/resolv.conf and each forbidden address on port 53
+#   RC_CONTROL       what shows that this network answers within the window, so that silence
+#                    elsewhere is a drop: podproxy "proxy:connected" (the allowed path, tried in
+#                    the same window); pod "gateway:answered" when /proc/net/arp lists the default
+#                    gateway resolved after the tries (the link answers below any policy); else
+#                    what was seen instead
+gather_reach() {
+	local out ln targets= dns= gw= t h p ns
+	set -f; IFS=,
+	for t in $A_forbidden; do
+		targets="$targets $t"
+		case $t in *:53) dns="$dns ${t%:53}" ;; esac
+	done
+	IFS=$_P_IFS; set +f
+	[ -z "$RT_GW" ] || { _p_hexip "$RT_GW"; gw=$_P_R; targets="$targets $gw:22 $gw:80 $gw:443 $gw:10250"; }
+	# The node's address from the Downward API (status.hostIP), the kubelet's own ports on it.
+	case ${SANDBOX_NODE_IP:-x} in
+	*[!0-9a-f.:]* | *.*:* | *:*.*) targets="$targets node:none" ;;
+	*:*) targets="$targets [$SANDBOX_NODE_IP]:22 [$SANDBOX_NODE_IP]:80 [$SANDBOX_NODE_IP]:443 [$SANDBOX_NODE_IP]:10250" ;;
+	*) targets="$targets $SANDBOX_NODE_IP:22 $SANDBOX_NODE_IP:80 $SANDBOX_NODE_IP:443 $SANDBOX_NODE_IP:10250" ;;
+	esac
+	# The API server's Service, as the kubelet tells every container (enableServiceLinks or not).
+	h=${KUBERNETES_SERVICE_HOST-} p=${KUBERNETES_SERVICE_PORT:-443}
+	if [ -n "$h" ]; then
+		t=$h:$p
+		case $h in *:*) t=[$h]:$p ;; esac
+		case $h in *[!0-9a-f.:]*) t=kubernetes-service:malformed ;; esac
+		case $p in *[!0-9]*) t=kubernetes-service:malformed ;; esac
+		targets="$targets $t"
+	fi
+	for ns in $("$BB" awk '$1 == "nameserver" { print $2 }' /etc/resolv.conf 2>/dev/null); do
+		case $ns in *[!0-9a-f.:]*) targets="$targets nameserver:malformed"; continue ;; esac
+		dns="$dns $ns"
+		case $ns in *:*) targets="$targets [$ns]:53" ;; *) targets="$targets $ns:53" ;; esac
+	done
+	out=$( {
+		for t in $targets; do _p_reach_one "$t" & done
+		for ns in $dns; do _p_ask_dns "$ns" & done
+		[ "$A_net" != podproxy ] || { _p_connect "${A_proxy%:*}" "${A_proxy##*:}"; printf 'control\tproxy:%s\n' "$_P_R"; } &
+		wait
+	} )
+	RC_REPORTED= RC_REACH= RC_DNS= RC_CONTROL=
+	set -f; IFS=$_P_NL
+	for ln in $out; do
+		case $ln in
+		reach"$_P_TAB"*) RC_REACH="$RC_REACH ${ln#*"$_P_TAB"}" ;;
+		dns"$_P_TAB"*) RC_DNS="$RC_DNS ${ln#*"$_P_TAB"}" ;;
+		control"$_P_TAB"*) RC_CONTROL=${ln#*"$_P_TAB"}; _p_add RC_REPORTED control ;;
+		esac
+	done
+	IFS=$_P_IFS; set +f
+	[ -z "$RC_REACH" ] || _p_add RC_REPORTED reach
+	_p_add RC_REPORTED dns   # no nameserver at all is an answer too: nothing to ask
+	if [ "$A_net" = pod ]; then
+		RC_CONTROL=gateway:none
+		[ -z "$gw" ] || { RC_CONTROL=gateway:silent; _p_arp_answered "$gw" && RC_CONTROL=gateway:answered; }
+		_p_add RC_REPORTED control
+	fi
+	RC_REACH=${RC_REACH# } RC_DNS=${RC_DNS# }
+	readonly RC_REPORTED RC_REACH RC_DNS RC_CONTROL
+}
+
+# _p_reach_one TARGET -- prints "reach<TAB>TARGET:verdict"; a target that is not ADDRESS:PORT
+# (node:none, ...:malformed) reports itself as it is, and fails
+_p_reach_one() {
+	local _h
+	case $1 in
+	node:none | *:malformed) printf 'reach\t%s\n' "$1"; return ;;
+	esac
+	_h=${1%:*}; _h=${_h#[}; _h=${_h%]}
+	_p_connect "$_h" "${1##*:}"
+	printf 'reach\t%s:%s\n' "$1" "$_P_R"
+}
+
+# _p_ask_dns SERVER -- one query, at most 1 s: any reply (an answer, NXDOMAIN, REFUSED) is
+# "answered": a resolver is reachable
+_p_ask_dns() {
+	local _r _n
+	_n=$A_dnsname; [ "$_n" != - ] || _n=kubernetes.default.svc.cluster.local
+	_r=$(_p_within 1 "$BB" nslookup "$_n" "$1" 2>&1)
+	case $_r in
+	*Server:* | *Name:* | *"can't find"*) _r=answered ;;
+	'' | *"timed out"*) _r=silent ;;
+	*refused*) _r=refused ;;
+	*nreachable* | *"o route"*) _r=noroute ;;
+	*) _r=unknown ;;
+	esac
+	printf 'dns\t%s:%s\n' "$1" "$_r"
+}
+
+# _p_arp_answered ADDRESS -- true when /proc/net/arp lists ADDRESS as resolved (flags 0x2: an
+# ARP reply came) with a hardware address
+_p_arp_answered() {
+	"$BB" awk -v ip="$1" '$1 == ip && $3 == "0x2" && $4 != "00:00:00:00:00:00" { f = 1 } END { exit !f }' \
+		/proc/net/arp 2>/dev/null
 }
 
 # =============================================================================================
@@ -1064,7 +1212,8 @@ check_creds_files() {
 	_p_line creds.files "$ok" "none" "$obs"
 }
 
-# none -> only lo; proxy -> lo and exactly one interface (the internal network)
+# none -> only lo; proxy -> lo and exactly one interface (the internal network); pod, podproxy
+# -> lo and at most one interface (the network plugin's; pod.reach proves where it leads)
 check_net_interfaces() {
 	local ok=1 obs= nif=0 p n
 	for p in /sys/class/net/* /sys/class/net/.[!.]*; do
@@ -1074,25 +1223,32 @@ check_net_interfaces() {
 		[ "$n" = lo ] || nif=$((nif + 1))
 	done
 	_p_in lo "$obs" || ok=0
-	if [ "$A_net" = proxy ]; then
+	case $A_net in
+	proxy)
 		[ "$nif" = 1 ] || ok=0
-		_p_line net.interfaces "$ok" "lo and one interface" "$obs"
-	else
+		_p_line net.interfaces "$ok" "lo and one interface" "$obs" ;;
+	pod | podproxy)
+		[ "$nif" -le 1 ] || ok=0
+		_p_line net.interfaces "$ok" "lo and at most one interface" "$obs" ;;
+	*)
 		[ "$nif" = 0 ] || ok=0
-		_p_line net.interfaces "$ok" lo "$obs"
-	fi
+		_p_line net.interfaces "$ok" lo "$obs" ;;
+	esac
 }
 
-# none -> no IPv4 route at all; proxy -> IPv4 routes only through that one interface. Both: no
-# IPv6 address or route beyond lo (IPv6 has no way out).
+# none -> no IPv4 route at all; proxy, pod, podproxy -> IPv4 routes only through one interface.
+# IPv6: none and proxy -> no address or route beyond lo (IPv6 has no way out); pod, podproxy ->
+# beyond lo only link-local ones (fe80::/10 addresses of scope link, fe80:: and multicast ff00::/8
+# routes), which the kernel gives every interface and which lead nowhere beyond the link.
 check_net_routes() {
-	local ok=1 obs= f ln n
+	local ok=1 obs= f ln n pod=0
+	case $A_net in pod | podproxy) pod=1 ;; esac
 	if [ "$RT_OK" = 1 ]; then
 		[ "$RT_N" -ge 0 ] || { ok=0; obs="route: empty"; }
-		if [ "$A_net" = proxy ]; then
-			case $RT_DEVS in *,*) ok=0; _p_add obs "ipv4 routes via $RT_DEVS" ;; esac
-		else
+		if [ "$A_net" = none ]; then
 			[ "$RT_N" -le 0 ] || { ok=0; _p_add obs "ipv4 routes: $RT_N"; }
+		else
+			case $RT_DEVS in *,*) ok=0; _p_add obs "ipv4 routes via $RT_DEVS" ;; esac
 		fi
 	else ok=0; obs="route: unreadable"; fi
 	for f in /proc/net/if_inet6 /proc/net/ipv6_route; do
@@ -1101,14 +1257,21 @@ check_net_routes() {
 			set -f; set -- $ln; set +f
 			[ "$#" -gt 0 ] || continue
 			eval "n=\${$#}"
-			[ "$n" = lo ] || { ok=0; _p_add obs "${f##*/}:$n"; }
+			[ "$n" != lo ] || continue
+			if [ "$pod" = 1 ]; then
+				case $f:$1:$4 in
+				*/if_inet6:fe[89ab]?????????????????????????????:20) continue ;;    # scope link
+				*/ipv6_route:fe80000000000000????????????????:* | */ipv6_route:ff??????????????????????????????:*) continue ;;
+				esac
+			fi
+			ok=0; _p_add obs "${f##*/}:$n"
 		done <"$f"; } 2>/dev/null || { ok=0; _p_add obs "${f##*/}: unreadable"; }
 	done
-	if [ "$A_net" = proxy ]; then
-		_p_line net.routes "$ok" "ipv4 via one interface, no ipv6" "$obs"
-	else
-		_p_line net.routes "$ok" "none beyond lo" "$obs"
-	fi
+	case $A_net in
+	proxy) _p_line net.routes "$ok" "ipv4 via one interface, no ipv6" "$obs" ;;
+	pod | podproxy) _p_line net.routes "$ok" "ipv4 via one interface, ipv6 link-local only" "$obs" ;;
+	*) _p_line net.routes "$ok" "none beyond lo" "$obs" ;;
+	esac
 }
 
 # egress.*: proxy mode only (see run_checks); they judge what gather_egress observed
@@ -1165,6 +1328,44 @@ check_egress_dns() {
 		[ "$EG_DNS" != resolves ] || { ok=0; obs="$obs $A_dnsname:resolves"; }
 	fi
 	_p_line egress.dns "$ok" "no outside name resolves ($A_dnsname)" "${obs# }"
+}
+
+# pod.*: pod and podproxy modes only (see run_checks); they judge what gather_reach observed.
+# _p_silence_ok -- true when silence is a drop here: the control answered in the same window
+_p_silence_ok() {
+	case $RC_CONTROL in proxy:connected | gateway:answered) return 0 ;; esac
+	return 1
+}
+
+# Nothing the policy forbids answers: every forbidden address, the gateway's and the node's ports,
+# the API server's Service and the nameservers are refused, have no route, or stay silent while
+# the control answered (a silent target without it could be a slow open path: fails).
+check_pod_reach() {
+	local ok=1 silent=0 obs _i
+	_p_unreported pod.reach reach && return
+	_p_unreported pod.reach control && return
+	set -f
+	for _i in $RC_REACH; do
+		case $_i in *:refused | *:noroute) ;; *:silent) silent=1 ;; *) ok=0 ;; esac
+	done
+	set +f
+	obs="$RC_REACH; control $RC_CONTROL"
+	if [ "$silent" = 1 ] && ! _p_silence_ok; then ok=0; obs="$obs (silence without an answering control)"; fi
+	_p_line pod.reach "$ok" "nothing but the policy's path answers" "$obs"
+}
+
+# No resolver answers: neither the nameservers of /etc/resolv.conf nor the cluster DNS addresses
+# among the forbidden ones (any reply, NXDOMAIN too, fails); silence needs the control as above.
+check_pod_dns() {
+	local ok=1 silent=0 _i
+	_p_unreported pod.dns dns && return
+	set -f
+	for _i in $RC_DNS; do
+		case $_i in *:refused | *:noroute) ;; *:silent) silent=1 ;; *) ok=0 ;; esac
+	done
+	set +f
+	[ "$silent" = 0 ] || _p_silence_ok || ok=0
+	_p_line pod.dns "$ok" "no resolver answers" "${RC_DNS:-no nameserver}; control $RC_CONTROL"
 }
 
 # cgroup pids limit (v1 or v2) equals the plan
@@ -1292,7 +1493,8 @@ _p_main() {
 	gather_cgroup
 	gather_lists
 	gather_environ
-	[ "$A_net" != proxy ] || gather_egress
+	case $A_net in proxy | podproxy) gather_egress ;; esac
+	case $A_net in pod | podproxy) gather_reach ;; esac
 
 	run_checks
 

@@ -36,6 +36,10 @@ if TYPE_CHECKING:
               help="kubernetes, agent-sandbox: the proxy Service's fixed ClusterIP, inside the cluster's service range.")
 @click.option("--node", type=click.Choice(["kubelet", "podman"]), default="kubelet", show_default=True,
               help="kubernetes, agent-sandbox: who runs the Pod; the probe expects the mounts that one makes.")
+@click.option("--forbidden", multiple=True, metavar="ADDRESS:PORT",
+              help="kubernetes, agent-sandbox: an address the Pod's probe must find unreachable (repeatable); "
+                   "replaces the default list (metadata services, conventional API server and cluster DNS "
+                   "Services, public resolvers; docs/targets.md).")
 @click.option("--warm", type=click.IntRange(min=0, max=2 ** 31 - 1), default=None, metavar="N",
               help="agent-sandbox: also a SandboxWarmPool of N Pods (0: none kept warm; claims need a pool).")
 @egress_options
@@ -44,7 +48,8 @@ if TYPE_CHECKING:
 @show_layers_option
 @click.argument("command", nargs=-1)
 def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: str, proxy_ip: str, node: str,
-            warm: int | None, allow: tuple[str, ...], egress_network: str | None, command: tuple[str, ...]) -> None:
+            forbidden: tuple[str, ...], warm: int | None, allow: tuple[str, ...], egress_network: str | None,
+            command: tuple[str, ...]) -> None:
     """Compile a policy into a launch plan, without touching the Docker engine.
 
     \b
@@ -68,7 +73,8 @@ def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: s
                                    found=f"{fmt} with a subscription login ({', '.join(logins)})",
                                    hint="the login is read and refreshed on the host at launch, which these files "
                                         "cannot do: start it with sandbox run or sandbox up")])
-    options = dict(claim=claim, workspace_root=workspace_root, proxy_ip=proxy_ip, node=node, warm=warm)   # each takes its own
+    options = dict(claim=claim, workspace_root=workspace_root, proxy_ip=proxy_ip, node=node, warm=warm,
+                   **({"forbidden": forbidden} if forbidden else {}))   # each takes its own
     text = target.write(launch_plan, **options)
     warn_losses(target, launch_plan, **options)
     statefiles.write(planned.files)   # what the files for another tool bind from (compiling wrote nothing)

@@ -115,10 +115,11 @@ TARGETS: Mapping[str, Target] = MappingProxyType({t.name: t for t in (
     Target(name="compose", kind="external", external=True, formats=("compose",), writer=_compose),
     # A Pod's workspace is a claim, so copy mode (the claim is the copy) is not refused as for compose.
     Target(name="kubernetes", kind="kubernetes", external=True, formats=("kubernetes",),
-           options=("claim", "workspace_root", "proxy_ip", "node"), writer=_kubernetes, report=_kubernetes_losses),
+           options=("claim", "workspace_root", "proxy_ip", "node", "forbidden"), writer=_kubernetes,
+           report=_kubernetes_losses),
     # The same Pod, made by the agent-sandbox controller from a SandboxTemplate.
     Target(name="agent-sandbox", kind="kubernetes", external=True, formats=("agent-sandbox",),
-           options=("claim", "workspace_root", "proxy_ip", "node", "warm"), writer=_agent_sandbox,
+           options=("claim", "workspace_root", "proxy_ip", "node", "forbidden", "warm"), writer=_agent_sandbox,
            report=_agent_sandbox_losses),
     Target(name="devcontainer", kind="devcontainer", external=True, writer=_devcontainer),
 )})

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import re
 from dataclasses import dataclass, replace
 
@@ -19,6 +20,17 @@ DEFAULT_CLAIM = "sandbox-workspace"
 # A fixed ClusterIP for the proxy's Service, so that the agent is given an address and needs no
 # DNS. In kubeadm's default service range (10.96.0.0/12); `--proxy-ip` picks another.
 DEFAULT_PROXY_IP = "10.96.0.200"
+# What the probe's pod.reach tries beside what it finds in the Pod (the gateway, the node, the API
+# server's Service, the nameservers): the cloud metadata services (AWS, GCP, Azure, OpenStack at
+# 169.254.169.254, AWS's IPv6 one, Alibaba's, ECS task metadata), the API server's and the cluster
+# DNS's conventional Service addresses (kubeadm, k3s, EKS, AKS and GKE defaults), and public
+# resolvers and web addresses. `--forbidden` replaces the list.
+DEFAULT_FORBIDDEN = (
+    "169.254.169.254:80", "[fd00:ec2::254]:80", "100.100.100.200:80", "169.254.170.2:80",
+    "10.96.0.1:443", "10.43.0.1:443", "10.100.0.1:443", "172.20.0.1:443", "10.0.0.1:443",
+    "10.96.0.10:53", "10.43.0.10:53", "10.100.0.10:53", "172.20.0.10:53", "10.0.0.10:53",
+    "1.1.1.1:443", "8.8.8.8:53", "[2606:4700:4700::1111]:443",
+)
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -29,6 +41,7 @@ class KubeOptions:
     workspace_root: str = ""          # the claim's mountinfo root on the node ("": / for the kubelet)
     proxy_ip: str = DEFAULT_PROXY_IP  # the proxy Service's ClusterIP
     node: str = "kubelet"             # kubelet | podman: whose own mounts the probe expects
+    forbidden: tuple[str, ...] = DEFAULT_FORBIDDEN   # ADDRESS:PORT the Pod's probe must find unreachable
 
 
 def _split_labels(pairs: tuple[tuple[str, str], ...]) -> tuple[dict, dict]:
@@ -77,6 +90,19 @@ def kube_named(plan: LaunchPlan) -> LaunchPlan:
                    proxy=proxy)
 
 
+def _forbidden_ok(target: str) -> bool:
+    """ADDRESS:PORT as the probe reads it: an IPv6 address in brackets, each in its canonical form."""
+    host, _, port = target.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        return False
+    bracketed = host.startswith("[") and host.endswith("]")
+    try:
+        address = ipaddress.ip_address(host[1:-1] if bracketed else host)
+    except ValueError:
+        return False
+    return bracketed == (address.version == 6) and str(address) == (host[1:-1] if bracketed else host)
+
+
 def _check(plan: LaunchPlan, options: KubeOptions) -> None:
     problems = []
     names = [plan.container.name] + ([plan.proxy.name] if plan.proxy else [])
@@ -87,6 +113,10 @@ def _check(plan: LaunchPlan, options: KubeOptions) -> None:
     if not _DNS_LABEL.match(options.claim):
         problems.append(Problem(file="command line", path="--claim", expected="a PersistentVolumeClaim name",
                                 found=options.claim))
+    for target in options.forbidden:
+        if not _forbidden_ok(target):
+            problems.append(Problem(file="command line", path="--forbidden", expected="ADDRESS:PORT (IPv6 in brackets)",
+                                    found=target, hint="for example 169.254.169.254:80 or [fd00:ec2::254]:80"))
     if options.node not in NODES:
         problems.append(Problem(file="command line", path="--node", expected=" or ".join(NODES), found=options.node))
     if problems:
@@ -104,7 +134,8 @@ def to_manifests(plan: LaunchPlan, options: KubeOptions = KubeOptions()) -> list
     probe_image = "sandbox/probe:" + probe_volume.removeprefix("sandbox-probe-")
     agent, files = pod.agent_pod(plan, claim=options.claim, node=options.node, workspace_root=options.workspace_root,
                                  proxy_address=address, probe_image=probe_image,
-                                 env=_address_env(c.env, options.proxy_ip), labels=labels, annotations=annotations)
+                                 env=_address_env(c.env, options.proxy_ip), labels=labels, annotations=annotations,
+                                 forbidden=options.forbidden)
     agent_selector = {label.SANDBOX: labels[label.SANDBOX], label.KIND: labels[label.KIND]}
     objects: list[dict] = []
     proxy_selector = None
@@ -130,4 +161,4 @@ def kubernetes_text(plan: LaunchPlan, options: KubeOptions = KubeOptions()) -> s
     return head + yaml.safe_dump_all(objects, sort_keys=False, width=1000, explicit_start=True)
 
 
-__all__ = ["KubeOptions", "NODES", "kubernetes_text", "losses", "to_manifests"]
+__all__ = ["DEFAULT_FORBIDDEN", "KubeOptions", "NODES", "kubernetes_text", "losses", "to_manifests"]

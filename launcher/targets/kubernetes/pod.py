@@ -8,6 +8,7 @@ import hashlib
 import posixpath
 from dataclasses import replace
 
+from launcher import checks
 from launcher.errors import PolicyError, Problem
 from launcher.plan import PROBE_DIR, LaunchPlan, Mount, MountKind
 
@@ -24,6 +25,8 @@ HOME_DIR = "home"        # the directory in the home volume the init container m
 FILES_MAP = "files"      # the ConfigMap volume of small read-only files (the `{}` of a missing config file)
 EMPTY_CONFIG = "empty-config.json"
 FILE_PROBLEM_FILE = "policy"
+# The node's address, from the Downward API: the probe's pod.reach tries the kubelet's ports on it.
+NODE_IP_ENV = "SANDBOX_NODE_IP"
 
 
 def runtime_class_name(plan: LaunchPlan) -> str | None:
@@ -128,10 +131,12 @@ class _Volumes:
 
 
 def expectations(plan: LaunchPlan, *, node: str, workspace_root: str, claim: str, proxy_address: str,
-                 home_volume: str) -> tuple[str, ...]:
+                 home_volume: str, forbidden: tuple[str, ...]) -> tuple[str, ...]:
     """The probe's arguments for this Pod on `node`: the plan's, where a Pod differs from Docker
-    (mounts the node agent makes, the workspace and home sources, the proxy's address, pids)."""
+    (mounts the node agent makes, the workspace and home sources, the proxy's address, pids, and
+    the Pod mode of the network checks with the addresses it must not reach)."""
     p = plan.probe
+    net = checks.POD_MODES[p.net]
     if node == "podman":
         wsroot = workspace_root or f"{PODMAN_VOLUMES}/{claim}/_data"
         homesrc = f"/{home_volume}/_data"      # podman mounts the volume itself and ignores subPath
@@ -142,6 +147,7 @@ def expectations(plan: LaunchPlan, *, node: str, workspace_root: str, claim: str
         p, mounts=p.mounts + NODE_MOUNTS[node], writable=p.writable + NODE_WRITABLE[node],
         wsroot=wsroot, wsupper="-", homesrc=homesrc,
         pids="max",       # no per-Pod pids limit in the Pod API: the node's podPidsLimit (loss report)
+        net=net, checks=checks.for_mode(net), forbidden=forbidden,
         **({"proxy": proxy_address} if p.proxy != "-" else {}),
     ).to_args()
 
@@ -163,17 +169,20 @@ def init_script(node: str, proxy_address: str) -> str:
 
 
 def agent_pod(plan: LaunchPlan, *, claim: str, node: str, workspace_root: str, proxy_address: str,
-              probe_image: str, env: dict[str, str], labels: dict, annotations: dict) -> tuple[dict, bool]:
+              probe_image: str, env: dict[str, str], labels: dict, annotations: dict,
+              forbidden: tuple[str, ...]) -> tuple[dict, bool]:
     """The agent Pod, and whether it needs the small-files ConfigMap."""
     c = plan.container
     uid, gid = plan.probe.uid, plan.probe.gid
     vols = _Volumes(plan, claim)
     args = expectations(plan, node=node, workspace_root=workspace_root, claim=claim, proxy_address=proxy_address,
-                        home_volume=vols.home_volume) + ("--",) + tuple(plan.agent_command)
+                        home_volume=vols.home_volume, forbidden=forbidden) + ("--",) + tuple(plan.agent_command)
     limits = {"memory": str(c.memory_bytes), **({"cpu": f"{c.nano_cpus // 1_000_000}m"} if c.nano_cpus else {})}
     agent = {
         "name": "agent", "image": c.image, "command": list(c.entrypoint), "args": [literal(a, node) for a in args],
-        "workingDir": c.working_dir, "env": [{"name": k, "value": literal(v, node)} for k, v in env.items()],
+        "workingDir": c.working_dir,
+        "env": [{"name": k, "value": literal(v, node)} for k, v in env.items()]
+        + [{"name": NODE_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}],
         "securityContext": restricted_context(uid, gid, c.cap_add),
         "resources": {"limits": limits, "requests": dict(limits)},
         "volumeMounts": vols.mounts, "terminationMessagePath": TERMINATION_LOG,
