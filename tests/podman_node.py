@@ -21,6 +21,10 @@ NAMESPACE_CALLS = ("clone", "clone3", "unshare", "setns")
 CONMON_NPROC = 32768
 PROFILE = "runtime-default.json"
 SECCOMP_ANNOTATION = "seccomp.security.alpha.kubernetes.io/pod"
+# podman 4.3 has no status.hostIP for the Downward API: the node's copy says the address itself
+# (an address of the closed test network, tests/podman_closed.py; unreachable elsewhere).
+NODE_IP = "10.89.78.254"
+KIND = "dev.sandbox.kind"
 
 
 def runtime_default_profile(podman_profile: dict) -> dict:
@@ -40,7 +44,7 @@ def runtime_default_profile(podman_profile: dict) -> dict:
 
 
 class Node:
-    def __init__(self, podman: str, root: Path):
+    def __init__(self, podman: str, root: Path, *, link_local_ipv6: bool = False):
         self.podman = podman
         root.mkdir(parents=True, exist_ok=True)
         self.profiles = root
@@ -57,8 +61,9 @@ class Node:
                         f'default_ulimits = ["nofile={nofile[0]}:{nofile[1]}", "nproc={nproc[0]}:{nproc[1]}"]\n'
                         f'seccomp_profile = "{seccomp}"\n'
                         # Docker turns IPv6 off in a container unless asked; podman leaves the kernel's
-                        # link-local address on eth0, which the probe's net.routes refuses (rightly).
-                        'default_sysctls = ["net.ipv6.conf.all.disable_ipv6=1"]\n')
+                        # link-local address on eth0, which the probe's net.routes refuses in Docker's
+                        # modes (rightly) and accepts in the Pod modes (link_local_ipv6: left on).
+                        + ('' if link_local_ipv6 else 'default_sysctls = ["net.ipv6.conf.all.disable_ipv6=1"]\n'))
         self.env = {"CONTAINERS_CONF": str(conf), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
     def run(self, *args: str, check: bool = True, timeout: int = 120, **kw) -> subprocess.CompletedProcess:
@@ -77,9 +82,15 @@ class Node:
             self.run("load", "-q", stdin=save.stdout, timeout=300)
             assert save.wait() == 0
 
-    def _copy(self, obj: dict, node_seccomp: bool) -> dict:
+    def _copy(self, obj: dict, node_seccomp: bool, node_env: dict[str, str]) -> dict:
+        """podman's copy of an object; the agent container is told what the kubelet tells every
+        container (node_env: its address, the API server's Service)."""
         obj = json.loads(json.dumps(obj))
         if obj["kind"] == "Pod":
+            for container in obj["spec"]["containers"] if obj["metadata"]["labels"].get(KIND) == "kubernetes" else ():
+                env = [e for e in container.get("env", []) if e["name"] not in node_env
+                       and "fieldRef" not in e.get("valueFrom", {})]
+                container["env"] = env + [{"name": k, "value": v} for k, v in node_env.items()]
             # podman 4.3 refuses annotation values longer than 63 characters (Kubernetes allows
             # 256 KiB in all): the metadata-only annotations stay out of podman's copy.
             obj["metadata"].pop("annotations", None)
@@ -88,14 +99,15 @@ class Node:
         return obj
 
     def play(self, objects: list[dict], workdir: Path, *, node_seccomp: bool = True, network: str = "none",
-             proxy_ip: str = "") -> tuple[int, str]:
+             proxy_ip: str = "", agent_ip: str = "", node_env: dict[str, str] | None = None) -> tuple[int, str]:
         """Run the agent Pod of `objects` to its end, after their proxy Pod (at proxy_ip on
         `network`) when there is one; returns the agent container's exit code and output.
         podman runs Pods and reads ConfigMaps; it has no Services and ignores NetworkPolicy, so
         those stay out (`network` is what isolates here: none, or an internal network). All that
         was made goes again, volumes too. node_seccomp False: podman's own built-in default
         seccomp profile instead of the containerd-like one."""
-        objects = [self._copy(o, node_seccomp) for o in objects if o["kind"] in ("Pod", "ConfigMap")]
+        node_env = {"SANDBOX_NODE_IP": NODE_IP} if node_env is None else node_env
+        objects = [self._copy(o, node_seccomp, node_env) for o in objects if o["kind"] in ("Pod", "ConfigMap")]
         maps = [o for o in objects if o["kind"] == "ConfigMap"]
         pods = {o["metadata"]["labels"]["dev.sandbox.kind"]: o for o in objects if o["kind"] == "Pod"}
         agent_pod = pods.pop("kubernetes")
@@ -103,7 +115,8 @@ class Node:
         for role, pod in [*pods.items(), ("agent", agent_pod)]:
             path = workdir / f"{role}.yaml"
             path.write_text(yaml.safe_dump_all(maps + [pod], sort_keys=False))
-            files.append((path, pod, ["--ip", proxy_ip] if role == "proxy" else []))
+            address = proxy_ip if role == "proxy" else agent_ip if role == "agent" else ""
+            files.append((path, pod, ["--ip", address] if address else []))
         agent = f"{agent_pod['metadata']['name']}-agent"
         try:
             for path, _, extra in files:

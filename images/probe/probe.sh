@@ -546,7 +546,7 @@ _p_lookup() {
 #   RC_REACH         "target:verdict ..." (verdicts of _p_connect; target ADDRESS:PORT, or
 #                    node:none when the node's address is missing or malformed)
 #   RC_DNS           "server:answered|silent|refused|noroute|unknown ..." for one query to each
-#                    nameserver of /etc/resolv.conf and each forbidden address on port 53
+#                    nameserver of /etc/resolv.conf, the gateway and each forbidden address on port 53
 #   RC_CONTROL       what shows that this network answers within the window, so that silence
 #                    elsewhere is a drop: podproxy "proxy:connected" (the allowed path, tried in
 #                    the same window); pod "gateway:answered" when /proc/net/arp lists the default
@@ -560,7 +560,8 @@ gather_reach() {
 		case $t in *:53) dns="$dns ${t%:53}" ;; esac
 	done
 	IFS=$_P_IFS; set +f
-	[ -z "$RT_GW" ] || { _p_hexip "$RT_GW"; gw=$_P_R; targets="$targets $gw:22 $gw:80 $gw:443 $gw:10250"; }
+	# The gateway (often the node itself): its ssh, DNS, web and kubelet ports, and DNS on it.
+	[ -z "$RT_GW" ] || { _p_hexip "$RT_GW"; gw=$_P_R; targets="$targets $gw:22 $gw:53 $gw:80 $gw:443 $gw:10250"; dns="$dns $gw"; }
 	# The node's address from the Downward API (status.hostIP), the kubelet's own ports on it.
 	case ${SANDBOX_NODE_IP:-x} in
 	*[!0-9a-f.:]* | *.*:* | *:*.*) targets="$targets node:none" ;;
@@ -628,10 +629,10 @@ _p_ask_dns() {
 	_r=$(_p_within 1 "$BB" nslookup "$_n" "$1" 2>&1)
 	case $_r in
 	*Server:* | *Name:* | *"can't find"*) _r=answered ;;
-	'' | *"timed out"*) _r=silent ;;
 	*refused*) _r=refused ;;
 	*nreachable* | *"o route"*) _r=noroute ;;
-	*) _r=unknown ;;
+	'' | *"timed out"* | Terminated) _r=silent ;;   # its own timeout, or cut off by _p_within
+	*) _p_esc "$_r"; _r="unknown($_P_R)" ;;
 	esac
 	printf 'dns\t%s:%s\n' "$1" "$_r"
 }
@@ -1331,6 +1332,14 @@ check_egress_dns() {
 }
 
 # pod.*: pod and podproxy modes only (see run_checks); they judge what gather_reach observed.
+# _p_unobserved ID KEY -- true (and a failed line for ID) if observation KEY of gather_reach did
+# not report
+_p_unobserved() {
+	_p_in "$2" "$RC_REPORTED" && return 1
+	_p_line "$1" 0 "a result" "the check did not report"
+	return 0
+}
+
 # _p_silence_ok -- true when silence is a drop here: the control answered in the same window
 _p_silence_ok() {
 	case $RC_CONTROL in proxy:connected | gateway:answered) return 0 ;; esac
@@ -1342,8 +1351,8 @@ _p_silence_ok() {
 # the control answered (a silent target without it could be a slow open path: fails).
 check_pod_reach() {
 	local ok=1 silent=0 obs _i
-	_p_unreported pod.reach reach && return
-	_p_unreported pod.reach control && return
+	_p_unobserved pod.reach reach && return
+	_p_unobserved pod.reach control && return
 	set -f
 	for _i in $RC_REACH; do
 		case $_i in *:refused | *:noroute) ;; *:silent) silent=1 ;; *) ok=0 ;; esac
@@ -1358,7 +1367,7 @@ check_pod_reach() {
 # among the forbidden ones (any reply, NXDOMAIN too, fails); silence needs the control as above.
 check_pod_dns() {
 	local ok=1 silent=0 _i
-	_p_unreported pod.dns dns && return
+	_p_unobserved pod.dns dns && return
 	set -f
 	for _i in $RC_DNS; do
 		case $_i in *:refused | *:noroute) ;; *:silent) silent=1 ;; *) ok=0 ;; esac

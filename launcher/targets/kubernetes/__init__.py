@@ -22,11 +22,11 @@ DEFAULT_CLAIM = "sandbox-workspace"
 DEFAULT_PROXY_IP = "10.96.0.200"
 # What the probe's pod.reach tries beside what it finds in the Pod (the gateway, the node, the API
 # server's Service, the nameservers): the cloud metadata services (AWS, GCP, Azure, OpenStack at
-# 169.254.169.254, AWS's IPv6 one, Alibaba's, ECS task metadata), the API server's and the cluster
-# DNS's conventional Service addresses (kubeadm, k3s, EKS, AKS and GKE defaults), and public
-# resolvers and web addresses. `--forbidden` replaces the list.
+# 169.254.169.254, AWS's IPv6 one, Alibaba's, ECS task metadata), NodeLocal DNSCache's address,
+# the API server's and the cluster DNS's conventional Service addresses (kubeadm, k3s, EKS, AKS and
+# GKE defaults), and public resolvers and web addresses. `--forbidden` replaces the list.
 DEFAULT_FORBIDDEN = (
-    "169.254.169.254:80", "[fd00:ec2::254]:80", "100.100.100.200:80", "169.254.170.2:80",
+    "169.254.169.254:80", "[fd00:ec2::254]:80", "100.100.100.200:80", "169.254.170.2:80", "169.254.20.10:53",
     "10.96.0.1:443", "10.43.0.1:443", "10.100.0.1:443", "172.20.0.1:443", "10.0.0.1:443",
     "10.96.0.10:53", "10.43.0.10:53", "10.100.0.10:53", "172.20.0.10:53", "10.0.0.10:53",
     "1.1.1.1:443", "8.8.8.8:53", "[2606:4700:4700::1111]:443",
