@@ -78,6 +78,15 @@ ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
                                 checks=("net.interfaces", "net.routes")),
     ("network.mode", "proxy"): E(mechanism="internal network, no gateway; proxy sidecar", component=Component.NAMESPACE,
                                  checks=("net.interfaces", "net.routes", "egress.proxy", "egress.direct", "egress.dns")),
+    # The Kubernetes target (`explain --target kubernetes`): the probe's Pod modes (CONTRACT.md).
+    ("network.mode", "pod-none"): E(mechanism="NetworkPolicy: no ingress, no egress (the network plugin enforces it)",
+                                    component=Component.NAMESPACE,
+                                    checks=("net.interfaces", "net.routes", "pod.reach", "pod.dns"),
+                                    note="the plugin's interface is accepted; nothing tried may answer"),
+    ("network.mode", "pod-proxy"): E(mechanism="NetworkPolicy: egress only to the proxy Pod's ports; proxy Pod",
+                                     component=Component.NAMESPACE,
+                                     checks=("net.interfaces", "net.routes", "egress.proxy", "pod.reach", "pod.dns"),
+                                     note="nothing tried but the proxy's ClusterIP and port may answer"),
     ("network.allow", "none"): E(mechanism="nothing to allow: no interface but lo", component=Component.NAMESPACE,
                                  checks=("net.interfaces", "net.routes")),
     ("network.allow", "proxy"): E(mechanism="proxy ACL (host and port) in its config", component=Component.PROXY,
@@ -196,10 +205,14 @@ class Row:
 
 def rows(eff: Effective, target: str = "run", engine: EngineFacts | None = None) -> tuple[Row, ...]:
     decided = {d.field: d for d in eff.decisions}
+
+    def entry(f: str) -> Enforcement:
+        variant = _variant(f, eff)
+        pod = ENFORCEMENT.get((f, f"pod-{variant}")) if TARGETS[target].kind == "kubernetes" else None
+        return pod or ENFORCEMENT.get((f, variant)) or ENFORCEMENT[(f, "")]
+
     return tuple(Row(field=f, value=decided[f].value, decided_by=decided[f].decided_by,
-                     enforcement=on_engine(f, for_target(f, target, ENFORCEMENT.get((f, _variant(f, eff)))
-                                                         or ENFORCEMENT[(f, "")]), engine))
-                 for f in FIELDS)
+                     enforcement=on_engine(f, for_target(f, target, entry(f)), engine)) for f in FIELDS)
 
 
 # Under runtime: gvisor, gVisor's kernel is (also) what enforces these.

@@ -23,7 +23,7 @@ from launcher import inject
 from launcher.errors import PolicyError
 from launcher.hostpaths import PathFact
 from launcher.policy import parse_policy
-from launcher.targets.kubernetes import KubeOptions, kubernetes_text, to_manifests
+from launcher.targets.kubernetes import DEFAULT_FORBIDDEN, KubeOptions, kubernetes_text, to_manifests
 from launcher.targets.kubernetes import pod as kpod
 from launcher.targets.kubernetes.network import PRIVATE_V4, PRIVATE_V6
 
@@ -197,7 +197,8 @@ def test_the_probe_expects_what_each_node_makes():
     assert "/etc/passwd" in podman["mounts"].split(",") and kpod.TERMINATION_LOG not in podman["writable"]
     assert kubelet["wsroot"] == "/" and podman["wsroot"] == "/var/lib/containers/storage/volumes/c/_data"
     assert kubelet["homesrc"].startswith("/volumes/kubernetes.io~empty-dir/home-") and kubelet["pids"] == "max"
-    assert kubelet["net"] == "none" and kubelet["proxy"] == "-" and kubelet["wsupper"] == "-"
+    assert kubelet["net"] == "pod" and kubelet["proxy"] == "-" and kubelet["wsupper"] == "-"
+    assert kubelet["forbidden"].split(",") == list(DEFAULT_FORBIDDEN) and "pod.reach" in kubelet["checks"]
     rooted = probe_args(to_manifests(preset_plan("read-only"), KubeOptions(workspace_root="/mnt/pv/ws")))
     assert rooted["wsroot"] == "/mnt/pv/ws"
 
@@ -226,12 +227,12 @@ def test_proxy_mode_gives_the_agent_the_proxy_address_and_nothing_else(monkeypat
     text = kubernetes_text(plan, KubeOptions(proxy_ip="10.100.0.9"))
     objects = list(yaml.safe_load_all(text))
     assert "never-in-the-file" not in text and "kubectl create secret generic" in text
-    env = {e["name"]: e["value"] for e in agent_pod(objects)["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in agent_pod(objects)["spec"]["containers"][0]["env"]}
     assert env["HTTPS_PROXY"] == env["http_proxy"] == "http://10.100.0.9:3128"
     port = plan.proxy.secrets[0].port
     assert env[inject.endpoint_var("model")] == f"http://10.100.0.9:{port}"
     assert env["NO_PROXY"] == "localhost,127.0.0.1,10.100.0.9"
-    assert "sandbox-proxy" not in "".join(env.values())
+    assert "sandbox-proxy" not in "".join(v for v in env.values() if v)
     assert probe_args(objects)["proxy"] == "10.100.0.9:3128"
     (service,) = by_kind(objects, "Service")
     assert service["spec"]["clusterIP"] == "10.100.0.9"
@@ -306,7 +307,7 @@ def test_what_the_plan_says_stays_literal_for_the_kubelet():
     for node, want in (("kubelet", "$$(HOME)"), ("podman", "$(HOME)")):
         agent = agent_pod(to_manifests(plan, KubeOptions(node=node)))["spec"]["containers"][0]
         assert agent["args"][-1] == f"echo {want} {'$$$$' if node == 'kubelet' else '$$'}"
-        assert {e["name"]: e["value"] for e in agent["env"]}["PRICE"] == f"{want} {'$$5' if node == 'kubelet' else '$5'}"
+        assert {e["name"]: e.get("value") for e in agent["env"]}["PRICE"] == f"{want} {'$$5' if node == 'kubelet' else '$5'}"
 
 
 @pytest.mark.parametrize("name", resources.preset_names())

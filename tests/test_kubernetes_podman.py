@@ -102,6 +102,6 @@ def test_a_proxy_mode_pod_reaches_only_its_proxy_pod_and_passes_the_egress_check
         code, logs = node.play(objects, tmp_path, network=network, proxy_ip=PROXY_IP)
     failed = [line for line in logs.splitlines() if "\tfail\t" in line]
     assert code == 0 and not failed, logs
-    for check in ("egress.proxy", "egress.denied", "egress.direct", "egress.dns", "fs.protected"):
+    for check in ("egress.proxy", "egress.denied", "pod.reach", "pod.dns", "fs.protected"):
         assert f"PROBE\t{check}\tpass\t" in logs
     assert "PROBE-END\tok" in logs and AGENT_SAID in logs

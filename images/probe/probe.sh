@@ -508,7 +508,8 @@ _p_try_port() {
 # TCP connect() to HOST answered within 1 s; a new attempt (at most 3) while connect() returns
 # before the handshake is done. The -e program gets busybox as $1 and the socket as fd 0: "early"
 # only where the kernel lists that socket as SYN_SENT (02); any other state, or none found, counts
-# as connected. "No route to host" and "Network is unreachable" are noroute; nc's own alarm silent.
+# as connected. "No route to host", "Network is unreachable" and no source address of the family
+# are noroute; nc's own alarm is silent.
 _p_connect() {
 	local _n _e _prog
 	_prog='i=$("$1" readlink /proc/self/fd/0); i=${i#socket:[}; i=${i%]}
@@ -521,6 +522,9 @@ case $st in 02) echo "state early" >&2 ;; *) echo "state connected" >&2 ;; esac'
 		*"state connected"*) _P_R=connected ;;
 		*"can't connect to remote host"*refused*) _P_R=refused ;;
 		*"can't connect to remote host"*"o route to host"* | *"can't connect to remote host"*"etwork is unreachable"*)
+			_P_R=noroute ;;
+		# no address of that family to send from (IPv6 off, or no IPv6 at all): nothing leaves either
+		*"can't connect to remote host"*"annot assign requested address"* | *"ddress family not supported"*)
 			_P_R=noroute ;;
 		"nc: timed out" | *"can't connect to remote host"*"imed out"*) _P_R=silent ;;
 		*) _p_esc "$_e"; _P_R="unknown($_P_R)" ;;

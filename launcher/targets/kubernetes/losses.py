@@ -26,21 +26,29 @@ def pod_losses(plan: LaunchPlan, *, node: str) -> list[tuple[str, str]]:
         ("logging", "the node's container log rotation (containerLogMaxSize), not the plan's json-file options"),
     ]
     out.append(("the node", "traffic between a Pod and its own node is always allowed, whatever NetworkPolicy says "
-                            "(a documented exception): the probe's egress.direct refuses a Pod whose gateway answers, so "
-                            "on most clusters only a host firewall (Cilium host policies, Calico host endpoints) lets "
-                            "it start"))
-    out.append(("IPv6 and ICMP", "a Pod with an IPv6 address on its interface (link-local too) is refused by "
-                                 "net.routes; NetworkPolicy covers TCP, UDP and SCTP only"))
+                            "(a documented exception): the probe's pod.reach tries the node (status.hostIP) and the "
+                            "gateway on ports 22, 53, 80, 443 and 10250 and refuses a Pod that one answers, so on most "
+                            "clusters only a host firewall (Cilium host policies, Calico host endpoints) lets it start; "
+                            "the node's other ports are not tried"))
+    out.append(("IPv6 and ICMP", "a Pod with an IPv6 address beyond link-local is refused by net.routes (on a "
+                                 "dual-stack cluster the agent does not start); NetworkPolicy covers TCP, UDP and SCTP "
+                                 "only, and the probe tries TCP and DNS over UDP, not ICMP"))
+    out.append(("the Pod's network (proven by answers)", "pod.reach and pod.dns try the addresses the probe is given "
+                "(--forbidden: metadata services, the conventional API server and cluster DNS Services, public "
+                "resolvers) and those it finds (gateway, node, KUBERNETES_SERVICE_HOST, the nameservers): refused or "
+                "no route passes, silence only while the control answers in the same window"
+                + (" (the proxy)" if plan.probe.net == "proxy" else " (the gateway at the link layer)")
+                + "; addresses and ports not tried stay the NetworkPolicy's word, not the probe's"))
+    out.append(("egress enforcement", "NetworkPolicy needs a network plugin that enforces it (Calico, Cilium, ...); "
+                                      "without one the API server's Service and the node answer the probe's "
+                                      "pod.reach, which refuses the Pod"))
     if plan.probe.net == "none":
-        out.append(("network.mode none", "a Pod always has the network plugin's interface; the NetworkPolicy "
-                                         "denies all its traffic, but the probe's net=none checks (lo only, no routes) "
-                                         "refuse it on a cluster, so the agent does not start there (podman kube play "
-                                         "--network none gives lo only)"))
+        out.append(("network.mode none", "a Pod always has the network plugin's interface: the probe's Pod mode "
+                                         "(net=pod) accepts it and refuses the Pod if anything above answers; the "
+                                         "NetworkPolicy denies all its traffic"))
     else:
         out.append(("network.allow", "NetworkPolicy is L3/L4: the host allow-list stays Squid's job; the proxy Pod "
                                      "may reach every public address on the allowed ports"))
-        out.append(("egress enforcement", "NetworkPolicy needs a network plugin that enforces it (Calico, Cilium, "
-                                          "...); without one the probe's egress.direct check refuses the Pod"))
         if plan.proxy is not None and private_rules(plan.proxy):
             out.append(("network.allow private: true", "the proxy's NetworkPolicy never reaches private ranges: such "
                                                        "a host is unreachable from the Pod"))
