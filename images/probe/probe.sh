@@ -6,8 +6,9 @@
 #   1. library    _p_* helpers: the result line, escaping, comma lists, write tests
 #   2. arguments  parse_args: the expectations into read-only A_<key>; a bad one ends the probe
 #   3. gather     gather_*: what several checks read (process status, mountinfo, routes, cgroup
-#                 files, the launcher's pattern lists, environments, proxy-mode network answers),
-#                 read once into read-only S_*, MI_*, RT_*, CG_*, L_*, ENV_*, EG_* variables.
+#                 files, the launcher's pattern lists, environments, proxy-mode and Pod-mode
+#                 network answers), read once into read-only S_*, MI_*, RT_*, CG_*, L_*, ENV_*,
+#                 EG_*, RC_* variables.
 #                 Gathering parses and validates;
 #                 it never compares with an expectation.
 #   4. checks     check_<id> ("." in the id as "_"), one per check: reads A_*, the gathered
@@ -27,8 +28,8 @@
 #   the probe was given before it execs.
 # - Fail closed: anything unreadable, unparsable or missing where required fails its check. A
 #   write to a read-only variable ends the subshell, and with it the probe, without PROBE-END.
-# - Never writes to /proc or /sys, never mounts, no network traffic beyond the proxy-mode
-#   checks. Write tests create a fresh name with O_EXCL (noclobber) and remove it again if the
+# - Never writes to /proc or /sys, never mounts, no network traffic beyond the proxy-mode and
+#   Pod-mode checks. Write tests create a fresh name with O_EXCL (noclobber) and remove it again if the
 #   creation unexpectedly succeeds; "open for writing" tests use ">>" on existing regular files
 #   and write nothing.
 # - Fast: files are read whole and split in memory (ash's read builtin does one syscall per
