@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SUBNET = "10.89.78.0/24"
-SUBNET6 = "fd89:78::/64"   # only with ipv6=True: an address beyond link-local, which net.routes refuses
+SUBNET6 = "fd89:78::/64"
+SECOND_SUBNET = "10.89.79.0/24"   # only with second=True: an internal network of its own   # only with ipv6=True: an address beyond link-local, which net.routes refuses
 GATEWAY = "10.89.78.1"     # the bridge's address, podman's choice for the first of the subnet
 PROXY_IP = "10.89.78.10"
 AGENT_IP = "10.89.78.20"
@@ -61,6 +62,7 @@ WORLD_ADDED = (DNS_IP, METADATA_IP)
 class Closed:
     network: str
     rules: tuple[str, ...]
+    second: str = ""   # a second network for the agent Pod ("": none)
 
 
 class _HostListeners:
@@ -119,9 +121,9 @@ class ClosedNetwork:
     named (a subset of RULES); all of it goes again on exit."""
 
     def __init__(self, node, name: str, rules: tuple[str, ...], world_image: str, *, arp_blocked: bool = False,
-                 ipv6: bool = False):
+                 ipv6: bool = False, second: bool = False):
         self.node, self.name, self.rules, self.world_image = node, name, rules, world_image
-        self.arp_blocked, self.ipv6 = arp_blocked, ipv6
+        self.arp_blocked, self.ipv6, self.second = arp_blocked, ipv6, second
         self.table = f"sandbox_test_netpod_{os.getpid()}"
         self.world = f"{name}-world"
         self.done: list = []
@@ -132,13 +134,16 @@ class ClosedNetwork:
         except BaseException:
             self.__exit__()
             raise
-        return Closed(self.name, self.rules)
+        return Closed(self.name, self.rules, f"{self.name}-second" if self.second else "")
 
     def _make(self) -> None:
         run = self.node.run
         six = ("--ipv6", "--subnet", SUBNET6) if self.ipv6 else ()
         run("network", "create", "--disable-dns", "--subnet", SUBNET, "--gateway", GATEWAY, *six, self.name)
         self.done.append(lambda: run("network", "rm", "-f", self.name, check=False))
+        if self.second:
+            run("network", "create", "--internal", "--disable-dns", "--subnet", SECOND_SUBNET, f"{self.name}-second")
+            self.done.append(lambda: run("network", "rm", "-f", f"{self.name}-second", check=False))
         # netavark makes the bridge when the first container joins: the listener first
         script = Path(__file__).with_name("netpod_world.py")
         run("run", "-d", "--name", self.world, "--network", self.name, "--ip", WORLD_IP, "--entrypoint", "python3",

@@ -99,13 +99,15 @@ class Node:
         return obj
 
     def play(self, objects: list[dict], workdir: Path, *, node_seccomp: bool = True, network: str = "none",
-             proxy_ip: str = "", agent_ip: str = "", node_env: dict[str, str] | None = None) -> tuple[int, str]:
+             proxy_ip: str = "", agent_ip: str = "", node_env: dict[str, str] | None = None,
+             agent_also: str = "") -> tuple[int, str]:
         """Run the agent Pod of `objects` to its end, after their proxy Pod (at proxy_ip on
         `network`) when there is one; returns the agent container's exit code and output.
         podman runs Pods and reads ConfigMaps; it has no Services and ignores NetworkPolicy, so
         those stay out (`network` is what isolates here: none, or an internal network). All that
         was made goes again, volumes too. node_seccomp False: podman's own built-in default
-        seccomp profile instead of the containerd-like one."""
+        seccomp profile instead of the containerd-like one. agent_also: a second network the agent
+        Pod joins too (a second interface)."""
         node_env = {"SANDBOX_NODE_IP": NODE_IP} if node_env is None else node_env
         objects = [self._copy(o, node_seccomp, node_env) for o in objects if o["kind"] in ("Pod", "ConfigMap")]
         maps = [o for o in objects if o["kind"] == "ConfigMap"]
@@ -116,11 +118,14 @@ class Node:
             path = workdir / f"{role}.yaml"
             path.write_text(yaml.safe_dump_all(maps + [pod], sort_keys=False))
             address = proxy_ip if role == "proxy" else agent_ip if role == "agent" else ""
-            files.append((path, pod, ["--ip", address] if address else []))
+            nets = ["--network", f"{network}:ip={address}" if address else network]
+            if role == "agent" and agent_also:
+                nets += ["--network", agent_also]
+            files.append((path, pod, nets))
         agent = f"{agent_pod['metadata']['name']}-agent"
         try:
             for path, _, extra in files:
-                self.run("kube", "play", "--network", network, *extra, "--seccomp-profile-root", str(self.profiles),
+                self.run("kube", "play", *extra, "--seccomp-profile-root", str(self.profiles),
                          str(path))
             code = int(self.run("wait", agent, timeout=300).stdout.strip())
             return code, self.run("logs", agent).stdout

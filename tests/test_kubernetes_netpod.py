@@ -42,7 +42,7 @@ def play(node, tmp_path, preset: str, rules: tuple[str, ...], **closing) -> tupl
     objects = compiled(preset, ws, f"sandbox-test-claim-{os.getpid()}-netpod", "--proxy-ip", PROXY_IP, *forbidden)
     with ClosedNetwork(node, f"sandbox-test-netpod-{os.getpid()}", rules, images.AGENT_IMAGE, **closing) as closed:
         return node.play(objects, tmp_path, network=closed.network, proxy_ip=PROXY_IP, agent_ip=AGENT_IP,
-                         node_env=NODE_ENV)
+                         node_env=NODE_ENV, agent_also=closed.second)
 
 
 def line(logs: str, check: str) -> str:
@@ -105,3 +105,11 @@ def test_a_global_ipv6_address_on_the_pods_interface_fails_net_routes(node, tmp_
     assert code == 97 and AGENT_SAID not in logs, logs
     routes = line(logs, "net.routes")
     assert routes.startswith("PROBE\tnet.routes\tfail\t") and "if_inet6:eth0" in routes, logs
+
+
+def test_a_second_interface_fails_net_interfaces(node, tmp_path):
+    """The Pod modes accept the plugin's one interface, not another network beside it."""
+    code, logs = play(node, tmp_path, "read-only", tuple(RULES), second=True)
+    assert code == 97 and AGENT_SAID not in logs, logs
+    interfaces = line(logs, "net.interfaces")
+    assert interfaces.startswith("PROBE\tnet.interfaces\tfail\t") and "eth1" in interfaces, logs
