@@ -6,6 +6,7 @@ one rule is missing, or when silence cannot be judged because the control does n
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -113,3 +114,23 @@ def test_a_second_interface_fails_net_interfaces(node, tmp_path):
     assert code == 97 and AGENT_SAID not in logs, logs
     interfaces = line(logs, "net.interfaces")
     assert interfaces.startswith("PROBE\tnet.interfaces\tfail\t") and "eth1" in interfaces, logs
+
+
+def test_a_closed_network_that_fails_to_come_up_leaves_nothing_behind(node, monkeypatch):
+    """A failure after the network, the listener, the rules and the addresses were made (the
+    host's listeners refuse to start): all of it goes again."""
+    import podman_closed
+
+    def refuse(listeners):
+        raise OSError("the host's listeners did not start")
+
+    monkeypatch.setattr(podman_closed, "_HostListeners", refuse)
+    name = f"sandbox-test-netpod-{os.getpid()}"
+    with pytest.raises(OSError, match="did not start"):
+        with ClosedNetwork(node, name, tuple(RULES), images.AGENT_IMAGE):
+            pass
+    assert name not in node.run("network", "ls", "--format", "{{.Name}}").stdout
+    assert f"{name}-world" not in node.run("ps", "-a", "--format", "{{.Names}}").stdout
+    left = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    assert f"sandbox_test_netpod_{os.getpid()}" not in left
+    assert "10.89.78." not in subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout

@@ -62,6 +62,9 @@ def test_a_forbidden_address_that_is_not_address_port_is_a_clear_error(tmp_path)
     for bad in ("169.254.169.254", "fd00:ec2::254:80", "[10.0.0.1]:80", "example.com:80", "10.0.0.1:99999"):
         with pytest.raises(PolicyError, match="--forbidden"):
             to_manifests(plan, KubeOptions(forbidden=(bad,)))
+    proxied = compile_policy(preset("ci"), fake_facts(), kind="kubernetes")
+    with pytest.raises(PolicyError, match="the proxy's own address"):
+        to_manifests(proxied, KubeOptions(forbidden=("10.96.0.200:3128",)))
     result = subprocess.run(SANDBOX + ["compile", "-p", "untrusted", "-w", str(tmp_path), "--format", "kubernetes",
                                        "--forbidden", "nowhere"], capture_output=True, text=True)
     assert result.returncode != 0 and "--forbidden" in result.stderr and "Traceback" not in result.stderr

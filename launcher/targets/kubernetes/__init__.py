@@ -113,10 +113,15 @@ def _check(plan: LaunchPlan, options: KubeOptions) -> None:
     if not _DNS_LABEL.match(options.claim):
         problems.append(Problem(file="command line", path="--claim", expected="a PersistentVolumeClaim name",
                                 found=options.claim))
+    allowed = {f"{options.proxy_ip}:{port}" for port in network.listen_ports(plan.proxy)} if plan.proxy else set()
     for target in options.forbidden:
         if not _forbidden_ok(target):
             problems.append(Problem(file="command line", path="--forbidden", expected="ADDRESS:PORT (IPv6 in brackets)",
                                     found=target, hint="for example 169.254.169.254:80 or [fd00:ec2::254]:80"))
+        elif target in allowed:
+            problems.append(Problem(file="command line", path="--forbidden", expected="an address the Pod may not reach",
+                                    found=f"{target}, the proxy's own address", hint="leave the proxy out, or move "
+                                    "it with --proxy-ip"))
     if options.node not in NODES:
         problems.append(Problem(file="command line", path="--node", expected=" or ".join(NODES), found=options.node))
     if problems:
