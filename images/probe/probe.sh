@@ -501,16 +501,17 @@ _p_try_gateway() {
 _p_try_port() {
 	local _v
 	_p_connect "$EG_GW_IP" "$1"
-	case $_P_R in noroute | silent) _v=blocked ;; *) _v=$_P_R ;; esac
+	# any connect() error but a refusal is no path to the host (the Pod modes are stricter)
+	case $_P_R in noroute | silent | error*) _v=blocked ;; *) _v=$_P_R ;; esac
 	echo "$1:$_v"
 }
 
-# _p_connect HOST PORT -> _P_R: connected|refused|noroute|silent|unsettled|unknown(...), what a
-# TCP connect() to HOST answered within 1 s; a new attempt (at most 3) while connect() returns
+# _p_connect HOST PORT -> _P_R: connected, refused, noroute, silent, unsettled, error(...) or
+# unknown(...), what a TCP connect() to HOST answered within 1 s; a new attempt (at most 3) while connect() returns
 # before the handshake is done. The -e program gets busybox as $1 and the socket as fd 0: "early"
 # only where the kernel lists that socket as SYN_SENT (02); any other state, or none found, counts
-# as connected. "No route to host", "Network is unreachable" and no source address of the family
-# are noroute; nc's own alarm is silent.
+# as connected. "No route to host", "Network is unreachable", no source address of the family and
+# a refusal to send are noroute; nc's own alarm is silent; another connect() error is error(...).
 _p_connect() {
 	local _n _e _prog
 	_prog='i=$("$1" readlink /proc/self/fd/0); i=${i#socket:[}; i=${i%]}
@@ -524,10 +525,13 @@ case $st in 02) echo "state early" >&2 ;; *) echo "state connected" >&2 ;; esac'
 		*"can't connect to remote host"*refused*) _P_R=refused ;;
 		*"can't connect to remote host"*"o route to host"* | *"can't connect to remote host"*"etwork is unreachable"*)
 			_P_R=noroute ;;
-		# no address of that family to send from (IPv6 off, or no IPv6 at all): nothing leaves either
-		*"can't connect to remote host"*"annot assign requested address"* | *"ddress family not supported"*)
+		# no address of that family to send from (IPv6 off, or no IPv6 at all), or the Pod's own
+		# netfilter refused to send (EPERM, EACCES): nothing left either
+		*"can't connect to remote host"*"annot assign requested address"* | *"ddress family not supported"* | \
+			*"can't connect to remote host"*"peration not permitted"* | *"can't connect to remote host"*"ermission denied"*)
 			_P_R=noroute ;;
 		"nc: timed out" | *"can't connect to remote host"*"imed out"*) _P_R=silent ;;
+		*"can't connect to remote host"*) _p_esc "$_e"; _P_R="error($_P_R)" ;;
 		*) _p_esc "$_e"; _P_R="unknown($_P_R)" ;;
 		esac
 		return
