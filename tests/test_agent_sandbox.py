@@ -201,7 +201,7 @@ def test_the_loss_report_names_what_the_controller_decides():
     plan = preset_plan("ci")
     said = dict(losses(plan, warm=1))
     assert "8.8.8.8" in said["the controller's NetworkPolicy"] and "Managed" in said["the controller's NetworkPolicy"]
-    assert "does not test" in said["the controller's NetworkPolicy"]
+    assert "tries only at the public resolvers" in said["the controller's NetworkPolicy"]
     assert {"the Pod the controller makes", "claims", "the workspace", "the proxy", "--warm", "limits.pids"} <= set(said)
     assert "--warm" not in dict(losses(plan)) and "the proxy" not in dict(losses(preset_plan("read-only")))
     text = agent_sandbox_text(plan, KubeOptions())

@@ -70,7 +70,7 @@ def test_a_proxy_mode_template_reaches_only_the_files_proxy_pod(node, tmp_path):
         code, logs = node.play(objects, tmp_path, network=network, proxy_ip=PROXY_IP)
     failed = [line for line in logs.splitlines() if "\tfail\t" in line]
     assert code == 0 and not failed, logs
-    for check in ("egress.proxy", "egress.denied", "egress.direct", "egress.dns"):
+    for check in ("egress.proxy", "egress.denied", "pod.reach", "pod.dns"):
         assert f"PROBE\t{check}\tpass\t" in logs
     assert AGENT_SAID in logs
 

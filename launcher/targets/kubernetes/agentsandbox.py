@@ -67,7 +67,8 @@ def losses(plan: LaunchPlan, *, warm: int | None = None, node: str = "kubelet") 
                 "does not rest on the controller labelling its Pods (before agent-sandbox#1067 it did not, and its "
                 "policy isolated nothing). Still the controller's: that it honours networkPolicy (one that ignored "
                 "it would apply its default, and NetworkPolicies add up: direct egress to public addresses, which "
-                "the probe does not test) and creates no other policy for these Pods"))
+                "the probe's pod.reach tries only at the public resolvers of its forbidden list, refusing the Pod "
+                "if one answers) and creates no other policy for these Pods"))
     out.append(("the Pod the controller makes", "it names the Pod after its Sandbox, copies the template's labels "
                 "and annotations and adds its own (agents.x-k8s.io/...), keeps automountServiceAccountToken false; "
                 "nothing compares its Pod with the template"))
