@@ -87,6 +87,9 @@ ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
                                      component=Component.NAMESPACE,
                                      checks=("net.interfaces", "net.routes", "egress.proxy", "pod.reach", "pod.dns"),
                                      note="nothing tried but the proxy's ClusterIP and port may answer"),
+    ("network.model", "pod-proxy"): E(mechanism="--agent with a key: a proxy endpoint to the agent's model API, the "
+                                                "key added on the way out", component=Component.PROXY,
+                                      checks=("egress.proxy", "pod.reach", "env.secrets")),
     ("network.allow", "none"): E(mechanism="nothing to allow: no interface but lo", component=Component.NAMESPACE,
                                  checks=("net.interfaces", "net.routes")),
     ("network.allow", "proxy"): E(mechanism="proxy ACL (host and port) in its config", component=Component.PROXY,

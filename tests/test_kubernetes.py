@@ -198,7 +198,8 @@ def test_the_probe_expects_what_each_node_makes():
     assert kubelet["wsroot"] == "/" and podman["wsroot"] == "/var/lib/containers/storage/volumes/c/_data"
     assert kubelet["homesrc"].startswith("/volumes/kubernetes.io~empty-dir/home-") and kubelet["pids"] == "max"
     assert kubelet["net"] == "pod" and kubelet["proxy"] == "-" and kubelet["wsupper"] == "-"
-    assert kubelet["forbidden"].split(",") == list(DEFAULT_FORBIDDEN) and "pod.reach" in kubelet["checks"]
+    assert kubelet["forbidden"].split(",") == list(DEFAULT_FORBIDDEN) + [
+        f"{host}:{port}" for host in ("gateway", "node") for port in kpod.NODE_PORTS] and "pod.reach" in kubelet["checks"]
     rooted = probe_args(to_manifests(preset_plan("read-only"), KubeOptions(workspace_root="/mnt/pv/ws")))
     assert rooted["wsroot"] == "/mnt/pv/ws"
 

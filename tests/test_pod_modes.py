@@ -71,7 +71,7 @@ def test_a_forbidden_address_that_is_not_address_port_is_a_clear_error(tmp_path)
     ok = subprocess.run(SANDBOX + ["compile", "-p", "untrusted", "-w", str(tmp_path), "--format", "kubernetes",
                                    "--forbidden", "10.1.2.3:80", "--forbidden", "[fd00::1]:443"],
                         capture_output=True, text=True)
-    assert ok.returncode == 0 and "- forbidden=10.1.2.3:80,[fd00::1]:443\n" in ok.stdout
+    assert ok.returncode == 0 and "- forbidden=10.1.2.3:80,[fd00::1]:443,gateway:22," in ok.stdout
 
 
 @pytest.mark.engine

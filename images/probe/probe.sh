@@ -161,7 +161,8 @@ _p_validlist() {
 	return 0
 }
 
-# _p_validtargets LIST -- empty, or comma-separated ADDRESS:PORT (an IPv6 address in brackets)
+# _p_validtargets LIST -- empty, or comma-separated ADDRESS:PORT (an IPv6 address in brackets;
+# ADDRESS gateway or node: the default gateway's, the node's)
 _p_validtargets() {
 	local _i _a
 	[ -z "$1" ] && return 0
@@ -171,6 +172,7 @@ _p_validtargets() {
 		case ${_i##*:} in '' | *[!0-9]*) IFS=$_P_IFS; set +f; return 1 ;; esac
 		_a=${_i%:*}
 		case $_a in
+		gateway | node) ;;
 		\[*\]) case $_a in *[!0-9a-f:\[\]]*) _a= ;; esac ;;
 		*) case $_a in *[!0-9.]*) _a= ;; esac ;;
 		esac
@@ -555,28 +557,36 @@ _p_lookup() {
 #   RC_REACH         "target:verdict ..." (verdicts of _p_connect; target ADDRESS:PORT, or
 #                    node:none when the node's address is missing or malformed)
 #   RC_DNS           "server:answered|silent|refused|noroute|unknown ..." for one query to each
-#                    nameserver of /etc/resolv.conf, the gateway and each forbidden address on port 53
+#                    nameserver of /etc/resolv.conf and each forbidden address on port 53
 #   RC_CONTROL       what shows that this network answers within the window, so that silence
 #                    elsewhere is a drop: podproxy "proxy:connected" (the allowed path, tried in
 #                    the same window); pod "gateway:answered" when /proc/net/arp lists the default
 #                    gateway resolved after the tries (the link answers below any policy); else
 #                    what was seen instead
 gather_reach() {
-	local out ln targets= dns= gw= t h p ns
+	local out ln targets= dns= gw= node= t h p ns
+	[ -z "$RT_GW" ] || { _p_hexip "$RT_GW"; gw=$_P_R; }
+	# The node's address from the Downward API (status.hostIP); missing or malformed fails.
+	case ${SANDBOX_NODE_IP:-x} in
+	*[!0-9a-f.:]* | *.*:* | *:*.*) ;;
+	*:*) node=[$SANDBOX_NODE_IP] ;;
+	*) node=$SANDBOX_NODE_IP ;;
+	esac
 	set -f; IFS=,
 	for t in $A_forbidden; do
+		# gateway:PORT and node:PORT stand for the default gateway (often the node itself) and the
+		# node; without a default route there is no gateway to try
+		case $t in
+		gateway:*) [ -n "$gw" ] || continue; t=$gw:${t#gateway:} ;;
+		node:*) if [ -n "$node" ]; then t=$node:${t#node:}; else t=node:none; fi ;;
+		esac
 		targets="$targets $t"
-		case $t in *:53) dns="$dns ${t%:53}" ;; esac
+		case $t in
+		node:none) ;;
+		*:53) h=${t%:53}; h=${h#[}; h=${h%]}; _p_in "$h" "${dns// /,}" || dns="$dns $h" ;;
+		esac
 	done
 	IFS=$_P_IFS; set +f
-	# The gateway (often the node itself): its ssh, DNS, web and kubelet ports, and DNS on it.
-	[ -z "$RT_GW" ] || { _p_hexip "$RT_GW"; gw=$_P_R; targets="$targets $gw:22 $gw:53 $gw:80 $gw:443 $gw:10250"; dns="$dns $gw"; }
-	# The node's address from the Downward API (status.hostIP), the kubelet's own ports on it.
-	case ${SANDBOX_NODE_IP:-x} in
-	*[!0-9a-f.:]* | *.*:* | *:*.*) targets="$targets node:none" ;;
-	*:*) targets="$targets [$SANDBOX_NODE_IP]:22 [$SANDBOX_NODE_IP]:80 [$SANDBOX_NODE_IP]:443 [$SANDBOX_NODE_IP]:10250" ;;
-	*) targets="$targets $SANDBOX_NODE_IP:22 $SANDBOX_NODE_IP:80 $SANDBOX_NODE_IP:443 $SANDBOX_NODE_IP:10250" ;;
-	esac
 	# The API server's Service, as the kubelet tells every container (enableServiceLinks or not).
 	h=${KUBERNETES_SERVICE_HOST-} p=${KUBERNETES_SERVICE_PORT:-443}
 	if [ -n "$h" ]; then

@@ -27,6 +27,9 @@ EMPTY_CONFIG = "empty-config.json"
 FILE_PROBLEM_FILE = "policy"
 # The node's address, from the Downward API: the probe's pod.reach tries the kubelet's ports on it.
 NODE_IP_ENV = "SANDBOX_NODE_IP"
+# The ports pod.reach tries on the node and on the default gateway (often the node itself): ssh,
+# DNS (NodeLocal DNSCache, a node resolver), web, the kubelet. NetworkPolicy never covers the node.
+NODE_PORTS = (22, 53, 80, 443, 10250)
 
 
 def runtime_class_name(plan: LaunchPlan) -> str | None:
@@ -147,7 +150,8 @@ def expectations(plan: LaunchPlan, *, node: str, workspace_root: str, claim: str
         p, mounts=p.mounts + NODE_MOUNTS[node], writable=p.writable + NODE_WRITABLE[node],
         wsroot=wsroot, wsupper="-", homesrc=homesrc,
         pids="max",       # no per-Pod pids limit in the Pod API: the node's podPidsLimit (loss report)
-        net=net, checks=checks.for_mode(net), forbidden=forbidden,
+        net=net, checks=checks.for_mode(net),
+        forbidden=forbidden + tuple(f"{host}:{port}" for host in ("gateway", "node") for port in NODE_PORTS),
         **({"proxy": proxy_address} if p.proxy != "-" else {}),
     ).to_args()
 
