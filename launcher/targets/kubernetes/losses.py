@@ -32,7 +32,9 @@ def pod_losses(plan: LaunchPlan, *, node: str) -> list[tuple[str, str]]:
                             "the node's other ports are not tried"))
     out.append(("IPv6 and ICMP", "a Pod with an IPv6 address beyond link-local is refused by net.routes (on a "
                                  "dual-stack cluster the agent does not start); NetworkPolicy covers TCP, UDP and SCTP "
-                                 "only, and the probe tries TCP and DNS over UDP, not ICMP"))
+                                 "only, and the probe tries TCP and DNS over UDP, not ICMP; the link-local IPv6 it accepts "
+                                 "could reach the node's side of the link, whose address the probe does not know and "
+                                 "does not try"))
     out.append(("the Pod's network (proven by answers)", "pod.reach and pod.dns try the addresses the probe is given "
                 "(--forbidden: metadata services, the conventional API server and cluster DNS Services, public "
                 "resolvers) and those it finds (gateway, node, KUBERNETES_SERVICE_HOST, the nameservers): refused or "
