@@ -150,7 +150,7 @@ def expectations(plan: LaunchPlan, *, node: str, workspace_root: str, claim: str
         p, mounts=p.mounts + NODE_MOUNTS[node], writable=p.writable + NODE_WRITABLE[node],
         wsroot=wsroot, wsupper="-", homesrc=homesrc,
         pids="max",       # no per-Pod pids limit in the Pod API: the node's podPidsLimit (loss report)
-        net=net, checks=checks.for_mode(net),
+        net=net, checks=checks.for_mode(net, userns=p.userns == "remapped"),
         forbidden=forbidden + tuple(f"{host}:{port}" for host in ("gateway", "node") for port in NODE_PORTS),
         **({"proxy": proxy_address} if p.proxy != "-" else {}),
     ).to_args()
