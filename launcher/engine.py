@@ -6,14 +6,14 @@ from __future__ import annotations
 import io
 import sys
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Callable, Iterator
 
-from launcher import engineapi
+from launcher import engineapi, engineid
 from launcher import labels as label
 from launcher.engineapi import path_of
 from launcher.engineproto import ContainerInfo, ContainerSummary, NetworkInfo, VolumeInfo
-from launcher.errors import EngineError, NotFound
+from launcher.errors import EngineError, NotFound, over_limit
 from launcher.execsocket import ExecSocket
 from launcher.streams import Attached
 from launcher.plan import ContainerSpec, NetworkSpec, ProxySpec, proxy_env
@@ -37,10 +37,6 @@ def _mapped(action: str) -> Iterator[None]:
             raise NotFound(f"{action}: {exc.explanation or exc}") from None
         message = exc.explanation if isinstance(exc, sdk.APIError) else None
         raise EngineError(f"{action}: {message or exc}") from None
-
-
-def _over(path: str, limit: int):
-    raise EngineError(f"reading {path}: over {limit} bytes; refused rather than held in memory")
 
 
 def _sdk_client():
@@ -119,6 +115,10 @@ class Engine:
             self._version = self._json("reading the engine version", "GET", "/version")
         return self._version
 
+    @property
+    def podman(self) -> bool:   # podman's compat API: create and verify speak its dialect
+        return engineid.identify(self.version(), {}).kind == engineid.PODMAN
+
     def info(self, libpod: bool = False) -> dict:   # libpod: podman's own (rootless, id maps, cgroups); Docker: {}
         return self._json("reading the engine's system information", "GET", "/libpod/info" if libpod else "/info",
                           missing=libpod) or {}
@@ -169,18 +169,22 @@ class Engine:
         return None if info is None else info.labels
 
     def fill_volume(self, name: str, image: str, path: str, labels: dict) -> None:
-        """Create a volume holding the content of `path` in `image` (Docker copies it on first use)."""
-        import docker.types
-
-        with _mapped(f"creating volume {name}"):
-            self.client.volumes.create(name=name, labels=labels)
-            try:
-                self.client.containers.run(image, command=[f"{path}/busybox", "true"], remove=True,
-                                           network_mode="none", labels=labels,
-                                           mounts=[docker.types.Mount(path, name, type="volume")])
-            except BaseException:   # Ctrl-C too: an empty volume of ours would be taken as filled
-                self.client.api.remove_volume(name, force=True)
-                raise
+        """Create a volume holding the content of `path` in `image` (the engine copies it on first use)."""
+        self.create_volume(name, labels)
+        filler = ""
+        try:   # the filler is removed whatever happens; the volume too unless it was filled (Ctrl-C too)
+            filler = self._json(f"filling volume {name}", "POST", "/containers/create", body={
+                "Image": image, "Cmd": [f"{path}/busybox", "true"], "Labels": labels, "HostConfig": {
+                    "NetworkMode": "none", "Mounts": [{"Type": "volume", "Source": name, "Target": path}]}})["Id"]
+            self.start(filler)
+            if (code := self.wait(filler)) != 0:
+                raise EngineError(f"filling volume {name} from {image}: exit code {code}")
+        except BaseException:
+            for undo in (lambda: filler and self.remove(filler), lambda: self.remove_volume(name)):
+                with suppress(EngineError):   # in this order: a volume in use cannot be removed
+                    undo()
+            raise
+        self.remove(filler)
 
     def create_volume(self, name: str, labels: dict, options: dict | None = None) -> VolumeInfo:
         """A local volume (its `docker volume inspect`); `options`: the local driver's mount options."""
@@ -202,7 +206,7 @@ class Engine:
     # containers
     def create(self, spec: ContainerSpec) -> str:
         return self._json(f"creating container {spec.name}", "POST", "/containers/create", {"name": spec.name},
-                          body=engineapi.create_body(spec))["Id"]
+                          body=engineapi.create_body(spec, self.podman))["Id"]
 
     def create_proxy(self, spec: ProxySpec, secrets: dict[str, str] | None = None,
                      egress_ready: Callable[[], None] = lambda: None) -> str:
@@ -298,10 +302,8 @@ class Engine:
 
     def _kill_late(self, ref: str, run: "Attached") -> None:
         run.timed_out = True
-        try:
+        with suppress(Exception):   # it ended meanwhile; the removal after the block cleans up anyway
             self._post(f"killing {ref}", "/containers/{}/kill", ref)
-        except Exception:  # noqa: BLE001 - it ended meanwhile; the removal after the block cleans up anyway
-            pass
 
     def read_file(self, ref: str, path: str, limit: int) -> bytes | None:
         """The regular file at `path` of a container (created is enough: the engine mounts its
@@ -310,13 +312,13 @@ class Engine:
         import tarfile
 
         def regular(info: dict) -> bool:   # no Go file type bits: not a directory, link, device...
-            return not info.get("mode", 0) & 0xFFF00000 and (info.get("size", 0) <= limit or _over(path, limit))
+            return not info.get("mode", 0) & 0xFFF00000 and (info.get("size", 0) <= limit or over_limit(path, limit))
 
         data = self.archive_head(ref, path, limit + (64 << 10) + 1, regular)
         if data is None:
             return None
         if len(data) > limit + (64 << 10):    # the tar's headers and padding, then the bound
-            _over(path, limit)
+            over_limit(path, limit)
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             member = tar.next()
             if member is None or not member.isreg() or member.size > limit:
@@ -354,9 +356,8 @@ class Engine:
 
     def exists(self, ref: str, path: str) -> bool:
         """Whether `path` exists in a container (a stat: HEAD of the archive API, no tar is made)."""
-        answer = self._call(f"looking at {path} of {ref}", "HEAD", path_of("/containers/{}/archive", ref),
-                            {"path": path}, missing=True)
-        return answer is not None
+        return self._call(f"looking at {path} of {ref}", "HEAD", path_of("/containers/{}/archive", ref),
+                          {"path": path}, missing=True) is not None
 
     def pause(self, ref: str) -> None:
         self._post(f"pausing {ref}", "/containers/{}/pause", ref)

@@ -212,9 +212,18 @@ def _device(text: str) -> dict:
     return {"PathOnHost": host, "PathInContainer": inside or host, "CgroupPermissions": permissions or "rwm"}
 
 
-def create_body(spec: ContainerSpec) -> dict:
+def _tmpfs(spec: ContainerSpec, podman: bool) -> dict | None:
+    owned = [m for m in spec.mounts if m.owned_tmpfs]
+    if podman and (strangers := [m.target for m in owned if spec.user != f"{m.owner[0]}:{m.owner[1]}"]):
+        raise EngineError(f"podman can make a tmpfs owned only by the container's user ({spec.user}), "
+                          f"not the owner the plan gives {', '.join(strangers)}")
+    return {m.target: m.podman_tmpfs_options() if podman else m.tmpfs_options for m in owned} or None
+
+
+def create_body(spec: ContainerSpec, podman: bool = False) -> dict:
     """The engine's container-create request for a plan's container (unset fields left out, as the
-    SDK leaves them; tests/test_engineapi.py holds it to the SDK's own)."""
+    SDK leaves them; tests/test_engineapi.py holds it to the SDK's own). `podman`: its dialect
+    where it takes other words for the same thing (an owned tmpfs)."""
     host = {
         "Mounts": [_mount(m) for m in spec.mounts if not m.owned_tmpfs],
         "NetworkMode": spec.network_mode or "default", "ReadonlyRootfs": spec.read_only_root,
@@ -222,7 +231,7 @@ def create_body(spec: ContainerSpec) -> dict:
         "Memory": spec.memory_bytes, "MemorySwap": spec.memory_bytes, "NanoCpus": spec.nano_cpus,
         "LogConfig": log_config(spec.log_options), "Runtime": spec.runtime,
         # HostConfig.Tmpfs for the owned ones: the Mount API cannot set the owner
-        "Tmpfs": {m.target: m.tmpfs_options for m in spec.mounts if m.owned_tmpfs} or None,
+        "Tmpfs": _tmpfs(spec, podman),
         "CapAdd": list(spec.cap_add) or None, "Devices": [_device(d) for d in spec.devices] or None,
         "PidMode": spec.pid_mode or None, "Dns": list(spec.dns) or None, "Sysctls": dict(spec.sysctls) or None,
         "GroupAdd": [str(g) for g in spec.group_add] or None,

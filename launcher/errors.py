@@ -58,6 +58,11 @@ class EngineError(SandboxError):
     exit_code = ExitCode.ENGINE
 
 
+def over_limit(path: str, limit: int):
+    """Refuse a read from the engine past its bound (raises; usable inside an expression)."""
+    raise EngineError(f"reading {path}: over {limit} bytes; refused rather than held in memory")
+
+
 class NotFound(EngineError):
     """A named sandbox or image does not exist."""
 

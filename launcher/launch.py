@@ -108,7 +108,7 @@ def create_verified(engine: Engine, plan: LaunchPlan, listener: Listener | None 
     try:
         with timed(listener, "inspect"):
             attrs = engine.inspect(ref)
-            diffs = compare_inspect(spec, attrs, engine.image_env(spec.image))
+            diffs = compare_inspect(spec, attrs, engine.image_env(spec.image), engine.podman)
         for mount in spec.mounts:
             if mount.kind is MountKind.BIND and not hostpaths.bind_source_intact(mount.source):
                 diffs.append(f"bind source {mount.source} changed or vanished since it was checked")

@@ -119,6 +119,19 @@ class Mount:
         size = f",size={self.size_bytes}" if self.size_bytes else ""
         return f"{'ro' if self.read_only else 'rw'}{size},uid={self.owner[0]},gid={self.owner[1]},mode={self.mode:04o}"
 
+    def podman_tmpfs_options(self) -> str:
+        """The same for podman 4, which knows no uid=/gid=: its `U` chowns the tmpfs to the
+        container's user (so it is used only when that user is the owner: engine.create checks). It
+        also copies the image's files at the target into a tmpfs unless told `notmpcopyup` (Docker
+        never does), and adds no noexec where Docker's HostConfig.Tmpfs does: both said here."""
+        size = f",size={self.size_bytes}" if self.size_bytes else ""
+        return f"{'ro' if self.read_only else 'rw'}{size},mode={self.mode:04o},U,noexec,notmpcopyup"
+
+    def podman_tmpfs_reported(self) -> str:
+        """What podman 4.3's inspect says of those options: notmpcopyup left out (a copy-up would
+        show as tmpcopyup), its own rprivate,nosuid,nodev appended."""
+        return self.podman_tmpfs_options().removesuffix(",notmpcopyup") + ",rprivate,nosuid,nodev"
+
 
 @dataclass(frozen=True, kw_only=True)
 class ContainerSpec:

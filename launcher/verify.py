@@ -75,9 +75,20 @@ def _mount_words(planned: list[tuple], found: list[tuple]) -> list[str]:
     return out
 
 
-def compare_inspect(spec: ContainerSpec, info: ContainerInfo, image_env: list[str]) -> list[str]:
+def docker_name(image: str) -> str:
+    """An image name as podman's compat API reports it: normalised as Docker does (sandbox/agent:x
+    is docker.io/sandbox/agent:x, debian:12 docker.io/library/debian:12); a name with a registry
+    stays as it is."""
+    first, slash, _ = image.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return image
+    return f"docker.io/{image}" if slash else f"docker.io/library/{image}"
+
+
+def compare_inspect(spec: ContainerSpec, info: ContainerInfo, image_env: list[str], podman: bool = False) -> list[str]:
     """Differences between the plan and what the engine actually created, one sentence each that
-    names the field and both values (empty: they agree)."""
+    names the field and both values (empty: they agree). `podman`: the engine is podman, whose
+    inspect words some fields its own way (an owned tmpfs's options)."""
     host = info.host
     diffs: list[str] = []
 
@@ -104,8 +115,9 @@ def compare_inspect(spec: ContainerSpec, info: ContainerInfo, image_env: list[st
         if weak in options:
             diffs.append(f"SecurityOpt: {weak} is set, which switches off a protection the plan requires")
     want("NetworkMode", spec.network_mode, host.network_mode)
-    want("PidMode", spec.pid_mode, host.pid_mode)
-    want("UTSMode", "", host.uts_mode)
+    private = lambda mode: "" if podman and mode == "private" else mode  # noqa: E731 - podman names the default
+    want("PidMode", spec.pid_mode, private(host.pid_mode))
+    want("UTSMode", "", private(host.uts_mode))
     want("UsernsMode", "", host.userns_mode)
     if host.ipc_mode == "host":
         diffs.append("IpcMode: the plan says a private namespace, the container has 'host'")
@@ -120,13 +132,15 @@ def compare_inspect(spec: ContainerSpec, info: ContainerInfo, image_env: list[st
     want("NanoCpus", spec.nano_cpus, host.nano_cpus)
     want("LogConfig", ("json-file", dict(spec.log_options)), (host.log_type, host.log_options))
     want("User", spec.user, info.user)
-    want("Image", spec.image, info.image)
+    want("Image", docker_name(spec.image) if podman else spec.image, info.image)
     want("Entrypoint", list(spec.entrypoint), list(info.entrypoint))
     want("Cmd", list(spec.command), list(info.command))
     names = lambda env: sorted({item.split("=", 1)[0] for item in env})  # noqa: E731
-    want("Env names", names([f"{k}=" for k, _ in spec.env] + list(image_env)), names(info.env))
+    own = ["HOSTNAME=", "container="] if podman else []   # podman sets both in every container
+    want("Env names", names([f"{k}=" for k, _ in spec.env] + list(image_env) + own), names(info.env))
     # Owned tmpfs are HostConfig.Tmpfs entries (not in inspect's Mounts): their options say owner and mode.
-    want("Tmpfs", {m.target: m.tmpfs_options for m in spec.mounts if m.owned_tmpfs}, host.tmpfs)
+    want("Tmpfs", {m.target: m.podman_tmpfs_reported() if podman else m.tmpfs_options
+                   for m in spec.mounts if m.owned_tmpfs}, host.tmpfs)
     planned = sorted((m.kind.value, m.target, not m.read_only, m.source if m.kind is not MountKind.TMPFS else "")
                      for m in spec.mounts if not m.owned_tmpfs)
     found = sorted((m.kind, m.target, m.writable, m.source) for m in info.mounts)

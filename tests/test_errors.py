@@ -67,7 +67,7 @@ def test_a_clean_up_failure_is_reported_beside_the_primary_error(monkeypatch):
     from conftest import preset
 
     plan = compile_policy(preset("untrusted"), fake_facts())
-    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, env: ["ReadonlyRootfs: expected True, found False"])
+    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, env, podman=False: ["ReadonlyRootfs: expected True, found False"])
     with pytest.raises(ProbeFailed) as info:
         launch.create_verified(FakeEngine(fail={"DELETE /containers/": "the engine went away"}), plan)
     assert info.value.exit_code == ExitCode.PROBE_FAILED

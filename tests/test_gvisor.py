@@ -48,7 +48,7 @@ def gvisor_plan(workspace, mode=WorkspaceMode.BIND, runtime=Runtime.GVISOR, comm
 
 @pytest.fixture
 def probe_only(monkeypatch):
-    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env: [])
+    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env, podman=False: [])
     monkeypatch.setattr(launch.hostpaths, "bind_source_intact", lambda path: True)
 
 

@@ -42,7 +42,7 @@ TAMPERS["caps.bnd"] = lambda c, ws, tmp: replace(c, cap_add=("CHOWN",))
 
 @pytest.fixture
 def probe_only(monkeypatch):
-    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env: [])
+    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env, podman=False: [])
     monkeypatch.setattr(launch.hostpaths, "bind_source_intact", lambda path: True)
 
 

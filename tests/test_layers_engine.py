@@ -78,7 +78,7 @@ def test_the_probe_notices_when_only_a_layer_added_protection_is_missing(engine,
     from launcher.compiler import compile_policy
     from launcher.errors import ProbeFailed
 
-    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env: [])   # test the probe alone
+    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env, podman=False: [])   # test the probe alone
     for name, value in {"XDG_STATE_HOME": tmp_path / "state", "XDG_CONFIG_HOME": tmp_path / "config",
                         "SANDBOX_ORG_POLICY": tmp_path / "org.yaml"}.items():
         monkeypatch.setenv(name, str(value))

@@ -170,7 +170,7 @@ PROXY_TAMPERS = {
 
 @pytest.fixture
 def probe_only(monkeypatch):
-    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env: [])
+    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env, podman=False: [])
 
 
 def test_the_untampered_proxy_plan_passes(engine, internet, workspace):

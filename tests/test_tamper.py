@@ -101,7 +101,7 @@ TAMPERS = {
 def probe_only(monkeypatch):
     """Switch off the host-side inspect comparison (it would refuse most tampers before start),
     so that what is tested here is the probe alone."""
-    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env: [])
+    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env, podman=False: [])
     monkeypatch.setattr(launch.hostpaths, "bind_source_intact", lambda path: True)
 
 
