@@ -154,8 +154,9 @@ def _probe_failed(report: ProbeReport, errors: list[str], plan: LaunchPlan) -> P
     return ProbeFailed("the sandbox did not take effect; the agent was not started:\n  " + "\n  ".join(lines), report)
 
 
-def _create(engine: Engine, plan: LaunchPlan, listener: Listener) -> tuple[str, _Output]:
-    """The agent's container, created, compared with the plan and attached to; not started."""
+def _create(engine: Engine, plan: LaunchPlan, listener: Listener, filling: Filling | None) -> tuple[str, _Output]:
+    """The agent's container, created (while the copy goes in), compared with the plan and attached
+    to once the copy is complete; not started."""
     listener.status(f"creating {plan.container.name} (policy {plan.policy_name})")
     workspace = dict(plan.container.labels)[label.WORKSPACE]
     # The lock until the container exists: from then on a sandbox of this workspace being removed
@@ -163,6 +164,9 @@ def _create(engine: Engine, plan: LaunchPlan, listener: Listener) -> tuple[str, 
     with workspaces.locked(workspace):
         workspaces.register(workspace, plan.placeholders)
         ref = create_verified(engine, plan, listener)
+    if filling is not None:   # before the attach: podman's attach mounts the volumes (the copy's overlay)
+        with timed(listener, "copy wait"):
+            filling.wait()
     with timed(listener, "attach"):
         output = _Output(engine, ref)  # attach first: output written before attaching can be lost
     return ref, output
@@ -172,12 +176,9 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener,
                      filling: Filling | None) -> tuple[str, _Output, ProbeReport, bytes]:
     try:
         if plan.proxy:   # the container is made while the proxy starts; it starts once the proxy is ready
-            ref, output = proxy.start(engine, plan, listener, lambda: _create(engine, plan, listener))
+            ref, output = proxy.start(engine, plan, listener, lambda: _create(engine, plan, listener, filling))
         else:
-            ref, output = _create(engine, plan, listener)
-        if filling is not None:   # made while the copy went in; started on a complete one
-            with timed(listener, "copy wait"):
-                filling.wait()
+            ref, output = _create(engine, plan, listener, filling)
         with timed(listener, "start"):
             engine.start(ref)
         with timed(listener, "probe"):

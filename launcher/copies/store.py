@@ -138,7 +138,10 @@ def _fill(engine: Engine, spec: CopySpec) -> str:
     """The host tree into the copy with checkpoint 0 (see fill.py): unpacked by the engine into a
     created container's volumes when fill.plan can, else by the tools container. Its git HEAD."""
     base, upper = _volume(spec.base_volume, "/base", False), _volume(spec.upper_volume, "/v", False)
-    found = fill.plan(spec)
+    # podman's archive API unpacks into the volume the request's path is in, not the one each
+    # entry's path is in (a tar at / of base/... and v/... lands in the container's own root): the
+    # tools container copies there.
+    found = None if engine.podman else fill.plan(spec)
     if found is not None:
         # never started, so its root may be writable: the archive unpacks at / into /base and /v
         with created(engine, name=spec.name, mounts=[base, upper], labels={label.COPY: spec.name},
