@@ -117,12 +117,21 @@ def engine(tmp_path_factory):
     from launcher.copies import store
     from launcher.errors import EngineError
 
+    from launcher import engineid
+
+    wanted = os.environ.get("SANDBOX_TEST_ENGINE", engineid.DOCKER)
     try:
         eng = engine_mod.connect()
     except EngineError as exc:
         if os.environ.get("CI", "").lower() in ("1", "true"):
-            pytest.fail(f"CI=true and no Docker engine: {exc}")
-        pytest.skip(f"no Docker engine: {exc}")
+            pytest.fail(f"CI=true and no {wanted} engine: {exc}")
+        pytest.skip(f"no {wanted} engine: {exc}")
+    # The engine the run claims to test is the one it reached (DOCKER_HOST names the socket): a
+    # podman run that reached Docker would pass for the wrong engine.
+    reached = engineid.identify(eng.version(), {}).kind
+    if reached != wanted:
+        pytest.fail(f"SANDBOX_TEST_ENGINE={wanted} but the engine at DOCKER_HOST={os.environ.get('DOCKER_HOST', '')!r} "
+                    f"is {reached}")
     images.ensure_for(eng, images.AGENT_IMAGE, lambda line: None)
     yield eng
     ours = str(tmp_path_factory.getbasetemp())
