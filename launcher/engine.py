@@ -158,7 +158,6 @@ class Engine:
                     on_line(text)
 
     def import_tar(self, path: str, ref: str) -> None:
-        # The tag inside `repo` (the API allows it): podman 4.3 drops a separate `tag` (NAME:latest).
         with _mapped(f"importing {ref}"):
             self.client.api.import_image_from_file(path, repository=ref)
 
@@ -260,8 +259,9 @@ class Engine:
         found = self._json("listing networks", "GET", "/networks", {"filters": {"label": [MANAGED, *filters]}})
         return [NetworkInfo.of(n) for n in found]
 
-    def inspect(self, ref: str) -> ContainerInfo:
-        return ContainerInfo.of(self._json(f"inspecting container {ref}", "GET", path_of("/containers/{}/json", ref)))
+    def inspect(self, ref: str) -> ContainerInfo:   # podman: its libpod inspect too (what compat leaves out)
+        get = lambda api: self._json(f"inspecting container {ref}", "GET", path_of(api, ref))  # noqa: E731
+        return ContainerInfo.of(get("/containers/{}/json"), get("/libpod/containers/{}/json") if self.podman else None)
 
     def _post(self, action: str, template: str, ref: str, params: dict | None = None, **how) -> None:
         self._call(action, "POST", path_of(template, ref), params, **how).read()

@@ -213,11 +213,15 @@ def _device(text: str) -> dict:
 
 
 def _tmpfs(spec: ContainerSpec, podman: bool) -> dict | None:
+    """HostConfig.Tmpfs: the owned tmpfs (the Mount API cannot set an owner); under podman every
+    tmpfs (its Mount API cannot say notmpcopyup)."""
     owned = [m for m in spec.mounts if m.owned_tmpfs]
     if podman and (strangers := [m.target for m in owned if spec.user != f"{m.owner[0]}:{m.owner[1]}"]):
         raise EngineError(f"podman can make a tmpfs owned only by the container's user ({spec.user}), "
                           f"not the owner the plan gives {', '.join(strangers)}")
-    return {m.target: m.podman_tmpfs_options() if podman else m.tmpfs_options for m in owned} or None
+    if podman:
+        return {m.target: m.podman_tmpfs_options() for m in spec.mounts if m.kind is MountKind.TMPFS} or None
+    return {m.target: m.tmpfs_options for m in owned} or None
 
 
 def create_body(spec: ContainerSpec, podman: bool = False) -> dict:
@@ -225,7 +229,7 @@ def create_body(spec: ContainerSpec, podman: bool = False) -> dict:
     SDK leaves them; tests/test_engineapi.py holds it to the SDK's own). `podman`: its dialect
     where it takes other words for the same thing (an owned tmpfs)."""
     host = {
-        "Mounts": [_mount(m) for m in spec.mounts if not m.owned_tmpfs],
+        "Mounts": [_mount(m) for m in spec.mounts if not (m.owned_tmpfs or podman and m.kind is MountKind.TMPFS)],
         "NetworkMode": spec.network_mode or "default", "ReadonlyRootfs": spec.read_only_root,
         "CapDrop": list(spec.cap_drop), "SecurityOpt": list(spec.security_opt), "PidsLimit": spec.pids_limit,
         "Memory": spec.memory_bytes, "MemorySwap": spec.memory_bytes, "NanoCpus": spec.nano_cpus,

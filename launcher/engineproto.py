@@ -100,9 +100,13 @@ class ContainerInfo:
     networks: dict = field(default_factory=dict)   # network name -> its IPv4 address there
     log_path: str = ""
     host: HostSettings = field(default_factory=HostSettings)
+    # podman only, from its libpod inspect: what its compat inspect does not say (HostConfig.Runtime
+    # is "oci" for every runtime there; LogConfig.Config is empty, the size limit is libpod's Size)
+    podman_runtime: str | None = None
+    podman_log_size: str | None = None
 
     @classmethod
-    def of(cls, doc: dict) -> "ContainerInfo":
+    def of(cls, doc: dict, libpod: dict | None = None) -> "ContainerInfo":
         state, config = doc.get("State") or {}, doc.get("Config") or {}
         networks = (doc.get("NetworkSettings") or {}).get("Networks") or {}
         return cls(
@@ -112,7 +116,9 @@ class ContainerInfo:
             entrypoint=_tuple(config.get("Entrypoint")), command=_tuple(config.get("Cmd")), env=_tuple(config.get("Env")),
             mounts=tuple(MountInfo.of(m) for m in doc.get("Mounts") or []),
             networks={name: (n or {}).get("IPAddress", "") for name, n in networks.items()},
-            log_path=doc.get("LogPath") or "", host=HostSettings.of(doc.get("HostConfig") or {}))
+            log_path=doc.get("LogPath") or "", host=HostSettings.of(doc.get("HostConfig") or {}),
+            **({"podman_runtime": libpod.get("OCIRuntime"),
+                "podman_log_size": ((libpod.get("HostConfig") or {}).get("LogConfig") or {}).get("Size")} if libpod else {}))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -199,6 +199,7 @@ def bootstrap(engine: Engine, progress: Progress, tag: str = BASE_IMAGE) -> None
         progress(f"packing the root filesystem ({ticker.elapsed()} s)")
         _run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."])
         progress(f"importing it as {tag} ({ticker.elapsed()} s)")
+        # name:tag as the API's repo (engine.import_tar): podman 4.3 drops a separate tag (NAME:latest)
         engine.import_tar(str(tarball), tag)
     if not engine.image_exists(tag):
         # An engine that names the import otherwise would leave every build without its base.

@@ -120,12 +120,14 @@ class Mount:
         return f"{'ro' if self.read_only else 'rw'}{size},uid={self.owner[0]},gid={self.owner[1]},mode={self.mode:04o}"
 
     def podman_tmpfs_options(self) -> str:
-        """The same for podman 4, which knows no uid=/gid=: its `U` chowns the tmpfs to the
-        container's user (so it is used only when that user is the owner: engine.create checks). It
-        also copies the image's files at the target into a tmpfs unless told `notmpcopyup` (Docker
-        never does), and adds no noexec where Docker's HostConfig.Tmpfs does: both said here."""
+        """Any tmpfs's HostConfig.Tmpfs options for podman 4 (it puts Mount-API ones there too, with
+        mode 0 and a copy-up). It knows no uid=/gid=: `U` chowns an owned tmpfs to the container's
+        user (so it is used only when that user is the owner: create_body checks). It copies the
+        image's files at the target into a tmpfs unless told `notmpcopyup` (Docker never does), and
+        adds no noexec where Docker does; an unowned one gets Docker's mode 1777."""
         size = f",size={self.size_bytes}" if self.size_bytes else ""
-        return f"{'ro' if self.read_only else 'rw'}{size},mode={self.mode:04o},U,noexec,notmpcopyup"
+        mode, chown = (self.mode, ",U") if self.owner is not None else (0o1777, "")
+        return f"{'ro' if self.read_only else 'rw'}{size},mode={mode:04o}{chown},noexec,notmpcopyup"
 
     def podman_tmpfs_reported(self) -> str:
         """What podman 4.3's inspect says of those options: notmpcopyup left out (a copy-up would

@@ -75,6 +75,24 @@ def _mount_words(planned: list[tuple], found: list[tuple]) -> list[str]:
     return out
 
 
+# The capabilities podman 4 grants by default (containers.conf default_capabilities as shipped):
+# its inspect lists these as dropped for a CapDrop of ALL.
+PODMAN_DEFAULT_CAPS = ("AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
+                       "NET_RAW", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT")
+
+
+def _podman_binds(spec: ContainerSpec) -> list[str]:
+    """HostConfig.Binds as podman 4.3 reports the plan's binds and volumes (it lists every one)."""
+    return [f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'},rprivate,"
+            f"{'nosuid,nodev,' if m.kind is MountKind.VOLUME else ''}rbind"
+            for m in spec.mounts if m.kind in (MountKind.BIND, MountKind.VOLUME)]
+
+
+def _podman_size(size: str) -> str:
+    """A json-file max-size (10m) as podman's libpod inspect says it (10MB)."""
+    return size[:-1] + size[-1].upper() + "B" if size[-1:].lower() in ("k", "m", "g") else size
+
+
 def docker_name(image: str) -> str:
     """An image name as podman's compat API reports it: normalised as Docker does (sandbox/agent:x
     is docker.io/sandbox/agent:x, debian:12 docker.io/library/debian:12); a name with a registry
@@ -88,7 +106,8 @@ def docker_name(image: str) -> str:
 def compare_inspect(spec: ContainerSpec, info: ContainerInfo, image_env: list[str], podman: bool = False) -> list[str]:
     """Differences between the plan and what the engine actually created, one sentence each that
     names the field and both values (empty: they agree). `podman`: the engine is podman, whose
-    inspect words some fields its own way (an owned tmpfs's options)."""
+    inspect words some fields its own way and says some only in its libpod inspect (see
+    tests/test_podman_dialect.py)."""
     host = info.host
     diffs: list[str] = []
 
@@ -105,8 +124,15 @@ def compare_inspect(spec: ContainerSpec, info: ContainerInfo, image_env: list[st
             diffs.append(f"{field}: the plan says {_words(expected)}, the container has {_words(found)}")
 
     want("Privileged", False, host.privileged)
-    want("Runtime", spec.runtime, host.runtime)
-    want("CapDrop", sorted(spec.cap_drop), sorted(host.cap_drop))
+    want("Runtime", spec.runtime, info.podman_runtime if podman else host.runtime)
+    if podman and "ALL" in spec.cap_drop:
+        # podman reports the default capabilities it dropped, never ALL; what the server's
+        # containers.conf adds to them cannot be read over the API: the probe's priv.caps proves it.
+        if kept := [cap for cap in PODMAN_DEFAULT_CAPS if cap not in host.cap_drop]:
+            diffs.append(f"CapDrop: {_words(kept)} not dropped (the plan says ALL, the container drops "
+                         f"{_words(sorted(host.cap_drop))})")
+    else:
+        want("CapDrop", sorted(spec.cap_drop), sorted(host.cap_drop))
     want("CapAdd", sorted(spec.cap_add), sorted(host.cap_add))
     want("ReadonlyRootfs", spec.read_only_root, host.read_only_root)
     options = list(host.security_opt)
@@ -126,11 +152,15 @@ def compare_inspect(spec: ContainerSpec, info: ContainerInfo, image_env: list[st
     want("Dns", list(spec.dns), list(host.dns))
     want("PortBindings", {}, host.port_bindings)
     want("PublishAllPorts", False, host.publish_all)
-    want("Binds", [], list(host.binds))
+    want("Binds", sorted(_podman_binds(spec)) if podman else [], sorted(host.binds))
     want("PidsLimit", spec.pids_limit, host.pids_limit)
     want("Memory", spec.memory_bytes, host.memory)
     want("NanoCpus", spec.nano_cpus, host.nano_cpus)
-    want("LogConfig", ("json-file", dict(spec.log_options)), (host.log_type, host.log_options))
+    if podman:   # its one log file is cut at Size; max-file has no podman meaning
+        want("LogConfig", ("json-file", _podman_size(dict(spec.log_options).get("max-size", ""))),
+             (host.log_type, info.podman_log_size))
+    else:
+        want("LogConfig", ("json-file", dict(spec.log_options)), (host.log_type, host.log_options))
     want("User", spec.user, info.user)
     want("Image", docker_name(spec.image) if podman else spec.image, info.image)
     want("Entrypoint", list(spec.entrypoint), list(info.entrypoint))
@@ -138,11 +168,13 @@ def compare_inspect(spec: ContainerSpec, info: ContainerInfo, image_env: list[st
     names = lambda env: sorted({item.split("=", 1)[0] for item in env})  # noqa: E731
     own = ["HOSTNAME=", "container="] if podman else []   # podman sets both in every container
     want("Env names", names([f"{k}=" for k, _ in spec.env] + list(image_env) + own), names(info.env))
-    # Owned tmpfs are HostConfig.Tmpfs entries (not in inspect's Mounts): their options say owner and mode.
+    # Owned tmpfs are HostConfig.Tmpfs entries (not in inspect's Mounts): their options say owner and
+    # mode. podman puts every tmpfs there.
+    in_tmpfs = (lambda m: m.kind is MountKind.TMPFS) if podman else (lambda m: m.owned_tmpfs)
     want("Tmpfs", {m.target: m.podman_tmpfs_reported() if podman else m.tmpfs_options
-                   for m in spec.mounts if m.owned_tmpfs}, host.tmpfs)
+                   for m in spec.mounts if in_tmpfs(m)}, host.tmpfs)
     planned = sorted((m.kind.value, m.target, not m.read_only, m.source if m.kind is not MountKind.TMPFS else "")
-                     for m in spec.mounts if not m.owned_tmpfs)
+                     for m in spec.mounts if not in_tmpfs(m))
     found = sorted((m.kind, m.target, m.writable, m.source) for m in info.mounts)
     if planned != found:
         diffs += _mount_words(planned, found) or [f"Mounts: the plan says {_words(planned)}, the container has {_words(found)}"]

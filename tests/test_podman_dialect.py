@@ -13,32 +13,42 @@ from launcher.compiler import compile_policy
 from launcher.engineapi import create_body
 from launcher.enginefake import FakeEngine
 from launcher.errors import EngineError
-from launcher.verify import compare_inspect, docker_name
+from launcher.plan import MountKind
+from launcher.verify import PODMAN_DEFAULT_CAPS, compare_inspect, docker_name
 
 PLAN = compile_policy(untrusted_bind(), fake_facts())
-# What podman 4.3.1 reported for the same create here (tests/test_podman_dialect.py's record):
-# every Tmpfs entry gets its own rprivate,nosuid,nodev; the default namespaces are "private"; the
-# image name is normalised; HOSTNAME and container=podman are in every container's environment.
-HANDLED = ("Tmpfs", "PidMode", "UTSMode", "Image", "Env names")
+# What podman 4.3.1 reported for the same create here: every tmpfs in HostConfig.Tmpfs (none in
+# Mounts) with its own rprivate,nosuid,nodev; every bind and volume in Binds too; Runtime "oci" (the
+# real one only in its libpod inspect); the default capabilities it dropped, never ALL; an empty
+# LogConfig.Config (the size in libpod's); "private" for the default namespaces; the image name
+# normalised; HOSTNAME and container=podman in every container's environment.
+HANDLED = ("Tmpfs", "Mounts", "Binds", "Runtime", "CapDrop", "LogConfig", "PidMode", "UTSMode", "Image", "Env names")
+LIBPOD = {"podman_runtime": "runc", "podman_log_size": "10MB"}
 
 
 def as_podman(doc: dict) -> None:
     host = doc["HostConfig"]
-    owned = {m.target: m for m in PLAN.container.mounts if m.owned_tmpfs}
-    host["Tmpfs"] = {target: owned[target].podman_tmpfs_reported() for target in host.get("Tmpfs") or {}}
-    host.update(PidMode="private", UTSMode="private")
+    tmpfs = {m.target: m for m in PLAN.container.mounts if m.kind is MountKind.TMPFS}
+    host["Tmpfs"] = {target: m.podman_tmpfs_reported() for target, m in tmpfs.items()}
+    doc["Mounts"] = [m for m in doc["Mounts"] if m["Type"] != "tmpfs"]
+    host["Binds"] = [f"{m['Source'] if m['Type'] == 'bind' else m['Name']}:{m['Destination']}:"
+                     f"{'rw' if m['RW'] else 'ro'},rprivate,{'' if m['Type'] == 'bind' else 'nosuid,nodev,'}rbind"
+                     for m in doc["Mounts"]]
+    host.update(Runtime="oci", CapDrop=list(PODMAN_DEFAULT_CAPS), PidMode="private", UTSMode="private",
+                LogConfig={"Type": "json-file", "Config": {}})
     doc["Config"]["Image"] = docker_name(doc["Config"]["Image"])
     doc["Config"]["Env"] += ["HOSTNAME=x", "container=podman"]
 
 
-def podman_differences(change=lambda doc: None) -> list[str]:
+def podman_differences(change=lambda doc: None, libpod=LIBPOD) -> list[str]:
     engine = FakeEngine(tamper=lambda doc: (as_podman(doc), change(doc)))
     ref = engine.create(PLAN.container)
-    return compare_inspect(PLAN.container, engine.inspect(ref), engine.image_env(PLAN.container.image), podman=True)
+    info = dataclasses.replace(engine.inspect(ref), **libpod)
+    return compare_inspect(PLAN.container, info, engine.image_env(PLAN.container.image), podman=True)
 
 
 def test_podman_s_words_for_the_plan_s_settings_agree_with_the_plan():
-    assert [d for d in podman_differences() if d.startswith(HANDLED)] == []
+    assert podman_differences() == []
 
 
 def test_the_same_words_from_docker_are_differences():
@@ -61,9 +71,27 @@ def test_the_same_words_from_docker_are_differences():
     ("Image", lambda d: d["Config"].update(Image="localhost/sandbox/agent:bookworm"),
      "the plan says 'docker.io/sandbox/agent:bookworm'"),
     ("Env names", lambda d: d["Config"]["Env"].append("DOCKER_HOST=tcp://x"), "DOCKER_HOST added"),
+    ("CapDrop", lambda d: d["HostConfig"]["CapDrop"].remove("NET_RAW"), "NET_RAW not dropped"),
+    ("Binds", lambda d: d["HostConfig"]["Binds"].append("/run/docker.sock:/var/run/docker.sock:rw,rprivate,rbind"),
+     "/run/docker.sock:/var/run/docker.sock:rw,rprivate,rbind added"),
+    ("Binds", lambda d: d["HostConfig"].update(Binds=[b.replace(":ro,", ":rw,") for b in d["HostConfig"]["Binds"]]),
+     "added"),   # a read-only bind made writable
+    ("Mounts", lambda d: d["Mounts"].append({"Type": "bind", "Destination": "/etc/cron.d", "RW": True, "Source": "/tmp"}),
+     "/etc/cron.d is mounted"),
+    ("Tmpfs", lambda d: d["HostConfig"]["Tmpfs"].pop("/workspace/lefthook.yml"), "the plan says"),   # a mask gone
 ])
 def test_a_tampered_podman_setting_is_a_difference(field, change, says):
     diffs = podman_differences(change)
+    assert any(d.startswith(field) and says in d for d in diffs), diffs
+
+
+@pytest.mark.parametrize("field, libpod, says", [
+    ("Runtime", {**LIBPOD, "podman_runtime": "crun"}, "the plan says 'runc', the container has 'crun'"),
+    ("Runtime", {**LIBPOD, "podman_runtime": None}, "the container has None"),   # no libpod answer: refused
+    ("LogConfig", {**LIBPOD, "podman_log_size": None}, "the plan says json-file, 10MB, the container has json-file, None"),
+])
+def test_what_only_podman_s_libpod_inspect_says_is_checked_there(field, libpod, says):
+    diffs = podman_differences(libpod=libpod)
     assert any(d.startswith(field) and says in d for d in diffs), diffs
 
 
@@ -71,6 +99,10 @@ def test_an_owned_tmpfs_goes_to_podman_with_U_noexec_and_notmpcopyup():
     tmpfs = create_body(PLAN.container, podman=True)["HostConfig"]["Tmpfs"]
     assert tmpfs["/home/agent"] == "rw,size=536870912,mode=0700,U,noexec,notmpcopyup"
     assert all("uid=" not in options for options in tmpfs.values())   # podman 4.3: "unknown mount option"
+    body = create_body(PLAN.container, podman=True)
+    masks = [m.target for m in PLAN.container.mounts if m.kind is MountKind.TMPFS and not m.owned_tmpfs]
+    assert masks and all(tmpfs[t].endswith(",mode=1777,noexec,notmpcopyup") for t in masks)   # no copy-up, no mode 0
+    assert not [m for m in body["HostConfig"]["Mounts"] if m["Type"] == "tmpfs"]
 
 
 def test_podman_is_refused_a_tmpfs_owned_by_someone_but_the_container_s_user():
