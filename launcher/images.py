@@ -314,10 +314,11 @@ def build(engine: Engine, image: BundledImage, progress: Progress, force: bool =
     ticker, step = _Ticker(progress, image.tag), ["?"]
 
     def on_line(line: str) -> None:
-        # Docker's "Step N/M : INSTRUCTION" lines show how far it is; the package managers' chatter
-        # in between would drown them, so it only keeps a heartbeat going during a long step.
-        if line.startswith("Step "):
-            number, _, instruction = line[5:].partition(" : ")
+        # Docker's "Step N/M : INSTRUCTION" lines (podman's "STEP N/M: INSTRUCTION") show how far it
+        # is; the package managers' chatter in between would drown them, so it only keeps a
+        # heartbeat going during a long step.
+        if line.startswith(("Step ", "STEP ")):
+            number, _, instruction = line[5:].partition(" : " if line.startswith("Step ") else ": ")
             step[0] = number
             ticker.say(f"step {number}: {_short(instruction)}", force=True)
         elif not line.startswith("Successfully"):

@@ -60,6 +60,15 @@ def test_a_build_shows_each_step_with_the_image_and_seconds_and_a_heartbeat_in_a
         "built sandbox/agent:bookworm in 14 s"]
 
 
+def test_podman_s_build_steps_are_shown_the_same_way(clock):
+    """buildah (podman's builder) says "STEP 1/3: FROM …", not Docker's "Step 1/3 : FROM …"."""
+    lines = []
+    podman = [(at, line.replace("Step ", "STEP ").replace(" : ", ": ")) for at, line in BUILD]
+    assert images.build(build_engine(clock, podman), images.agent_image(), lines.append)
+    assert "  sandbox/agent:bookworm: step 1/3: FROM debian:bookworm-slim (0 s)" in lines
+    assert "  sandbox/agent:bookworm: step 3/3: USER agent (13 s)" in lines
+
+
 def test_a_present_image_is_not_built_and_says_nothing(clock):
     lines = []
     assert not images.build(build_engine(clock, BUILD, present={images.AGENT_IMAGE}), images.agent_image(), lines.append)
