@@ -114,7 +114,13 @@ def compare_inspect(spec: ContainerSpec, info: ContainerInfo, image_env: list[st
     def want(field: str, expected, found) -> None:
         if expected == found:
             return
-        if isinstance(expected, list) and isinstance(found, list):
+        if isinstance(expected, dict) and isinstance(found, dict):   # which keys first: a long one stays readable
+            keys = [f"{_words(sorted(set(found) - set(expected)))} added"] if set(found) - set(expected) else []
+            keys += [f"{_words(sorted(set(expected) - set(found)))} missing"] if set(expected) - set(found) else []
+            keys += [f"{_words(sorted(k for k in set(expected) & set(found) if expected[k] != found[k]))} differ"] \
+                if any(expected[k] != found[k] for k in set(expected) & set(found)) else []
+            diffs.append(f"{field}: {'; '.join(keys)} (the plan says {_words(expected)}, the container has {_words(found)})")
+        elif isinstance(expected, list) and isinstance(found, list):
             more = [x for x in found if x not in expected]
             less = [x for x in expected if x not in found]
             parts = ([f"{_words(more)} added"] if more else []) + ([f"{_words(less)} missing"] if less else [])

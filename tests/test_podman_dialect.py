@@ -65,7 +65,7 @@ def test_the_same_words_from_docker_are_differences():
     ("Tmpfs", lambda d: d["HostConfig"]["Tmpfs"].update({"/tmp": "rw,size=268435456,mode=0700,rprivate,nosuid,nodev"}),
      "the container has"),   # not chowned to the agent (no U), executable
     ("Tmpfs", lambda d: d["HostConfig"]["Tmpfs"].update({"/run": "rw,rprivate,nosuid,nodev,tmpcopyup"}),
-     "/run=rw"),   # podman's writable /run on a read-only root (read_only_tmpfs)
+     "Tmpfs: /run added ("),   # podman's writable /run on a read-only root (its read-only-tmpfs), named first
     ("PidMode", lambda d: d["HostConfig"].update(PidMode="host"), "the container has 'host'"),
     ("UTSMode", lambda d: d["HostConfig"].update(UTSMode="host"), "the container has 'host'"),
     ("Image", lambda d: d["Config"].update(Image="localhost/sandbox/agent:bookworm"),
@@ -78,7 +78,7 @@ def test_the_same_words_from_docker_are_differences():
      "added"),   # a read-only bind made writable
     ("Mounts", lambda d: d["Mounts"].append({"Type": "bind", "Destination": "/etc/cron.d", "RW": True, "Source": "/tmp"}),
      "/etc/cron.d is mounted"),
-    ("Tmpfs", lambda d: d["HostConfig"]["Tmpfs"].pop("/workspace/lefthook.yml"), "the plan says"),   # a mask gone
+    ("Tmpfs", lambda d: d["HostConfig"]["Tmpfs"].pop("/workspace/lefthook.yml"), "/workspace/lefthook.yml missing"),
 ])
 def test_a_tampered_podman_setting_is_a_difference(field, change, says):
     diffs = podman_differences(change)
