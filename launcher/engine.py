@@ -218,7 +218,7 @@ class Engine:
             "HostConfig": {
                 "ReadonlyRootfs": True, "CapDrop": ["ALL"], "SecurityOpt": ["no-new-privileges"],
                 "NetworkMode": spec.internal_network,
-                "Tmpfs": {path: spec.scratch_options for path in spec.scratch_dirs},
+                "Tmpfs": {p: spec.podman_scratch_options() if self.podman else spec.scratch_options for p in spec.scratch_dirs},
                 "PidsLimit": spec.pids_limit, "Memory": spec.memory_bytes, "MemorySwap": spec.memory_bytes,
                 "LogConfig": engineapi.log_config(spec.log_options)},
             "NetworkingConfig": {"EndpointsConfig": {spec.internal_network: {"Aliases": [spec.alias]}}},

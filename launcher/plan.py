@@ -79,6 +79,12 @@ class ProxySpec:
     # Its output is the egress audit: bounded (about a million requests), never unbounded.
     log_options: tuple[tuple[str, str], ...] = (("max-size", "50m"), ("max-file", "4"))
 
+    def podman_scratch_options(self) -> str:
+        """scratch_options for podman 4 (no uid=/gid=: `U` chowns them to the proxy's user, which
+        they are; no copy-up; noexec as Docker's HostConfig.Tmpfs has it)."""
+        size = dict(part.split("=", 1) for part in self.scratch_options.split(","))["size"]
+        return f"rw,size={size},mode=0700,U,noexec,notmpcopyup"
+
 
 def proxy_env(spec: ProxySpec) -> dict[str, str]:
     """The proxy container's environment but the secrets' values: its configuration and the CA

@@ -118,3 +118,12 @@ def test_podman_is_refused_a_tmpfs_owned_by_someone_but_the_container_s_user():
 ])
 def test_image_names_as_podman_reports_them(name, reported):
     assert docker_name(name) == reported
+
+
+def test_the_proxy_s_scratch_tmpfs_go_to_podman_without_uid_and_without_copy_up():
+    from launcher.plan import ProxySpec
+
+    spec = ProxySpec(name="p", image="i", config="", internal_network="n", egress_network="e", alias="a", port=3128,
+                     labels=())
+    assert spec.scratch_options == "uid=13,gid=13,mode=0700,size=16m"   # Docker's words
+    assert spec.podman_scratch_options() == "rw,size=16m,mode=0700,U,noexec,notmpcopyup" and spec.user == "13:13"
