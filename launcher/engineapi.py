@@ -227,14 +227,13 @@ def _tmpfs(spec: ContainerSpec, podman: bool) -> dict | None:
 def create_body(spec: ContainerSpec, podman: bool = False) -> dict:
     """The engine's container-create request for a plan's container (unset fields left out, as the
     SDK leaves them; tests/test_engineapi.py holds it to the SDK's own). `podman`: its dialect
-    where it takes other words for the same thing (an owned tmpfs)."""
+    where it takes other words for the same thing (its tmpfs, see _tmpfs)."""
     host = {
         "Mounts": [_mount(m) for m in spec.mounts if not (m.owned_tmpfs or podman and m.kind is MountKind.TMPFS)],
         "NetworkMode": spec.network_mode or "default", "ReadonlyRootfs": spec.read_only_root,
         "CapDrop": list(spec.cap_drop), "SecurityOpt": list(spec.security_opt), "PidsLimit": spec.pids_limit,
         "Memory": spec.memory_bytes, "MemorySwap": spec.memory_bytes, "NanoCpus": spec.nano_cpus,
         "LogConfig": log_config(spec.log_options), "Runtime": spec.runtime,
-        # HostConfig.Tmpfs for the owned ones: the Mount API cannot set the owner
         "Tmpfs": _tmpfs(spec, podman),
         "CapAdd": list(spec.cap_add) or None, "Devices": [_device(d) for d in spec.devices] or None,
         "PidMode": spec.pid_mode or None, "Dns": list(spec.dns) or None, "Sysctls": dict(spec.sysctls) or None,
