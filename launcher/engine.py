@@ -115,9 +115,8 @@ class Engine:
             self._version = self._json("reading the engine version", "GET", "/version")
         return self._version
 
-    @property
-    def podman(self) -> bool:   # podman's compat API: create and verify speak its dialect
-        return engineid.identify(self.version(), {}).kind == engineid.PODMAN
+    # podman's compatible API: create and verify speak its dialect (engineapi.create_body, verify)
+    podman = property(lambda self: engineid.identify(self.version(), {}).kind == engineid.PODMAN)
 
     def info(self, libpod: bool = False) -> dict:   # libpod: podman's own (rootless, id maps, cgroups); Docker: {}
         return self._json("reading the engine's system information", "GET", "/libpod/info" if libpod else "/info",
