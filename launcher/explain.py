@@ -257,6 +257,7 @@ def to_json(eff: Effective, target: str = "run", engine: EngineFacts | None = No
         "always": [one(name, e) for name, e in always(target, eff.policy.runtime, engine)],
         "target": target,
         "not_enforced_here": [{"field": name, "why": why} for name, why in TARGETS[target].cannot()],
+        "opt_ins": [{"flag": flag, "adds": adds} for flag, adds in TARGETS[target].opt_ins],
         "proxy_mode": eff.policy.network.mode is NetworkMode.PROXY,
         **({"engine": {"engine": engine.kind, "rootless": engine.rootless, "userns_remap": engine.userns_remap,
                        "cgroup_version": engine.cgroup_version, "unenforced": list(engine.unenforced)}}
@@ -293,6 +294,7 @@ def render(eff: Effective, markdown: bool = False, target: str = "run", width: i
     lines += ["", f"policy {eff.policy.name} (sha256 {eff.policy.digest[:12]}), {len(eff.layers)} layer(s)",
               f"enforced by nothing: {', '.join(unenforced) or '-'}", f"not probed: {', '.join(unprobed) or '-'}"]
     lines += [f"not enforced for {target} (`run` enforces it): {name}: {why}" for name, why in TARGETS[target].cannot()]
+    lines += [f"opt-in for {target}: {flag} adds {adds}" for flag, adds in TARGETS[target].opt_ins]
     if engine is not None:
         lines.append(f"engine asked: {engine.label}" + (f"; refused there: {', '.join(engine.unenforced)}"
                                                          if engine.unenforced else ""))

@@ -42,14 +42,17 @@ if TYPE_CHECKING:
                    "Services, public resolvers; docs/targets.md).")
 @click.option("--warm", type=click.IntRange(min=0, max=2 ** 31 - 1), default=None, metavar="N",
               help="agent-sandbox: also a SandboxWarmPool of N Pods (0: none kept warm; claims need a pool).")
+@click.option("--host-firewall", type=click.Choice(["cilium", "calico"]), default=None,
+              help="kubernetes, agent-sandbox: also that network plugin's cluster-wide objects that deny the agent "
+                   "Pod every node (NetworkPolicy may leave its own node open); untested against the plugins' schemas.")
 @egress_options
 @agent_options
 @layer_options
 @show_layers_option
 @click.argument("command", nargs=-1)
 def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: str, proxy_ip: str, node: str,
-            forbidden: tuple[str, ...], warm: int | None, allow: tuple[str, ...], egress_network: str | None,
-            command: tuple[str, ...]) -> None:
+            forbidden: tuple[str, ...], warm: int | None, host_firewall: str | None, allow: tuple[str, ...],
+            egress_network: str | None, command: tuple[str, ...]) -> None:
     """Compile a policy into a launch plan, without touching the Docker engine.
 
     \b
@@ -62,6 +65,9 @@ def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: s
     if warm is not None and "warm" not in target.options:
         writers = ", ".join(t.formats[0] for t in TARGETS.values() if "warm" in t.options)
         raise click.UsageError(f"--warm is for --format {writers}, not {fmt}: a warm pool is that format's object")
+    if host_firewall and "host_firewall" not in target.options:
+        writers = ", ".join(t.formats[0] for t in TARGETS.values() if "host_firewall" in t.options)
+        raise click.UsageError(f"--host-firewall is for --format {writers}, not {fmt}: the objects go with the Pod's")
     planned = plan(policy, workspace, command, kind=target.kind, allow=allow, egress_network=egress_network,
                    launched=False)
     launch_plan = planned.plan
@@ -74,7 +80,7 @@ def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: s
                                    hint="the login is read and refreshed on the host at launch, which these files "
                                         "cannot do: start it with sandbox run or sandbox up")])
     options = dict(claim=claim, workspace_root=workspace_root, proxy_ip=proxy_ip, node=node, warm=warm,
-                   **({"forbidden": forbidden} if forbidden else {}))   # each takes its own
+                   host_firewall=host_firewall or "", **({"forbidden": forbidden} if forbidden else {}))   # each its own
     text = target.write(launch_plan, **options)
     warn_losses(target, launch_plan, **options)
     statefiles.write(planned.files)   # what the files for another tool bind from (compiling wrote nothing)

@@ -29,6 +29,7 @@ class Target:
     # .devcontainer/ by name); None: the launcher starts it and writes nothing. Imports its renderer on call.
     writer: Callable[..., str | dict[str, str]] | None = None
     report: Callable[..., Losses] | None = None   # a loss report that depends on the plan; default cannot()
+    opt_ins: tuple[tuple[str, str], ...] = ()     # (writer's flag, what it adds): `explain --target` says them
 
     @property
     def cells(self) -> Mapping[str, "Enforcement"]:
@@ -82,10 +83,10 @@ def _kubernetes(plan: "LaunchPlan", **options) -> str:
     return kubernetes_text(plan, KubeOptions(**options))
 
 
-def _kubernetes_losses(plan: "LaunchPlan", *, node: str = "kubelet", **_) -> Losses:
+def _kubernetes_losses(plan: "LaunchPlan", *, node: str = "kubelet", host_firewall: str = "", **_) -> Losses:
     from launcher.targets.kubernetes.losses import losses
 
-    return losses(plan, node=node)
+    return losses(plan, node=node, host_firewall=host_firewall)
 
 
 def _agent_sandbox(plan: "LaunchPlan", *, warm: int | None = None, **options) -> str:
@@ -95,10 +96,11 @@ def _agent_sandbox(plan: "LaunchPlan", *, warm: int | None = None, **options) ->
     return agent_sandbox_text(plan, KubeOptions(**options), warm)
 
 
-def _agent_sandbox_losses(plan: "LaunchPlan", *, warm: int | None = None, node: str = "kubelet", **_) -> Losses:
+def _agent_sandbox_losses(plan: "LaunchPlan", *, warm: int | None = None, node: str = "kubelet",
+                          host_firewall: str = "", **_) -> Losses:
     from launcher.targets.kubernetes.agentsandbox import losses
 
-    return losses(plan, warm=warm, node=node)
+    return losses(plan, warm=warm, node=node, host_firewall=host_firewall)
 
 
 def _devcontainer(plan: "LaunchPlan") -> dict[str, str]:
@@ -107,6 +109,10 @@ def _devcontainer(plan: "LaunchPlan") -> dict[str, str]:
     return files(plan)
 
 
+HOST_FIREWALL = ("--host-firewall cilium|calico", "the network plugin's cluster-wide objects that deny the agent Pod "
+                                                  "every node, which NetworkPolicy may leave open (a Cilium host "
+                                                  "policy; a Calico tier with host endpoint policies); untested "
+                                                  "against the plugins' schemas")
 # In the order `--target` lists them; `compile --format json` prints the plan `run` launches.
 TARGETS: Mapping[str, Target] = MappingProxyType({t.name: t for t in (
     Target(name="run", kind="run", external=False, formats=("json",), writer=_json),
@@ -115,12 +121,12 @@ TARGETS: Mapping[str, Target] = MappingProxyType({t.name: t for t in (
     Target(name="compose", kind="external", external=True, formats=("compose",), writer=_compose),
     # A Pod's workspace is a claim, so copy mode (the claim is the copy) is not refused as for compose.
     Target(name="kubernetes", kind="kubernetes", external=True, formats=("kubernetes",),
-           options=("claim", "workspace_root", "proxy_ip", "node", "forbidden"), writer=_kubernetes,
-           report=_kubernetes_losses),
+           options=("claim", "workspace_root", "proxy_ip", "node", "forbidden", "host_firewall"), writer=_kubernetes,
+           report=_kubernetes_losses, opt_ins=(HOST_FIREWALL,)),
     # The same Pod, made by the agent-sandbox controller from a SandboxTemplate.
     Target(name="agent-sandbox", kind="kubernetes", external=True, formats=("agent-sandbox",),
-           options=("claim", "workspace_root", "proxy_ip", "node", "forbidden", "warm"), writer=_agent_sandbox,
-           report=_agent_sandbox_losses),
+           options=("claim", "workspace_root", "proxy_ip", "node", "forbidden", "warm", "host_firewall"),
+           writer=_agent_sandbox, report=_agent_sandbox_losses, opt_ins=(HOST_FIREWALL,)),
     Target(name="devcontainer", kind="devcontainer", external=True, writer=_devcontainer),
 )})
 # What `compile --format` offers, and the target each format writes.

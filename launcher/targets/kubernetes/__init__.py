@@ -12,7 +12,7 @@ from launcher import labels as label
 from launcher.plan import PROXY_ALIAS
 from launcher.errors import PolicyError, Problem
 from launcher.plan import PROBE_DIR, LaunchPlan
-from launcher.targets.kubernetes import network, pod
+from launcher.targets.kubernetes import hostfirewall, network, pod
 from launcher.targets.kubernetes.losses import header, losses
 
 NODES = ("kubelet", "podman")
@@ -42,6 +42,7 @@ class KubeOptions:
     proxy_ip: str = DEFAULT_PROXY_IP  # the proxy Service's ClusterIP
     node: str = "kubelet"             # kubelet | podman: whose own mounts the probe expects
     forbidden: tuple[str, ...] = DEFAULT_FORBIDDEN   # ADDRESS:PORT the Pod's probe must find unreachable
+    host_firewall: str = ""           # "", cilium, calico: that plugin's objects that keep the agent off the nodes
 
 
 def _split_labels(pairs: tuple[tuple[str, str], ...]) -> tuple[dict, dict]:
@@ -124,6 +125,9 @@ def _check(plan: LaunchPlan, options: KubeOptions) -> None:
                                     "it with --proxy-ip"))
     if options.node not in NODES:
         problems.append(Problem(file="command line", path="--node", expected=" or ".join(NODES), found=options.node))
+    if options.host_firewall and options.host_firewall not in hostfirewall.PLUGINS:
+        problems.append(Problem(file="command line", path="--host-firewall", expected=" or ".join(hostfirewall.PLUGINS),
+                                found=options.host_firewall))
     if problems:
         raise PolicyError(problems)
 
@@ -150,6 +154,8 @@ def to_manifests(plan: LaunchPlan, options: KubeOptions = KubeOptions()) -> list
         proxy_selector = {label.SANDBOX: plabels[label.SANDBOX], label.KIND: plabels[label.KIND]}
         proxy_objects = network.proxy_objects(plan, address=options.proxy_ip, labels=plabels, annotations=pannotations)
     objects += network.network_policies(plan, agent=agent_selector, proxy=proxy_selector, labels=labels)
+    if options.host_firewall:
+        objects += hostfirewall.host_firewall(options.host_firewall, name=c.name, agent=agent_selector, labels=labels)
     if files:
         objects.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{c.name}-files", "labels": labels},
                         "data": {pod.EMPTY_CONFIG: "{}\n"}})
@@ -162,7 +168,8 @@ def kubernetes_text(plan: LaunchPlan, options: KubeOptions = KubeOptions()) -> s
     objects = to_manifests(plan, options)
     plan = kube_named(plan)
     secrets = tuple(s.name for s in plan.proxy.secrets) if plan.proxy else ()
-    head = header(plan, node=options.node, claim=options.claim, secrets=secrets, secret_name=network.secret_name(plan))
+    head = header(plan, node=options.node, claim=options.claim, secrets=secrets, secret_name=network.secret_name(plan),
+                  lost=losses(plan, node=options.node, host_firewall=options.host_firewall))
     return head + yaml.safe_dump_all(objects, sort_keys=False, width=1000, explicit_start=True)
 
 

@@ -57,9 +57,10 @@ def to_manifests(plan: LaunchPlan, options: kubernetes.KubeOptions = kubernetes.
     return objects
 
 
-def losses(plan: LaunchPlan, *, warm: int | None = None, node: str = "kubelet") -> list[tuple[str, str]]:
+def losses(plan: LaunchPlan, *, warm: int | None = None, node: str = "kubelet",
+           host_firewall: str = "") -> list[tuple[str, str]]:
     """The Kubernetes Pod's losses, and what the agent-sandbox controller changes or decides."""
-    out = cannot(AGENT_SANDBOX) + pod_losses(plan, node=node)
+    out = cannot(AGENT_SANDBOX) + pod_losses(plan, node=node, host_firewall=host_firewall)
     out.append(("the controller's NetworkPolicy", "the template sets networkPolicyManagement: Managed with the "
                 "agent's own rules, so the controller's default (ingress from its sandbox-router; egress to every "
                 "public address on every port, DNS rewritten to 8.8.8.8 and 1.1.1.1) never applies; the same rules "
@@ -101,5 +102,6 @@ def agent_sandbox_text(plan: LaunchPlan, options: kubernetes.KubeOptions = kuber
         notes += ("A SandboxClaim names a SandboxWarmPool, not a template: compile with --warm N (0: every claim "
                   "starts a Pod) or write a pool whose sandboxTemplateRef is this template.",)
     head = header(plan, node=options.node, claim=options.claim, secrets=secrets, secret_name=network.secret_name(plan),
-                  form="an agent-sandbox SandboxTemplate", notes=notes, lost=losses(plan, warm=warm, node=options.node))
+                  form="an agent-sandbox SandboxTemplate", notes=notes, lost=losses(plan, warm=warm, node=options.node,
+                                                                           host_firewall=options.host_firewall))
     return head + yaml.safe_dump_all(objects, sort_keys=False, width=1000, explicit_start=True)

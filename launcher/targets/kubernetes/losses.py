@@ -4,18 +4,41 @@ top of the manifests and said on stderr by `sandbox compile`."""
 from __future__ import annotations
 
 from launcher.plan import LaunchPlan
+from launcher.targets.kubernetes.hostfirewall import WHAT_IT_ADDS
 from launcher.targets.kubernetes.network import private_rules
+from launcher.targets.kubernetes.pod import NODE_PORTS
 from launcher.targets.protections import KUBERNETES, cannot
 
 RESTRICTED_ADDS = ("NET_BIND_SERVICE",)   # the only capability the restricted profile lets a Pod add
 
 
-def losses(plan: LaunchPlan, *, node: str) -> list[tuple[str, str]]:
+def node_losses(host_firewall: str) -> list[tuple[str, str]]:
+    """The node exception: what NetworkPolicy may leave open, what the probe still proves, and what
+    `--host-firewall` adds (untested here)."""
+    ports = ", ".join(str(p) for p in NODE_PORTS)
+    probe = (f"the probe's pod.reach tries the node (status.hostIP) and the gateway on ports {ports} and refuses a "
+             "Pod that one answers, which proves those, at the start, and nothing of the node's other ports "
+             "(NodePorts), of the other nodes or of what changes later")
+    if not host_firewall:
+        return [("the node", "NetworkPolicy may leave traffic between a Pod and its own node open (Kubernetes lets "
+                             f"a plugin always allow it): {probe}; `--host-firewall cilium|calico` adds the plugin's "
+                             "objects that deny the agent every node")]
+    return [("the node", f"NetworkPolicy may leave traffic between a Pod and its own node open: {probe}; "
+                         f"--host-firewall {host_firewall} adds {WHAT_IT_ADDS[host_firewall]}"),
+            (f"host firewall ({host_firewall})", "its objects are untested: no schema of the plugin's CRDs can be "
+                                                 "had from a package registry here and no cluster runs here, so "
+                                                 "only their fields are checked (tests/test_kubernetes_hostfw.py); "
+                                                 "without the plugin `kubectl apply` fails on the unknown kind, "
+                                                 "with the feature off (Cilium's host firewall, Calico's automatic "
+                                                 "host endpoints) they are accepted and do nothing")]
+
+
+def losses(plan: LaunchPlan, *, node: str, host_firewall: str = "") -> list[tuple[str, str]]:
     """(policy field or protection, why) for everything this Pod does not enforce as Docker does."""
-    return cannot(KUBERNETES) + pod_losses(plan, node=node)
+    return cannot(KUBERNETES) + pod_losses(plan, node=node, host_firewall=host_firewall)
 
 
-def pod_losses(plan: LaunchPlan, *, node: str) -> list[tuple[str, str]]:
+def pod_losses(plan: LaunchPlan, *, node: str, host_firewall: str = "") -> list[tuple[str, str]]:
     """What the agent Pod itself, wherever it comes from, does not enforce as Docker does."""
     out = [
         ("limits.pids", "the Pod API has no per-Pod process limit: only the kubelet's podPidsLimit (node-wide "
@@ -25,11 +48,7 @@ def pod_losses(plan: LaunchPlan, *, node: str) -> list[tuple[str, str]]:
                             "node path, which a memory volume does not have"),
         ("logging", "the node's container log rotation (containerLogMaxSize), not the plan's json-file options"),
     ]
-    out.append(("the node", "traffic between a Pod and its own node is always allowed, whatever NetworkPolicy says "
-                            "(a documented exception): the probe's pod.reach tries the node (status.hostIP) and the "
-                            "gateway on ports 22, 53, 80, 443 and 10250 and refuses a Pod that one answers, so on most "
-                            "clusters only a host firewall (Cilium host policies, Calico host endpoints) lets it start; "
-                            "the node's other ports are not tried"))
+    out += node_losses(host_firewall)
     out.append(("IPv6 and ICMP", "a Pod with an IPv6 address beyond link-local is refused by net.routes (on a "
                                  "dual-stack cluster the agent does not start); NetworkPolicy covers TCP, UDP and SCTP "
                                  "only, and the probe tries TCP and DNS over UDP, not ICMP; the link-local IPv6 it accepts "
@@ -62,7 +81,8 @@ def pod_losses(plan: LaunchPlan, *, node: str) -> list[tuple[str, str]]:
         out.append(("capabilities", f"{', '.join(extra)} break the restricted profile (it allows adding only "
                                     "NET_BIND_SERVICE): the namespace needs the baseline level"))
     if node == "podman":
-        out.append(("NetworkPolicy (podman)", "podman kube play ignores NetworkPolicy objects"))
+        out.append(("NetworkPolicy (podman)", "podman kube play ignores NetworkPolicy objects"
+                                              + (" and the host firewall's" if host_firewall else "")))
     return out
 
 
