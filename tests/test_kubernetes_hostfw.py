@@ -151,7 +151,7 @@ def test_the_loss_report_says_what_the_opt_in_adds_and_that_it_is_untested(plugi
     head = text[:text.index("\n---")]
     assert f"--host-firewall {plugin} adds {hf.WHAT_IT_ADDS[plugin]}" in head
     assert f"host firewall ({plugin}): its objects are untested" in head
-    assert "egress.direct" in head and "10250" in head     # what the probe proves of the node, and what not
+    assert "pod.reach" in head and "NodePorts" in head     # what the probe proves of the node, and what not
     podman = kubernetes_text(preset_plan("ci"), KubeOptions(host_firewall=plugin, node="podman"))
     assert "podman kube play ignores NetworkPolicy objects and the host firewall's" in podman
 
