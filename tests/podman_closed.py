@@ -144,7 +144,7 @@ class ClosedNetwork:
         if self.second:
             run("network", "create", "--internal", "--disable-dns", "--subnet", SECOND_SUBNET, f"{self.name}-second")
             self.done.append(lambda: run("network", "rm", "-f", f"{self.name}-second", check=False))
-        # netavark makes the bridge when the first container joins: the listener first
+        # the bridge exists once the first container joins (netavark; CNI makes it then too): the listener first
         script = Path(__file__).with_name("netpod_world.py")
         run("run", "-d", "--name", self.world, "--network", self.name, "--ip", WORLD_IP, "--entrypoint", "python3",
             "-v", f"{script}:/world.py:ro", "--user", "0", self.world_image, "-u", "/world.py", *map(str, WORLD_PORTS),

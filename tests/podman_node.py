@@ -44,7 +44,7 @@ def runtime_default_profile(podman_profile: dict) -> dict:
 
 
 class Node:
-    def __init__(self, podman: str, root: Path, *, link_local_ipv6: bool = False):
+    def __init__(self, podman: str, root: Path, *, link_local_ipv6: bool = False, network_backend: str = ""):
         self.podman = podman
         root.mkdir(parents=True, exist_ok=True)
         self.profiles = root
@@ -63,7 +63,10 @@ class Node:
                         # Docker turns IPv6 off in a container unless asked; podman leaves the kernel's
                         # link-local address on eth0, which the probe's net.routes refuses in Docker's
                         # modes (rightly) and accepts in the Pod modes (link_local_ipv6: left on).
-                        + ('' if link_local_ipv6 else 'default_sysctls = ["net.ipv6.conf.all.disable_ipv6=1"]\n'))
+                        + ('' if link_local_ipv6 else 'default_sysctls = ["net.ipv6.conf.all.disable_ipv6=1"]\n')
+                        # "cni": the networks are CNI's bridge plugin's, as on a kubelet node (podman
+                        # picks netavark when both are installed)
+                        + (f'[network]\nnetwork_backend = "{network_backend}"\n' if network_backend else ''))
         self.env = {"CONTAINERS_CONF": str(conf), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
     def run(self, *args: str, check: bool = True, timeout: int = 120, **kw) -> subprocess.CompletedProcess:
