@@ -9,7 +9,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Callable
 
-from launcher import engineid
+from launcher import engineid, runtimes
 from launcher.style import BAD, GOOD, WARN, Mark, plain
 
 
@@ -109,13 +109,15 @@ def escape_fixes(version: dict, info: dict) -> list[Finding]:
     return out
 
 
-def engine_findings(info: dict, version: dict) -> list[Finding]:
-    options = " ".join(info.get("SecurityOptions") or [])
+def engine_findings(info: dict, version: dict, present: Callable[[str], bool] | None = None) -> list[Finding]:
+    """The findings about one engine from its /info and /version; `present(path)` says whether a
+    runtime binary the engine lists is installed (None: the engine is not on this host)."""
     engine = engineid.identify(version, info)
     out = [Finding(status=Status.OK, check="engine", detail=f"reachable: {engine.label} "
                    f"(API {version.get('ApiVersion', '?')}), {info.get('OperatingSystem', '?')}, kernel {info.get('KernelVersion', '?')}")]
     out += escape_fixes(version, info)
-    out.append(Finding(status=Status.OK, check="seccomp", detail="available (the engine's default profile)") if "name=seccomp" in options
+    out.append(runtime_finding(info, engine, present))
+    out.append(Finding(status=Status.OK, check="seccomp", detail="available (the engine's default profile)") if engine.seccomp
                else Finding(status=Status.FAIL, check="seccomp", detail="not available: no system-call filter",
                             fix="use a kernel and engine built with seccomp (the probe's seccomp checks fail without it)"))
     cgroup = str(info.get("CgroupVersion") or "1")
@@ -124,28 +126,77 @@ def engine_findings(info: dict, version: dict) -> list[Finding]:
                        detail=f"v{cgroup} ({info.get('CgroupDriver', '?')} driver)" + (f"; no {', '.join(missing)}" if missing else
                                                                                    "; pids and memory limits work"),
                        fix="enable the memory and pids cgroup controllers (kernel command line)" if missing else ""))
-    if "name=rootless" in options:
+    podman = engine.kind == engineid.PODMAN
+    if engine.rootless:
         out.append(Finding(status=Status.OK, check="rootless", detail="the engine runs rootless: its root is not host root"))
     else:
         out.append(Finding(status=Status.OK, check="rootless", detail="rootful engine (the agent still never runs as root)",
-                           fix="optional: rootless podman (run it as an unprivileged user) adds a layer"
-                           if engine.kind == engineid.PODMAN else
+                           fix="optional: rootless podman (run it as an unprivileged user) adds a layer" if podman else
                            "optional: rootless Docker adds a layer (dockerd-rootless-setuptool.sh install)"))
-    out.append(Finding(status=Status.OK, check="userns-remap", detail="on: container ids map to unprivileged host ids")
-               if "name=userns" in options else
-               Finding(status=Status.WARN, check="userns-remap", detail="off: uid 1000 inside is uid 1000 on the host",
-                       fix='userns = "auto" in containers.conf (or rootless podman) maps container ids away from host ids'
-                       if engine.kind == engineid.PODMAN else
-                       "dockerd --userns-remap=default (or rootless mode) maps container ids away from host ids"))
+    if engine.userns or engine.rootless:
+        out.append(Finding(status=Status.OK, check="userns-remap", detail="on: container ids map to unprivileged host ids"
+                           if engine.userns else "rootless: container ids map into the user's subordinate ids"))
+    else:
+        out.append(Finding(status=Status.WARN, check="userns-remap", detail="not reported by podman's API (containers.conf "
+                           "`userns`); off unless set there: uid 1000 inside is uid 1000 on the host" if podman else
+                           "off: uid 1000 inside is uid 1000 on the host",
+                           fix='userns = "auto" in containers.conf (or rootless podman) maps container ids away from host ids'
+                           if podman else "dockerd --userns-remap=default (or rootless mode) maps container ids away from host ids"))
     kernel = version_tuple(str(info.get("KernelVersion") or "0"))
     out.append(Finding(status=Status.OK, check="copy mode", detail=f"kernel {info.get('KernelVersion')}: overlay with "
                        "userxattr works") if kernel >= (5, 11) else
                Finding(status=Status.WARN, check="copy mode", detail=f"kernel {info.get('KernelVersion', '?')}: its "
                        "overlay has no userxattr (Linux 5.11)", fix="use --workspace-mode bind, or a newer kernel"))
-    lsm = [n for n in ("apparmor", "selinux") if f"name={n}" in options]
-    out.append(Finding(status=Status.OK, check="lsm", detail=f"{' and '.join(lsm)} confine containers") if lsm else
+    out.append(Finding(status=Status.OK, check="lsm", detail=f"{' and '.join(engine.lsm)} confine containers") if engine.lsm else
                Finding(status=Status.WARN, check="lsm", detail="neither AppArmor nor SELinux confines containers",
                        fix="enable AppArmor (Debian, Ubuntu) or SELinux (Fedora, RHEL) for one more layer"))
+    return out
+
+
+def runtime_finding(info: dict, engine: engineid.EngineIdentity, present: Callable[[str], bool] | None) -> Finding:
+    """The engine's OCI runtimes: which are installed (podman lists every one containers.conf names),
+    and whether the default one, which runs every `runtime: runc` sandbox, is among them."""
+    listed = sorted(runtimes.registered(info))
+    absent = runtimes.not_installed(info, present) if present else ()
+    there = [n for n in listed if n not in absent]
+    detail = f"{engine.runtime} (default)" + "".join(f", {n}" for n in there if n != engine.runtime)
+    detail += f"; listed but not installed: {', '.join(absent)}" if absent else ""
+    detail += "" if present else " (a remote engine: paths not checked)"
+    if engine.runtime in absent:
+        return Finding(status=Status.FAIL, check="runtimes", detail=detail, fix=f"install {engine.runtime}, or set "
+                       "another default runtime (containers.conf `runtime`, daemon.json `default-runtime`)")
+    return Finding(status=Status.OK, check="runtimes", detail=detail)
+
+
+def engine_rows(seen, present: Callable[[str], bool] | None = None) -> list[Finding]:
+    """A row per engine found on this host (engineid.Sighting each): where, its identity and its
+    verdict (what `engine_findings` finds there); which one `sandbox` uses, how to point it at
+    another. Only the used engine's own findings can block; another's verdict is said, as a warning
+    when it has a blocking problem."""
+    answering = [s for s in seen if not s.error]
+    used = next((s for s in seen if s.used), None)
+    head = (f"{len(answering)} answering; `sandbox` uses {used.address} ({used.source})" if used else f"{len(answering)} answering")
+    out = [Finding(status=Status.OK, check="engines", detail=head)]
+    for s in seen:
+        where = f"{s.address} ({s.source}{', in use' if s.used else ''})"
+        if s.error and not s.used:     # the used one's failure is the `engine` finding's
+            out.append(Finding(status=Status.WARN, check="engine found", detail=f"{where}: does not answer: {s.error}",
+                               fix="check its permissions (or that its service runs), if you mean to use it"))
+        if s.error:
+            continue
+        found = engine_findings(dict(s.info), dict(s.version), present if s.local else None)
+        fails = [f for f in found if f.status is Status.FAIL]
+        warns = sum(f.status is Status.WARN for f in found)
+        verdict = (f"{len(fails)} blocking ({'; '.join(f'{f.check}: {f.detail}' for f in fails)})" if fails else "0 blocking")
+        detail = f"{where}: {engineid.identify(dict(s.version), dict(s.info)).summary}; verdict: {verdict}, {warns} warning(s)"
+        use, status = f"to use it: DOCKER_HOST={s.address} sandbox …", Status.WARN if fails and not s.used else Status.OK
+        out.append(Finding(status=status, check="engine found", detail=detail if s.used or status is Status.WARN
+                           else f"{detail}; {use}", fix="" if s.used else use))
+    context = next((s for s in seen if s.source.startswith("docker context")), None)
+    if context and used and context.address != used.address and not used.source.startswith("DOCKER_HOST"):
+        out.append(Finding(status=Status.WARN, check="docker context", detail=f"the docker CLI uses {context.source} "
+                           f"({context.address}); `sandbox` does not follow contexts and uses {used.address}",
+                           fix=f"DOCKER_HOST={context.address} sandbox … (the docker CLI honours DOCKER_HOST too)"))
     return out
 
 
@@ -175,21 +226,30 @@ def tool_findings() -> list[Finding]:
     return out
 
 
-def run(connect: Callable, images_present: Callable | None = None,
-        more: Callable[[dict], list[Finding]] | None = None) -> list[Finding]:
-    """Every finding; `connect` returns an Engine or raises EngineError; `more(docker info)`
-    adds findings of its own (gVisor's registration)."""
+def run(connect: Callable, images_present: Callable | None = None, more: Callable | None = None,
+        seen: Callable[[], tuple] | None = None, present: Callable[[str], bool] | None = None) -> list[Finding]:
+    """Every finding; `connect` returns an Engine or raises EngineError; `more(info, kind, present)`
+    adds findings of its own (gVisor's registration); `seen()` finds every engine on this host
+    (engineid.Sighting each); `present(path)` says whether a runtime binary is installed here (used
+    only for engines on this host's unix sockets)."""
     from launcher import images
     from launcher.errors import EngineError
 
+    sightings = seen() if seen else ()
+    used = next((s for s in sightings if s.used), None)
+    here = present if used is None or used.local else None
     try:
         engine = connect()
         info = engine.info()
-        found = engine_findings(info, engine.version()) + (more(info) if more else [])
+        version = engine.version()
+        found = engine_findings(info, version, here)
+        found += more(info, engineid.identify(version, info).kind, here) if more else []
     except EngineError as exc:
         first = str(exc).splitlines()[0]
         return [Finding(status=Status.FAIL, check="engine", detail=f"unreachable: {first}",
-                        fix="start it (`sudo dockerd &` or `systemctl start docker`) and check `docker info`"), *tool_findings()]
+                        fix="start it (`sudo dockerd &` or `systemctl start docker`) and check `docker info`, or point "
+                        "DOCKER_HOST at an engine found below"), *engine_rows(sightings, present), *tool_findings()]
+    found += engine_rows(sightings, present) if sightings else []
     bundled = (images.probe_image().tag, images.proxy_image().tag, images.AGENT_IMAGE)
     found += image_findings(images_present or engine.image_exists, images.BASE_IMAGE, bundled)
     return found + tool_findings()

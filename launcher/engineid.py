@@ -25,10 +25,35 @@ class EngineIdentity:
     runtime: str                              # the default OCI runtime's name (runc, crun, runsc…)
     components: Mapping[str, str] = field(default_factory=dict)   # engine, runc, crun, containerd, conmon → version
     runtime_package: str = ""                 # the distribution's package version of runc, when reported
+    rootless: bool = False                    # the engine runs as an unprivileged user
+    seccomp: bool = False                     # it has a system-call filter for its containers
+    lsm: tuple[str, ...] = ()                 # apparmor, selinux: the ones that confine its containers
+    userns: bool = False                      # Docker's userns-remap (podman's API does not report containers.conf's userns)
 
     @property
     def label(self) -> str:
         return f"{'Podman' if self.kind == PODMAN else 'Docker'} {self.version or '?'}"
+
+    @property
+    def summary(self) -> str:
+        """One line: "Docker 20.10.24, runc 1.1.5 (default runtime), rootful, seccomp, no AppArmor/SELinux, no userns-remap"."""
+        runtime = f"{self.runtime} {self.components.get(self.runtime, '')}".strip()
+        return ", ".join((self.label, f"{runtime} (default runtime)", "rootless" if self.rootless else "rootful",
+                          "seccomp" if self.seccomp else "NO seccomp", " and ".join(self.lsm) or "no AppArmor/SELinux",
+                          "userns-remap" if self.userns else "no userns-remap"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sighting:
+    """An engine found on this host (launcher/engine.py looks; doctor judges): where, and its answers."""
+
+    address: str          # unix:///var/run/docker.sock, tcp://…
+    source: str           # why it was looked at: DOCKER_HOST, the default socket, a docker context, podman's socket
+    used: bool            # the one `sandbox` connects to
+    local: bool           # a unix socket on this host: the runtime paths its /info lists can be checked here
+    version: Mapping = field(default_factory=dict)    # GET /version ({} when it did not answer)
+    info: Mapping = field(default_factory=dict)       # GET /info
+    error: str = ""       # why it did not answer
 
 
 def _plain(text: str) -> str:
@@ -52,8 +77,12 @@ def identify(version: dict, info: dict) -> EngineIdentity:
             package = package or (commit.group(1) if commit and "+" in commit.group(1) else "")
         components[name] = _plain(text)
     components["engine"] = version.get("Version") or components.get("engine", "")
+    options = " ".join(info.get("SecurityOptions") or [])
     return EngineIdentity(kind=kind, version=components["engine"], api_version=version.get("ApiVersion", ""),
-                          runtime=info.get("DefaultRuntime") or "runc", components=components, runtime_package=package)
+                          runtime=info.get("DefaultRuntime") or "runc", components=components, runtime_package=package,
+                          rootless=bool(info.get("Rootless")) or "name=rootless" in options,   # podman says both
+                          seccomp="name=seccomp" in options, lsm=tuple(n for n in ("apparmor", "selinux") if f"name={n}" in options),
+                          userns="name=userns" in options)
 
 
 @dataclass(frozen=True, kw_only=True)

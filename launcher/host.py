@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import os
 import sys
+from dataclasses import dataclass
 from typing import Callable
 
 from launcher.errors import PolicyError, Problem
@@ -68,6 +69,59 @@ def engine_socket(default: str) -> str | None:
     """DOCKER_HOST's unix socket (`default` when unset); None for tcp://, ssh:// and TLS (the SDK's)."""
     address = "" if os.environ.get("DOCKER_TLS_VERIFY") else os.environ.get("DOCKER_HOST", "") or f"unix://{default}"
     return address[len("unix://"):] if address.startswith("unix://") else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineAddress:
+    address: str       # unix:///var/run/docker.sock, tcp://…
+    source: str        # why it is listed
+    used: bool         # the one `sandbox` connects to
+
+
+def engine_addresses(default: str) -> tuple[EngineAddress, ...]:
+    """Where engines may answer on this host: the one `sandbox` uses (DOCKER_HOST, else `default`),
+    the docker CLI's current context, and the usual sockets that exist (Docker's, rootful and
+    rootless podman's, rootless Docker's); each address once."""
+    named = os.environ.get("DOCKER_HOST", "")
+    found = [EngineAddress(address=named or f"unix://{default}", used=True,
+                           source="DOCKER_HOST" if named else "the default socket (DOCKER_HOST unset)")]
+    context = _docker_context()
+    if context:
+        found.append(EngineAddress(address=context[1], used=False, source=f"docker context {context[0]}"))
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR", "") or f"/run/user/{os.getuid()}"
+    for path, source in ((default, "Docker's socket"), ("/run/podman/podman.sock", "rootful podman's socket"),
+                         (f"{runtime_dir}/podman/podman.sock", "rootless podman's socket"),
+                         (f"{runtime_dir}/docker.sock", "rootless Docker's socket")):
+        if os.path.exists(path):
+            found.append(EngineAddress(address=f"unix://{path}", used=False, source=source))
+    seen, out = set(), []
+    for item in found:
+        key = os.path.realpath(item.address[len("unix://"):]) if item.address.startswith("unix://") else item.address
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return tuple(out)
+
+
+def _docker_context() -> tuple[str, str] | None:
+    """(name, endpoint) of the docker CLI's current context when it is not "default" (DOCKER_CONTEXT,
+    else config.json's currentContext), or None; the docker CLI follows it, `sandbox` does not."""
+    import hashlib
+    import json
+
+    config_dir = os.environ.get("DOCKER_CONFIG", "") or os.path.expanduser("~/.docker")
+    name = os.environ.get("DOCKER_CONTEXT", "")
+    try:
+        if not name:
+            name = json.loads(read_regular(os.path.join(config_dir, "config.json"), required=False, follow=True)
+                              or b"{}").get("currentContext", "")
+        if not name or name == "default":
+            return None
+        meta = os.path.join(config_dir, "contexts", "meta", hashlib.sha256(name.encode()).hexdigest(), "meta.json")
+        endpoint = json.loads(read_regular(meta, required=False, follow=True) or b"{}")["Endpoints"]["docker"]["Host"]
+    except (PolicyError, ValueError, KeyError, TypeError, AttributeError):
+        return (name, "?") if name and name != "default" else None
+    return name, str(endpoint)
 
 
 def timings_requested() -> bool:

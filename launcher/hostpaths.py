@@ -112,3 +112,10 @@ def existing_workspace(workspace: str) -> str:
         raise PolicyError([Problem(file="command line", path="--workspace", expected="an existing directory",
                                    found=f"{real} ({kind})")])
     return real
+
+
+def runtime_installed(path: str) -> bool:
+    """Is the OCI runtime an engine lists at `path` installed? podman lists every runtime of
+    containers.conf, installed or not; a bare name (Docker's "runc") is found on the engine's own
+    PATH, which is not ours to read: taken as there."""
+    return not os.path.isabs(path) or (os.path.isfile(path) and os.access(path, os.X_OK))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from launcher import labels as label
-from launcher import checks, home, hostpaths, overlap, runtimes, workspaces
+from launcher import checks, engineid, home, hostengines, hostpaths, overlap, runtimes, workspaces
 from launcher.copies import store
 from launcher.copies.fill import Filling
 from launcher.engineproto import Engine
@@ -235,19 +235,23 @@ def remove_sandbox(engine: Engine, name: str) -> None:
 
 def require_runtime(engine: Engine, plan: LaunchPlan) -> None:
     """Refuse, before anything is made, a plan whose runtime the engine does not have registered
-    as the launcher registers it (never registered silently here: `sandbox doctor --fix`)."""
+    as the launcher registers it, and installed (never registered silently here: `sandbox doctor --fix`)."""
     name = plan.container.runtime
     if name == "runc":
         return
-    found = runtimes.registered(engine.info()).get(name)
+    info = engine.info()
+    found = runtimes.registered(info, hostengines.runtime_check(engine)).get(name)
     want = next((args for n, args in runtimes.GVISOR.values() if n == name), None)
     if want is None:
         raise EngineError(f"the plan names runtime {name}, which the launcher does not know (runc, "
                           f"{', '.join(n for n, _ in runtimes.GVISOR.values())})")
+    if engineid.identify(engine.version(), info).kind == engineid.PODMAN:
+        raise EngineError(f"the policy says runtime: gvisor, and the engine is podman: {runtimes.PODMAN_GVISOR_WHY}."
+                          f"\n    hint: {runtimes.PODMAN_GVISOR}")
     if found is None or tuple(found.get("runtimeArgs") or ()) != want:
         what = "has no runtime" if found is None else f"has other arguments ({' '.join(found.get('runtimeArgs') or ()) or 'none'}) for"
         raise EngineError(f"the policy says runtime: gvisor, and the engine {what} {name} (gVisor's runsc with "
-                          f"{' '.join(want)}).\n    hint: `sudo sandbox doctor --fix` registers it in "
+                          f"{' '.join(want)}, installed).\n    hint: `sudo sandbox doctor --fix` registers it in "
                           "/etc/docker/daemon.json and reloads dockerd (no restart); see `sandbox doctor`")
 
 

@@ -45,12 +45,18 @@ def untrusted(path: str) -> str:
         at = os.path.dirname(at)
 
 
-def findings(info: dict, runsc: str | None) -> list[Finding]:
-    """Is runsc installed (`runsc`: its path, or None), and are our runtime names registered?"""
-    found = runtimes.registered(info)
+def findings(info: dict, runsc: str | None, kind: str = "docker", present: Callable[[str], bool] | None = None) -> list[Finding]:
+    """Is runsc installed (`runsc`: its path, or None), and are our runtime names registered (and,
+    where `present` can tell, installed) in the engine (`kind`: docker or podman)?"""
+    found = runtimes.registered(info, present)
     if not runsc:
         return [Finding(status=Status.OK, check="gvisor", detail="runsc not installed (only `runtime: gvisor` needs it)",
-                        fix="apt-get install runsc (Debian) or gVisor's release, then " + FIX)]
+                        fix="apt-get install runsc (Debian) or gVisor's release, then " +
+                        (runtimes.PODMAN_GVISOR if kind == "podman" else FIX))]
+    if kind == "podman":
+        return [Finding(status=Status.WARN, check="gvisor", detail=f"runsc at {runsc}; podman has "
+                        f"{'a runtime runsc' if 'runsc' in found else 'no runtime runsc'}, but `runtime: gvisor` is "
+                        "refused under podman: " + runtimes.PODMAN_GVISOR_WHY, fix=runtimes.PODMAN_GVISOR)]
     why = untrusted(runsc)
     if why:
         return [Finding(status=Status.WARN, check="gvisor", detail=f"runsc at {runsc} is not registered by us: {why}",

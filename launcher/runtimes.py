@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from launcher.model import NetworkMode, Runtime
 
@@ -23,6 +24,13 @@ GVISOR = {
     NetworkMode.PROXY: ("sandbox-runsc-hostinet", ("--network=host", "--oci-seccomp")),
 }
 
+# podman registers a runtime in containers.conf by its path alone ([engine.runtimes] runsc = ["/usr/bin/runsc"])
+# and its Docker-compatible API takes no runtime flags: runsc would run without the arguments above.
+PODMAN_GVISOR_WHY = ("containers.conf's [engine.runtimes] names runsc by its path only, and the launcher needs it run "
+                     "with " + " ".join(GVISOR[NetworkMode.NONE][1]) + " (without --oci-seccomp runsc "
+                     "ignores the sandbox's seccomp profile)")
+PODMAN_GVISOR = ("use Docker for `runtime: gvisor` (DOCKER_HOST=unix:///var/run/docker.sock); under podman, "
+                 "`runtime: runc` (see docs/engines.md)")
 
 # The system-call filter of a gVisor sandbox (runsc applies it inside with --oci-seccomp). Not
 # Docker's default profile: this runsc ignores a rule's errnoRet, so that profile's clone3 rule
@@ -93,13 +101,13 @@ def registration(runsc: str) -> dict[str, dict]:
     return {name: {"path": runsc, "runtimeArgs": list(args)} for name, args in GVISOR.values()}
 
 
-def missing(info: dict, runtime: Runtime, mode: NetworkMode) -> str:
-    """The engine name a sandbox needs that the engine does not have registered (as registered),
-    or "" (runc is always there)."""
+def missing(info: dict, runtime: Runtime, mode: NetworkMode, present: Callable[[str], bool] | None = None) -> str:
+    """The engine name a sandbox needs that the engine does not have registered (as registered,
+    and installed where `present` can tell), or "" (runc is always there)."""
     if runtime is Runtime.RUNC:
         return ""
     name, args = GVISOR[mode]
-    entry = registered(info).get(name)
+    entry = registered(info, present).get(name)
     return "" if entry is not None and tuple(entry.get("runtimeArgs") or ()) == args else name
 
 
@@ -115,9 +123,16 @@ class RuntimeFact:
     version: str          # "" when unknown
 
 
-def registered(info: dict) -> dict[str, dict]:
-    """`docker info` Runtimes: name -> {path, runtimeArgs}."""
-    return dict(info.get("Runtimes") or {})
+def registered(info: dict, present: Callable[[str], bool] | None = None) -> dict[str, dict]:
+    """`docker info` Runtimes: name -> {path, runtimeArgs}; with `present(path)`, only the installed
+    ones (podman lists every runtime containers.conf names, installed or not: kata, krun, runj…)."""
+    listed = dict(info.get("Runtimes") or {})
+    return {n: e for n, e in listed.items() if present(str((e or {}).get("path", "")))} if present else listed
+
+
+def not_installed(info: dict, present: Callable[[str], bool]) -> tuple[str, ...]:
+    """The runtimes the engine lists whose binary is not there."""
+    return tuple(sorted(set(registered(info)) - set(registered(info, present))))
 
 
 def fact(info: dict, version: dict, runtime: Runtime, mode: NetworkMode = NetworkMode.NONE,

@@ -16,12 +16,15 @@ from launcher.errors import ExitCode
 @click.command(short_help="Check that this host can run sandboxes.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable findings.")
 @click.option("--fix", "fix", is_flag=True, help="Register gVisor (runsc) in /etc/docker/daemon.json (merged, "
-              "a backup kept) and reload dockerd with SIGHUP (no restart); then check again.")
+              "a backup kept) and reload dockerd with SIGHUP (no restart); then check again. Docker only: "
+              "under podman it changes nothing and says why.")
 def doctor(as_json: bool, fix: bool) -> None:
     """Check this host: engine reachable and its version, runc/engine/containerd against known
     container-escape fixes, seccomp, cgroups, rootless, user-namespace remapping, AppArmor/SELinux,
-    gVisor (runsc installed and registered), images and debootstrap. Each finding is ok, warn or
-    fail with a fix; exit code 121 on a fail.
+    gVisor (runsc installed and registered), images and debootstrap; then a row per engine found on
+    this host (DOCKER_HOST, the docker CLI's context, Docker's and podman's usual sockets) with its
+    identity and verdict, and how to point `sandbox` at it. Each finding is ok, warn or fail with a
+    fix; exit code 121 on a fail (only the engine in use can fail).
 
     \b
     Example:
@@ -29,12 +32,13 @@ def doctor(as_json: bool, fix: bool) -> None:
     """
     import shutil
 
-    from launcher import doctor as checks, engine, registration
+    from launcher import doctor as checks, engine, hostengines, hostpaths, registration
 
     runsc = shutil.which("runsc")
     if fix:
         _fix(engine, registration, runsc)
-    findings = checks.run(engine.connect, more=lambda info: registration.findings(info, runsc))
+    findings = checks.run(engine.connect, more=lambda info, kind, present: registration.findings(info, runsc, kind, present),
+                          seen=hostengines.sightings, present=hostpaths.runtime_installed)
     if as_json:
         click.echo(json.dumps([asdict(f) | {"status": f.status.value} for f in findings], indent=2))
     else:
@@ -43,14 +47,20 @@ def doctor(as_json: bool, fix: bool) -> None:
 
 
 def _fix(engine, registration, runsc: str | None) -> None:
+    from launcher import engineid, hostengines, runtimes
     from launcher.errors import EngineError
 
     if not runsc:
         raise EngineError(("runsc is not installed: nothing to register.\n    hint: apt-get install runsc "
                                 "(Debian), or gVisor's release binary on PATH"))
     eng = engine.connect()
+    if engineid.identify(eng.version(), eng.info()).kind == engineid.PODMAN:
+        raise EngineError(f"the engine is podman: `doctor --fix` registers gVisor in Docker's {registration.DAEMON_JSON} "
+                          f"only, and changed nothing. Under podman {runtimes.PODMAN_GVISOR_WHY}.\n"
+                          f"    hint: {runtimes.PODMAN_GVISOR}")
     names = list(registration.runtimes.registration(runsc))
-    done = registration.fix(runsc, registered=lambda: not registration.findings(eng.info(), runsc)[0].fix)
+    present = hostengines.runtime_check(eng)
+    done = registration.fix(runsc, registered=lambda: not registration.findings(eng.info(), runsc, present=present)[0].fix)
     if done.changed:
         click.echo(f"sandbox: registered {', '.join(names)} in {registration.DAEMON_JSON}"
                    + (f" (backup: {done.backup})" if done.backup else ""), err=True)

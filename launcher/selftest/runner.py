@@ -13,7 +13,7 @@ from importlib import resources as pkg_resources
 from typing import Callable
 
 from launcher import labels as label
-from launcher import baseline, host, hostpaths, images, pipeline, resources, runtimes, scan, session, stack
+from launcher import baseline, engineid, host, hostengines, hostpaths, images, pipeline, resources, runtimes, scan, session, stack
 from launcher.selftest import scratch
 from launcher.engine import Engine
 from launcher.errors import ProbeFailed, SandboxError
@@ -313,11 +313,13 @@ def run(engine: Engine, refs: tuple[str, ...], progress: Progress) -> tuple[Pres
     from launcher.selftest.testnet import Internet
 
     if not refs:   # every bundled preset: a gVisor one only where the engine has gVisor (always in CI)
-        info = engine.info()
+        info, present = engine.info(), hostengines.runtime_check(engine)
         refs = tuple(resources.preset_names())
-        lacking = [r for r in refs if runtimes.missing(info, (p := stack.load_base(r).policy).runtime, p.network.mode)]
-        if lacking and not host.in_ci():
-            progress(f"skipping {', '.join(lacking)}: gVisor is not registered in this engine (`sandbox doctor --fix`)")
+        lacking = [r for r in refs if runtimes.missing(info, (p := stack.load_base(r).policy).runtime, p.network.mode, present)]
+        podman = engineid.identify(engine.version(), info).kind == engineid.PODMAN
+        if lacking and (podman or not host.in_ci()):   # CI's Docker has gVisor; podman never can (runtimes.PODMAN_GVISOR_WHY)
+            progress(f"skipping {', '.join(lacking)}: " + ("`runtime: gvisor` is refused under podman" if podman else
+                                                          "gVisor is not registered in this engine (`sandbox doctor --fix`)"))
             refs = tuple(r for r in refs if r not in lacking)
     modes = {ref: stack.load_base(ref).policy.network.mode.value for ref in refs}
     images.ensure_for(engine, images.AGENT_IMAGE, progress, proxy="proxy" in modes.values())

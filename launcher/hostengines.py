@@ -1,0 +1,40 @@
+"""The engines on this host: every address an engine may answer at (launcher.host lists them), each
+asked its /version and /info, for `sandbox doctor`'s row per engine; and whether the runtime paths
+an engine lists can be checked here (only for an engine on this host's unix socket)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from launcher import engine, engineapi
+from launcher.errors import EngineError
+
+
+def sightings() -> tuple:
+    """Every engine this host may run sandboxes on (launcher.host.engine_addresses), each asked its
+    /version and /info: for `sandbox doctor`'s row per engine (engineid.Sighting each)."""
+    from launcher import host
+    from launcher.engineid import Sighting
+
+    out = []
+    for where in host.engine_addresses(engine.DEFAULT_SOCKET):
+        local = where.address.startswith("unix://")
+        version, info, error = {}, {}, ""
+        try:
+            if not (local or where.used):
+                raise EngineError("not asked: not a unix socket (`sandbox` reaches it only through DOCKER_HOST)")
+            found = engine.connect() if where.used else engine.Engine(engineapi.Unix(where.address[len("unix://"):], timeout=10))
+            version, info = found.version(), found.info()
+        except EngineError as exc:
+            error = str(exc).splitlines()[0]
+        out.append(Sighting(address=where.address, source=where.source, used=where.used, local=local,
+                            version=version, info=info, error=error))
+    return tuple(out)
+
+
+def runtime_check(connected) -> Callable[[str], bool] | None:
+    """hostpaths.runtime_installed for an engine on this host's unix socket (the runtime paths its
+    /info lists are this host's), None for a remote one (they cannot be checked from here)."""
+    from launcher import hostpaths
+
+    return hostpaths.runtime_installed if isinstance(getattr(connected, "http", None), engineapi.Unix) else None
