@@ -40,7 +40,8 @@ class EngineIdentity:
         runtime = f"{self.runtime} {self.components.get(self.runtime, '')}".strip()
         return ", ".join((self.label, f"{runtime} (default runtime)", "rootless" if self.rootless else "rootful",
                           "seccomp" if self.seccomp else "NO seccomp", " and ".join(self.lsm) or "no AppArmor/SELinux",
-                          "userns-remap" if self.userns else "no userns-remap"))
+                          "userns-remap" if self.userns else "userns: rootless" if self.rootless else
+                          "userns: not reported" if self.kind == PODMAN else "no userns-remap"))
 
 
 @dataclass(frozen=True, kw_only=True)

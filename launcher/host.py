@@ -84,7 +84,7 @@ def engine_addresses(default: str) -> tuple[EngineAddress, ...]:
     rootless podman's, rootless Docker's); each address once."""
     named = os.environ.get("DOCKER_HOST", "")
     found = [EngineAddress(address=named or f"unix://{default}", used=True,
-                           source="DOCKER_HOST" if named else "the default socket (DOCKER_HOST unset)")]
+                           source="DOCKER_HOST" if named else "the default socket, DOCKER_HOST unset")]
     context = _docker_context()
     if context:
         found.append(EngineAddress(address=context[1], used=False, source=f"docker context {context[0]}"))

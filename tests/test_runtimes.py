@@ -170,13 +170,14 @@ def test_the_gvisor_seccomp_profile_file_is_the_inline_one_and_targets_use_the_f
     assert runc.container.security_opt == ("no-new-privileges",)   # Docker's own default profile
 
 
-@pytest.mark.parametrize("ci", [False, True])
-def test_the_default_selftest_skips_a_gvisor_preset_without_gvisor_except_in_ci(monkeypatch, ci):
+@pytest.mark.parametrize("ci, podman", [(False, False), (True, False), (True, True)])
+def test_the_default_selftest_skips_a_gvisor_preset_without_gvisor_except_in_ci(monkeypatch, ci, podman):
+    """…and under podman always (`runtime: gvisor` is refused there, CI or not)."""
+    from launcher.enginefake import FakeEngine
     from launcher.selftest import runner, testnet
+    from test_doctor import PODMAN_VERSION
 
-    class NoGvisor:
-        def info(self):
-            return {"Runtimes": {"runc": {"path": "runc"}}}
+    engine = FakeEngine(engine_info={"Runtimes": {"runc": {"path": "runc"}}}, **({"engine_version": PODMAN_VERSION} if podman else {}))
 
     class Net:
         network, canary_ip = "n", ""
@@ -192,9 +193,10 @@ def test_the_default_selftest_skips_a_gvisor_preset_without_gvisor_except_in_ci(
     monkeypatch.setattr(runner.host, "in_ci", lambda: ci)
     monkeypatch.setattr(testnet, "Internet", Net)
     monkeypatch.setattr(runner, "run_preset", lambda engine, ref, **kw: ran.append(ref))
-    runner.run(NoGvisor(), (), said.append)
-    assert ("untrusted-gvisor" in ran) is ci and "untrusted" in ran
-    assert any("skipping untrusted-gvisor" in m for m in said) is not ci
+    runner.run(engine, (), said.append)
+    assert ("untrusted-gvisor" in ran) is (ci and not podman) and "untrusted" in ran
+    assert any("skipping untrusted-gvisor" in m for m in said) is not (ci and not podman)
+    assert any("refused under podman" in m for m in said) is podman
 
 
 def test_doctor_fix_registers_only_a_runsc_that_only_root_can_replace(tmp_path):
