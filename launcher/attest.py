@@ -102,6 +102,7 @@ def _engine_facts(engine, plan: LaunchPlan) -> tuple[dict, dict]:
         return {"error": str(exc)}, {**runtime(plan, {}, {}), "error": str(exc)}
     identity = engineid.identify(version, info)
     facts = {"engine": identity.kind, "version": identity.version, "api_version": identity.api_version,
+             "rootless": identity.rootless,
              "os": version.get("Os", ""), "arch": version.get("Arch", ""),
              "kernel": version.get("KernelVersion") or info.get("KernelVersion", ""),
              "components": {c.get("Name", ""): c.get("Version", "") for c in version.get("Components") or []},

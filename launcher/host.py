@@ -89,9 +89,9 @@ def engine_addresses(default: str) -> tuple[EngineAddress, ...]:
     if context:
         found.append(EngineAddress(address=context[1], used=False, source=f"docker context {context[0]}"))
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR", "") or f"/run/user/{os.getuid()}"
-    for path, source in ((default, "Docker's socket"), ("/run/podman/podman.sock", "rootful podman's socket"),
-                         (f"{runtime_dir}/podman/podman.sock", "rootless podman's socket"),
-                         (f"{runtime_dir}/docker.sock", "rootless Docker's socket")):
+    for path, source in ((default, "Docker's socket"), ("/run/podman/podman.sock", "podman's system socket"),
+                         (f"{runtime_dir}/podman/podman.sock", "podman's user socket"),
+                         (f"{runtime_dir}/docker.sock", "Docker's user socket (rootless)")):
         if os.path.exists(path):
             found.append(EngineAddress(address=f"unix://{path}", used=False, source=source))
     seen, out = set(), []

@@ -111,8 +111,8 @@ def test_doctor_fix_under_podman_writes_nothing_and_says_why(monkeypatch, tmp_pa
 
 def test_a_row_per_engine_with_its_identity_verdict_and_how_to_use_it():
     seen = (sighting("unix:///var/run/docker.sock", "the default socket, DOCKER_HOST unset", True, version("20.10.24"), DOCKER),
-            sighting("unix:///run/podman/podman.sock", "rootful podman's socket", ver=PODMAN_VERSION, info=PODMAN),
-            sighting("unix:///run/user/1000/podman/podman.sock", "rootless podman's socket", error="permission denied"))
+            sighting("unix:///run/podman/podman.sock", "podman's system socket", ver=PODMAN_VERSION, info=PODMAN),
+            sighting("unix:///run/user/1000/podman/podman.sock", "podman's user socket", error="permission denied"))
     rows = doctor.engine_rows(seen, INSTALLED)
     assert rows[0].detail == "2 answering; `sandbox` uses unix:///var/run/docker.sock (the default socket, DOCKER_HOST unset)"
     docker, podman, rootless = by_check(rows, "engine found")
@@ -127,7 +127,7 @@ def test_a_row_per_engine_with_its_identity_verdict_and_how_to_use_it():
 
 def test_another_engine_with_a_blocking_problem_is_a_warning_naming_it():
     seen = (sighting("unix:///var/run/docker.sock", "Docker's socket", True, version("20.10.24"), DOCKER),
-            sighting("unix:///run/podman/podman.sock", "rootful podman's socket", ver=PODMAN_VERSION,
+            sighting("unix:///run/podman/podman.sock", "podman's system socket", ver=PODMAN_VERSION,
                      info={**PODMAN, "SecurityOptions": []}))
     podman = by_check(doctor.engine_rows(seen, INSTALLED), "engine found")[1]
     assert podman.status is Status.WARN and "1 blocking (seccomp: not available" in podman.detail
@@ -149,7 +149,7 @@ def test_an_unreachable_engine_in_use_names_the_others_that_answer():
             raise EngineError("cannot reach the Docker engine (FileNotFoundError)")
 
     seen = lambda: (sighting("unix:///nonexistent.sock", "DOCKER_HOST", True, error="cannot reach"),   # noqa: E731
-                    sighting("unix:///run/podman/podman.sock", "rootful podman's socket", ver=PODMAN_VERSION, info=PODMAN))
+                    sighting("unix:///run/podman/podman.sock", "podman's system socket", ver=PODMAN_VERSION, info=PODMAN))
     found = doctor.run(lambda: Down(), seen=seen, present=INSTALLED)
     assert found[0].status is Status.FAIL and "DOCKER_HOST" in found[0].fix
     rows = by_check(found, "engine found")
@@ -184,7 +184,7 @@ def test_the_addresses_are_the_one_in_use_then_the_usual_sockets_that_exist(bare
         found = host.engine_addresses(default)
         assert [(a.address, a.used) for a in found] == [(f"unix://{default}", True),
                                                         (f"unix://{bare_host}/xdg/podman/podman.sock", False)]
-        assert found[1].source == "rootless podman's socket"
+        assert found[1].source == "podman's user socket"
         monkeypatch.setenv("DOCKER_HOST", f"unix://{bare_host}/xdg/podman/podman.sock")
         found = host.engine_addresses(default)
         assert [(a.address, a.used, a.source) for a in found] == [
@@ -207,3 +207,24 @@ def test_the_docker_clis_current_context_is_listed(bare_host, monkeypatch):
     (config / "config.json").write_text("{not json")
     monkeypatch.delenv("DOCKER_CONTEXT")
     assert len(host.engine_addresses(str(bare_host / "docker.sock"))) == 1      # a broken config: no context, no traceback
+
+
+def test_the_attestation_names_podman_and_its_runc(tmp_path):
+    from conftest import fake_facts
+
+    from launcher import attest, pipeline
+    from launcher.compiler import compile_policy
+    from launcher.targets import report
+
+    layered = pipeline.layered("untrusted", str(tmp_path))
+    plan = compile_policy(layered.effective.policy, fake_facts(str(tmp_path)))
+    data = report.build(status="ok", exit_code=0, started=0.0, plan=plan, probe=None, error="")
+    for ver, info, kind, runc in ((PODMAN_VERSION, PODMAN, "podman", "1.1.5+ds1"), (version("20.10.24"), DOCKER, "docker", "1.2.8")):
+        doc = attest.build(recorder=attest.Recorder(None), plan=plan, policy=layered.effective.policy,
+                           layers=layered.effective.layers, engine=FakeEngine(engine_version=ver, engine_info=info), report=data)
+        pred = doc["predicate"]
+        assert (pred["engine"]["engine"], pred["engine"]["rootless"]) == (kind, False)
+        assert pred["engine"]["version"] == ver["Version"] and pred["runtime"]["version"] == runc
+    rootless = attest.build(recorder=attest.Recorder(None), plan=plan, policy=layered.effective.policy, layers=layered.effective.layers,
+                            engine=FakeEngine(engine_version=PODMAN_VERSION, engine_info={**PODMAN, "Rootless": True}), report=data)
+    assert rootless["predicate"]["engine"]["rootless"] is True
