@@ -120,12 +120,7 @@ def engine_findings(info: dict, version: dict, present: Callable[[str], bool] | 
     out.append(Finding(status=Status.OK, check="seccomp", detail="available (the engine's default profile)") if engine.seccomp
                else Finding(status=Status.FAIL, check="seccomp", detail="not available: no system-call filter",
                             fix="use a kernel and engine built with seccomp (the probe's seccomp checks fail without it)"))
-    cgroup = str(info.get("CgroupVersion") or "1")
-    missing = [n for n in ("MemoryLimit", "PidsLimit") if info.get(n) is False]
-    out.append(Finding(status=Status.FAIL if missing else Status.OK, check="cgroups",
-                       detail=f"v{cgroup} ({info.get('CgroupDriver', '?')} driver)" + (f"; no {', '.join(missing)}" if missing else
-                                                                                   "; pids and memory limits work"),
-                       fix="enable the memory and pids cgroup controllers (kernel command line)" if missing else ""))
+    out.append(cgroup_finding(info, engine))
     podman = engine.kind == engineid.PODMAN
     if engine.rootless:
         out.append(Finding(status=Status.OK, check="rootless", detail="the engine runs rootless: its root is not host root"))
@@ -151,6 +146,26 @@ def engine_findings(info: dict, version: dict, present: Callable[[str], bool] | 
                Finding(status=Status.WARN, check="lsm", detail="neither AppArmor nor SELinux confines containers",
                        fix="enable AppArmor (Debian, Ubuntu) or SELinux (Fedora, RHEL) for one more layer"))
     return out
+
+
+def cgroup_finding(info: dict, engine: engineid.EngineIdentity) -> Finding:
+    """Can the engine hold pids and memory limits? Its /info flags say so, except rootless podman's:
+    they read true even where podman ignores every limit (rootless on cgroup v1: "Resource limits
+    are not supported and ignored"; on v2 it applies only the controllers systemd delegates)."""
+    cgroup = str(info.get("CgroupVersion") or "1")
+    where = f"v{cgroup} ({info.get('CgroupDriver', '?')} driver)"
+    if engine.kind == engineid.PODMAN and engine.rootless and cgroup == "1":
+        return Finding(status=Status.FAIL, check="cgroups", detail=f"{where}, rootless podman: every memory, pids and "
+                       "cpu limit is ignored (its /info says otherwise)",
+                       fix="cgroup v2 with the controllers delegated to the user (systemd), or rootful podman or Docker")
+    if engine.kind == engineid.PODMAN and engine.rootless:
+        return Finding(status=Status.WARN, check="cgroups", detail=f"{where}, rootless podman: only the controllers "
+                       "systemd delegates to the user hold (its /info does not say which)",
+                       fix="check `podman info` host.cgroupControllers lists memory and pids (systemd's Delegate=)")
+    missing = [n for n in ("MemoryLimit", "PidsLimit") if info.get(n) is False]
+    return Finding(status=Status.FAIL if missing else Status.OK, check="cgroups",
+                   detail=where + (f"; no {', '.join(missing)}" if missing else "; pids and memory limits work"),
+                   fix="enable the memory and pids cgroup controllers (kernel command line)" if missing else "")
 
 
 def runtime_finding(info: dict, engine: engineid.EngineIdentity, present: Callable[[str], bool] | None) -> Finding:

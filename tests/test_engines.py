@@ -228,3 +228,17 @@ def test_the_attestation_names_podman_and_its_runc(tmp_path):
     rootless = attest.build(recorder=attest.Recorder(None), plan=plan, policy=layered.effective.policy, layers=layered.effective.layers,
                             engine=FakeEngine(engine_version=PODMAN_VERSION, engine_info={**PODMAN, "Rootless": True}), report=data)
     assert rootless["predicate"]["engine"]["rootless"] is True
+
+
+def test_rootless_podman_limits_are_judged_by_the_cgroup_version_not_its_info_flags():
+    # rootless podman 4.3.1's compatible /info here (issue 30 notes): Rootless true, limits "true", cgroup v1
+    rootless = {**PODMAN, "Rootless": True, "CgroupVersion": "1", "MemoryLimit": True, "PidsLimit": True}
+    v1 = by_check(doctor.engine_findings(rootless, PODMAN_VERSION, INSTALLED), "cgroups")[0]
+    assert v1.status is Status.FAIL and "ignored" in v1.detail
+    v2 = by_check(doctor.engine_findings({**rootless, "CgroupVersion": "2"}, PODMAN_VERSION, INSTALLED), "cgroups")[0]
+    assert v2.status is Status.WARN and "cgroupControllers" in v2.fix
+    rootful = by_check(doctor.engine_findings(PODMAN, PODMAN_VERSION, INSTALLED), "cgroups")[0]
+    assert rootful.status is Status.OK
+    found = {f.check: f for f in doctor.engine_findings(rootless, PODMAN_VERSION, INSTALLED)}
+    assert found["rootless"].detail.startswith("the engine runs rootless") and found["userns-remap"].status is Status.OK
+    assert "rootless" in engineid.identify(PODMAN_VERSION, rootless).summary
