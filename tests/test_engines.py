@@ -144,13 +144,10 @@ def test_a_docker_context_sandbox_does_not_follow_is_said():
 
 
 def test_an_unreachable_engine_in_use_names_the_others_that_answer():
-    class Down:
-        def info(self):
-            raise EngineError("cannot reach the Docker engine (FileNotFoundError)")
-
     seen = lambda: (sighting("unix:///nonexistent.sock", "DOCKER_HOST", True, error="cannot reach"),   # noqa: E731
                     sighting("unix:///run/podman/podman.sock", "podman's system socket", ver=PODMAN_VERSION, info=PODMAN))
-    found = doctor.run(lambda: Down(), seen=seen, present=INSTALLED)
+    down = FakeEngine(fail={"GET /info": "cannot reach"})
+    found = doctor.run(lambda: down, seen=seen, present=INSTALLED)
     assert found[0].status is Status.FAIL and "DOCKER_HOST" in found[0].fix
     rows = by_check(found, "engine found")
     assert len(rows) == 1 and "DOCKER_HOST=unix:///run/podman/podman.sock" in rows[0].detail

@@ -151,12 +151,12 @@ def test_proxy_mode_works_under_gvisor(gvisor, workspace, tmp_path):
 
 
 def test_an_engine_without_the_runtime_is_refused_with_the_fix(workspace):
-    class NoGvisor:
-        def info(self):
-            return {"Runtimes": {"runc": {"path": "runc"}}}
+    from launcher.enginefake import FakeEngine
 
+    no_gvisor = FakeEngine(engine_info={"Runtimes": {"runc": {"path": "runc"}}})
     with pytest.raises(EngineError, match="doctor --fix") as info:
-        launch.run(NoGvisor(), gvisor_plan(workspace), Recorder())
+        launch.run(no_gvisor, gvisor_plan(workspace), Recorder())
+    assert not no_gvisor.calls                   # refused before anything was made
     assert info.value.exit_code == 121
 
 
