@@ -21,6 +21,8 @@ def sightings() -> tuple:
         local = where.address.startswith("unix://")
         version, info, error = {}, {}, ""
         try:
+            if where.address == "?":
+                raise EngineError("its endpoint could not be read from the docker CLI's context files")
             if not (local or where.used):
                 raise EngineError("not asked: not a unix socket (`sandbox` reaches it only through DOCKER_HOST)")
             found = engine.connect() if where.used else engine.Engine(engineapi.Unix(where.address[len("unix://"):], timeout=10))

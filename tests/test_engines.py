@@ -25,6 +25,9 @@ PODMAN_RUNTIMES = {"crun": {"path": "/usr/bin/crun"}, "kata": {"path": "/usr/bin
                    "krun": {"path": "/usr/bin/krun"}, "runc": {"path": "/usr/bin/runc"},
                    "runj": {"path": "/usr/local/bin/runj"}, "runsc": {"path": "/usr/bin/runsc"}}
 PODMAN = {**PODMAN_INFO, "Runtimes": PODMAN_RUNTIMES, "Rootless": False}
+TESTS_DOCKER_HOST = os.environ.get("DOCKER_HOST", "")
+
+
 def INSTALLED(path: str) -> bool:     # hostpaths.runtime_installed on this host: a bare name is the engine's to find
     return not path.startswith("/") or path in {"/usr/bin/runc", "/usr/bin/runsc"}
 # Docker 20.10.24's /info here, trimmed: runc by a bare name, gVisor as `doctor --fix` registers it.
@@ -239,3 +242,24 @@ def test_rootless_podman_limits_are_judged_by_the_cgroup_version_not_its_info_fl
     found = {f.check: f for f in doctor.engine_findings(rootless, PODMAN_VERSION, INSTALLED)}
     assert found["rootless"].detail.startswith("the engine runs rootless") and found["userns-remap"].status is Status.OK
     assert "rootless" in engineid.identify(PODMAN_VERSION, rootless).summary
+
+
+@pytest.mark.engine
+def test_sightings_ask_each_socket_and_say_which_does_not_answer(engine, bare_host, monkeypatch):
+    """The engine in use answers as itself; a socket file nobody serves is a row with its error."""
+    from launcher import hostengines
+
+    if TESTS_DOCKER_HOST:                 # the engine under test (bare_host took it away)
+        monkeypatch.setenv("DOCKER_HOST", TESTS_DOCKER_HOST)
+
+    dead = listen(bare_host / "xdg" / "podman" / "podman.sock")    # bound, never listening: refused
+    try:
+        seen = hostengines.sightings()
+    finally:
+        dead.close()
+    used = [s for s in seen if s.used]
+    assert len(used) == 1 and not used[0].error
+    assert engineid.identify(dict(used[0].version), dict(used[0].info)).kind == engineid.identify(
+        engine.version(), engine.info()).kind
+    stale = [s for s in seen if s.source == "podman's user socket"]
+    assert len(stale) == 1 and stale[0].error and not stale[0].version
