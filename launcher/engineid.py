@@ -46,7 +46,7 @@ class EngineIdentity:
 
 @dataclass(frozen=True, kw_only=True)
 class Sighting:
-    """An engine found on this host (launcher/engine.py looks; doctor judges): where, and its answers."""
+    """An engine found on this host (launcher/hostengines.py looks; doctor judges): where, and its answers."""
 
     address: str          # unix:///var/run/docker.sock, tcp://…
     source: str           # why it was looked at: DOCKER_HOST, the default socket, a docker context, podman's socket
