@@ -79,7 +79,9 @@ def test_doctor_against_this_engine(engine):
     result = subprocess.run(SANDBOX + ["doctor", "--json"], capture_output=True, text=True)
     findings = json.loads(result.stdout)
     assert findings[0]["check"] == "engine" and findings[0]["status"] == "ok"
-    assert {"seccomp", "cgroups", "rootless", "userns-remap", "lsm", "images"} <= {f["check"] for f in findings}
+    assert {"seccomp", "cgroups", "rootless", "userns-remap", "lsm", "images", "runtimes", "engines"} <= {f["check"] for f in findings}
+    in_use = [f for f in findings if f["check"] == "engine found" and "in use)" in f["detail"]]
+    assert len(in_use) == 1 and engine.version()["Version"] in in_use[0]["detail"]     # the engine under test, as itself
     assert result.returncode == (121 if any(f["status"] == "fail" for f in findings) else 0)
 
 
