@@ -261,9 +261,11 @@ def run(connect: Callable, images_present: Callable | None = None, more: Callabl
         found += more(info, engineid.identify(version, info).kind, here) if more else []
     except EngineError as exc:
         first = str(exc).splitlines()[0]
+        other = any(not s.used and not s.error for s in sightings)
         return [Finding(status=Status.FAIL, check="engine", detail=f"unreachable: {first}",
-                        fix="start it (`sudo dockerd &` or `systemctl start docker`) and check `docker info`, or point "
-                        "DOCKER_HOST at an engine found below"), *engine_rows(sightings, present), *tool_findings()]
+                        fix="start it (`sudo dockerd &` or `systemctl start docker`) and check `docker info`" +
+                        (", or point DOCKER_HOST at an engine found below" if other else "")),
+                *(engine_rows(sightings, present) if sightings else ()), *tool_findings()]
     found += engine_rows(sightings, present) if sightings else []
     bundled = (images.probe_image().tag, images.proxy_image().tag, images.AGENT_IMAGE)
     found += image_findings(images_present or engine.image_exists, images.BASE_IMAGE, bundled)

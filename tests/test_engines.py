@@ -263,3 +263,10 @@ def test_sightings_ask_each_socket_and_say_which_does_not_answer(engine, bare_ho
         engine.version(), engine.info()).kind
     stale = [s for s in seen if s.source == "podman's user socket"]
     assert len(stale) == 1 and stale[0].error and not stale[0].version
+
+
+def test_an_unreachable_engine_alone_points_nowhere_else():
+    seen = lambda: (sighting("unix:///nonexistent.sock", "DOCKER_HOST", True, error="cannot reach"),)   # noqa: E731
+    found = doctor.run(lambda: FakeEngine(fail={"GET /info": "cannot reach"}), seen=seen, present=INSTALLED)
+    assert found[0].status is Status.FAIL and "DOCKER_HOST" not in found[0].fix
+    assert [f.check for f in found if f.check.startswith("engine")] == ["engine", "engines"]
