@@ -109,9 +109,11 @@ def escape_fixes(version: dict, info: dict) -> list[Finding]:
     return out
 
 
-def engine_findings(info: dict, version: dict, present: Callable[[str], bool] | None = None) -> list[Finding]:
-    """The findings about one engine from its /info and /version; `present(path)` says whether a
-    runtime binary the engine lists is installed (None: the engine is not on this host)."""
+def engine_findings(info: dict, version: dict, present: Callable[[str], bool] | None = None,
+                    libpod: dict | None = None) -> list[Finding]:
+    """The findings about one engine from its /info and /version (and podman's /libpod/info);
+    `present(path)` says whether a runtime binary the engine lists is installed (None: the engine
+    is not on this host)."""
     engine = engineid.identify(version, info)
     out = [Finding(status=Status.OK, check="engine", detail=f"reachable: {engine.label} "
                    f"(API {version.get('ApiVersion', '?')}), {info.get('OperatingSystem', '?')}, kernel {info.get('KernelVersion', '?')}")]
@@ -120,7 +122,7 @@ def engine_findings(info: dict, version: dict, present: Callable[[str], bool] | 
     out.append(Finding(status=Status.OK, check="seccomp", detail="available (the engine's default profile)") if engine.seccomp
                else Finding(status=Status.FAIL, check="seccomp", detail="not available: no system-call filter",
                             fix="use a kernel and engine built with seccomp (the probe's seccomp checks fail without it)"))
-    out.append(cgroup_finding(info, engine))
+    out.append(cgroup_finding(info, version, libpod))
     podman = engine.kind == engineid.PODMAN
     if engine.rootless:
         out.append(Finding(status=Status.OK, check="rootless", detail="the engine runs rootless: its root is not host root"))
@@ -148,24 +150,22 @@ def engine_findings(info: dict, version: dict, present: Callable[[str], bool] | 
     return out
 
 
-def cgroup_finding(info: dict, engine: engineid.EngineIdentity) -> Finding:
-    """Can the engine hold pids and memory limits? Its /info flags say so, except rootless podman's:
-    they read true even where podman ignores every limit (rootless on cgroup v1: "Resource limits
-    are not supported and ignored"; on v2 it applies only the controllers systemd delegates)."""
-    cgroup = str(info.get("CgroupVersion") or "1")
-    where = f"v{cgroup} ({info.get('CgroupDriver', '?')} driver)"
-    if engine.kind == engineid.PODMAN and engine.rootless and cgroup == "1":
-        return Finding(status=Status.FAIL, check="cgroups", detail=f"{where}, rootless podman: every memory, pids and "
-                       "cpu limit is ignored (its /info says otherwise)",
-                       fix="cgroup v2 with the controllers delegated to the user (systemd), or rootful podman or Docker")
-    if engine.kind == engineid.PODMAN and engine.rootless:
-        return Finding(status=Status.WARN, check="cgroups", detail=f"{where}, rootless podman: only the controllers "
-                       "systemd delegates to the user hold (its /info does not say which)",
-                       fix="check `podman info` host.cgroupControllers lists memory and pids (systemd's Delegate=)")
-    missing = [n for n in ("MemoryLimit", "PidsLimit") if info.get(n) is False]
-    return Finding(status=Status.FAIL if missing else Status.OK, check="cgroups",
-                   detail=where + (f"; no {', '.join(missing)}" if missing else "; pids and memory limits work"),
-                   fix="enable the memory and pids cgroup controllers (kernel command line)" if missing else "")
+def cgroup_finding(info: dict, version: dict, libpod: dict | None) -> Finding:
+    """Can the engine hold the policy's limits? Docker's /info flags say so; podman's say true even
+    where it ignores every limit (rootless on cgroup v1: "Resource limits are not supported and
+    ignored"), so for podman the controllers its /libpod/info lists decide (engineid.facts)."""
+    facts = engineid.facts(version, info, libpod)
+    where = f"v{facts.cgroup_version or '1'} ({info.get('CgroupDriver', '?')} driver)"
+    rootless_podman = facts.kind == engineid.PODMAN and facts.rootless
+    if facts.unenforced:
+        return Finding(status=Status.FAIL, check="cgroups", detail=f"{where}: the engine would ignore "
+                       f"{', '.join(facts.unenforced)}" + (" (its /info claims them; /libpod/info's cgroupControllers "
+                                                          "say otherwise)" if rootless_podman else ""),
+                       fix="cgroup v2 with the controllers delegated to the user (systemd Delegate=memory pids cpu), or "
+                       "rootful podman or Docker" if rootless_podman else
+                       "enable the memory, pids and cpu cgroup controllers (kernel command line)")
+    return Finding(status=Status.OK, check="cgroups", detail=f"{where}; pids, memory and cpu limits work" +
+                   (" (the controllers /libpod/info lists)" if facts.kind == engineid.PODMAN and libpod else ""))
 
 
 def runtime_finding(info: dict, engine: engineid.EngineIdentity, present: Callable[[str], bool] | None) -> Finding:
@@ -199,7 +199,7 @@ def engine_rows(seen, present: Callable[[str], bool] | None = None) -> list[Find
                                fix="check its permissions (or that its service runs), if you mean to use it"))
         if s.error:
             continue
-        found = engine_findings(dict(s.info), dict(s.version), present if s.local else None)
+        found = engine_findings(dict(s.info), dict(s.version), present if s.local else None, dict(s.libpod) or None)
         fails = [f for f in found if f.status is Status.FAIL]
         warns = sum(f.status is Status.WARN for f in found)
         verdict = (f"{len(fails)} blocking ({'; '.join(f'{f.check}: {f.detail}' for f in fails)})" if fails else "0 blocking")
@@ -257,8 +257,9 @@ def run(connect: Callable, images_present: Callable | None = None, more: Callabl
         engine = connect()
         info = engine.info()
         version = engine.version()
-        found = engine_findings(info, version, here)
-        found += more(info, engineid.identify(version, info).kind, here) if more else []
+        kind = engineid.identify(version, info).kind
+        found = engine_findings(info, version, here, engine.info(libpod=True) if kind == engineid.PODMAN else None)
+        found += more(info, kind, here) if more else []
     except EngineError as exc:
         first = str(exc).splitlines()[0]
         other = any(not s.used and not s.error for s in sightings)

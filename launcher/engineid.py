@@ -54,6 +54,7 @@ class Sighting:
     local: bool           # a unix socket on this host: the runtime paths its /info lists can be checked here
     version: Mapping = field(default_factory=dict)    # GET /version ({} when it did not answer)
     info: Mapping = field(default_factory=dict)       # GET /info
+    libpod: Mapping = field(default_factory=dict)     # podman's GET /libpod/info ({} for Docker)
     error: str = ""       # why it did not answer
 
 

@@ -14,24 +14,35 @@ def sightings() -> tuple:
     """Every engine this host may run sandboxes on (launcher.host.engine_addresses), each asked its
     /version and /info: for `sandbox doctor`'s row per engine (engineid.Sighting each)."""
     from launcher import host
-    from launcher.engineid import Sighting
+    from launcher.engineid import PODMAN, Sighting, identify
 
     out = []
     for where in host.engine_addresses(engine.DEFAULT_SOCKET):
         local = where.address.startswith("unix://")
-        version, info, error = {}, {}, ""
+        version, info, libpod, error = {}, {}, {}, ""
         try:
             if where.address == "?":
                 raise EngineError("its endpoint could not be read from the docker CLI's context files")
             if not (local or where.used):
                 raise EngineError("not asked: not a unix socket (`sandbox` reaches it only through DOCKER_HOST)")
-            found = engine.connect() if where.used else engine.Engine(engineapi.Unix(where.address[len("unix://"):], timeout=10))
+            found = engine.connect() if where.used else _unix(where.address[len("unix://"):])
             version, info = found.version(), found.info()
+            if identify(version, info).kind == PODMAN:
+                libpod = found.info(libpod=True)
         except EngineError as exc:
             error = str(exc).splitlines()[0]
         out.append(Sighting(address=where.address, source=where.source, used=where.used, local=local,
-                            version=version, info=info, error=error))
+                            version=version, info=info, libpod=libpod, error=error))
     return tuple(out)
+
+
+def _unix(path: str) -> engine.Engine:
+    """An engine on the unix socket at `path`, its requests versioned as connect() versions them
+    (podman answers /libpod/* only under a version prefix)."""
+    http = engineapi.Unix(path, timeout=10)
+    found = engine.Engine(http)
+    http.version = found.version().get("ApiVersion", "")
+    return found
 
 
 def runtime_check(connected) -> Callable[[str], bool] | None:

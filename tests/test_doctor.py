@@ -59,7 +59,7 @@ def test_a_distribution_build_is_a_warning_and_a_known_backport_counts_as_fixed(
 def test_missing_seccomp_or_cgroup_controllers_block():
     findings = doctor.engine_findings({**INFO, "SecurityOptions": [], "PidsLimit": False}, version())
     assert by_check(findings, "seccomp")[0].status is Status.FAIL
-    assert by_check(findings, "cgroups")[0].status is Status.FAIL and "PidsLimit" in by_check(findings, "cgroups")[0].detail
+    assert by_check(findings, "cgroups")[0].status is Status.FAIL and "limits.pids" in by_check(findings, "cgroups")[0].detail
     assert by_check(findings, "lsm")[0].status is Status.WARN
 
 

@@ -230,18 +230,28 @@ def test_the_attestation_names_podman_and_its_runc(tmp_path):
     assert rootless["predicate"]["engine"]["rootless"] is True
 
 
-def test_rootless_podman_limits_are_judged_by_the_cgroup_version_not_its_info_flags():
-    # rootless podman 4.3.1's compatible /info here (issue 30 notes): Rootless true, limits "true", cgroup v1
-    rootless = {**PODMAN, "Rootless": True, "CgroupVersion": "1", "MemoryLimit": True, "PidsLimit": True}
-    v1 = by_check(doctor.engine_findings(rootless, PODMAN_VERSION, INSTALLED), "cgroups")[0]
-    assert v1.status is Status.FAIL and "ignored" in v1.detail
-    v2 = by_check(doctor.engine_findings({**rootless, "CgroupVersion": "2"}, PODMAN_VERSION, INSTALLED), "cgroups")[0]
-    assert v2.status is Status.WARN and "cgroupControllers" in v2.fix
-    rootful = by_check(doctor.engine_findings(PODMAN, PODMAN_VERSION, INSTALLED), "cgroups")[0]
-    assert rootful.status is Status.OK
-    found = {f.check: f for f in doctor.engine_findings(rootless, PODMAN_VERSION, INSTALLED)}
+def test_podmans_limits_are_judged_by_its_libpod_controllers_not_its_info_flags():
+    # rootless podman 4.3.1's compatible /info here claims every limit; /libpod/info's host says
+    # cgroup v1 with no controller delegated (both recorded here), rootful's lists them all.
+    rootless = {**PODMAN, "Rootless": True, "CgroupVersion": "1", "MemoryLimit": True, "PidsLimit": True, "CpuCfsQuota": True}
+    none = {"host": {"cgroupVersion": "v1", "cgroupControllers": [], "security": {"rootless": True}}}
+    v1 = by_check(doctor.engine_findings(rootless, PODMAN_VERSION, INSTALLED, none), "cgroups")[0]
+    assert v1.status is Status.FAIL and "ignore limits.memory, limits.pids, limits.cpus" in v1.detail
+    assert "Delegate=" in v1.fix
+    unasked = by_check(doctor.engine_findings(rootless, PODMAN_VERSION, INSTALLED), "cgroups")[0]
+    assert unasked.status is Status.FAIL                       # not told what it applies: nothing, not what it claims
+    delegated = {"host": {"cgroupVersion": "v2", "cgroupControllers": ["cpu", "memory", "pids"], "security": {"rootless": True}}}
+    v2 = by_check(doctor.engine_findings({**rootless, "CgroupVersion": "2"}, PODMAN_VERSION, INSTALLED, delegated), "cgroups")[0]
+    assert v2.status is Status.OK and "/libpod/info" in v2.detail
+    rootful = {"host": {"cgroupVersion": "v1", "cgroupControllers": ["cpuset", "cpu", "cpuacct", "blkio", "memory", "devices",
+                                                                    "freezer", "pids"], "security": {"rootless": False}}}
+    assert by_check(doctor.engine_findings(PODMAN, PODMAN_VERSION, INSTALLED, rootful), "cgroups")[0].status is Status.OK
+    found = {f.check: f for f in doctor.engine_findings(rootless, PODMAN_VERSION, INSTALLED, none)}
     assert found["rootless"].detail.startswith("the engine runs rootless") and found["userns-remap"].status is Status.OK
     assert "rootless" in engineid.identify(PODMAN_VERSION, rootless).summary
+    seen = (sighting("unix:///run/user/1001/podman/podman.sock", "DOCKER_HOST", True, PODMAN_VERSION, rootless),)
+    row = by_check(doctor.engine_rows((engineid.Sighting(**{**seen[0].__dict__, "libpod": delegated}),), INSTALLED), "engine found")
+    assert "verdict: 0 blocking" in row[0].detail           # the row judges with the libpod answer it was given
 
 
 @pytest.mark.engine
