@@ -19,6 +19,27 @@ from launcher.selftest import cases as sc
 SANDBOX = [sys.executable, "-m", "launcher"]
 
 
+def test_the_fork_bomb_kills_only_its_own_sleeps_not_the_hosts(tmp_path):
+    """Run on the host (as a weakened sandbox with the host's PIDs sees it): the bomb's sleeps go,
+    a bystander `sleep` of another process group lives on (a kill by name ended it)."""
+    busybox = "/bin/busybox"
+    if not os.access(busybox, os.X_OK):
+        pytest.skip("needs busybox-static") if not os.environ.get("CI") else pytest.fail("no /bin/busybox")
+    (tmp_path / "pids.max").write_text("4\n")
+    bomb = next(c for c in sc.LIMITS if c.id == "limits.fork_bomb")
+    case = sc.Case(id=bomb.id, expected=bomb.expected, timeout=bomb.timeout,
+                   body=f'cg_file() {{ echo {tmp_path}/pids.max; }}\n{bomb.body}')
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        out = subprocess.run(["bash", "-c", st.script((case,), {"BB": busybox})], capture_output=True, text=True,
+                             timeout=60, start_new_session=True).stdout
+        assert "SELFTEST\tlimits.fork_bomb\t" in out and "started 68 of 68" in out, out
+        assert bystander.poll() is None, "the host's sleep was killed"
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
 def test_at_least_forty_cases_per_mode_with_unique_ids():
     ids = [c.id for c in sc.IN_SANDBOX] + list(sc.OUTSIDE)
     assert len(ids) == len(set(ids))

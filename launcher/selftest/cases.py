@@ -232,7 +232,11 @@ f=$(cg_file pids.max pids/pids.max); max=$(cat "$f" 2>/dev/null)
 case $max in ''|max) escaped "no pids limit ($f=${max:-unreadable}); bomb not started"; exit ;; esac
 want=$((max + 64))
 last=$("$BB" sh -c 'i=0; while [ $i -lt '"$want"' ]; do '"$BB"' sleep 30 >/dev/null 2>&1 & i=$((i+1)); echo $i; done' 2>/dev/null | tail -n 1)
-for p in /proc/[0-9]*; do read -r c <"$p/comm" 2>/dev/null; [ "$c" = sleep ] && kill -9 "${p#/proc/}" 2>/dev/null; done
+# only the bomb's own sleeps (this case's process group): in a weakened sandbox with the host's
+# PIDs, a kill by name alone ended every `sleep` on the host
+pg=$(s=$(cat /proc/$$/stat); s=${s##*) }; set -- $s; echo "$3")
+for p in /proc/[0-9]*; do read -r c <"$p/comm" 2>/dev/null; [ "$c" = sleep ] || continue
+  s=$(cat "$p/stat" 2>/dev/null); s=${s##*) }; set -- $s; [ "$3" = "$pg" ] && kill -9 "${p#/proc/}" 2>/dev/null; done
 wait 2>/dev/null
 if [ "${last:-0}" -lt "$want" ] && [ "${last:-0}" -le "$max" ]; then ok "fork failed after ${last:-0} processes (pids.max $max)"; else escaped "started ${last:-0} of $want (pids.max $max)"; fi''', timeout=60),
     _c("limits.memory_bomb", "OOM-killed inside the sandbox", r'''
