@@ -68,7 +68,7 @@ def test_a_host_device_bound_under_another_nodes_name_fails_mounts_inventory(eng
     """On a remapping engine the probe allows the host's own /dev/null (and the other standard
     nodes) bound at its own name; /dev/zero bound at /dev/null is not that (the probe alone: the
     inspect comparison would refuse the extra mount first)."""
-    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env: [])
+    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env, podman=False: [])
     monkeypatch.setattr(launch.hostpaths, "bind_source_intact", lambda path: True)
     claimed = replace(engineid.asked(engine), rootless=True, unenforced=())
     policy = bind_policy()
@@ -86,7 +86,7 @@ def test_a_host_device_bound_under_another_nodes_name_fails_mounts_inventory(eng
 def test_the_hosts_own_dev_null_bound_in_fails_mounts_inventory_on_a_plan_for_a_rootful_engine(engine, workspace,
                                                                                                   monkeypatch):
     """The allowance for a rootless engine's device binds holds only where the plan says remapped."""
-    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env: [])
+    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env, podman=False: [])
     monkeypatch.setattr(launch.hostpaths, "bind_source_intact", lambda path: True)
     policy = bind_policy()
     plan = compile_policy(policy, hostfacts.gather(policy, str(workspace), images.probe_volume_name()), command=TOUCH)
@@ -233,7 +233,7 @@ def test_on_rootless_podman_the_probe_proves_the_id_map_and_fails_the_limits_it_
         launch.run(eng, plan, Recorder())
     said = str(info.value)
     assert "PidsLimit: the plan says 256, the container has 0" in said and "Memory: the plan says" in said
-    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env: [])
+    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env, podman=False: [])
     listener = Recorder()
     with pytest.raises(ProbeFailed) as info:
         launch.run(eng, plan, listener)
@@ -259,7 +259,7 @@ def test_the_users_own_workspace_is_root_inside_and_the_agent_cannot_write_it(ro
     user = pwd.getpwnam(USER)
     for path in [rootless_workspace, *rootless_workspace.rglob("*")]:
         os.lchown(path, user.pw_uid, user.pw_gid)
-    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env: [])
+    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env, podman=False: [])
     policy = bind_policy()
     host = replace(hostfacts.gather(policy, str(rootless_workspace), images.probe_volume_name()),
                    engine=delegated(facts))
