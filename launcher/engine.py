@@ -115,8 +115,7 @@ class Engine:
             self._version = self._json("reading the engine version", "GET", "/version")
         return self._version
 
-    # podman's compatible API: create and verify speak its dialect (engineapi.create_body, verify)
-    podman = property(lambda self: engineid.identify(self.version(), {}).kind == engineid.PODMAN)
+    podman = property(lambda self: engineid.identify(self.version(), {}).kind == engineid.PODMAN)   # its dialect
 
     def info(self, libpod: bool = False) -> dict:   # libpod: podman's own (rootless, id maps, cgroups); Docker: {}
         return self._json("reading the engine's system information", "GET", "/libpod/info" if libpod else "/info",
@@ -202,9 +201,10 @@ class Engine:
         self._call(f"removing volume {name}", "DELETE", path_of("/volumes/{}", name), {"force": True}).read()
 
     # containers
-    def create(self, spec: ContainerSpec) -> str:
-        return self._json(f"creating container {spec.name}", "POST", "/containers/create", {"name": spec.name},
-                          body=engineapi.create_body(spec, self.podman))["Id"]
+    def create(self, spec: ContainerSpec) -> str:   # podman: its libpod create (compat adds /run, /tmp, /var/tmp)
+        path, params, body = (("/libpod/containers/create", None, engineapi.specgen_body(spec)) if self.podman else
+                              ("/containers/create", {"name": spec.name}, engineapi.create_body(spec)))
+        return self._json(f"creating container {spec.name}", "POST", path, params, body=body)["Id"]
 
     def create_proxy(self, spec: ProxySpec, secrets: dict[str, str] | None = None,
                      egress_ready: Callable[[], None] = lambda: None) -> str:

@@ -212,29 +212,24 @@ def _device(text: str) -> dict:
     return {"PathOnHost": host, "PathInContainer": inside or host, "CgroupPermissions": permissions or "rwm"}
 
 
-def _tmpfs(spec: ContainerSpec, podman: bool) -> dict | None:
-    """HostConfig.Tmpfs: the owned tmpfs (the Mount API cannot set an owner); under podman every
-    tmpfs (its Mount API cannot say notmpcopyup)."""
-    owned = [m for m in spec.mounts if m.owned_tmpfs]
-    if podman and (strangers := [m.target for m in owned if spec.user != f"{m.owner[0]}:{m.owner[1]}"]):
+def _podman_owners(spec: ContainerSpec) -> None:
+    """podman's `U` chowns an owned tmpfs to the container's user: refuse any other owner."""
+    if strangers := [m.target for m in spec.mounts if m.owned_tmpfs and spec.user != f"{m.owner[0]}:{m.owner[1]}"]:
         raise EngineError(f"podman can make a tmpfs owned only by the container's user ({spec.user}), "
                           f"not the owner the plan gives {', '.join(strangers)}")
-    if podman:
-        return {m.target: m.podman_tmpfs_options() for m in spec.mounts if m.kind is MountKind.TMPFS} or None
-    return {m.target: m.tmpfs_options for m in owned} or None
 
 
-def create_body(spec: ContainerSpec, podman: bool = False) -> dict:
+def create_body(spec: ContainerSpec) -> dict:
     """The engine's container-create request for a plan's container (unset fields left out, as the
-    SDK leaves them; tests/test_engineapi.py holds it to the SDK's own). `podman`: its dialect
-    where it takes other words for the same thing (its tmpfs, see _tmpfs)."""
+    SDK leaves them; tests/test_engineapi.py holds it to the SDK's own). Owned tmpfs go through
+    HostConfig.Tmpfs (the Mount API cannot set an owner). podman's: specgen_body."""
     host = {
-        "Mounts": [_mount(m) for m in spec.mounts if not (m.owned_tmpfs or podman and m.kind is MountKind.TMPFS)],
+        "Mounts": [_mount(m) for m in spec.mounts if not m.owned_tmpfs],
         "NetworkMode": spec.network_mode or "default", "ReadonlyRootfs": spec.read_only_root,
         "CapDrop": list(spec.cap_drop), "SecurityOpt": list(spec.security_opt), "PidsLimit": spec.pids_limit,
         "Memory": spec.memory_bytes, "MemorySwap": spec.memory_bytes, "NanoCpus": spec.nano_cpus,
         "LogConfig": log_config(spec.log_options), "Runtime": spec.runtime,
-        "Tmpfs": _tmpfs(spec, podman),
+        "Tmpfs": {m.target: m.tmpfs_options for m in spec.mounts if m.owned_tmpfs} or None,
         "CapAdd": list(spec.cap_add) or None, "Devices": [_device(d) for d in spec.devices] or None,
         "PidMode": spec.pid_mode or None, "Dns": list(spec.dns) or None, "Sysctls": dict(spec.sysctls) or None,
         "GroupAdd": [str(g) for g in spec.group_add] or None,
@@ -245,5 +240,67 @@ def create_body(spec: ContainerSpec, podman: bool = False) -> dict:
         "Hostname": spec.hostname, "Tty": False, "OpenStdin": False, "StdinOnce": False, "AttachStdin": False,
         "AttachStdout": True, "AttachStderr": True, "NetworkDisabled": False,
         "HostConfig": {k: v for k, v in host.items() if v is not None},
+    }
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def _size_bytes(text: str) -> int:
+    """A json-file max-size (10m) in bytes, as podman's compat create and its CLI read it (decimal)."""
+    units = {"k": 10**3, "m": 10**6, "g": 10**9}
+    return int(text[:-1]) * units[text[-1].lower()] if text[-1:].lower() in units else int(text)
+
+
+def _security(spec: ContainerSpec) -> dict:
+    """SecurityOpt in specgen's words; anything else is refused (nothing the plan says is dropped)."""
+    found: dict = {}
+    for option in spec.security_opt:
+        key, _, value = option.partition("=")
+        if option == "no-new-privileges":
+            found["no_new_privileges"] = True
+        elif key == "seccomp" and value.startswith("/"):
+            found["seccomp_profile_path"] = value
+        else:
+            raise EngineError(f"podman's libpod create cannot take the security option {option!r} "
+                              f"of {spec.name} (it takes no-new-privileges and seccomp=<file on the server>)")
+    return found
+
+
+def _specgen_mount(m) -> dict:
+    if m.kind is MountKind.TMPFS:
+        return {"destination": m.target, "type": "tmpfs", "source": "tmpfs",
+                "options": m.podman_tmpfs_options().split(",")}
+    return {"destination": m.target, "type": "bind", "source": m.source, "options": ["ro" if m.read_only else "rw", "rprivate", "rbind"]}
+
+
+def specgen_body(spec: ContainerSpec) -> dict:
+    """podman's own create request (POST /libpod/containers/create, its SpecGenerator) for a
+    plan's container: its compat create adds a writable tmpfs at /run, /tmp and /var/tmp to every
+    read-only root (--read-only-tmpfs, which 4.3 cannot switch off), its libpod create adds none.
+    The same settings as create_body; inspect (compat and libpod) reads them back."""
+    _podman_owners(spec)
+    options = dict(spec.log_options)
+    limits = {"pids": {"limit": spec.pids_limit} if spec.pids_limit else None,
+              "memory": {"limit": spec.memory_bytes, "swap": spec.memory_bytes} if spec.memory_bytes else None,
+              "cpu": {"quota": spec.nano_cpus // 10_000, "period": 100_000} if spec.nano_cpus else None}
+    network = spec.network_mode or "bridge"
+    body = {
+        "name": spec.name, "image": spec.image, "user": spec.user, "entrypoint": list(spec.entrypoint),
+        "command": list(spec.command), "env": dict(spec.env), "work_dir": spec.working_dir or None,
+        "labels": dict(spec.labels), "hostname": spec.hostname, "terminal": False, "stdin": False,
+        "systemd": "false", "read_only_filesystem": spec.read_only_root,
+        "mounts": [_specgen_mount(m) for m in spec.mounts if m.kind is not MountKind.VOLUME] or None,
+        "volumes": [{"Name": m.source, "Dest": m.target, "Options": ["ro" if m.read_only else "rw"]
+                     + (["nocopy"] if m.no_copy else [])} for m in spec.mounts if m.kind is MountKind.VOLUME] or None,
+        "cap_drop": list(spec.cap_drop), "cap_add": list(spec.cap_add) or None, **_security(spec),
+        "resource_limits": {k: v for k, v in limits.items() if v} or None,
+        "log_configuration": {"driver": "json-file", **({"size": _size_bytes(options["max-size"])}
+                                                         if "max-size" in options else {})},
+        "oci_runtime": spec.runtime,
+        "netns": {"nsmode": "none" if network == "none" else "bridge"},
+        "networks": None if network in ("none", "bridge", "default") else {network: {}},
+        "dns_server": list(spec.dns) or None, "sysctl": dict(spec.sysctls) or None,
+        "devices": [{"path": d} for d in spec.devices] or None,
+        "pidns": {"nsmode": spec.pid_mode} if spec.pid_mode else None,
+        "groups": list(spec.group_add) or None,
     }
     return {k: v for k, v in body.items() if v is not None}

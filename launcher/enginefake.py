@@ -25,6 +25,7 @@ import re
 import tarfile
 from typing import Callable, Iterable, Iterator
 
+from launcher import podmanfake
 from launcher.engine import Engine
 from launcher.engineapi import Answer
 from launcher.engineproto import ContainerInfo
@@ -112,6 +113,7 @@ class Transport:
         self.engine_version, self.engine_info = engine_version or VERSION, engine_info or INFO
         self.libpod_info = libpod_info   # podman's /libpod/info; None: a Docker engine (404)
         self.containers: dict[str, dict] = {}
+        self.libpod: dict[str, dict] = {}   # podman's libpod inspect of a container it created
         self.volumes: dict[str, dict] = {}
         self.networks: dict[str, dict] = {}
         self.calls: list[str] = []
@@ -218,6 +220,20 @@ class Transport:
         self.created.append(body)
         return _answer(201, {"Id": ref, "Warnings": []})
 
+    def _libpod_create(self, body, **_):   # podman's own create: its inspect as podman 4.3 reports it
+        image = self.image(body["image"])
+        if image is None:
+            return _answer(404, {"message": f"{body['image']}: image not known"})
+        ref = hashlib.sha256(f"{body['name']}{next(self._ids)}".encode()).hexdigest()
+        self.containers[ref], self.libpod[ref] = podmanfake.compat_inspect_of(body, ref, image), podmanfake.libpod_inspect_of(body)
+        self.calls.append("create")
+        self.created.append(body)
+        return _answer(201, {"Id": ref, "Warnings": []})
+
+    def _libpod_inspect(self, ref, **_):
+        doc = self.container(ref)
+        return _answer(404, {"message": f"no such container {ref}"}) if doc is None else _answer(200, self.libpod[doc["Id"]])
+
     def _containers(self, params, **_):
         return _answer(200, [{"Id": d["Id"], "Names": [d["Name"]], "State": d["State"]["Status"],
                               "Labels": d["Config"]["Labels"], "Created": 0}
@@ -311,7 +327,8 @@ class Transport:
         ("GET", "/images/(.+)/json", _image_json),
         ("POST", "/volumes/create", _volume_create), ("GET", "/volumes", _volumes),
         ("GET", "/volumes/([^/]+)", _volume), ("DELETE", "/volumes/([^/]+)", _volume_remove),
-        ("POST", "/containers/create", _create), ("GET", "/containers/json", _containers),
+        ("POST", "/containers/create", _create), ("POST", "/libpod/containers/create", _libpod_create),
+        ("GET", "/libpod/containers/([^/]+)/json", _libpod_inspect), ("GET", "/containers/json", _containers),
         ("GET", C + "/json", _inspect), ("POST", C + "/(start|kill|stop|pause|unpause|wait)", _post),
         ("DELETE", C, _remove), ("GET", C + "/logs", _logs), ("GET", C + "/archive", _archive_get),
         ("HEAD", C + "/archive", _archive_head), ("PUT", C + "/archive", _archive_put),

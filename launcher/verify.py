@@ -103,6 +103,12 @@ def docker_name(image: str) -> str:
     return f"docker.io/{image}" if slash else f"docker.io/library/{image}"
 
 
+def podman_local_name(image: str) -> str:
+    """The other name podman's lookup may resolve a short name to: its own local builds'
+    (sandbox/agent:x is localhost/sandbox/agent:x); a name with a registry is only itself."""
+    return f"localhost/{image}" if docker_name(image) != image else image
+
+
 def compare_inspect(spec: ContainerSpec, info: ContainerInfo, image_env: list[str], podman: bool = False) -> list[str]:
     """Differences between the plan and what the engine actually created, one sentence each that
     names the field and both values (empty: they agree). `podman`: the engine is podman, whose
@@ -168,7 +174,11 @@ def compare_inspect(spec: ContainerSpec, info: ContainerInfo, image_env: list[st
     else:
         want("LogConfig", ("json-file", dict(spec.log_options)), (host.log_type, host.log_options))
     want("User", spec.user, info.user)
-    want("Image", docker_name(spec.image) if podman else spec.image, info.image)
+    if podman:   # a short name is the image podman's lookup finds: its own builds' localhost/, or docker.io/
+        if info.image not in (docker_name(spec.image), podman_local_name(spec.image)):
+            want("Image", docker_name(spec.image), info.image)
+    else:
+        want("Image", spec.image, info.image)
     want("Entrypoint", list(spec.entrypoint), list(info.entrypoint))
     want("Cmd", list(spec.command), list(info.command))
     names = lambda env: sorted({item.split("=", 1)[0] for item in env})  # noqa: E731

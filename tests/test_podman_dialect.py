@@ -10,7 +10,7 @@ import pytest
 
 from conftest import fake_facts, untrusted_bind
 from launcher.compiler import compile_policy
-from launcher.engineapi import create_body
+from launcher.engineapi import specgen_body
 from launcher.enginefake import FakeEngine
 from launcher.errors import EngineError
 from launcher.plan import MountKind
@@ -68,8 +68,9 @@ def test_the_same_words_from_docker_are_differences():
      "Tmpfs: /run added ("),   # podman's writable /run on a read-only root (its read-only-tmpfs), named first
     ("PidMode", lambda d: d["HostConfig"].update(PidMode="host"), "the container has 'host'"),
     ("UTSMode", lambda d: d["HostConfig"].update(UTSMode="host"), "the container has 'host'"),
-    ("Image", lambda d: d["Config"].update(Image="localhost/sandbox/agent:bookworm"),
+    ("Image", lambda d: d["Config"].update(Image="localhost/other/agent:bookworm"),
      "the plan says 'docker.io/sandbox/agent:bookworm'"),
+    ("Image", lambda d: d["Config"].update(Image="quay.io/sandbox/agent:bookworm"), "the container has 'quay.io/"),
     ("Env names", lambda d: d["Config"]["Env"].append("DOCKER_HOST=tcp://x"), "DOCKER_HOST added"),
     ("CapDrop", lambda d: d["HostConfig"]["CapDrop"].remove("NET_RAW"), "NET_RAW not dropped"),
     ("Binds", lambda d: d["HostConfig"]["Binds"].append("/run/docker.sock:/var/run/docker.sock:rw,rprivate,rbind"),
@@ -96,19 +97,18 @@ def test_what_only_podman_s_libpod_inspect_says_is_checked_there(field, libpod, 
 
 
 def test_an_owned_tmpfs_goes_to_podman_with_U_noexec_and_notmpcopyup():
-    tmpfs = create_body(PLAN.container, podman=True)["HostConfig"]["Tmpfs"]
+    mounts = specgen_body(PLAN.container)["mounts"]
+    tmpfs = {m["destination"]: ",".join(m["options"]) for m in mounts if m["type"] == "tmpfs"}
     assert tmpfs["/home/agent"] == "rw,size=536870912,mode=0700,U,noexec,notmpcopyup"
     assert all("uid=" not in options for options in tmpfs.values())   # podman 4.3: "unknown mount option"
-    body = create_body(PLAN.container, podman=True)
     masks = [m.target for m in PLAN.container.mounts if m.kind is MountKind.TMPFS and not m.owned_tmpfs]
     assert masks and all(tmpfs[t].endswith(",mode=1777,noexec,notmpcopyup") for t in masks)   # no copy-up, no mode 0
-    assert not [m for m in body["HostConfig"]["Mounts"] if m["Type"] == "tmpfs"]
 
 
 def test_podman_is_refused_a_tmpfs_owned_by_someone_but_the_container_s_user():
     other = dataclasses.replace(PLAN.container, user="1001:1001")
     with pytest.raises(EngineError, match=r"podman can make a tmpfs owned only by the container's user \(1001:1001\)"):
-        create_body(other, podman=True)
+        specgen_body(other)
 
 
 @pytest.mark.parametrize("name, reported", [

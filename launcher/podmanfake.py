@@ -1,0 +1,52 @@
+"""podman 4.3's side of enginefake: what its compat inspect (and its libpod inspect) report for a
+container made by its libpod create from a specgen body, as podman 4.3.1 answered here."""
+
+from __future__ import annotations
+
+# The capabilities podman reports as dropped for a cap_drop of ALL (its default_capabilities).
+from launcher.verify import PODMAN_DEFAULT_CAPS, podman_local_name
+
+
+def compat_inspect_of(spec: dict, ref: str, image: dict) -> dict:
+    """Compat inspect: every tmpfs in HostConfig.Tmpfs (notmpcopyup left out, its rprivate,nosuid,nodev
+    added), every bind and volume in Binds and Mounts, Runtime "oci", the dropped defaults, "private"
+    for the default namespaces, HOSTNAME and container=podman in the environment."""
+    mounts = spec.get("mounts") or []
+    tmpfs = {m["destination"]: ",".join(o for o in m["options"] if o != "notmpcopyup") + ",rprivate,nosuid,nodev"
+             for m in mounts if m["type"] == "tmpfs"}
+    binds = [f"{m['source']}:{m['destination']}:{','.join(m['options'])}" for m in mounts if m["type"] == "bind"]
+    binds += [f"{v['Name']}:{v['Dest']}:{v['Options'][0]},rprivate,nosuid,nodev,rbind" for v in spec.get("volumes") or []]
+    seen = [{"Type": "bind", "Destination": m["destination"], "RW": "rw" in m["options"], "Source": m["source"]}
+            for m in mounts if m["type"] == "bind"]
+    seen += [{"Type": "volume", "Destination": v["Destination" if "Destination" in v else "Dest"], "Name": v["Name"],
+              "RW": "rw" in v["Options"], "Source": v["Name"]} for v in spec.get("volumes") or []]
+    limits = spec.get("resource_limits") or {}
+    network = (spec.get("netns") or {}).get("nsmode", "bridge")
+    host = {
+        "Privileged": False, "IpcMode": "private", "Runtime": "oci", "PidMode": (spec.get("pidns") or {}).get("nsmode", "private"),
+        "UTSMode": "private", "CapDrop": list(PODMAN_DEFAULT_CAPS) if "ALL" in spec.get("cap_drop", []) else spec.get("cap_drop"),
+        "CapAdd": spec.get("cap_add") or [], "ReadonlyRootfs": spec.get("read_only_filesystem", False),
+        "SecurityOpt": ["no-new-privileges"] * bool(spec.get("no_new_privileges"))
+        + [f"seccomp={spec.get('seccomp_profile_path')}"] * ("seccomp_profile_path" in spec),
+        "NetworkMode": next(iter(spec.get("networks") or {}), network), "Tmpfs": tmpfs, "Binds": binds,
+        "PidsLimit": (limits.get("pids") or {}).get("limit", 0), "Memory": (limits.get("memory") or {}).get("limit", 0),
+        "NanoCpus": (limits.get("cpu") or {}).get("quota", 0) * 10_000, "Dns": spec.get("dns_server") or [],
+        "Sysctls": spec.get("sysctl") or {}, "GroupAdd": spec.get("groups") or [],
+        "Devices": [d["path"] for d in spec.get("devices") or []], "LogConfig": {"Type": "json-file", "Config": {}},
+    }
+    env = [f"{k}={v}" for k, v in (spec.get("env") or {}).items()] + ["HOSTNAME=x", "container=podman"]
+    return {
+        "Id": ref, "Name": spec["name"], "Image": image["Id"], "LogPath": f"/fake/{ref}-json.log",
+        "State": {"Running": False, "Status": "created", "ExitCode": 0}, "HostConfig": host,
+        "Config": {"User": spec.get("user", ""), "Image": podman_local_name(spec["image"]), "Entrypoint": spec.get("entrypoint"),
+                   "Cmd": spec.get("command"), "Env": env + list(image["Config"]["Env"]),
+                   "Labels": {**image["Config"]["Labels"], **(spec.get("labels") or {})}},
+        "Mounts": seen, "NetworkSettings": {"Networks": {host["NetworkMode"]: {"IPAddress": ""}}},
+    }
+
+
+def libpod_inspect_of(spec: dict) -> dict:
+    """libpod inspect: the OCI runtime and the log size (decimal units, as podman prints them)."""
+    size = (spec.get("log_configuration") or {}).get("size")
+    return {"OCIRuntime": spec.get("oci_runtime"),
+            "HostConfig": {"LogConfig": {"Size": f"{size // 10**6}MB" if size else "0B"}}}
