@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from launcher import labels as label
 from launcher.errors import PolicyError, Problem
+from launcher.engineid import PODMAN
 from launcher.hostfacts import HostFacts
 from launcher import inject
 from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime, SecretPolicy, WorkspaceMode
@@ -21,6 +22,8 @@ from launcher.plan import (ARP_SYSCTLS, HOME_PROFILE, INTERNAL_OPTIONS, PROBE_BU
                            PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ContainerSpec, CopySpec, HomeSpec, LaunchPlan, Mount,
                            MountKind, NetworkSpec, ProbeExpectations, ProxySpec, SecretEndpoint, home_volume_name)
 from launcher.policy import CAPABILITY_BITS
+
+PODMAN_MARKER = "/run/.containerenv"
 from launcher.refusals import under
 from launcher.squidconf import render_squid
 from launcher import checks, refusals, runtimes
@@ -128,7 +131,8 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     labels[label.PLACEHOLDERS] = json.dumps(placeholders)
     home_spec, copy, volume_labels = _volume_specs(policy, host, copy, volume, profile, uid, gid)
     labels.update(volume_labels)
-    container = _container(policy, container_name, probe, main, env, mounts, labels, proxy, uid, gid)
+    container = _container(policy, container_name, probe, main, env, mounts, labels, proxy, uid, gid,
+                           runtimes.security_opt(policy.runtime, host.seccomp_profile))
     return LaunchPlan(policy_name=policy.name, policy_digest=policy.digest, container=container, probe=probe,
                       agent_command=agent, timeout_seconds=policy.limits.timeout_seconds,
                       placeholders=tuple(placeholders), warnings=_warnings(policy, host), networks=networks, proxy=proxy,
@@ -253,7 +257,8 @@ def _probe(policy: Policy, host: HostFacts, mounts: list[Mount], copy: CopySpec 
         uid=uid, gid=gid, capbnd=f"{capbnd:016x}", nnp=1, seccomp=2, kernel=runtimes.kernel(policy.runtime),
         rofs=tuple(d for d in _ROOT_DIRS if not any(under(d, w) for w in writable)),
         writable=writable,
-        mounts=tuple(m.target for m in mounts),
+        # podman binds its marker file, /run/.containerenv (empty, read-only), into every container
+        mounts=tuple(m.target for m in mounts) + ((PODMAN_MARKER,) if host.engine.kind == PODMAN else ()),
         protected=() if copy else tuple(posixpath.join(target, p) for p in _protected(policy, host)),
         workspace=target,
         **({"wsroot": f"/{copy.base_volume}/_data", "wsupper": f"/{copy.upper_volume}/_data/upper"} if copy
@@ -291,7 +296,8 @@ def _volume_specs(policy: Policy, host: HostFacts, copy: CopySpec | None, volume
 
 
 def _container(policy: Policy, name: str, probe: ProbeExpectations, main: tuple[str, ...], env: dict[str, str],
-               mounts: list[Mount], labels: dict[str, str], proxy: ProxySpec | None, uid: int, gid: int) -> ContainerSpec:
+               mounts: list[Mount], labels: dict[str, str], proxy: ProxySpec | None, uid: int, gid: int,
+               security_opt: tuple[str, ...]) -> ContainerSpec:
     """The agent's container: the probe runs first, then `main`."""
     return ContainerSpec(
         name=name, image=policy.image, user=f"{uid}:{gid}",
@@ -303,7 +309,7 @@ def _container(policy: Policy, name: str, probe: ProbeExpectations, main: tuple[
         dns=("127.0.0.1",) if proxy else (), runtime=runtimes.engine_name(policy.runtime, policy.network.mode),
         sysctls=ARP_SYSCTLS if proxy and policy.runtime is Runtime.RUNC else (),
         read_only_root=True, cap_drop=("ALL",), cap_add=policy.capabilities,
-        security_opt=runtimes.security_opt(policy.runtime), pids_limit=runtimes.host_pids(policy.runtime, policy.limits.pids),
+        security_opt=security_opt, pids_limit=runtimes.host_pids(policy.runtime, policy.limits.pids),
         memory_bytes=policy.limits.memory_bytes, nano_cpus=int(policy.limits.cpus * 1e9),
         labels=tuple(sorted(labels.items())), hostname="sandbox",
     )

@@ -214,3 +214,12 @@ def update_trust_store(change: Callable[[str], str]) -> str:
 def environment_with(**extra: str) -> dict[str, str]:
     """This process's environment plus `extra`, for a host program the launcher runs (git)."""
     return {**os.environ, **extra}
+
+
+def podman_seccomp_profile(path: str) -> str:
+    """The text of podman's default seccomp profile on this host ("" when it cannot be read)."""
+    try:
+        with open(path, encoding="utf-8") as profile:
+            return profile.read(4 << 20)
+    except (OSError, UnicodeDecodeError):
+        return ""

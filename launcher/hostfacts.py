@@ -40,6 +40,9 @@ class HostFacts:
     # The engine that runs the plan, once it was asked (a launch, `explain --engine`); the default
     # is a rootful engine that enforces every limit.
     engine: EngineFacts = EngineFacts()
+    # podman's API takes a seccomp profile only as a file on the server: seccompfiles' state file
+    # ("" unless the engine is podman; the compiler refuses a podman plan without it).
+    seccomp_profile: str = ""
 
 
 def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str = "",

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from launcher import compiler, host, hostfacts, hostpaths, images, stack, workspaces
-from launcher.engineid import EngineFacts
+from launcher.engineid import PODMAN, EngineFacts
 from launcher.errors import PolicyError, Problem
 from launcher.hostfacts import HostFacts
 from launcher.model import WorkspaceMode
@@ -132,7 +132,21 @@ def facts_and_files(policy, workspace: str, launched: bool = True,
     store = _ca_store(facts)
     if store:
         facts = replace(facts, ca_store=(store[0].path, store[1].path))
-    return facts, (config, git, *store)
+    seccomp = _podman_seccomp(facts)
+    if seccomp:
+        facts = replace(facts, seccomp_profile=seccomp[0].path)
+    return facts, (config, git, *store, *seccomp)
+
+
+def _podman_seccomp(facts: HostFacts) -> tuple[StateFile, ...]:
+    """The seccomp profile file of a plan that podman runs (none for Docker, or when podman's own
+    default cannot be read: the compiler refuses that plan)."""
+    from launcher import seccompfiles
+
+    if facts.engine.kind != PODMAN:
+        return ()
+    profile = seccompfiles.podman_profile(host.podman_seccomp_profile(seccompfiles.PODMAN_DEFAULT))
+    return (profile,) if profile else ()
 
 
 def _ca_store(facts: HostFacts) -> tuple[StateFile, ...]:

@@ -15,7 +15,7 @@ def compat_inspect_of(spec: dict, ref: str, image: dict) -> dict:
     tmpfs = {m["destination"]: ",".join(o for o in m["options"] if o != "notmpcopyup") + ",rprivate,nosuid,nodev"
              for m in mounts if m["type"] == "tmpfs"}
     binds = [f"{m['source']}:{m['destination']}:{','.join(m['options'])}" for m in mounts if m["type"] == "bind"]
-    binds += [f"{v['Name']}:{v['Dest']}:{v['Options'][0]},rprivate,nosuid,nodev,rbind" for v in spec.get("volumes") or []]
+    binds += [f"{v['Name']}:{v['Dest']}:{','.join(v['Options'])},rprivate,nosuid,nodev,rbind" for v in spec.get("volumes") or []]
     seen = [{"Type": "bind", "Destination": m["destination"], "RW": "rw" in m["options"], "Source": m["source"]}
             for m in mounts if m["type"] == "bind"]
     seen += [{"Type": "volume", "Destination": v["Destination" if "Destination" in v else "Dest"], "Name": v["Name"],
@@ -26,8 +26,7 @@ def compat_inspect_of(spec: dict, ref: str, image: dict) -> dict:
         "Privileged": False, "IpcMode": "private", "Runtime": "oci", "PidMode": (spec.get("pidns") or {}).get("nsmode", "private"),
         "UTSMode": "private", "CapDrop": list(PODMAN_DEFAULT_CAPS) if "ALL" in spec.get("cap_drop", []) else spec.get("cap_drop"),
         "CapAdd": spec.get("cap_add") or [], "ReadonlyRootfs": spec.get("read_only_filesystem", False),
-        "SecurityOpt": ["no-new-privileges"] * bool(spec.get("no_new_privileges"))
-        + [f"seccomp={spec.get('seccomp_profile_path')}"] * ("seccomp_profile_path" in spec),
+        "SecurityOpt": ["no-new-privileges"] * bool(spec.get("no_new_privileges")),   # never its seccomp
         "NetworkMode": next(iter(spec.get("networks") or {}), network), "Tmpfs": tmpfs, "Binds": binds,
         "PidsLimit": (limits.get("pids") or {}).get("limit", 0), "Memory": (limits.get("memory") or {}).get("limit", 0),
         "NanoCpus": (limits.get("cpu") or {}).get("quota", 0) * 10_000, "Dns": spec.get("dns_server") or [],

@@ -85,7 +85,7 @@ def check(policy: Policy, host: HostFacts, kind: str) -> dict[str, tuple[str, st
     problems += ca_problems
     problems += [Problem(file=file, path=p, expected=e, found=f, hint=h) for p, e, f, h in
                  runtimes.refusals(policy.runtime, policy.capabilities)]
-    problems += _unenforced_limits(policy, host) + _rootless_copy(policy, host)
+    problems += _unenforced_limits(policy, host) + _rootless_copy(policy, host) + _podman_seccomp(policy, host)
     if problems:
         raise PolicyError(problems)
     return cas
@@ -105,6 +105,19 @@ def _unenforced_limits(policy: Policy, host: HostFacts) -> list[Problem]:
                          "delegated to the user (systemd: `Delegate=memory pids cpu` for user@.service); a policy cannot "
                          "waive a limit (docs/security.md#rootless-engines)")
             for field in engine.unenforced]
+
+
+def _podman_seccomp(policy: Policy, host: HostFacts) -> list[Problem]:
+    """podman's default seccomp profile lets the agent make namespaces: the sandbox's profile is
+    built from it (seccompfiles), so a podman plan without it is refused."""
+    if host.engine.kind != PODMAN or host.seccomp_profile:
+        return []
+    from launcher.seccompfiles import PODMAN_DEFAULT
+
+    return [Problem(file=policy.source, path="runtime", expected="a seccomp profile for podman",
+                    found=f"none: podman's default profile {PODMAN_DEFAULT} cannot be read or is not a seccomp profile",
+                    hint="install containers-common (it ships that file); the sandbox's profile is that one with "
+                         "Docker's namespace rules")]
 
 
 def _rootless_copy(policy: Policy, host: HostFacts) -> list[Problem]:

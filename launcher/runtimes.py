@@ -55,8 +55,12 @@ GVISOR_SECCOMP = json.dumps({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
 GVISOR_SECCOMP_FILE = str(Path(__file__).with_name("gvisor-seccomp.json"))
 
 
-def security_opt(runtime: Runtime) -> tuple[str, ...]:
-    """HostConfig.SecurityOpt of a sandbox under `runtime` (Docker's default seccomp profile for runc)."""
+def security_opt(runtime: Runtime, podman_profile: str = "") -> tuple[str, ...]:
+    """HostConfig.SecurityOpt of a sandbox under `runtime` (Docker's default seccomp profile for runc).
+    `podman_profile`: podman runs it (its API takes a profile only as a file on the server): that file
+    (seccompfiles: its default with Docker's namespace rules) for runc, the gVisor profile's file."""
+    if podman_profile:
+        return ("no-new-privileges", f"seccomp={GVISOR_SECCOMP_FILE if runtime is Runtime.GVISOR else podman_profile}")
     return ("no-new-privileges",) + ((f"seccomp={GVISOR_SECCOMP}",) if runtime is Runtime.GVISOR else ())
 
 

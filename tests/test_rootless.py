@@ -86,7 +86,9 @@ def test_docker_rootless_and_userns_remap_are_read_from_its_security_options():
 
 
 def with_engine(facts: engineid.EngineFacts, **kwargs):
-    return replace(fake_facts(**kwargs), engine=facts)
+    # podman's plans carry the seccomp profile file pipeline makes (seccompfiles)
+    profile = "/state/seccomp/0123456789abcdef-podman.json" if facts.kind == engineid.PODMAN else ""
+    return replace(fake_facts(**kwargs), engine=facts, seccomp_profile=profile)
 
 
 def test_a_remapping_engine_gets_the_probes_id_map_check_and_a_rootful_one_does_not():
