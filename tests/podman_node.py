@@ -15,9 +15,8 @@ from pathlib import Path
 
 import yaml
 
-# Namespace flags of clone(2) that Docker's and containerd's default profile refuse without CAP_SYS_ADMIN.
-CLONE_NAMESPACES = 0x7E020000
-NAMESPACE_CALLS = ("clone", "clone3", "unshare", "setns")
+from launcher.seccompfiles import docker_semantics as runtime_default_profile   # the launcher's own, for podman
+
 CONMON_NPROC = 32768
 PROFILE = "runtime-default.json"
 SECCOMP_ANNOTATION = "seccomp.security.alpha.kubernetes.io/pod"
@@ -25,22 +24,6 @@ SECCOMP_ANNOTATION = "seccomp.security.alpha.kubernetes.io/pod"
 # (an address of the closed test network, tests/podman_closed.py; unreachable elsewhere).
 NODE_IP = "10.89.78.254"
 KIND = "dev.sandbox.kind"
-
-
-def runtime_default_profile(podman_profile: dict) -> dict:
-    """podman's default seccomp profile with the namespace calls allowed only as containerd allows them."""
-    profile = json.loads(json.dumps(podman_profile))
-    for rule in profile["syscalls"]:
-        if rule["action"] == "SCMP_ACT_ALLOW" and not rule.get("includes") and not rule.get("excludes"):
-            rule["names"] = [n for n in rule["names"] if n not in NAMESPACE_CALLS]
-    admin = {"caps": ["CAP_SYS_ADMIN"]}
-    profile["syscalls"] += [
-        {"names": ["clone"], "action": "SCMP_ACT_ALLOW", "excludes": admin,
-         "args": [{"index": 0, "value": CLONE_NAMESPACES, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}]},
-        {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38, "excludes": admin},   # ENOSYS: glibc falls back to clone
-        {"names": list(NAMESPACE_CALLS), "action": "SCMP_ACT_ALLOW", "includes": admin},
-    ]
-    return profile
 
 
 class Node:

@@ -17,7 +17,6 @@ from launcher.compiler import PODMAN_MARKER, compile_policy
 from launcher.engineapi import specgen_body
 from launcher.errors import EngineError, PolicyError
 from launcher.model import Runtime
-from launcher.verify import compare_inspect
 from test_podman_specgen import created
 
 PODMAN = engineid.EngineFacts(kind=engineid.PODMAN, cgroup_version="1")
