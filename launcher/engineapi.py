@@ -60,7 +60,8 @@ def failed(action: str, answer: Answer) -> EngineError:
     except (ValueError, AttributeError):
         message = ""
     text = f"{action}: {message or f'HTTP {answer.status}'}"
-    return NotFound(text) if answer.status == 404 else EngineError(text)
+    # podman answers 500 "… does not exist in database: no such container" for one removed meanwhile
+    return NotFound(text) if answer.status == 404 or message.endswith("no such container") else EngineError(text)
 
 
 class Unix:
@@ -257,7 +258,7 @@ def _security(spec: ContainerSpec) -> dict:
         key, _, value = option.partition("=")
         if option == "no-new-privileges":
             found["no_new_privileges"] = True
-        elif key == "seccomp" and value.startswith("/"):
+        elif key == "seccomp" and (value.startswith("/") or value == "unconfined"):   # a file on the server
             found["seccomp_profile_path"] = value
         else:
             raise EngineError(f"podman's libpod create cannot take the security option {option!r} "

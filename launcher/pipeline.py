@@ -132,13 +132,13 @@ def facts_and_files(policy, workspace: str, launched: bool = True,
     store = _ca_store(facts)
     if store:
         facts = replace(facts, ca_store=(store[0].path, store[1].path))
-    seccomp = _podman_seccomp(facts)
+    seccomp = podman_seccomp(facts)
     if seccomp:
         facts = replace(facts, seccomp_profile=seccomp[0].path)
     return facts, (config, git, *store, *seccomp)
 
 
-def _podman_seccomp(facts: HostFacts) -> tuple[StateFile, ...]:
+def podman_seccomp(facts: HostFacts) -> tuple[StateFile, ...]:
     """The seccomp profile file of a plan that podman runs (none for Docker, or when podman's own
     default cannot be read: the compiler refuses that plan)."""
     from launcher import seccompfiles

@@ -34,6 +34,8 @@ def compat_inspect_of(spec: dict, ref: str, image: dict) -> dict:
         "Devices": [d["path"] for d in spec.get("devices") or []], "LogConfig": {"Type": "json-file", "Config": {}},
     }
     env = [f"{k}={v}" for k, v in (spec.get("env") or {}).items()] + ["HOSTNAME=x", "container=podman"]
+    if not any(e.startswith("PATH=") for e in image["Config"]["Env"]):   # its default, where the image has none
+        env.append("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
     return {
         "Id": ref, "Name": spec["name"], "Image": image["Id"], "LogPath": f"/fake/{ref}-json.log",
         "State": {"Running": False, "Status": "created", "ExitCode": 0}, "HostConfig": host,

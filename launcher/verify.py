@@ -184,7 +184,9 @@ def compare_inspect(spec: ContainerSpec, info: ContainerInfo, image_env: list[st
     want("Entrypoint", list(spec.entrypoint), list(info.entrypoint))
     want("Cmd", list(spec.command), list(info.command))
     names = lambda env: sorted({item.split("=", 1)[0] for item in env})  # noqa: E731
-    own = ["HOSTNAME=", "container="] if podman else []   # podman sets both in every container
+    own = ["HOSTNAME=", "container="] if podman else []   # podman sets both in every container,
+    if podman and not any(item.startswith("PATH=") for item in image_env):   # and its PATH where the image has none
+        own.append("PATH=")
     want("Env names", names([f"{k}=" for k, _ in spec.env] + list(image_env) + own), names(info.env))
     # Owned tmpfs are HostConfig.Tmpfs entries (not in inspect's Mounts): their options say owner and
     # mode. podman puts every tmpfs there.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIND, docker_sdk, preset, read_until, untrusted_bind
+from conftest import BIND, docker_sdk, launch_facts, preset, read_until, untrusted_bind
 from fakes import Recorder
 
 from launcher import hostfacts, images, launch, workspaces
@@ -186,7 +186,7 @@ def test_probe_passes_in_any_image(engine, workspace, odd_images, kind):
     from dataclasses import replace
 
     policy = replace(untrusted_bind(), image=odd_images[kind])
-    plan = compile_policy(policy, hostfacts.gather(policy, str(workspace), images.probe_volume_name()),
+    plan = compile_policy(policy, launch_facts(engine, policy, workspace),
                           command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
     outcome = launch.run(engine, plan, Recorder())
     assert outcome.probe.ok and outcome.exit_code == 0

@@ -21,8 +21,8 @@ PODMAN = {"Version": "4.3.1", "ApiVersion": "1.41", "Components": [
     {"Name": "Podman Engine", "Version": "4.3.1", "Details": {"APIVersion": "4.3.1"}}]}
 
 
-def created(spec=PLAN.container, tamper=lambda doc: None, libpod=lambda doc: None):
-    engine = FakeEngine(engine_version=PODMAN, libpod_info={}, tamper=tamper)
+def created(spec=PLAN.container, tamper=lambda doc: None, libpod=lambda doc: None, **knobs):
+    engine = FakeEngine(engine_version=PODMAN, libpod_info={}, tamper=tamper, **knobs)
     ref = engine.create(spec)
     libpod(engine.http.libpod[ref])
     return engine, compare_inspect(spec, engine.inspect(ref), engine.image_env(spec.image), podman=True)
@@ -67,3 +67,10 @@ def test_a_security_option_specgen_cannot_say_is_refused_not_dropped():
     spec = dataclasses.replace(PLAN.container, security_opt=("no-new-privileges", "apparmor=sandbox"))
     with pytest.raises(EngineError, match=r"cannot take the security option 'apparmor=sandbox'"):
         specgen_body(spec)
+
+
+def test_podman_s_own_path_is_accepted_only_where_the_image_has_none():
+    bare = {PLAN.container.image: {"Env": []}}   # busybox-like: no PATH of its own
+    assert created(images=bare)[1] == []
+    _, diffs = created(images=bare, tamper=lambda d: d["Config"]["Env"].append("LD_PRELOAD=/x.so"))
+    assert any(d.startswith("Env names") and "LD_PRELOAD added" in d for d in diffs), diffs
