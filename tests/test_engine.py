@@ -265,6 +265,10 @@ def test_the_argv_output_launches_a_sandbox_whose_probe_passes_even_for_an_odd_w
         result = subprocess.run(render.to_argv(plan), capture_output=True, text=True, timeout=120)
     finally:
         workspaces.remove_placeholders(plan.placeholders)
+    if engine.podman:   # the argv target is Docker's CLI: podman's compat create refuses it; nothing runs
+        assert result.returncode == 125 and "incorrect mount format" in result.stderr, result.stderr
+        assert sorted(os.listdir(ws)) == ["README.md"]
+        return
     assert result.returncode == 0, result.stderr
     report = parse_probe(result.stderr.splitlines() + result.stdout.splitlines())
     assert report.ok and any(c.id == "mounts.workspace" for c in report.checks)
@@ -307,7 +311,10 @@ def test_an_agent_printing_without_end_leaves_a_bounded_log_on_the_host_and_its_
     received += len(proc.stdout.read() or b"")
     assert proc.wait(timeout=60) == 0, proc.stderr.read().decode()[-2000:]
     assert received == total                               # the launcher streamed all of it
-    assert 10 * 1024 * 1024 <= largest <= 2 * 10 * 1024 * 1024 + 65536 and files <= 2, (largest, files)
+    if engine.podman:   # one file, cut by conmon at max-size as podman reads it (10m: 10 000 000 bytes): near it, never over
+        assert 0.99 * 10**7 <= largest <= 10**7 + 65536 and files == 1, (largest, files)
+    else:
+        assert 10 * 1024 * 1024 <= largest <= 2 * 10 * 1024 * 1024 + 65536 and files <= 2, (largest, files)
 
 
 def test_an_image_declaring_volumes_is_refused_in_words(engine, workspace):

@@ -33,6 +33,7 @@ def test_podman_gets_its_own_create_and_the_container_agrees_with_the_plan():
     assert diffs == []
     body = engine.created[-1]
     assert "HostConfig" not in body and body["read_only_filesystem"] is True and body["systemd"] == "false"
+    assert body["manage_password"] is False   # else podman binds /etc/passwd and /etc/group for a user the image lacks
     assert body["netns"] == {"nsmode": "none"} and body["cap_drop"] == ["ALL"] and body["no_new_privileges"] is True
     assert body["resource_limits"]["pids"] == {"limit": 256}
     assert body["log_configuration"] == {"driver": "json-file", "size": 10_000_000}   # 10m as podman reads it

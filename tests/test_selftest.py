@@ -147,6 +147,8 @@ def _weak_run(engine, tmp_path, workspace, mode, network, extra_env=None, cases=
                    str(workspace): {"bind": "/workspace", "mode": "rw"}, str(home): {"bind": "/root", "mode": "rw"},
                    str(tmp_path): {"bind": "/hostdir", "mode": "rw"}})
         host_config.update(MaskedPaths=[], ReadonlyPaths=[])   # `--security-opt systempaths=unconfined`
+        if engine.podman:   # podman's words: it ignores MaskedPaths, and its default pids limit is 2048
+            host_config.update(PidsLimit=-1, SecurityOpt=host_config["SecurityOpt"] + ["unmask=ALL"])
         api.create_container(images.AGENT_IMAGE, ["bash", "-c", prelude + st.script(cases, params)], name=name,
                              user="0", host_config=host_config, labels={"dev.sandbox.managed": "1"},
                              environment={"GITHUB_TOKEN": "ghp_" + "x" * 36, "HTTP_PROXY": "http://allowed.test:80"})
@@ -263,7 +265,8 @@ def test_the_time_limit_and_leftover_checks_catch_a_weakened_launch(engine):
     try:
         # Weakened: the plan's time limit raised to an hour, so a 3 s agent runs to its end.
         quiet = st._Collector(lambda m: None)
-        plan = session.prepare(st._request("untrusted", ws, ("sleep", "3"), None), quiet).plan
+        request = st._request("untrusted", ws, ("sleep", "3"), None)
+        plan = session.for_engine(request, session.prepare(request, quiet), engine).plan   # as a launch does
         outcome = launch.run(engine, replace(plan, timeout_seconds=3600), quiet)
         assert st.judge_time_limit(outcome.timed_out, outcome.exit_code).verdict == st.FAIL
         outcome = st._launched(engine, st.time_limited("untrusted", ws, None), quiet).outcome

@@ -156,7 +156,11 @@ found=""; for s in /var/run/docker.sock /run/docker.sock /run/containerd/contain
   { [ -e "$s" ] || [ -L "$s" ]; } && found="$found $s"; done
 [ -z "$found" ] && ok "none of the known runtime sockets exists" || escaped "present:$found"'''),
     _c("sock.parent_dirs", "no runtime dir mounted (/run, /var/run, /var/lib/docker)", r'''
-bad=$(awk '{print $5}' /proc/self/mountinfo | grep -E '^/(var/)?run(/|$)|^/var/lib/(docker|containerd|containers)(/|$)' | tr '\n' ' ')
+bad=$(awk '{print $5}' /proc/self/mountinfo | grep -E '^/(var/)?run(/|$)|^/var/lib/(docker|containerd|containers)(/|$)' | grep -vxF "${ENGINE_MARKER:-/-}" | tr '\n' ' ')
+# podman's marker (ENGINE_MARKER, podman only): an empty regular file this uid cannot write, else it counts
+if [ -n "$ENGINE_MARKER" ] && grep -qF " $ENGINE_MARKER " /proc/self/mountinfo; then
+  { [ -f "$ENGINE_MARKER" ] && [ ! -L "$ENGINE_MARKER" ] && [ ! -s "$ENGINE_MARKER" ] && ! { : >>"$ENGINE_MARKER"; } 2>/dev/null; } || bad="$bad $ENGINE_MARKER"
+fi
 for d in /run/docker /run/containerd /var/lib/docker /var/lib/containerd /run/podman; do [ -e "$d" ] && bad="$bad $d"; done
 [ -z "$bad" ] && ok "no mount under /run, /var/run or a runtime dir" || escaped "$bad"'''),
     # busybox find: GNU find trusts the directory entry's type, which calls a bind-mounted socket

@@ -15,6 +15,7 @@ from typing import Callable
 from launcher import labels as label
 from launcher import baseline, engineid, host, hostengines, hostpaths, images, pipeline, resources, runtimes, scan, session, stack
 from launcher.selftest import scratch
+from launcher.compiler import PODMAN_MARKER
 from launcher.engine import Engine
 from launcher.errors import ProbeFailed, SandboxError
 from launcher.plan import PROBE_BUSYBOX, MountKind
@@ -179,6 +180,8 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
             "HOST_CANARY_DIR": canary_dir, "HOST_CANARY": git_canary, "TRACKED": scratch.TRACKED,
             "TMPFS": " ".join(f"{m.target}:{m.size_bytes}" for m in probe.container.mounts
                               if m.kind is MountKind.TMPFS and not m.read_only and m.size_bytes),
+            # podman binds its marker file into every container: sock.parent_dirs holds it to empty and read-only
+            "ENGINE_MARKER": PODMAN_MARKER if engine.podman else "",
         }
         request = _request(ref, workspace, ("bash", "-c", script(cases, params)), network)
         collector = _Collector(progress)
