@@ -311,8 +311,9 @@ def test_an_agent_printing_without_end_leaves_a_bounded_log_on_the_host_and_its_
     received += len(proc.stdout.read() or b"")
     assert proc.wait(timeout=60) == 0, proc.stderr.read().decode()[-2000:]
     assert received == total                               # the launcher streamed all of it
-    if engine.podman:   # one file, cut by conmon at max-size as podman reads it (10m: 10 000 000 bytes): near it, never over
-        assert 0.99 * 10**7 <= largest <= 10**7 + 65536 and files == 1, (largest, files)
+    if engine.podman:   # one file, which conmon truncates at max-size as podman reads it (10m: 10 000 000 bytes):
+        # never over it; how full a sample finds it depends on when it was last cut
+        assert 0 < largest <= 10**7 + 65536 and files == 1, (largest, files)
     else:
         assert 10 * 1024 * 1024 <= largest <= 2 * 10 * 1024 * 1024 + 65536 and files <= 2, (largest, files)
 

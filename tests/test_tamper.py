@@ -146,7 +146,8 @@ def test_tampered_protection_fails_its_check_and_the_agent_never_runs(engine, wo
         # (podman's libpod create would run the unknown name as runc, silently: libpod's OCIRuntime
         # in the inspect comparison catches that too, tests/test_podman_specgen.py).
         plan, listener = plan_for(engine, workspace), Recorder()
-        with pytest.raises(EngineError, match=r"the engine has no runtime sandbox-runsc"):
+        with pytest.raises(EngineError, match=r"the engine is podman: containers.conf's \[engine.runtimes\] names runsc "
+                                              r"by its path only"):
             launch.run(engine, replace(plan, container=TAMPERS[check](plan.container, workspace, tmp_path)), listener)
         assert not (workspace / MARKER).exists() and listener.out == b""
         assert engine.list(f"dev.sandbox.workspace={workspace}") == []
