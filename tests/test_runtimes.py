@@ -172,7 +172,8 @@ def test_the_gvisor_seccomp_profile_file_is_the_inline_one_and_targets_use_the_f
 
 @pytest.mark.parametrize("ci, podman", [(False, False), (True, False), (True, True)])
 def test_the_default_selftest_skips_a_gvisor_preset_without_gvisor_except_in_ci(monkeypatch, ci, podman):
-    """…and under podman always (`runtime: gvisor` is refused there, CI or not)."""
+    """…and under podman always (`runtime: gvisor` is refused there, CI or not), as are the
+    proxy-mode presets there."""
     from launcher.enginefake import FakeEngine
     from launcher.selftest import runner, testnet
     from test_doctor import PODMAN_VERSION
@@ -197,6 +198,9 @@ def test_the_default_selftest_skips_a_gvisor_preset_without_gvisor_except_in_ci(
     assert ("untrusted-gvisor" in ran) is (ci and not podman) and "untrusted" in ran
     assert any("skipping untrusted-gvisor" in m for m in said) is not (ci and not podman)
     assert any("refused under podman" in m for m in said) is podman
+    # proxy mode is refused under podman: its presets are skipped and said, on Docker they run
+    assert ("ci" in ran and "devcontainer" in ran) is not podman
+    assert any(m.startswith("skipping ci, devcontainer: proxy mode is refused under podman") for m in said) is podman
 
 
 def test_doctor_fix_registers_only_a_runsc_that_only_root_can_replace(tmp_path):
