@@ -140,14 +140,16 @@ def engine(tmp_path_factory):
             store.drop(eng, copy.name)
 
 
-def launch_facts(engine, policy, workspace) -> HostFacts:
+def launch_facts(engine, policy, workspace, engine_facts=None) -> HostFacts:
     """The host facts of a launch on `engine`, as the session has them after it connected: the
-    engine's own facts, and on podman its seccomp profile's state file (written)."""
+    engine's own facts (or `engine_facts`, a test's claim), and on podman its seccomp profile's
+    state file (written)."""
     from dataclasses import replace
 
     from launcher import engineid, hostfacts, images, pipeline, statefiles
 
-    facts = replace(hostfacts.gather(policy, str(workspace), images.probe_volume_name()), engine=engineid.asked(engine))
+    facts = replace(hostfacts.gather(policy, str(workspace), images.probe_volume_name()),
+                    engine=engine_facts or engineid.asked(engine))
     files = pipeline.podman_seccomp(facts)
     statefiles.write(files)
     return replace(facts, seccomp_profile=files[0].path) if files else facts

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, preset
+from conftest import ROOT, launch_facts, preset
 from fakes import Recorder
 
 from launcher import engineid, hostfacts, images, launch, session
@@ -211,6 +211,17 @@ def test_a_preset_is_refused_on_rootless_podman_for_every_limit_it_would_ignore(
     assert not (rootless_workspace / MARKER).exists()
 
 
+def readable_seccomp(host, workspace: Path):
+    """The plan's podman seccomp file where the user's podman can open it: the tests run as root,
+    whose state directory is 0700 (a user running sandbox has it in their own)."""
+    if host.seccomp_profile is None:
+        return host
+    shared = workspace.parent / "seccomp.json"
+    shutil.copyfile(host.seccomp_profile, shared)
+    shared.chmod(0o444)
+    return replace(host, seccomp_profile=str(shared))
+
+
 def without_tmpfs_owner(plan):
     """podman 4.3 refuses a tmpfs `uid=` option (rootful too: issue 30 part 2); the home is then
     root's inside, which home.private reports."""
@@ -226,8 +237,7 @@ def test_on_rootless_podman_the_probe_proves_the_id_map_and_fails_the_limits_it_
     identity.userns passes on the user's map; the agent never runs."""
     eng, facts = rootless
     policy = bind_policy()
-    host = replace(hostfacts.gather(policy, str(rootless_workspace), images.probe_volume_name()),
-                   engine=delegated(facts))
+    host = readable_seccomp(launch_facts(eng, policy, rootless_workspace, delegated(facts)), rootless_workspace)
     plan = without_tmpfs_owner(compile_policy(policy, host, command=TOUCH))
     with pytest.raises(ProbeFailed) as info:
         launch.run(eng, plan, Recorder())
@@ -261,8 +271,7 @@ def test_the_users_own_workspace_is_root_inside_and_the_agent_cannot_write_it(ro
         os.lchown(path, user.pw_uid, user.pw_gid)
     monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env, podman=False: [])
     policy = bind_policy()
-    host = replace(hostfacts.gather(policy, str(rootless_workspace), images.probe_volume_name()),
-                   engine=delegated(facts))
+    host = readable_seccomp(launch_facts(eng, policy, rootless_workspace, delegated(facts)), rootless_workspace)
     plan = without_tmpfs_owner(compile_policy(policy, host, command=TOUCH))
     assert plan.container.user == "1000:1000"
     with pytest.raises(ProbeFailed) as info:
