@@ -162,6 +162,9 @@ def _import_image(engine, tag: str, files: dict[str, tuple[bytes, int]]) -> str:
 
 @pytest.fixture(scope="module")
 def odd_images(engine):
+    # the images and the filled probe volume a launch's `ready` makes: these tests call launch.run
+    # directly, and on a fresh engine (podman's store in .ci/podman) they ran first
+    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None)
     busybox = Path("/bin/busybox").read_bytes() if Path("/bin/busybox").exists() else None
     lying_sh = b"#!/bin/busybox sh\necho lies\nexit 0\n"
     tags = {
