@@ -18,9 +18,10 @@ from launcher.engineid import PODMAN
 from launcher.hostfacts import HostFacts
 from launcher import inject
 from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime, SecretPolicy, WorkspaceMode
-from launcher.plan import (ARP_SYSCTLS, HOME_PROFILE, INTERNAL_OPTIONS, PROBE_BUSYBOX, PROBE_DENIED_HOST, PROBE_DIR,
-                           PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ContainerSpec, CopySpec, HomeSpec, LaunchPlan, Mount,
-                           MountKind, NetworkSpec, ProbeExpectations, ProxySpec, SecretEndpoint, home_volume_name)
+from launcher.plan import (ARP_SYSCTLS, ContainerSpec, CopySpec, HOME_PROFILE, HomeSpec, INTERNAL_OPTIONS,
+                           LaunchPlan, Mount, MountKind, NetworkSpec, PODMAN_NO_IPV6, PROBE_BUSYBOX,
+                           PROBE_DENIED_HOST, PROBE_DIR, PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ProbeExpectations,
+                           ProxySpec, SecretEndpoint, home_volume_name)
 from launcher.policy import CAPABILITY_BITS
 
 PODMAN_MARKER = "/run/.containerenv"
@@ -83,7 +84,8 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
     proxy = ProxySpec(name=f"{name}-proxy", image=host.proxy_image,
                       config=render_squid(name, policy.network.allow, secrets=secrets), internal_network=internal,
                       egress_network=egress, alias=PROXY_ALIAS, port=PROXY_PORT,
-                      labels=tuple(sorted({**labels, label.KIND: "proxy"}.items())), secrets=secrets)
+                      labels=tuple(sorted({**labels, label.KIND: "proxy"}.items())), secrets=secrets,
+                      hosts_entry=host.engine.kind == PODMAN)
     url = f"http://{PROXY_ALIAS}:{PROXY_PORT}"
     # The endpoints are reached directly, not through the forward proxy (which would refuse the name).
     no_proxy = "localhost,127.0.0.1" + (f",{PROXY_ALIAS}" if secrets else "")
@@ -270,10 +272,17 @@ def _probe(policy: Policy, host: HostFacts, mounts: list[Mount], copy: CopySpec 
         checks=checks.for_mode(policy.network.mode.value, userns=host.engine.remapped),
         secretnames=tuple(map(caseless, SECRET_NAMES)), secretvalues=SECRET_VALUES,
         runtimenames=tuple(map(caseless, RUNTIME_NAMES)), runtimesockets=RUNTIME_SOCKETS, credpaths=CREDENTIAL_PATHS,
-        **({"proxy": f"{PROXY_ALIAS}:{PROXY_PORT}", "denyhost": PROBE_DENIED_HOST,
+        **({"proxy": f"{PROXY_ALIAS}:{PROXY_PORT}", "denyhost": PROBE_DENIED_HOST, "resolver": _resolver(host),
             "dnsname": next((r.host for r in policy.network.allow if not r.wildcard and not r.ip), "-")}
            if proxy else {}),
     )
+
+
+def _resolver(host: HostFacts) -> str:
+    """The sandbox's one nameserver in proxy mode: Docker's embedded resolver, which answers the
+    proxy's name and sends every other to the sandbox's own loopback (`dns` below); on podman that
+    loopback itself (its internal network has no DNS server: ProxySpec.hosts_entry)."""
+    return "127.0.0.1" if host.engine.kind == PODMAN else "127.0.0.11"
 
 
 def _volume_specs(policy: Policy, host: HostFacts, copy: CopySpec | None, volume: str, profile: str, uid: int,
@@ -307,12 +316,20 @@ def _container(policy: Policy, name: str, probe: ProbeExpectations, main: tuple[
         # Docker's embedded resolver still answers for the proxy's name, but forwards every other
         # name to the sandbox's own loopback, where nothing answers: no DNS channel out.
         dns=("127.0.0.1",) if proxy else (), runtime=runtimes.engine_name(policy.runtime, policy.network.mode),
-        sysctls=ARP_SYSCTLS if proxy and policy.runtime is Runtime.RUNC else (),
+        sysctls=_sysctls(policy, proxy),
         read_only_root=True, cap_drop=("ALL",), cap_add=policy.capabilities,
         security_opt=security_opt, pids_limit=runtimes.host_pids(policy.runtime, policy.limits.pids),
         memory_bytes=policy.limits.memory_bytes, nano_cpus=int(policy.limits.cpus * 1e9),
         labels=tuple(sorted(labels.items())), hostname="sandbox",
     )
+
+
+def _sysctls(policy: Policy, proxy: ProxySpec | None) -> tuple[tuple[str, str], ...]:
+    """Proxy mode's: quick neighbour discovery (runc; gVisor's netstack takes no such sysctl) and,
+    on podman, no IPv6 on the internal network's interface (Docker disables it there itself)."""
+    if not proxy or policy.runtime is not Runtime.RUNC:
+        return ()
+    return ARP_SYSCTLS + ((PODMAN_NO_IPV6,) if proxy.hosts_entry else ())
 
 
 def _warnings(policy: Policy, host: HostFacts) -> tuple[str, ...]:

@@ -207,21 +207,12 @@ class Engine:
         return self._json(f"creating container {spec.name}", "POST", path, params, body=body)["Id"]
 
     def create_proxy(self, spec: ProxySpec, secrets: dict[str, str] | None = None,
-                     egress_ready: Callable[[], None] = lambda: None) -> str:
+                     egress_ready: Callable[[], None] = lambda: None, address: str = "") -> str:
         """The egress proxy: unprivileged, read-only root, no capabilities, on both networks.
         `secrets`: the injected secrets' values, for this container's environment only.
-        `egress_ready`: returns once the egress network exists (it is joined after the create)."""
-        body = {
-            "Image": spec.image, "User": spec.user, "Labels": dict(spec.labels),
-            "Env": [f"{k}={v}" for k, v in {**proxy_env(spec), **(secrets or {})}.items()],
-            "HostConfig": {
-                "ReadonlyRootfs": True, "CapDrop": ["ALL"], "SecurityOpt": ["no-new-privileges"],
-                "NetworkMode": spec.internal_network,
-                "Tmpfs": {p: spec.podman_scratch_options() if self.podman else spec.scratch_options for p in spec.scratch_dirs},
-                "PidsLimit": spec.pids_limit, "Memory": spec.memory_bytes, "MemorySwap": spec.memory_bytes,
-                "LogConfig": engineapi.log_config(spec.log_options)},
-            "NetworkingConfig": {"EndpointsConfig": {spec.internal_network: {"Aliases": [spec.alias]}}},
-        }
+        `egress_ready`: returns once the egress network exists (it is joined after the create).
+        `address`: its fixed address on the internal network, which then has no DNS for its alias."""
+        body = engineapi.proxy_body(spec, {**proxy_env(spec), **(secrets or {})}, address, podman=self.podman)
         ref = self._json(f"creating proxy {spec.name}", "POST", "/containers/create", {"name": spec.name},
                          body=body)["Id"]
         egress_ready()
@@ -237,18 +228,26 @@ class Engine:
             return b"".join(out or err for out, err in engineapi.frames(answer.chunks())).decode(errors="replace")
 
     # networks
-    def create_network(self, spec: NetworkSpec, subnet: str = "") -> bool:
-        """False when `subnet` overlaps another network's (then nothing was created)."""
-        body = {"Name": spec.name, "Driver": "bridge", "Options": dict(spec.options), "Labels": dict(spec.labels),
-                "CheckDuplicate": True, **({"Internal": True} if spec.internal else {}),
-                **({"IPAM": {"Driver": "default", "Config": [{"Subnet": subnet}]}} if subnet else {})}
+    def create_network(self, spec: NetworkSpec, subnet: str = "") -> str | None:
+        """The network's subnet (`subnet`, or podman's choice; "" for Docker's), or None when `subnet`
+        overlaps another network's (then nothing was created). podman: its own create
+        (engineapi.podman_network_body: an internal network without gateway or DNS)."""
+        podman = self.podman
+        path, body = (("/libpod/networks/create", engineapi.podman_network_body(spec, subnet)) if podman else
+                      ("/networks/create", engineapi.network_body(spec, subnet)))
         try:
-            self._call(f"creating network {spec.name}", "POST", "/networks/create", body=body).read()
+            made = self._json(f"creating network {spec.name}", "POST", path, body=body)
         except EngineError as exc:
-            if subnet and "overlaps" in str(exc):
-                return False
+            if subnet and ("already used on the host or by another config" if podman else "overlaps") in str(exc):
+                return None
             raise
-        return True
+        if not podman:
+            return subnet
+        try:
+            return engineapi.podman_network_subnet(spec, made, subnet)
+        except EngineError:
+            self.remove_network(spec.name)   # fail closed: never leave a network that is not as asked
+            raise
 
     def remove_network(self, name: str) -> None:
         if answer := self._call(f"removing network {name}", "DELETE", path_of("/networks/{}", name), missing=True):

@@ -11,7 +11,7 @@ from typing import Iterator
 from urllib.parse import quote, urlencode
 
 from launcher.errors import EngineError, NotFound
-from launcher.plan import ContainerSpec, MountKind
+from launcher.plan import ContainerSpec, MountKind, NetworkSpec, ProxySpec
 
 Body = bytes | Iterator[bytes] | None
 
@@ -64,6 +64,18 @@ def failed(action: str, answer: Answer) -> EngineError:
     return NotFound(text) if answer.status == 404 or message.endswith("no such container") else EngineError(text)
 
 
+# podman's own API (/libpod/…) is versioned by podman's releases, not Docker's: the bodies here are
+# its 4.0 forms (a network create under a Docker API version gets the CNI-era answer, or a refusal).
+LIBPOD_API = "4.0.0"
+
+
+def versioned(path: str, version: str) -> str:
+    """`path` under the API version it speaks: podman's own for /libpod/, else the engine's (if known)."""
+    if path.startswith("/libpod/"):
+        return f"/v{LIBPOD_API}{path}"
+    return f"/v{version}{path}" if version else path
+
+
 class Unix:
     """HTTP/1.1 on a unix socket, one connection per request: nothing shared between the
     launcher's threads, and a connect costs microseconds."""
@@ -80,8 +92,7 @@ class Unix:
         try:
             sock.settimeout(self.timeout if timeout == -1 else timeout)
             sock.connect(self.path)
-            prefix = f"/v{self.version}" if self.version else ""
-            head = [f"{method} {prefix}{path}{params_of(params)} HTTP/1.1", "Host: docker", "User-Agent: sandbox"]
+            head = [f"{method} {versioned(path, self.version)}{params_of(params)} HTTP/1.1", "Host: docker", "User-Agent: sandbox"]
             head += ["Connection: Upgrade", "Upgrade: tcp"] if upgrade else ["Connection: close"]
             if body is not None:
                 raw = json.dumps(body).encode()
@@ -131,7 +142,7 @@ class Sdk:
     def call(self, method: str, path: str, params: dict | None = None, body=None, *, raw: Body = None,
              timeout: float | None = -1, upgrade: bool = False) -> Answer:
         api = self.api
-        answer = api.request(method, f"{api.base_url}/v{self.version}{path}{params_of(params)}", json=body,
+        answer = api.request(method, f"{api.base_url}{versioned(path, self.version)}{params_of(params)}", json=body,
                              data=raw, stream=True, timeout=api.timeout if timeout == -1 else timeout)
         headers = {name.lower(): value for name, value in answer.headers.items()}
         return Answer(answer.status_code, headers, answer.iter_content(1 << 16), answer)
@@ -233,7 +244,7 @@ def create_body(spec: ContainerSpec) -> dict:
         "Tmpfs": {m.target: m.tmpfs_options for m in spec.mounts if m.owned_tmpfs} or None,
         "CapAdd": list(spec.cap_add) or None, "Devices": [_device(d) for d in spec.devices] or None,
         "PidMode": spec.pid_mode or None, "Dns": list(spec.dns) or None, "Sysctls": dict(spec.sysctls) or None,
-        "GroupAdd": [str(g) for g in spec.group_add] or None,
+        "GroupAdd": [str(g) for g in spec.group_add] or None, "ExtraHosts": list(spec.extra_hosts) or None,
     }
     body = {
         "Image": spec.image, "Cmd": list(spec.command), "Entrypoint": list(spec.entrypoint), "User": spec.user,
@@ -243,6 +254,61 @@ def create_body(spec: ContainerSpec) -> dict:
         "HostConfig": {k: v for k, v in host.items() if v is not None},
     }
     return {k: v for k, v in body.items() if v is not None}
+
+
+def network_body(spec: NetworkSpec, subnet: str = "") -> dict:
+    """Docker's network create request (on `subnet`, else on its own choice)."""
+    return {"Name": spec.name, "Driver": "bridge", "Options": dict(spec.options), "Labels": dict(spec.labels),
+            "CheckDuplicate": True, **({"Internal": True} if spec.internal else {}),
+            **({"IPAM": {"Driver": "default", "Config": [{"Subnet": subnet}]}} if subnet else {})}
+
+
+# Docker's bridge options in netavark's words; inhibit_ipv4 has none: an internal network podman's
+# own create makes has no gateway at all (nothing of the host on it), which podman_network_body asks.
+PODMAN_NETWORK_OPTIONS = {"com.docker.network.driver.mtu": "mtu", "com.docker.network.bridge.inhibit_ipv4": None}
+
+
+def podman_network_body(spec: NetworkSpec, subnet: str = "") -> dict:
+    """podman's own network create (POST /libpod/networks/create). Its compat create gives an
+    internal network a gateway address on the host's bridge and aardvark-dns, which forwards the
+    network's queries to the host's resolvers (aardvark-dns 1.4; containers/aardvark-dns#447): a way
+    out. Here an internal network has neither; the egress network keeps podman's DNS, as Docker's."""
+    options = {}
+    for key, value in spec.options:
+        if key not in PODMAN_NETWORK_OPTIONS or (PODMAN_NETWORK_OPTIONS[key] is None and not spec.internal):
+            raise EngineError(f"podman cannot take the network option {key!r} of {spec.name}")
+        if PODMAN_NETWORK_OPTIONS[key]:
+            options[PODMAN_NETWORK_OPTIONS[key]] = value
+    return {"name": spec.name, "driver": "bridge", "internal": spec.internal, "dns_enabled": not spec.internal,
+            "labels": dict(spec.labels), "options": options, "subnets": [{"subnet": subnet}] if subnet else []}
+
+
+def podman_network_subnet(spec: NetworkSpec, made: dict, subnet: str) -> str:
+    """The subnet of a network podman made (its create's answer); refused when an internal one has a
+    gateway (an address of the host on it) or DNS (a resolver that forwards), or not one subnet."""
+    subnets = made.get("subnets") or []
+    if spec.internal and (made.get("dns_enabled") or any(s.get("gateway") for s in subnets) or len(subnets) != 1):
+        raise EngineError(f"creating network {spec.name}: podman made it with a gateway or DNS "
+                          f"(subnets {subnets}, dns_enabled {made.get('dns_enabled')}), not as asked")
+    return subnets[0]["subnet"] if subnets else subnet
+
+
+def proxy_body(spec: ProxySpec, env: dict[str, str], address: str, podman: bool) -> dict:
+    """The egress proxy's create request: unprivileged, read-only root, no capabilities, on the
+    internal network (the egress one is joined after). `address`: its fixed one there, given on
+    podman (ProxySpec.hosts_entry), where Squid, which listens at its alias's address, learns it from
+    a hosts entry; elsewhere the network's DNS answers the alias."""
+    endpoint = {"IPAMConfig": {"IPv4Address": address}} if address else {"Aliases": [spec.alias]}
+    return {
+        "Image": spec.image, "User": spec.user, "Labels": dict(spec.labels), "Env": [f"{k}={v}" for k, v in env.items()],
+        "HostConfig": {
+            "ReadonlyRootfs": True, "CapDrop": ["ALL"], "SecurityOpt": ["no-new-privileges"],
+            "NetworkMode": spec.internal_network,
+            "Tmpfs": {p: spec.podman_scratch_options() if podman else spec.scratch_options for p in spec.scratch_dirs},
+            "PidsLimit": spec.pids_limit, "Memory": spec.memory_bytes, "MemorySwap": spec.memory_bytes,
+            "LogConfig": log_config(spec.log_options), **({"ExtraHosts": [f"{spec.alias}:{address}"]} if address else {})},
+        "NetworkingConfig": {"EndpointsConfig": {spec.internal_network: endpoint}},
+    }
 
 
 def _size_bytes(text: str) -> int:
@@ -300,7 +366,8 @@ def specgen_body(spec: ContainerSpec) -> dict:
         "oci_runtime": spec.runtime,
         "netns": {"nsmode": "none" if network == "none" else "bridge"},
         "networks": None if network in ("none", "bridge", "default") else {network: {}},
-        "dns_server": list(spec.dns) or None, "sysctl": dict(spec.sysctls) or None,
+        "dns_server": list(spec.dns) or None, "hostadd": list(spec.extra_hosts) or None,
+        "sysctl": dict(spec.sysctls) or None,
         "devices": [{"path": d} for d in spec.devices] or None,
         "pidns": {"nsmode": spec.pid_mode} if spec.pid_mode else None,
         "groups": list(spec.group_add) or None,

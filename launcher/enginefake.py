@@ -118,6 +118,7 @@ class Transport:
         self.networks: dict[str, dict] = {}
         self.calls: list[str] = []
         self.created: list[dict] = []
+        self.network_bodies: list[dict] = []   # podman's libpod network creates, as asked
         self.removed_volumes: list[str] = []
         self._ids = itertools.count(1)
 
@@ -306,6 +307,11 @@ class Transport:
                                        "IPAM": {"Config": [{"Subnet": subnet}] if subnet else []}, "Containers": []}
         return _answer(201, {"Id": self.networks[body["Name"]]["Id"]})
 
+    def _libpod_network_create(self, body, **_):   # podman's own create
+        self.network_bodies.append(body)
+        self.networks[body["name"]], made = podmanfake.network_of(body)
+        return _answer(200, made)
+
     def _networks(self, params, **_):
         return _answer(200, [n for n in self.networks.values() if _matches(n["Labels"], params.get("filters"))])
 
@@ -332,7 +338,8 @@ class Transport:
         ("GET", C + "/json", _inspect), ("POST", C + "/(start|kill|stop|pause|unpause|wait)", _post),
         ("DELETE", C, _remove), ("GET", C + "/logs", _logs), ("GET", C + "/archive", _archive_get),
         ("HEAD", C + "/archive", _archive_head), ("PUT", C + "/archive", _archive_put),
-        ("POST", "/networks/create", _network_create), ("GET", "/networks", _networks),
+        ("POST", "/networks/create", _network_create), ("POST", "/libpod/networks/create", _libpod_network_create),
+        ("GET", "/networks", _networks),
         ("DELETE", "/networks/([^/]+)", _network_remove), ("POST", "/networks/([^/]+)/connect", _connect),
     ]
 

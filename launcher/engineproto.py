@@ -54,6 +54,8 @@ class HostSettings:
     devices: tuple[str, ...] = ()            # host:inside
     group_add: tuple[str, ...] = ()
     dns: tuple[str, ...] = ()
+    extra_hosts: tuple[str, ...] = ()
+    sysctls: dict = field(default_factory=dict)
     port_bindings: dict = field(default_factory=dict)
     publish_all: bool = False
     binds: tuple[str, ...] = ()
@@ -75,6 +77,7 @@ class HostSettings:
             userns_mode=host.get("UsernsMode") or "", ipc_mode=host.get("IpcMode") or "",
             devices=tuple(f"{d['PathOnHost']}:{d['PathInContainer']}" for d in host.get("Devices") or []),
             group_add=_tuple(host.get("GroupAdd")), dns=_tuple(host.get("Dns")),
+            extra_hosts=_tuple(host.get("ExtraHosts")), sysctls=dict(host.get("Sysctls") or {}),
             port_bindings=dict(host.get("PortBindings") or {}), publish_all=bool(host.get("PublishAllPorts")),
             binds=_tuple(host.get("Binds")), pids_limit=host.get("PidsLimit"), memory=host.get("Memory"),
             nano_cpus=host.get("NanoCpus"), log_type=log.get("Type"), log_options=dict(log.get("Config") or {}),
@@ -194,14 +197,14 @@ class Engine(Protocol):
     def remove_volume(self, name: str) -> None: ...
 
     # networks
-    def create_network(self, spec, subnet: str = "") -> bool: ...   # spec: the plan's NetworkSpec
+    def create_network(self, spec, subnet: str = "") -> str | None: ...   # the subnet made; None: `subnet` overlaps
     def list_networks(self, *filters: str) -> list[NetworkInfo]: ...
     def remove_network(self, name: str) -> None: ...
 
     # containers
     def create(self, spec: ContainerSpec) -> str: ...
     def create_proxy(self, spec, secrets: dict[str, str] | None = None,   # spec: the plan's ProxySpec
-                     egress_ready: Callable[[], None] = lambda: None) -> str: ...
+                     egress_ready: Callable[[], None] = lambda: None, address: str = "") -> str: ...
     def inspect(self, ref: str) -> ContainerInfo: ...
     def list(self, *filters: str) -> list[ContainerSummary]: ...
     def start(self, ref: str) -> None: ...

@@ -146,7 +146,8 @@ def _probe_failed(report: ProbeReport, errors: list[str], plan: LaunchPlan) -> P
         # what the container printed: its image (or a reused sandbox's agent) chose these bytes
         lines.append(visible(f"{c.id}: expected {c.expected}, observed {c.observed}", keep_lines=False))
         hint = checks.hint(c.id, c.observed, uid=plan.probe.uid, workspace=visible(plan.probe.wsroot, keep_lines=False),
-                           remapped=plan.probe.userns == "remapped")
+                           remapped=plan.probe.userns == "remapped",
+                           podman_proxy=bool(plan.proxy and plan.proxy.hosts_entry))
         if hint:
             lines.append(f"  hint: {hint}")
     if not report.finished:
@@ -176,7 +177,7 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener,
                      filling: Filling | None) -> tuple[str, _Output, ProbeReport, bytes]:
     try:
         if plan.proxy:   # the container is made while the proxy starts; it starts once the proxy is ready
-            ref, output = proxy.start(engine, plan, listener, lambda: _create(engine, plan, listener, filling))
+            ref, output = proxy.start(engine, plan, listener, lambda pinned: _create(engine, pinned, listener, filling))
         else:
             ref, output = _create(engine, plan, listener, filling)
         with timed(listener, "start"):

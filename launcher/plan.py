@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from dataclasses import asdict, dataclass, field
+import ipaddress
+from dataclasses import asdict, dataclass, field, replace
 
 from launcher.inject import CA_VAR
 
@@ -28,6 +29,9 @@ INTERNAL_OPTIONS = (("com.docker.network.bridge.inhibit_ipv4", "true"), ("com.do
 # (which stays, for runtimes that do not take these: gVisor's netstack, a cluster's Pod). A bridge
 # answers a live neighbour in microseconds, so the proxy's address still resolves.
 ARP_SYSCTLS = (("net.ipv4.neigh.eth0.mcast_solicit", "2"), ("net.ipv4.neigh.eth0.retrans_time_ms", "20"))
+# podman leaves the internal network's interface an IPv6 link-local address (Docker turns IPv6 off
+# there): off, as the probe's net.routes requires in proxy mode.
+PODMAN_NO_IPV6 = ("net.ipv6.conf.eth0.disable_ipv6", "1")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +80,10 @@ class ProxySpec:
     scratch_dirs: tuple[str, ...] = ("/run/squid", "/var/spool/squid", "/var/log/squid")
     scratch_options: str = "uid=13,gid=13,mode=0700,size=16m"
     secrets: tuple[SecretEndpoint, ...] = ()
+    # podman: the internal network has no DNS server (its aardvark-dns would forward queries to the
+    # host's resolvers), so the proxy gets a fixed address on it and the sandbox an /etc/hosts entry
+    # for `alias` (pinned_proxy, at launch, once the network's subnet is known).
+    hosts_entry: bool = False
     # Its output is the egress audit: bounded (about a million requests), never unbounded.
     log_options: tuple[tuple[str, str], ...] = (("max-size", "50m"), ("max-file", "4"))
 
@@ -84,6 +92,23 @@ class ProxySpec:
         they are; no copy-up; noexec as Docker's HostConfig.Tmpfs has it)."""
         size = dict(part.split("=", 1) for part in self.scratch_options.split(","))["size"]
         return f"rw,size={size},mode=0700,U,noexec,notmpcopyup"
+
+
+def proxy_address(subnet: str) -> str:
+    """The proxy's fixed address on an internal network (a hosts_entry plan): the subnet's second
+    host; the sandbox takes any other (podman's own create gives that network no gateway)."""
+    return str(ipaddress.IPv4Network(subnet)[2])
+
+
+def pinned_proxy(plan: "LaunchPlan", subnet: str) -> tuple["LaunchPlan", str]:
+    """A hosts_entry plan with the proxy's address on the internal network of `subnet` pinned: the
+    sandbox's /etc/hosts entry for the proxy's name (compared in the inspect like the rest) and the
+    address for the proxy's create. Any other plan as it is, and no address."""
+    if not (plan.proxy and plan.proxy.hosts_entry):
+        return plan, ""
+    address = proxy_address(subnet)
+    container = replace(plan.container, extra_hosts=(f"{plan.proxy.alias}:{address}",))
+    return replace(plan, container=container), address
 
 
 def proxy_env(spec: ProxySpec) -> dict[str, str]:
@@ -163,7 +188,10 @@ class ContainerSpec:
     nano_cpus: int | None
     labels: tuple[tuple[str, str], ...]
     hostname: str
-    dns: tuple[str, ...] = ()       # upstream servers of Docker's embedded resolver
+    dns: tuple[str, ...] = ()       # upstream servers of Docker's embedded resolver (podman: resolv.conf's)
+    # /etc/hosts entries NAME:ADDRESS (HostConfig.ExtraHosts): on podman, the proxy's name on its
+    # internal network, which has no DNS server there (launcher.egress.proxy pins it at launch)
+    extra_hosts: tuple[str, ...] = ()
     sysctls: tuple[tuple[str, str], ...] = ()   # the sandbox's own network namespace's (HostConfig.Sysctls)
     runtime: str = "runc"           # the engine's name of the OCI runtime (HostConfig.Runtime), always explicit
     # The engine's copy of the output (json-file, rotated): the launcher streams it anyway, so a
@@ -201,6 +229,7 @@ class ProbeExpectations:
     proxy: str = "-"        # host:port of the egress proxy, proxy mode only
     denyhost: str = "-"     # a name the proxy must refuse with 403
     dnsname: str = "-"      # an allowed name that must NOT resolve inside the sandbox
+    resolver: str = "-"     # proxy mode: the one nameserver resolv.conf may list (a loopback address)
     # The launcher's one lists, so that the probe never keeps a copy of its own:
     checks: tuple[str, ...] = ()          # launcher/checks.py, for this mode, in report order
     secretnames: tuple[str, ...] = ()     # launcher/secrets.py, as caseless globs

@@ -10,7 +10,8 @@ from launcher.verify import PODMAN_DEFAULT_CAPS, podman_local_name
 def compat_inspect_of(spec: dict, ref: str, image: dict) -> dict:
     """Compat inspect: every tmpfs in HostConfig.Tmpfs (notmpcopyup left out, its rprivate,nosuid,nodev
     added), every bind and volume in Binds and Mounts, Runtime "oci", the dropped defaults, "private"
-    for the default namespaces, HOSTNAME and container=podman in the environment."""
+    for the default namespaces, HOSTNAME, TERM and container=podman in the environment, NetworkMode
+    `bridge` for any bridge network (the network by name in NetworkSettings), no Sysctls."""
     mounts = spec.get("mounts") or []
     tmpfs = {m["destination"]: ",".join(o for o in m["options"] if o != "notmpcopyup") + ",rprivate,nosuid,nodev"
              for m in mounts if m["type"] == "tmpfs"}
@@ -27,13 +28,16 @@ def compat_inspect_of(spec: dict, ref: str, image: dict) -> dict:
         "UTSMode": "private", "CapDrop": list(PODMAN_DEFAULT_CAPS) if "ALL" in spec.get("cap_drop", []) else spec.get("cap_drop"),
         "CapAdd": spec.get("cap_add") or [], "ReadonlyRootfs": spec.get("read_only_filesystem", False),
         "SecurityOpt": ["no-new-privileges"] * bool(spec.get("no_new_privileges")),   # never its seccomp
-        "NetworkMode": next(iter(spec.get("networks") or {}), network), "Tmpfs": tmpfs, "Binds": binds,
+        "NetworkMode": network, "Tmpfs": tmpfs, "Binds": binds,   # "bridge" for any bridge network
         "PidsLimit": (limits.get("pids") or {}).get("limit", 0), "Memory": (limits.get("memory") or {}).get("limit", 0),
         "NanoCpus": (limits.get("cpu") or {}).get("quota", 0) * 10_000, "Dns": spec.get("dns_server") or [],
-        "Sysctls": spec.get("sysctl") or {}, "GroupAdd": spec.get("groups") or [],
+        "Sysctls": None, "ExtraHosts": spec.get("hostadd") or [],   # its inspects report no sysctl
+        "GroupAdd": spec.get("groups") or [],
         "Devices": [d["path"] for d in spec.get("devices") or []], "LogConfig": {"Type": "json-file", "Config": {}},
     }
     env = [f"{k}={v}" for k, v in (spec.get("env") or {}).items()] + ["HOSTNAME=x", "container=podman"]
+    if "TERM" not in (spec.get("env") or {}):   # containers.conf's default env, where the plan has none
+        env.append("TERM=xterm")
     if not any(e.startswith("PATH=") for e in image["Config"]["Env"]):   # its default, where the image has none
         env.append("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
     return {
@@ -42,8 +46,22 @@ def compat_inspect_of(spec: dict, ref: str, image: dict) -> dict:
         "Config": {"User": spec.get("user", ""), "Image": podman_local_name(spec["image"]), "Entrypoint": spec.get("entrypoint"),
                    "Cmd": spec.get("command"), "Env": env + list(image["Config"]["Env"]),
                    "Labels": {**image["Config"]["Labels"], **(spec.get("labels") or {})}},
-        "Mounts": seen, "NetworkSettings": {"Networks": {host["NetworkMode"]: {"IPAddress": ""}}},
+        "Mounts": seen, "NetworkSettings": {"Networks": {n: {"IPAddress": ""} for n in spec.get("networks") or {network: {}}}},
     }
+
+
+def network_of(body: dict) -> tuple[dict, dict]:
+    """A libpod network create's network (as the compat list shows it) and answer: the subnet asked
+    or one of its own, a gateway only for a network that is not internal."""
+    import hashlib
+
+    subnet = (body.get("subnets") or [{}])[0].get("subnet") or "10.89.0.0/24"
+    made = {"subnet": subnet, **({} if body.get("internal") else {"gateway": subnet.rsplit(".", 1)[0] + ".1"})}
+    network = {"Name": body["name"], "Id": hashlib.sha256(body["name"].encode()).hexdigest(),
+               "Labels": dict(body.get("labels") or {}), "Internal": bool(body.get("internal")),
+               "IPAM": {"Config": [{"Subnet": subnet}]}, "Containers": []}
+    return network, {"name": body["name"], "subnets": [made], "internal": bool(body.get("internal")),
+                     "dns_enabled": bool(body.get("dns_enabled"))}
 
 
 def libpod_inspect_of(spec: dict) -> dict:

@@ -9,7 +9,7 @@ from launcher.engineid import LIMIT_CONTROLLERS, PODMAN
 from launcher.errors import PolicyError, Problem
 from launcher.hostfacts import HostFacts
 from launcher.hostpaths import PathFact
-from launcher.model import Access, HomeMode, NetworkMode, Policy, WorkspaceMode
+from launcher.model import Access, HomeMode, Policy, WorkspaceMode
 from launcher.secrets import secret_value
 from launcher.values import show
 
@@ -86,7 +86,6 @@ def check(policy: Policy, host: HostFacts, kind: str) -> dict[str, tuple[str, st
     problems += [Problem(file=file, path=p, expected=e, found=f, hint=h) for p, e, f, h in
                  runtimes.refusals(policy.runtime, policy.capabilities)]
     problems += _unenforced_limits(policy, host) + _rootless_copy(policy, host) + _podman_seccomp(policy, host)
-    problems += _podman_proxy(policy, host)
     if problems:
         raise PolicyError(problems)
     return cas
@@ -119,17 +118,6 @@ def _podman_seccomp(policy: Policy, host: HostFacts) -> list[Problem]:
                     found=f"none: podman's default profile {PODMAN_DEFAULT} cannot be read or is not a seccomp profile",
                     hint="install containers-common (it ships that file); the sandbox's profile is that one with "
                          "Docker's namespace rules")]
-
-
-def _podman_proxy(policy: Policy, host: HostFacts) -> list[Problem]:
-    """Proxy mode on podman is refused until its plan exists: aardvark-dns (1.4 here) forwards the
-    internal network's queries to the host's resolvers (a DNS channel out; fixed only in
-    containers/aardvark-dns#447), and podman leaves IPv6 on the internal interface."""
-    if host.engine.kind != PODMAN or policy.network.mode is not NetworkMode.PROXY:
-        return []
-    return [Problem(file=policy.source, path="network.mode", expected="none on podman", found="proxy",
-                    hint="podman's DNS server (aardvark-dns) forwards an internal network's queries to the host's "
-                         "resolvers, a way out the proxy does not see: run proxy mode on Docker, or network.mode: none")]
 
 
 def _rootless_copy(policy: Policy, host: HostFacts) -> list[Problem]:

@@ -66,15 +66,14 @@ def candidates(net: ipaddress.IPv4Network, routes: list[ipaddress.IPv4Network], 
 
 def create_network(engine: Engine, spec: NetworkSpec, rng: random.Random | None = None) -> str:
     """Create `spec` on a free /28 of the pool (or on the engine's choice); returns the subnet ("" for
-    the engine's)."""
+    Docker's own choice, which it does not say)."""
     setting, table = host.network_facts()
     net = pool(setting)
     if net is None:
-        engine.create_network(spec)
-        return ""
+        return engine.create_network(spec) or ""
     for subnet in candidates(net, host_routes(table), rng or random.SystemRandom()):
-        if engine.create_network(spec, subnet=str(subnet)):
-            return str(subnet)
+        if made := engine.create_network(spec, subnet=str(subnet)):
+            return made
     raise EngineError(f"creating network {spec.name}: no free /{PREFIX} found in {net} after {TRIES} tries "
                       "(other networks or the host's routes hold it).\n"
                       "    hint: set SANDBOX_NETWORK_POOL to a free IPv4 range (e.g. 10.213.0.0/16), or to `engine`")

@@ -154,7 +154,13 @@ def compare_inspect(spec: ContainerSpec, info: ContainerInfo, image_env: list[st
     for weak in ("seccomp=unconfined", "seccomp:unconfined", "apparmor=unconfined", "apparmor:unconfined"):
         if weak in options:
             diffs.append(f"SecurityOpt: {weak} is set, which switches off a protection the plan requires")
-    want("NetworkMode", spec.network_mode, host.network_mode)
+    if podman and spec.network_mode not in ("none", "bridge", "default", ""):
+        # podman's compat inspect says `bridge` for a container on any bridge network: which one is
+        # in NetworkSettings, where the plan's network must be the only one
+        want("NetworkMode", "bridge", host.network_mode)
+        want("Networks", [spec.network_mode], sorted(info.networks))
+    else:
+        want("NetworkMode", spec.network_mode, host.network_mode)
     private = lambda mode: "" if podman and mode == "private" else mode  # noqa: E731 - podman names the default
     want("PidMode", spec.pid_mode, private(host.pid_mode))
     want("UTSMode", "", private(host.uts_mode))
@@ -164,6 +170,9 @@ def compare_inspect(spec: ContainerSpec, info: ContainerInfo, image_env: list[st
     want("Devices", list(spec.devices), list(host.devices))
     want("GroupAdd", list(spec.group_add), list(host.group_add))
     want("Dns", list(spec.dns), list(host.dns))
+    want("ExtraHosts", list(spec.extra_hosts), list(host.extra_hosts))
+    if not podman:   # podman's inspects report no sysctl: there the probe's net.routes proves IPv6 off
+        want("Sysctls", dict(spec.sysctls), host.sysctls)
     want("PortBindings", {}, host.port_bindings)
     want("PublishAllPorts", False, host.publish_all)
     want("Binds", sorted(_podman_binds(spec)) if podman else [], sorted(host.binds))
@@ -184,7 +193,7 @@ def compare_inspect(spec: ContainerSpec, info: ContainerInfo, image_env: list[st
     want("Entrypoint", list(spec.entrypoint), list(info.entrypoint))
     want("Cmd", list(spec.command), list(info.command))
     names = lambda env: sorted({item.split("=", 1)[0] for item in env})  # noqa: E731
-    own = ["HOSTNAME=", "container="] if podman else []   # podman sets both in every container,
+    own = ["HOSTNAME=", "TERM=", "container="] if podman else []   # podman sets these in every container,
     if podman and not any(item.startswith("PATH=") for item in image_env):   # and its PATH where the image has none
         own.append("PATH=")
     want("Env names", names([f"{k}=" for k, _ in spec.env] + list(image_env) + own), names(info.env))

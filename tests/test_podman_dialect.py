@@ -21,7 +21,8 @@ PLAN = compile_policy(untrusted_bind(), fake_facts())
 # Mounts) with its own rprivate,nosuid,nodev; every bind and volume in Binds too; Runtime "oci" (the
 # real one only in its libpod inspect); the default capabilities it dropped, never ALL; an empty
 # LogConfig.Config (the size in libpod's); "private" for the default namespaces; the image name
-# normalised; HOSTNAME and container=podman in every container's environment.
+# normalised; HOSTNAME, TERM (containers.conf's default env) and container=podman in every
+# container's environment.
 HANDLED = ("Tmpfs", "Mounts", "Binds", "Runtime", "CapDrop", "LogConfig", "PidMode", "UTSMode", "Image", "Env names")
 LIBPOD = {"podman_runtime": "runc", "podman_log_size": "10MB"}
 
@@ -37,7 +38,7 @@ def as_podman(doc: dict) -> None:
     host.update(Runtime="oci", CapDrop=list(PODMAN_DEFAULT_CAPS), PidMode="private", UTSMode="private",
                 LogConfig={"Type": "json-file", "Config": {}})
     doc["Config"]["Image"] = docker_name(doc["Config"]["Image"])
-    doc["Config"]["Env"] += ["HOSTNAME=x", "container=podman"]
+    doc["Config"]["Env"] += ["HOSTNAME=x", "TERM=xterm", "container=podman"]
 
 
 def podman_differences(change=lambda doc: None, libpod=LIBPOD) -> list[str]:

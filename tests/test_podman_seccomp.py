@@ -92,11 +92,3 @@ def test_on_podman_the_inspect_still_holds_no_new_privileges_and_refuses_unconfi
     _, diffs = created(spec, tamper=lambda d: d["HostConfig"]["SecurityOpt"].append("seccomp=unconfined"))
     assert any("seccomp=unconfined is set" in d for d in diffs), diffs
     assert created(spec)[1] == []
-
-
-def test_proxy_mode_is_refused_on_podman_with_the_reason():
-    with pytest.raises(PolicyError) as info:
-        on_podman(preset("ci"))
-    problem = next(p for p in info.value.problems if p.path == "network.mode")
-    assert problem.found == "proxy" and "aardvark-dns" in problem.hint and "Docker" in problem.hint
-    assert compile_policy(preset("ci"), fake_facts()).proxy is not None   # Docker: as before

@@ -37,10 +37,10 @@ class Networks:
     def create_network(self, spec, subnet=""):
         self.calls.append(subnet)
         if subnet and any(ipaddress.IPv4Network(subnet).overlaps(n) for n in self.held):
-            return False
+            return None
         if subnet:
             self.held.append(ipaddress.IPv4Network(subnet))
-        return True
+        return subnet
 
 
 def facts(monkeypatch, pool: str = "", routes: str = ROUTES) -> None:

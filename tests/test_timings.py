@@ -73,8 +73,8 @@ class ProxyEngine(FakeEngine):
         self.note(("network", spec.name))
         return made
 
-    def create_proxy(self, spec, secrets=None, egress_ready=lambda: None):
-        ref = super().create_proxy(spec, secrets, egress_ready)
+    def create_proxy(self, spec, secrets=None, egress_ready=lambda: None, address=""):
+        ref = super().create_proxy(spec, secrets, egress_ready, address)
         self.note(("proxy", spec.name))
         return ref
 

@@ -205,7 +205,7 @@ _p_hexip() {
 
 parse_args() {
 	local keys bad= seen= dash=0 nafter=0 arg k v ok
-	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,wsupper,home,homesrc,net,pids,mem,kernel,userns,proxy,denyhost,dnsname,"
+	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,wsupper,home,homesrc,net,pids,mem,kernel,userns,proxy,denyhost,dnsname,resolver,"
 	keys="${keys}checks,secretnames,secretvalues,runtimenames,runtimesockets,credpaths,"
 	for arg in "$@"; do
 		if [ "$dash" = 1 ]; then nafter=$((nafter + 1)); continue; fi
@@ -231,6 +231,7 @@ parse_args() {
 		userns) case $v in - | remapped) ;; *) ok=0 ;; esac ;;
 		proxy) case $v in -) ;; *:*[!0-9]* | :* | *: | *[!a-z0-9.:-]*) ok=0 ;; *:*) ;; *) ok=0 ;; esac ;;
 		denyhost | dnsname) case $v in -) ;; '' | *[!a-z0-9.-]*) ok=0 ;; esac ;;
+		resolver) case $v in - | 127.0.0.1 | 127.0.0.11) ;; *) ok=0 ;; esac ;;
 		workspace | wsroot | wsupper | home) [ "$v" = - ] || _p_validpath "$v" || ok=0 ;;
 		homesrc) [ "$v" = tmpfs ] || _p_validpath "$v" || ok=0 ;;
 		checks) case $v in '' | ,* | *, | *,,* | *[!a-z0-9._,]*) ok=0 ;; esac ;;
@@ -265,6 +266,9 @@ parse_args() {
 	case $A_net in proxy | podproxy)
 		{ [ "$A_proxy" = - ] || [ "$A_denyhost" = - ]; } && _p_add bad "invalid:proxy=-" ;;
 	esac
+	# resolver= (the one nameserver egress.dns accepts) belongs to proxy mode alone, and is required there
+	if [ "$A_net" = proxy ]; then [ "$A_resolver" != - ]; else [ "$A_resolver" = - ]; fi ||
+		_p_add bad "invalid:resolver=$A_resolver for net=$A_net"
 	if [ -n "$bad" ]; then
 		_p_line args 0 "key=value... -- argv" "$bad"
 		printf 'PROBE-END\tfail\t%s\n' "$_P_N"
@@ -1337,11 +1341,12 @@ check_egress_direct() {
 	_p_line egress.direct "$ok" "no path to the host via $EG_GW_IP" "${EG_DIRECT# }"
 }
 
-# only Docker's embedded resolver, and it must not resolve a name only the proxy may reach
+# only the planned resolver on the sandbox's loopback (Docker's embedded one, 127.0.0.11, or on
+# podman 127.0.0.1, where nothing answers), and it must not resolve a name only the proxy may reach
 check_egress_dns() {
 	local ok=1 obs= ns
 	for ns in $("$BB" awk '$1 == "nameserver" { print $2 }' /etc/resolv.conf 2>/dev/null); do
-		[ "$ns" = 127.0.0.11 ] || { ok=0; obs="$obs nameserver:$ns"; }
+		[ "$ns" = "$A_resolver" ] || { ok=0; obs="$obs nameserver:$ns"; }
 	done
 	if [ "$A_dnsname" != - ]; then
 		_p_unreported egress.dns dns && return

@@ -11,7 +11,7 @@ from launcher import host, subnets
 from launcher.engine import Engine
 from launcher.egress.audit import EgressEvent, parse_log
 from launcher.errors import EngineError, NotFound
-from launcher.plan import LaunchPlan
+from launcher.plan import LaunchPlan, pinned_proxy
 from launcher.timings import timed
 
 if TYPE_CHECKING:
@@ -23,50 +23,46 @@ POLL = 0.02   # seconds between looks at the proxy's log while it starts (about 
 T = TypeVar("T")
 
 
-def start(engine: Engine, plan: LaunchPlan, listener, create_container: Callable[[], T]) -> T:
+def start(engine: Engine, plan: LaunchPlan, listener, create_container: Callable[[LaunchPlan], T]) -> T:
     """The networks, then the proxy, started and ready (Squid accepts connections); meanwhile,
-    once its internal network exists, `create_container()` makes the agent's container, which the
-    caller starts only after this returned: never before the proxy is verified. Returns only when
-    every step has ended, so a clean-up after a failure finds everything that was made."""
+    once its internal network exists, `create_container(plan)` makes the agent's container (the
+    plan with the proxy's address pinned, where it has to be: plan.pinned_proxy), which the caller
+    starts only after this returned: never before the proxy is verified. Returns only when every
+    step has ended, so a clean-up after a failure finds everything that was made."""
     from concurrent.futures import ThreadPoolExecutor, wait   # here: it imports logging, which none mode never needs
 
     values = secret_values(plan)   # read only now: the plan itself never holds a secret's value
     interrupted = threading.Event()   # Ctrl-C or SIGTERM here: stop waiting for the proxy, clean up
-    with ThreadPoolExecutor(max_workers=len(plan.networks) + 2) as pool:
+    with ThreadPoolExecutor(max_workers=len(plan.networks) + 3) as pool:
         networks = {n.name: pool.submit(_network, engine, n, listener) for n in plan.networks}
         internal = networks.get(plan.proxy.internal_network)
         egress = networks.get(plan.proxy.egress_network)
-        made = pool.submit(_proxy, engine, plan, values, listener, internal, egress, interrupted)
-        container = pool.submit(_after, internal, create_container)
+        pinned = pool.submit(lambda: pinned_proxy(plan, internal.result() if internal else ""))
+        made = pool.submit(_proxy, engine, plan, values, listener, pinned, egress, interrupted)
+        container = pool.submit(lambda: create_container(pinned.result()[0]))
         try:
-            wait((*networks.values(), made, container))
+            wait((*networks.values(), pinned, made, container))
         except BaseException:
             interrupted.set()
             raise   # once every step has ended (leaving the pool waits for them)
-    for step in (*networks.values(), made, container):
+    for step in (*networks.values(), pinned, made, container):
         step.result()   # the first failure, in the order of the steps
     return container.result()
 
 
-def _after(first: Future | None, call: Callable[[], T]) -> T:
-    if first:
-        first.result()
-    return call()
-
-
-def _network(engine: Engine, network, listener) -> None:
+def _network(engine: Engine, network, listener) -> str:
     with timed(listener, "network" if network.internal else "egress network"):
-        subnets.create_network(engine, network)
+        return subnets.create_network(engine, network)
 
 
-def _proxy(engine: Engine, plan: LaunchPlan, values: dict[str, str], listener, internal: Future | None,
+def _proxy(engine: Engine, plan: LaunchPlan, values: dict[str, str], listener, pinned: Future,
            egress: Future | None, interrupted: threading.Event) -> None:
     """Created on the internal network once it exists, joined to the egress one once that exists."""
-    if internal:
-        internal.result()
+    address = pinned.result()[1]
     listener.status(f"starting egress proxy {plan.proxy.name} ({len(plan.proxy.config.splitlines())} config lines)")
     with timed(listener, "proxy create"):
-        ref = engine.create_proxy(plan.proxy, values, egress_ready=egress.result if egress else lambda: None)
+        ref = engine.create_proxy(plan.proxy, values, egress_ready=egress.result if egress else lambda: None,
+                                  address=address)
     with timed(listener, "proxy start"):
         engine.start(ref)
     deadline = time.monotonic() + PROXY_TIMEOUT

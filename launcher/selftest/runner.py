@@ -324,11 +324,6 @@ def run(engine: Engine, refs: tuple[str, ...], progress: Progress) -> tuple[Pres
             progress(f"skipping {', '.join(lacking)}: " + ("`runtime: gvisor` is refused under podman" if podman else
                                                           "gVisor is not registered in this engine (`sandbox doctor --fix`)"))
             refs = tuple(r for r in refs if r not in lacking)
-        proxied = [r for r in refs if podman and stack.load_base(r).policy.network.mode.value == "proxy"]
-        if proxied:   # refused there (refusals._podman_proxy): a preset the engine cannot run is said, not failed
-            progress(f"skipping {', '.join(proxied)}: proxy mode is refused under podman (its DNS server forwards an "
-                     "internal network's queries to the host's resolvers; see docs/engines.md)")
-            refs = tuple(r for r in refs if r not in proxied)
     modes = {ref: stack.load_base(ref).policy.network.mode.value for ref in refs}
     images.ensure_for(engine, images.AGENT_IMAGE, progress, proxy="proxy" in modes.values())
     listener, internet = HostListener(), None

@@ -151,6 +151,7 @@ def expectations(plan: LaunchPlan, *, node: str, workspace_root: str, claim: str
         wsroot=wsroot, wsupper="-", homesrc=homesrc,
         pids="max",       # no per-Pod pids limit in the Pod API: the node's podPidsLimit (loss report)
         net=net, checks=checks.for_mode(net, userns=p.userns == "remapped"),
+        resolver="-",     # egress.dns is Docker's: pod.dns asks every nameserver instead
         forbidden=forbidden + tuple(f"{host}:{port}" for host in ("gateway", "node") for port in NODE_PORTS),
         **({"proxy": proxy_address} if p.proxy != "-" else {}),
     ).to_args()
