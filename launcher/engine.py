@@ -195,7 +195,7 @@ class Engine:
 
     def list_volumes(self, *filters: str) -> list[VolumeInfo]:
         found = self._json("listing volumes", "GET", "/volumes", {"filters": {"label": [MANAGED, *filters]}})
-        return [VolumeInfo.of(v) for v in found.get("Volumes") or []]
+        return [v for v in map(VolumeInfo.of, found.get("Volumes") or []) if label.matches(v.labels, (MANAGED, *filters))]
 
     def remove_volume(self, name: str) -> None:
         self._call(f"removing volume {name}", "DELETE", path_of("/volumes/{}", name), {"force": True}).read()
@@ -255,7 +255,7 @@ class Engine:
 
     def list_networks(self, *filters: str) -> list[NetworkInfo]:
         found = self._json("listing networks", "GET", "/networks", {"filters": {"label": [MANAGED, *filters]}})
-        return [NetworkInfo.of(n) for n in found]
+        return [n for n in map(NetworkInfo.of, found) if label.matches(n.labels, (MANAGED, *filters))]
 
     def inspect(self, ref: str) -> ContainerInfo:   # podman: its libpod inspect too (what compat leaves out)
         get = lambda api: self._json(f"inspecting container {ref}", "GET", path_of(api, ref))  # noqa: E731
@@ -372,8 +372,9 @@ class Engine:
             answer.read()
 
     def list(self, *filters: str) -> list[ContainerSummary]:
-        return [ContainerSummary.of(c) for c in self._json("listing sandboxes", "GET", "/containers/json",
-                                                           {"all": True, "filters": {"label": [MANAGED, *filters]}})]
+        found = self._json("listing sandboxes", "GET", "/containers/json",
+                           {"all": True, "filters": {"label": [MANAGED, *filters]}})
+        return [c for c in map(ContainerSummary.of, found) if label.matches(c.labels, (MANAGED, *filters))]
 
     def exec_stream(self, ref: str, argv: list[str], user: str = "") -> tuple[str, Iterator]:
         with _mapped(f"running a command in {ref}"):

@@ -25,3 +25,11 @@ MANAGED_SELECTOR = f"{MANAGED}=1"
 def selector(key: str, value: str) -> str:
     """A `docker ... --filter label=` value."""
     return f"{key}={value}"
+
+
+def matches(labels: dict, selectors) -> bool:
+    """Whether `labels` meet every selector (KEY or KEY=VALUE), as Docker's label filters mean: the
+    engine's list is held to this too, since podman 4.3 ORs a volume list's label filters (a list
+    for one kind of volume named every managed volume)."""
+    return all(labels.get(key) == value if sep else key in labels
+               for key, sep, value in (s.partition("=") for s in selectors))

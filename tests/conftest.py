@@ -140,15 +140,15 @@ def engine(tmp_path_factory):
             store.drop(eng, copy.name)
 
 
-def launch_facts(engine, policy, workspace, engine_facts=None) -> HostFacts:
+def launch_facts(engine, policy, workspace, engine_facts=None, **more) -> HostFacts:
     """The host facts of a launch on `engine`, as the session has them after it connected: the
     engine's own facts (or `engine_facts`, a test's claim), and on podman its seccomp profile's
-    state file (written)."""
+    state file (written). `more`: hostfacts.gather's further facts (proxy_image, …)."""
     from dataclasses import replace
 
     from launcher import engineid, hostfacts, images, pipeline, statefiles
 
-    facts = replace(hostfacts.gather(policy, str(workspace), images.probe_volume_name()),
+    facts = replace(hostfacts.gather(policy, str(workspace), images.probe_volume_name(), **more),
                     engine=engine_facts or engineid.asked(engine))
     files = pipeline.podman_seccomp(facts)
     statefiles.write(files)

@@ -111,8 +111,10 @@ def engine_answering(tmp_path, reply: bytes) -> tuple[Engine, OneAnswer]:
 
 
 def test_chunked_json_is_read_whole(tmp_path):
+    body = b'[{"Id":"a","Labels":{"dev.sandbox.managed":"1","dev.sandbox.kind":"up"}}]'
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 6]), body[i:i + 6]) for i in range(0, len(body), 6))
     engine, server = engine_answering(tmp_path, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-                                                b"6\r\n[{\"Id\"\r\n6\r\n:\"a\"}]\r\n0\r\n\r\n")
+                                                + chunks + b"0\r\n\r\n")
     assert [c.id for c in engine.list("dev.sandbox.kind=up")] == ["a"]
     request = server.got[0].decode()
     assert request.startswith("GET /v1.41/containers/json?all=1&filters=%7B%22label%22") and "Connection: close" in request

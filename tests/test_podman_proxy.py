@@ -122,3 +122,24 @@ def test_a_silent_proxy_on_podman_hints_at_the_host_s_bridge_firewall():
     said = checks.hint("egress.proxy", "nc: timed out", uid=1000, workspace="/w", podman_proxy=True)
     assert "FORWARD policy DROP" in said and "DOCKER-USER" in said
     assert checks.hint("egress.proxy", "nc: timed out", uid=1000, workspace="/w") == ""
+
+
+def test_a_list_is_held_to_every_label_whatever_the_engine_s_filter_does(monkeypatch, tmp_path):
+    """podman 4.3 ORs a volume list's label filters: `sandbox gc`'s look for leftover copy views
+    (managed AND kind=copy-view) got every managed volume, and removed the probe's volume (found
+    running tests/test_proxy.py on podman). Every list is held to all its labels here."""
+    from launcher import enginefake, host, sandboxes
+    from launcher import labels as label
+
+    every = enginefake._matches
+
+    def any_label(labels, filters):   # podman's volume list: one label of the filter is enough
+        return any(every(labels, {"label": [w]}) for w in (filters or {}).get("label", []))
+
+    monkeypatch.setattr(enginefake, "_matches", any_label)
+    monkeypatch.setattr(host, "pid_alive", lambda pid: False)
+    engine = FakeEngine(engine_version=PODMAN, libpod_info={})
+    engine.create_volume("sandbox-probe-x", {label.MANAGED: "1"})
+    assert engine.list_volumes(label.selector(label.KIND, "copy-view")) == []
+    sandboxes.gc_copies(engine, force=False)
+    assert [v.name for v in engine.list_volumes()] == ["sandbox-probe-x"]

@@ -12,9 +12,10 @@ from dataclasses import replace
 import pytest
 
 from fakes import Recorder
-from conftest import docker_sdk, preset
-from launcher import checks, hostfacts, images, launch
+from conftest import docker_sdk, launch_facts, preset
+from launcher import checks, images, launch
 from launcher.compiler import compile_policy
+from launcher.plan import PODMAN_NO_IPV6
 from launcher.errors import ExitCode, ProbeFailed
 from launcher.policy import with_allowed
 from launcher.selftest.testnet import Internet
@@ -142,9 +143,9 @@ def test_gc_removes_proxy_and_networks_of_a_killed_launcher(engine, internet, wo
 
 # --- tamper tests for the proxy-mode probe checks -------------------------------------------
 
-def _plan(workspace, internet):
+def _plan(engine, workspace, internet):
     policy = with_allowed(preset("ci"), ({"host": "allowed.test", "private": True},))
-    facts = hostfacts.gather(policy, str(workspace), images.probe_volume_name(), images.proxy_image().tag)
+    facts = launch_facts(engine, policy, workspace, proxy_image=images.proxy_image().tag)
     return compile_policy(policy, facts, egress_network=internet.network,
                           command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
 
@@ -156,15 +157,21 @@ def _tamper_network(plan, **changes):
 
 PROXY_TAMPERS = {
     # the proxy listens elsewhere: nothing answers where the sandbox was told to go
-    "egress.proxy": lambda p, net: replace(p, proxy=replace(p.proxy, config=p.proxy.config.replace(
+    "egress.proxy": lambda p, net, podman: replace(p, proxy=replace(p.proxy, config=p.proxy.config.replace(
         ":3128 ssl-bump", ":3129 ssl-bump"))),
     # a proxy that allows everything
-    "egress.denied": lambda p, net: replace(p, proxy=replace(p.proxy, config=p.proxy.config.replace(
+    "egress.denied": lambda p, net, podman: replace(p, proxy=replace(p.proxy, config=p.proxy.config.replace(
         "http_access deny all", "http_access allow all"))),
     # a plain internal network: its gateway is on the host, so the host answers (refuses)
-    "egress.direct": lambda p, net: _tamper_network(p, internal=False, options=()),
-    # the sandbox sits on the internet network itself, where outside names resolve
-    "egress.dns": lambda p, net: replace(p, container=replace(p.container, network_mode=net)),
+    "egress.direct": lambda p, net, podman: _tamper_network(p, internal=False, options=()),
+    # Docker: the sandbox sits on the internet network itself, where its resolver answers outside
+    # names; podman: the sandbox's nameserver is no longer its own loopback (the host's resolvers)
+    "egress.dns": lambda p, net, podman: replace(p, container=replace(p.container, dns=())) if podman else
+    replace(p, container=replace(p.container, network_mode=net)),
+    # IPv6 on the sandbox's interface (podman leaves it on unless the plan's sysctl turns it off;
+    # Docker turns it off itself): a link-local address and route, beyond what proxy mode allows
+    "net.routes": lambda p, net, podman: replace(p, container=replace(p.container, sysctls=tuple(
+        (k, v) for k, v in p.container.sysctls if k != PODMAN_NO_IPV6[0]) + ((PODMAN_NO_IPV6[0], "0"),))),
 }
 
 
@@ -174,14 +181,14 @@ def probe_only(monkeypatch):
 
 
 def test_the_untampered_proxy_plan_passes(engine, internet, workspace):
-    outcome = launch.run(engine, _plan(workspace, internet), Recorder())
+    outcome = launch.run(engine, _plan(engine, workspace, internet), Recorder())
     assert outcome.probe.ok and (workspace / "AGENT-RAN").exists()
 
 
 @pytest.mark.parametrize("check", list(PROXY_TAMPERS))
 def test_tampered_proxy_mode_fails_its_check(engine, internet, workspace, check, probe_only):
-    original = _plan(workspace, internet)
-    plan = PROXY_TAMPERS[check](original, internet.network)
+    original = _plan(engine, workspace, internet)
+    plan = PROXY_TAMPERS[check](original, internet.network, engine.podman)
     assert plan != original, "the tamper changed nothing"
     with pytest.raises(ProbeFailed) as info:
         launch.run(engine, plan, Recorder())
@@ -212,14 +219,28 @@ def test_tls_sni_must_be_allowed_too(engine, internet, workspace):
     assert docker_sdk().api.logs(internet.upstream).decode().count("CONN 443") == before + 1
 
 
-def test_a_plain_internal_network_fails_egress_direct(engine, internet, workspace, probe_only):
-    # --internal alone: no default route, but the host's bridge holds the subnet's gateway address.
-    plan = _tamper_network(_plan(workspace, internet), options=())
+def test_a_plain_internal_network_fails_egress_direct(engine, internet, workspace, probe_only, monkeypatch):
+    # Docker: --internal alone: no default route, but the host's bridge holds the subnet's gateway
+    # address. podman: the internal network of its compat create, with a gateway on the host's
+    # bridge (and aardvark-dns), instead of its own create's without either.
+    plan = _plan(engine, workspace, internet)
+    if engine.podman:
+        monkeypatch.setattr(engine, "create_network", _compat_network)
+    else:
+        plan = _tamper_network(plan, options=())
     with pytest.raises(ProbeFailed) as info:
         launch.run(engine, plan, Recorder())
     assert info.value.report is not None, str(info.value)
     assert [c.id for c in info.value.report.failed] == ["egress.direct"]
     assert not (workspace / "AGENT-RAN").exists() and leftovers(engine, workspace) == []
+
+
+def _compat_network(spec, subnet=""):
+    import docker
+
+    ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)]) if subnet else None
+    docker_sdk().api.create_network(spec.name, driver="bridge", internal=spec.internal, labels=dict(spec.labels), ipam=ipam)
+    return subnet
 
 
 def test_up_never_reuses_a_sandbox_of_another_policy(internet, workspace):

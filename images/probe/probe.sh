@@ -370,17 +370,19 @@ gather_mountinfo() {
 #   RT_N             number of routes (-1: not even the header line)
 #   RT_DEVS          comma list of the interfaces the routes use
 #   RT_GW            the default route's gateway, little-endian hex as in the file (empty: none)
+#   RT_LINK          the first on-link route's destination (a subnet on the interface), the same way
 gather_routes() {
 	local ln
-	RT_OK=1 RT_N=-1 RT_DEVS= RT_GW=
+	RT_OK=1 RT_N=-1 RT_DEVS= RT_GW= RT_LINK=
 	if { while IFS= read -r ln; do
 		RT_N=$((RT_N + 1))
 		[ "$RT_N" -gt 0 ] || continue
 		set -f; set -- $ln; set +f
 		_p_in "$1" "$RT_DEVS" || _p_add RT_DEVS "$1"
-		[ "$2" != 00000000 ] || RT_GW=$3
+		if [ "$2" = 00000000 ]; then RT_GW=$3
+		elif [ "$3" = 00000000 ] && [ -z "$RT_LINK" ]; then RT_LINK=$2; fi
 	done </proc/net/route; } 2>/dev/null; then :; else RT_OK=0; fi
-	readonly RT_OK RT_N RT_DEVS RT_GW
+	readonly RT_OK RT_N RT_DEVS RT_GW RT_LINK
 }
 
 # the kernel under the sandbox: gVisor's procfs has /proc/sentry-meminfo, which no Linux kernel
@@ -448,15 +450,26 @@ gather_environ() {
 # proxy mode only: what the network answers, from the sandbox's own network namespace. The
 # three observations run concurrently (each waits a moment for something that must not answer)
 # and print "key<TAB>value" lines:
-#   EG_GW_IP         the default gateway (the host's side of the network) as a dotted quad
+#   EG_GW_IP         the host's side of the network as a dotted quad: the default gateway; without a
+#                    default route, the first address of the interface's subnet, where engines put
+#                    the host's bridge (Docker's, podman's compat internal network), unless it is the
+#                    sandbox's own (empty: neither)
 #   EG_REPORTED      comma list of the observations that reported (proxy, direct, dns)
 #   EG_PROXY         first line of the proxy's answer to a request for A_denyhost (empty: none)
 #   EG_DIRECT        "port:connected|refused|blocked ..." for direct connections to EG_GW_IP
 #   EG_DNS           "resolves" when A_dnsname resolved
 gather_egress() {
 	local out ln
-	EG_GW_IP=
-	[ -z "$RT_GW" ] || { _p_hexip "$RT_GW"; EG_GW_IP=$_P_R; }
+	EG_GW_IP= EG_NOGW="no default route, no subnet"
+	if [ -n "$RT_GW" ]; then
+		_p_hexip "$RT_GW"; EG_GW_IP=$_P_R
+	elif [ -n "$RT_LINK" ]; then
+		_p_hexip "$RT_LINK"; _P_R=${_P_R%.*}.$((${_P_R##*.} + 1))
+		case " $("$BB" awk '/[|]--/ { a = $2 } /\/32 host LOCAL/ { print a }' /proc/net/fib_trie 2>/dev/null | "$BB" tr '\n' ' ')" in
+		*" $_P_R "*) EG_NOGW="no default route; the subnet's first address $_P_R is the sandbox's own" ;;
+		*) EG_GW_IP=$_P_R ;;
+		esac
+	fi
 	out=$( {
 		_p_ask_proxy &
 		# podproxy: pod.reach and pod.dns observe the rest (gather_reach)
@@ -474,7 +487,7 @@ gather_egress() {
 		esac
 	done
 	IFS=$_P_IFS; set +f
-	readonly EG_GW_IP EG_REPORTED EG_PROXY EG_DIRECT EG_DNS
+	readonly EG_GW_IP EG_NOGW EG_REPORTED EG_PROXY EG_DIRECT EG_DNS
 }
 
 # one plain-HTTP request for the deny-test host through the proxy
@@ -1330,7 +1343,7 @@ check_egress_denied() {
 # every port (unsettled or unknown fails too).
 check_egress_direct() {
 	local ok=1 _i
-	if [ -z "$EG_GW_IP" ]; then _p_line egress.direct 1 "no path to the host" "no default route"; return; fi
+	if [ -z "$EG_GW_IP" ]; then _p_line egress.direct 1 "no path to the host" "$EG_NOGW"; return; fi
 	_p_unreported egress.direct direct && return
 	[ -n "${EG_DIRECT# }" ] || ok=0
 	set -f
