@@ -272,17 +272,17 @@ def _probe(policy: Policy, host: HostFacts, mounts: list[Mount], copy: CopySpec 
         checks=checks.for_mode(policy.network.mode.value, userns=host.engine.remapped),
         secretnames=tuple(map(caseless, SECRET_NAMES)), secretvalues=SECRET_VALUES,
         runtimenames=tuple(map(caseless, RUNTIME_NAMES)), runtimesockets=RUNTIME_SOCKETS, credpaths=CREDENTIAL_PATHS,
-        **({"proxy": f"{PROXY_ALIAS}:{PROXY_PORT}", "denyhost": PROBE_DENIED_HOST, "resolver": _resolver(host),
+        **({"proxy": f"{PROXY_ALIAS}:{PROXY_PORT}", "denyhost": PROBE_DENIED_HOST, "resolver": _resolver(proxy),
             "dnsname": next((r.host for r in policy.network.allow if not r.wildcard and not r.ip), "-")}
            if proxy else {}),
     )
 
 
-def _resolver(host: HostFacts) -> str:
+def _resolver(proxy: ProxySpec) -> str:
     """The sandbox's one nameserver in proxy mode: Docker's embedded resolver, which answers the
     proxy's name and sends every other to the sandbox's own loopback (`dns` below); on podman that
     loopback itself (its internal network has no DNS server: ProxySpec.hosts_entry)."""
-    return "127.0.0.1" if host.engine.kind == PODMAN else "127.0.0.11"
+    return "127.0.0.1" if proxy.hosts_entry else "127.0.0.11"
 
 
 def _volume_specs(policy: Policy, host: HostFacts, copy: CopySpec | None, volume: str, profile: str, uid: int,

@@ -3,6 +3,8 @@ container made by its libpod create from a specgen body, as podman 4.3.1 answere
 
 from __future__ import annotations
 
+import hashlib
+
 # The capabilities podman reports as dropped for a cap_drop of ALL (its default_capabilities).
 from launcher.verify import PODMAN_DEFAULT_CAPS, podman_local_name
 
@@ -53,8 +55,6 @@ def compat_inspect_of(spec: dict, ref: str, image: dict) -> dict:
 def network_of(body: dict) -> tuple[dict, dict]:
     """A libpod network create's network (as the compat list shows it) and answer: the subnet asked
     or one of its own, a gateway only for a network that is not internal."""
-    import hashlib
-
     subnet = (body.get("subnets") or [{}])[0].get("subnet") or "10.89.0.0/24"
     made = {"subnet": subnet, **({} if body.get("internal") else {"gateway": subnet.rsplit(".", 1)[0] + ".1"})}
     network = {"Name": body["name"], "Id": hashlib.sha256(body["name"].encode()).hexdigest(),
