@@ -371,18 +371,19 @@ gather_mountinfo() {
 #   RT_DEVS          comma list of the interfaces the routes use
 #   RT_GW            the default route's gateway, little-endian hex as in the file (empty: none)
 #   RT_LINK          the first on-link route's destination (a subnet on the interface), the same way
+#   RT_LINKMASK      its mask, the same way
 gather_routes() {
 	local ln
-	RT_OK=1 RT_N=-1 RT_DEVS= RT_GW= RT_LINK=
+	RT_OK=1 RT_N=-1 RT_DEVS= RT_GW= RT_LINK= RT_LINKMASK=
 	if { while IFS= read -r ln; do
 		RT_N=$((RT_N + 1))
 		[ "$RT_N" -gt 0 ] || continue
 		set -f; set -- $ln; set +f
 		_p_in "$1" "$RT_DEVS" || _p_add RT_DEVS "$1"
 		if [ "$2" = 00000000 ]; then RT_GW=$3
-		elif [ "$3" = 00000000 ] && [ -z "$RT_LINK" ]; then RT_LINK=$2; fi
+		elif [ "$3" = 00000000 ] && [ -z "$RT_LINK" ]; then RT_LINK=$2 RT_LINKMASK=$8; fi
 	done </proc/net/route; } 2>/dev/null; then :; else RT_OK=0; fi
-	readonly RT_OK RT_N RT_DEVS RT_GW RT_LINK
+	readonly RT_OK RT_N RT_DEVS RT_GW RT_LINK RT_LINKMASK
 }
 
 # the kernel under the sandbox: gVisor's procfs has /proc/sentry-meminfo, which no Linux kernel
@@ -450,13 +451,13 @@ gather_environ() {
 # proxy mode only: what the network answers, from the sandbox's own network namespace. The
 # three observations run concurrently (each waits a moment for something that must not answer)
 # and print "key<TAB>value" lines:
-#   EG_GW_IP         the host's side of the network as a dotted quad: the default gateway; without a
-#                    default route, the first address of the interface's subnet, where engines put
-#                    the host's bridge (Docker's, podman's compat internal network), unless it is the
-#                    sandbox's own (empty: neither)
+#   EG_GW_IP         where the host's side of the network may be, dotted quads: the default gateway;
+#                    without a default route, every address of the interface's subnet when it is a
+#                    /28 or smaller (the launcher's), else its first address (where engines put the
+#                    host's bridge), but the sandbox's own and the proxy's (empty: none left)
 #   EG_REPORTED      comma list of the observations that reported (proxy, direct, dns)
 #   EG_PROXY         first line of the proxy's answer to a request for A_denyhost (empty: none)
-#   EG_DIRECT        "port:connected|refused|blocked ..." for direct connections to EG_GW_IP
+#   EG_DIRECT        "address:port:connected|refused|blocked ..." for direct connections to EG_GW_IP
 #   EG_DNS           "resolves" when A_dnsname resolved
 gather_egress() {
 	local out ln
@@ -464,11 +465,8 @@ gather_egress() {
 	if [ -n "$RT_GW" ]; then
 		_p_hexip "$RT_GW"; EG_GW_IP=$_P_R
 	elif [ -n "$RT_LINK" ]; then
-		_p_hexip "$RT_LINK"; _P_R=${_P_R%.*}.$((${_P_R##*.} + 1))
-		case " $("$BB" awk '/[|]--/ { a = $2 } /\/32 host LOCAL/ { print a }' /proc/net/fib_trie 2>/dev/null | "$BB" tr '\n' ' ')" in
-		*" $_P_R "*) EG_NOGW="no default route; the subnet's first address $_P_R is the sandbox's own" ;;
-		*) EG_GW_IP=$_P_R ;;
-		esac
+		_p_link_targets
+		[ -n "$EG_GW_IP" ] || EG_NOGW="no default route; no address of the subnet but the sandbox's and the proxy's"
 	fi
 	out=$( {
 		_p_ask_proxy &
@@ -510,19 +508,42 @@ _p_ask_proxy() {
 # tried again (an nc with stdin at EOF turned such a socket into exit 0, seen as "connected").
 # Under runc the plan's ARP settings (launcher/egress/squid.py ARP_SYSCTLS) make the ownerless
 # gateway unreachable within ~50 ms: "No route to host" is the usual answer, the 1 s only a bound.
+# Each address in turn (its ports at once): a subnet's worth of connects at once could meet a small
+# pids limit, and an ownerless address answers "No route to host" within ~50 ms.
 _p_try_gateway() {
-	local _port _obs
-	_obs=$(for _port in 80 443 22 2375; do _p_try_port "$_port" & done; wait)
+	local _port _obs _a
+	_obs=$(for _a in $EG_GW_IP; do for _port in 80 443 22 2375; do _p_try_port "$_a" "$_port" & done; wait; done)
 	printf 'direct\t%s\n' "$(printf '%s' "$_obs" | "$BB" sort | "$BB" tr '\n' ' ')"
 }
 
-# _p_try_port PORT -- prints PORT:connected|refused|blocked|unsettled|unknown(...) for the gateway
+# _p_link_targets -> EG_GW_IP: without a default route, the addresses of the interface's subnet
+# where the host may be (see gather_egress), but the sandbox's own (/proc/net/fib_trie's local
+# ones) and the proxy's (its name's /etc/hosts entry: podman's plans have one, the probe runs
+# before anything in the sandbox could change it)
+_p_link_targets() {
+	local net mask size i last own proxy
+	_p_hexip "$RT_LINK"; net=$_P_R
+	_p_hexip "$RT_LINKMASK"; mask=$_P_R
+	size=2
+	case $mask in 255.255.255.*) [ $((256 - ${mask##*.})) -gt 16 ] || size=$((256 - ${mask##*.})) ;; esac
+	own=" $("$BB" awk '/[|]--/ { a = $2 } /\/32 host LOCAL/ { print a }' /proc/net/fib_trie 2>/dev/null | "$BB" tr '\n' ' ')"
+	proxy=" $("$BB" awk -v h="${A_proxy%:*}" '$1 !~ /^#/ { for (i = 2; i <= NF; i++) if ($i == h) print $1 }' /etc/hosts 2>/dev/null | "$BB" tr '\n' ' ')"
+	last=$((size - 2)); [ "$last" -ge 1 ] || last=1
+	i=1
+	while [ "$i" -le "$last" ]; do
+		_P_R=${net%.*}.$((${net##*.} + i))
+		case "$own$proxy" in *" $_P_R "*) ;; *) EG_GW_IP="${EG_GW_IP:+$EG_GW_IP }$_P_R" ;; esac
+		i=$((i + 1))
+	done
+}
+
+# _p_try_port ADDRESS PORT -- prints ADDRESS:PORT:connected|refused|blocked|unsettled|unknown(...)
 _p_try_port() {
 	local _v
-	_p_connect "$EG_GW_IP" "$1"
+	_p_connect "$1" "$2"
 	# any connect() error but a refusal is no path to the host (the Pod modes are stricter)
 	case $_P_R in noroute | silent | error*) _v=blocked ;; *) _v=$_P_R ;; esac
-	echo "$1:$_v"
+	echo "$1:$2:$_v"
 }
 
 # _p_connect HOST PORT -> _P_R: connected, refused, noroute, silent, unsettled, error(...) or
