@@ -20,7 +20,7 @@ from launcher import inject
 from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime, SecretPolicy, WorkspaceMode
 from launcher.plan import (ARP_SYSCTLS, ContainerSpec, CopySpec, HOME_PROFILE, HomeSpec, INTERNAL_OPTIONS,
                            LaunchPlan, Mount, MountKind, NetworkSpec, PODMAN_NO_IPV6, PROBE_BUSYBOX,
-                           PROBE_DENIED_HOST, PROBE_DIR, PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ProbeExpectations,
+                           PROBE_DENIED_HOST, PROBE_DIR, PROBE_GATE, PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ProbeExpectations,
                            ProxySpec, SecretEndpoint, home_volume_name)
 from launcher.policy import CAPABILITY_BITS
 
@@ -269,6 +269,7 @@ def _probe(policy: Policy, host: HostFacts, mounts: list[Mount], copy: CopySpec 
         net=policy.network.mode.value,
         pids=str(policy.limits.pids), mem=str(policy.limits.memory_bytes),
         userns="remapped" if host.engine.remapped else "-",
+        gate=str(PROBE_GATE) if host.nonce else "-",   # a launch's plan: the launcher's word starts the agent
         checks=checks.for_mode(policy.network.mode.value, userns=host.engine.remapped),
         secretnames=tuple(map(caseless, SECRET_NAMES)), secretvalues=SECRET_VALUES,
         runtimenames=tuple(map(caseless, RUNTIME_NAMES)), runtimesockets=RUNTIME_SOCKETS, credpaths=CREDENTIAL_PATHS,

@@ -9,8 +9,7 @@ import threading
 from contextlib import contextmanager, suppress
 from typing import Callable, Iterator
 
-from launcher import engineapi, engineid
-from launcher import labels as label
+from launcher import engineapi, engineid, labels as label
 from launcher.engineapi import path_of
 from launcher.engineproto import ContainerInfo, ContainerSummary, NetworkInfo, VolumeInfo
 from launcher.errors import EngineError, NotFound, over_limit
@@ -102,8 +101,7 @@ class Engine:
             raise EngineError(f"{action}: {exc}") from None
 
     def _json(self, action: str, method: str, path: str, params: dict | None = None, body=None, **how):
-        answer = self._call(action, method, path, params, body, **how)
-        if answer is None:
+        if (answer := self._call(action, method, path, params, body, **how)) is None:
             return None
         try:
             return answer.json()
@@ -267,6 +265,9 @@ class Engine:
     def start(self, ref: str) -> None:
         self._post(f"starting container {ref}", "/containers/{}/start", ref)
 
+    def signal(self, ref: str, name: str) -> None:   # USR1, TERM, …: to the container's first process
+        self._post(f"sending {name} to {ref}", "/containers/{}/kill", ref, {"signal": name})
+
     def output(self, ref: str) -> Iterator[tuple[bytes | None, bytes | None]]:
         """(stdout, stderr) chunks until the container exits; attach before starting it."""
         with _mapped(f"attaching to {ref}"):
@@ -352,8 +353,7 @@ class Engine:
             finally:
                 answer.close()
 
-    def exists(self, ref: str, path: str) -> bool:
-        """Whether `path` exists in a container (a stat: HEAD of the archive API, no tar is made)."""
+    def exists(self, ref: str, path: str) -> bool:   # a stat: HEAD of the archive API, no tar is made
         return self._call(f"looking at {path} of {ref}", "HEAD", path_of("/containers/{}/archive", ref),
                           {"path": path}, missing=True) is not None
 

@@ -26,6 +26,7 @@ import tarfile
 from typing import Callable, Iterable, Iterator
 
 from launcher import podmanfake
+from launcher.fakearchive import filled_probe_volume, probe_files, stat_of, tar_of
 from launcher.engine import Engine
 from launcher.engineapi import Answer
 from launcher.engineproto import ContainerInfo
@@ -54,29 +55,6 @@ def _matches(labels: dict, filters: dict | None) -> bool:
 def frame(kind: int, data: bytes) -> bytes:
     """One frame of the engine's multiplexed stream (1 stdout, 2 stderr)."""
     return bytes([kind, 0, 0, 0]) + len(data).to_bytes(4, "big") + data
-
-
-def tar_of(name: str, data: bytes) -> bytes:
-    """A tar of one regular file, as the archive API answers for a file."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as tar:
-        info = tarfile.TarInfo(name)
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
-
-
-def _stat(data: bytes) -> dict:
-    """The path-stat header the engine sends with an archive: its first member's name, size, mode."""
-    try:
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            member = tar.next()
-    except (tarfile.TarError, EOFError):
-        return {}
-    if member is None:
-        return {}
-    mode = member.mode | (0x80000000 if member.isdir() else 0) | (0 if member.isreg() or member.isdir() else 0x8000000)
-    return {"name": member.name, "size": member.size, "mode": mode}
 
 
 def inspect_of(body: dict, ref: str, name: str, image: dict) -> dict:
@@ -109,7 +87,8 @@ class Transport:
                  engine_version: dict | None = None, engine_info: dict | None = None, libpod_info: dict | None = None):
         self.images = None if images is None else {ref: self._image(ref, **doc) for ref, doc in images.items()}
         self.output, self.exit_code, self.tamper = list(output), exit_code, tamper or (lambda doc: None)
-        self.fail, self.logs, self.archive = dict(fail or {}), dict(logs or {}), archive or (lambda info, path: None)
+        self.fail, self.logs = dict(fail or {}), dict(logs or {})
+        self._archive = archive
         self.engine_version, self.engine_info = engine_version or VERSION, engine_info or INFO
         self.libpod_info = libpod_info   # podman's /libpod/info; None: a Docker engine (404)
         self.containers: dict[str, dict] = {}
@@ -126,6 +105,11 @@ class Transport:
     def _image(ref: str, Labels: dict | None = None, Env: list | None = None, Id: str = "") -> dict:
         return {"Id": Id or "sha256:" + hashlib.sha256(ref.encode()).hexdigest(), "RepoDigests": [],
                 "Config": {"Labels": dict(Labels or {}), "Env": list(["PATH=/usr/bin"] if Env is None else Env)}}
+
+    def archive(self, info: ContainerInfo, path: str) -> bytes | None:
+        """The test's answer; else every container's probe directory as the launcher fills it."""
+        found = self._archive(info, path) if self._archive else None
+        return probe_files(path) if found is None else found
 
     def image(self, ref: str) -> dict | None:
         return self._image(ref) if self.images is None else self.images.get(ref)
@@ -195,6 +179,8 @@ class Transport:
         return _answer(201, self.volumes[name])
 
     def _volume(self, name, **_):
+        if name not in self.volumes and (labels := filled_probe_volume(name)):
+            self._volume_create({"Name": name, "Labels": labels})   # as a launch's ready() fills it
         found = self.volumes.get(name)
         return _answer(404, {"message": f"get {name}: no such volume"}) if found is None else _answer(200, found)
 
@@ -263,6 +249,9 @@ class Transport:
                 return _answer(404, {"message": f"No such container: {ref}"})
             doc["State"].update(Running=False, Status="exited", ExitCode=self.exit_code)
             return _answer(200, {"StatusCode": self.exit_code})
+        if verb == "kill" and (params or {}).get("signal", "KILL") != "KILL":
+            # a signal the first process handles (the probe's gate): the model records it, nothing ends
+            return self._acting(ref, f"signal {params['signal']}")
         ended = {"Running": False, "Status": "exited"}
         changes = {"start": {"Running": True, "Status": "running"}, "kill": {**ended, "ExitCode": 137},
                    "stop": {**ended, "ExitCode": 0}, "pause": {"Status": "paused"}, "unpause": {"Status": "running"}}
@@ -284,7 +273,7 @@ class Transport:
         found = self.archive(self.info(ref), params["path"]) if self.container(ref) else None
         if found is None:
             return _answer(404, {"message": f"Could not find the file {params['path']} in container {ref}"})
-        stat = base64.b64encode(json.dumps(_stat(found)).encode()).decode()
+        stat = base64.b64encode(json.dumps(stat_of(found)).encode()).decode()
         return _answer(200, raw=found, headers={"x-docker-container-path-stat": stat})
 
     def _archive_head(self, ref, params, **_):

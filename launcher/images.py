@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Callable
 
 from launcher import labels as label
-from launcher import resources
+from launcher import probefiles, resources
 from launcher.engineproto import Engine
 from launcher.errors import EngineError
+from launcher.plan import ContainerSpec
 
 BASE_IMAGE = "debian:bookworm-slim"
 AGENT_IMAGE = "sandbox/agent:bookworm"
@@ -336,6 +337,22 @@ def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def _busybox_digest(engine: Engine, tag: str) -> str:
+    """sha256 of the probe image's busybox, read from a container of it that never starts."""
+    ref = engine.create(ContainerSpec(
+        name=f"sandbox-probe-read-{os.urandom(3).hex()}", image=tag, user="0:0", entrypoint=("/probe/busybox",),
+        command=("true",), env=(), working_dir="/", mounts=(), network_mode="none", read_only_root=True,
+        cap_drop=("ALL",), cap_add=(), security_opt=("no-new-privileges",), pids_limit=16, memory_bytes=None,
+        nano_cpus=None, labels=tuple(LABELS.items()), hostname="sandbox-probe"))
+    try:
+        busybox = engine.read_file(ref, "/probe/busybox", probefiles.LIMIT)
+    finally:
+        engine.remove(ref)
+    if busybox is None:
+        raise EngineError(f"the probe image {tag} has no /probe/busybox")
+    return probefiles.sha256(busybox)
+
+
 def ensure_for(engine: Engine, policy_image: str, progress: Progress, proxy: bool = False) -> str:
     """Make sure the probe image, its volume, the policy's image (and the proxy) exist. Returns the volume."""
     probe = probe_image()
@@ -344,12 +361,16 @@ def ensure_for(engine: Engine, policy_image: str, progress: Progress, proxy: boo
         build(engine, proxy_image(), progress)
     volume = probe_volume_name()
     found = engine.volume_labels(volume)
-    if found is not None and label.MANAGED not in found:
+    ours = found is not None and label.MANAGED in found and label.PROBE_BUSYBOX in found
+    if found is not None and not ours:
         # Not ours, so not filled by us: Docker creates an empty volume of that name when a
         # container names it before it exists. Replace it rather than mount an empty probe.
         engine.remove_volume(volume)
-    if found is None or label.MANAGED not in found:
-        engine.fill_volume(volume, probe.tag, "/probe", LABELS)  # image path, see images/probe
+    if not ours:
+        # The busybox it is filled with, recorded on the volume (labels never change): every
+        # launch compares the container's copy with it and with its own probe.sh (probefiles).
+        engine.fill_volume(volume, probe.tag, "/probe",   # image path, see images/probe
+                           {**LABELS, label.PROBE_BUSYBOX: _busybox_digest(engine, probe.tag)})
     if policy_image == AGENT_IMAGE:
         build(engine, agent_image(), progress)
     elif not engine.image_exists(policy_image):

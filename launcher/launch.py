@@ -11,14 +11,14 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from launcher import labels as label
-from launcher import checks, engineid, home, hostengines, hostpaths, overlap, runtimes, workspaces
+from launcher import checks, engineid, home, hostengines, hostpaths, overlap, probefiles, runtimes, workspaces
 from launcher.copies import store
 from launcher.copies.fill import Filling
 from launcher.engineproto import Engine
 from launcher.egress import proxy
 from launcher.egress.audit import EgressEvent
 from launcher.errors import EngineError, ProbeFailed, also_failed
-from launcher.plan import PROBE_END, LaunchPlan, MountKind
+from launcher.plan import PROBE_DIR, PROBE_END, ContainerSpec, LaunchPlan, MountKind
 from launcher.timings import timed
 from launcher.values import visible
 from launcher.verify import ProbeReport, compare_inspect, parse_probe
@@ -122,6 +122,20 @@ def create_verified(engine: Engine, plan: LaunchPlan, listener: Listener | None 
     return ref
 
 
+def _verify_probe_files(engine: Engine, ref: str, spec: ContainerSpec) -> None:
+    """Refuse a container whose probe files (its own mount of the probe volume, as it would run
+    them) differ from the launcher's probe.sh and the busybox recorded on the volume."""
+    volume = next((m.source for m in spec.mounts if m.target == PROBE_DIR and m.kind is MountKind.VOLUME), None)
+    if volume is None:
+        found = [f"the plan mounts no probe volume at {PROBE_DIR}"]
+    else:
+        recorded = (engine.volume_labels(volume) or {}).get(label.PROBE_BUSYBOX)
+        found = probefiles.problems(engine.archive_head(ref, PROBE_DIR, probefiles.LIMIT), recorded)
+    if found:
+        raise ProbeFailed(f"the probe's files are not the launcher's; the agent was not started:\n  probe volume {volume}: "
+                          + "\n  ".join(found) + f"\n  hint: `docker volume rm {volume}` (the next launch fills it again)")
+
+
 def _docker_network_mode(command: tuple[str, ...]) -> None:
     """A Docker container's probe runs in one of Docker's network modes: the Pod modes accept the
     network plugin's interface and are the Kubernetes target's alone (the probe refuses them too)."""
@@ -165,9 +179,15 @@ def _create(engine: Engine, plan: LaunchPlan, listener: Listener, filling: Filli
     with workspaces.locked(workspace):
         workspaces.register(workspace, plan.placeholders)
         ref = create_verified(engine, plan, listener)
-    if filling is not None:   # before the attach: podman's attach mounts the volumes (the copy's overlay)
-        with timed(listener, "copy wait"):
-            filling.wait()
+    try:
+        if filling is not None:   # before the attach: podman's attach mounts the volumes (the copy's overlay)
+            with timed(listener, "copy wait"):
+                filling.wait()
+        with timed(listener, "probe files"):   # the archive API mounts every volume: after the copy
+            _verify_probe_files(engine, ref, plan.container)
+    except BaseException as primary:
+        _cleaning_up(primary, lambda: engine.remove(ref), f"removing {plan.container.name}")
+        raise
     with timed(listener, "attach"):
         output = _Output(engine, ref)  # attach first: output written before attaching can be lost
     return ref, output
@@ -193,6 +213,9 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener,
                               replace(report, verdict_ok=False))
         if not report.ok:
             raise _probe_failed(report, errors, plan)
+        with timed(listener, "gate"):
+            # The launcher's word: the probe waits for it before it starts the agent (probe.sh's gate).
+            engine.signal(ref, "USR1")
         listener.status(f"probe passed: {len(report.checks)} checks")
         return ref, output, report, rest
     except BaseException as primary:

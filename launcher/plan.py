@@ -230,6 +230,9 @@ class ProbeExpectations:
     denyhost: str = "-"     # a name the proxy must refuse with 403
     dnsname: str = "-"      # an allowed name that must NOT resolve inside the sandbox
     resolver: str = "-"     # proxy mode: the one nameserver resolv.conf may list (a loopback address)
+    # A launch's own: seconds the probe waits, after its checks passed, for the launcher's word
+    # (SIGUSR1) before it starts the agent; "-" for files another tool runs (no launcher watches).
+    gate: str = "-"
     # The launcher's one lists, so that the probe never keeps a copy of its own:
     checks: tuple[str, ...] = ()          # launcher/checks.py, for this mode, in report order
     secretnames: tuple[str, ...] = ()     # launcher/secrets.py, as caseless globs
@@ -326,6 +329,18 @@ PROBE_DIR = "/.sandbox/probe"
 PROBE_BUSYBOX = f"{PROBE_DIR}/busybox"
 PROBE_SCRIPT = f"{PROBE_DIR}/probe.sh"
 PROBE_END = "PROBE-END"
+PROBE_GATE = 60          # seconds the probe waits for the launcher's word (it normally comes in ms)
+
+
+def unwatched(plan: LaunchPlan) -> LaunchPlan:
+    """The plan as files another tool starts (compose, a dev container, a Pod, `docker run`): no
+    launcher is there to give the word, so the probe's own verdict starts the agent (gate=-)."""
+    if plan.probe.gate == "-":
+        return plan
+    args = plan.container.command
+    cut = args.index("--")
+    command = tuple("gate=-" if a.startswith("gate=") else a for a in args[:cut]) + args[cut:]
+    return replace(plan, probe=replace(plan.probe, gate="-"), container=replace(plan.container, command=command))
 
 
 def escape_path(path: str) -> str:

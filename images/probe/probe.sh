@@ -16,7 +16,8 @@
 #                 line through _p_line. No check reads what another check computed.
 #   5. run        run_checks: the checks the launcher listed (checks=, launcher/checks.py), in
 #                 that order, then PROBE-END
-#   6. exec       __sbx_probe_exec: only after phases 2-5 passed, in the probe's own process
+#   6. gate       __sbx_probe_gate: after PROBE-END ok, wait (bounded) for the launcher's word
+#   7. exec       __sbx_probe_exec: only after phases 2-6 passed, in the probe's own process
 #
 # Design notes (why, not what):
 # - The image is untrusted: every tool is "$BB" <applet>; a bare name is only ever a shell
@@ -206,7 +207,7 @@ _p_hexip() {
 parse_args() {
 	local keys bad= seen= dash=0 nafter=0 arg k v ok
 	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,wsupper,home,homesrc,net,pids,mem,kernel,userns,proxy,denyhost,dnsname,resolver,"
-	keys="${keys}checks,secretnames,secretvalues,runtimenames,runtimesockets,credpaths,"
+	keys="${keys}checks,secretnames,secretvalues,runtimenames,runtimesockets,credpaths,gate,"
 	for arg in "$@"; do
 		if [ "$dash" = 1 ]; then nafter=$((nafter + 1)); continue; fi
 		case $arg in
@@ -232,6 +233,7 @@ parse_args() {
 		proxy) case $v in -) ;; *:*[!0-9]* | :* | *: | *[!a-z0-9.:-]*) ok=0 ;; *:*) ;; *) ok=0 ;; esac ;;
 		denyhost | dnsname) case $v in -) ;; '' | *[!a-z0-9.-]*) ok=0 ;; esac ;;
 		resolver) case $v in - | 127.0.0.1 | 127.0.0.11) ;; *) ok=0 ;; esac ;;
+		gate) case $v in -) ;; '' | 0* | *[!0-9]* | ?????*) ok=0 ;; esac ;;
 		workspace | wsroot | wsupper | home) [ "$v" = - ] || _p_validpath "$v" || ok=0 ;;
 		homesrc) [ "$v" = tmpfs ] || _p_validpath "$v" || ok=0 ;;
 		checks) case $v in '' | ,* | *, | *,,* | *[!a-z0-9._,]*) ok=0 ;; esac ;;
@@ -1577,7 +1579,46 @@ _p_main() {
 }
 
 # =============================================================================================
-# 6. exec step: runs in the probe's own process, so it must not disturb the environment. Only
+# 6. gate: the launcher's word. The probe's own verdict is not the last one: the launcher reads
+# the whole report, compares it with its plan (the check list, the order) and only then sends
+# SIGUSR1 to this process (PID 1); SIGTERM is its no. The traps are set at the top level, before
+# the checks start, so a word that comes while the subshell still runs is kept (ash runs the trap
+# once the subshell has ended). gate=- is a sandbox with no launcher watching (files for compose,
+# a dev container, a Pod): the probe's own verdict decides. Runs in the probe's own process, so
+# it only assigns __sbx_probe_* names and unsets them again.
+
+__sbx_probe_gate() {
+	__sbx_probe_g=-
+	for __sbx_probe_a; do
+		case $__sbx_probe_a in --) break ;; gate=*) __sbx_probe_g=${__sbx_probe_a#gate=} ;; esac
+	done
+	if [ "$__sbx_probe_g" != - ]; then
+		if [ -z "${__sbx_probe_go-}" ]; then
+			# one bounded sleep; wait returns as soon as a trapped signal comes
+			/.sandbox/probe/busybox sleep "$__sbx_probe_g" &
+			__sbx_probe_p=$!
+			wait "$__sbx_probe_p"
+			/.sandbox/probe/busybox kill "$__sbx_probe_p" 2>/dev/null
+			wait "$__sbx_probe_p"
+		fi
+		case ${__sbx_probe_go-} in
+		go) ;;
+		no)
+			printf 'probe: the launcher refused the report: the agent was not started\n' >&2
+			exit 97
+			;;
+		*)
+			printf 'probe: no word from the launcher within %s s: the agent was not started\n' "$__sbx_probe_g" >&2
+			exit 97
+			;;
+		esac
+	fi
+	trap - USR1 TERM
+	unset __sbx_probe_a __sbx_probe_g __sbx_probe_p __sbx_probe_go
+}
+
+# =============================================================================================
+# 7. exec step: runs in the probe's own process, so it must not disturb the environment. Only
 # names no environment is expected to carry are assigned, and only after the checks passed.
 
 # resolve a command name like execvp would, without busybox's applet-first lookup
@@ -1645,5 +1686,8 @@ __sbx_probe_exec() {
 	exit 126
 }
 
+trap '__sbx_probe_go=go' USR1
+trap '__sbx_probe_go=no' TERM
 (_p_main "$@") </dev/null || exit 97
+__sbx_probe_gate "$@"
 __sbx_probe_exec "$@"

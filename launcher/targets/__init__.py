@@ -51,7 +51,9 @@ class Target:
     def write(self, plan: "LaunchPlan", **options) -> str | dict[str, str]:
         if self.writer is None:
             raise ValueError(f"target {self.name}: the launcher starts it, there is nothing to write")
-        return self.writer(plan, **self._mine(options))
+        from launcher.plan import unwatched
+
+        return self.writer(unwatched(plan), **self._mine(options))
 
     def _mine(self, options: dict) -> dict:
         return {key: value for key, value in options.items() if key in self.options}

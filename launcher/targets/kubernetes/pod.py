@@ -152,6 +152,7 @@ def expectations(plan: LaunchPlan, *, node: str, workspace_root: str, claim: str
         pids="max",       # no per-Pod pids limit in the Pod API: the node's podPidsLimit (loss report)
         net=net, checks=checks.for_mode(net, userns=p.userns == "remapped"),
         resolver="-",     # egress.dns is Docker's: pod.dns asks every nameserver instead
+        gate="-",         # no launcher watches a Pod: the probe's own verdict starts the agent
         forbidden=forbidden + tuple(f"{host}:{port}" for host in ("gateway", "node") for port in NODE_PORTS),
         **({"proxy": proxy_address} if p.proxy != "-" else {}),
     ).to_args()
