@@ -1,0 +1,153 @@
+"""The launcher's word starts the agent: a probe that leaves a check out but says ok, a probe volume
+whose files changed, no word or a no from the launcher — the agent never runs, and what the
+launcher says ("the agent was not started") is true (issue 39, part 1)."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+import time
+from dataclasses import replace
+
+import pytest
+
+from conftest import docker_sdk, launch_facts, preset
+
+from fakes import Recorder
+
+from launcher import images, launch, probefiles
+from launcher import labels as label
+from launcher.compiler import compile_policy
+from launcher.errors import ProbeFailed
+from launcher.model import HomeMode, WorkspaceMode
+from launcher.plan import unwatched
+
+pytestmark = pytest.mark.engine
+MARKER = "AGENT-RAN"
+SCRIPT = (images.probe_image().context / "probe.sh").read_bytes()
+# run_checks as a probe of another version might have it: the last planned check is never run,
+# and PROBE-END still says ok
+SKIPS_LAST = SCRIPT.replace(b'\tfor id in $A_checks; do\n', b'\tfor id in ${A_checks%,*}; do\n', 1)
+
+
+def _tar(files: dict[str, tuple[bytes, int]]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, (data, mode) in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+@pytest.fixture
+def probe_volume(engine):
+    """make(files) -> a probe volume the way the launcher fills it (its label records the real
+    busybox), whose files are then replaced by `files` (name -> (bytes, mode)), as someone with the
+    engine could; removed at the end."""
+    sdk, made = docker_sdk(), []
+    real = sdk.volumes.get(images.probe_volume_name())
+    busybox_sha = real.attrs["Labels"][label.PROBE_BUSYBOX]
+
+    def make(files: dict[str, tuple[bytes, int]]) -> str:
+        name = f"sandbox-probe-gatetest-{os.urandom(3).hex()}"
+        sdk.volumes.create(name, labels={label.MANAGED: "1", label.PROBE_BUSYBOX: busybox_sha})
+        made.append(name)
+        helper = sdk.containers.create(images.probe_image().tag, ["/src/busybox", "chmod", "555", "/p"], user="0:0",
+                                       network_mode="none", volumes={real.name: {"bind": "/src", "mode": "ro"},
+                                                                     name: {"bind": "/p", "mode": "rw"}})
+        try:   # the real files first, then the changed ones over them; the directory as the launcher's
+            helper.put_archive("/p", b"".join(sdk.api.get_archive(helper.id, "/src/busybox")[0]))
+            helper.put_archive("/p", _tar(files))
+            helper.start()
+            assert helper.wait()["StatusCode"] == 0
+        finally:
+            helper.remove(force=True)
+        return name
+
+    yield make
+    for name in made:
+        sdk.volumes.get(name).remove(force=True)
+
+
+def _plan(engine, workspace, volume: str | None = None):
+    policy = preset("untrusted")
+    policy = replace(policy, workspace=replace(policy.workspace, mode=WorkspaceMode.BIND),
+                     home=replace(policy.home, mode=HomeMode.TMPFS))
+    facts = launch_facts(engine, policy, workspace)
+    if volume:
+        facts = replace(facts, probe_volume=volume)
+    return compile_policy(policy, facts, command=("/.sandbox/probe/busybox", "touch", f"/workspace/{MARKER}"))
+
+
+@pytest.fixture
+def ready(engine):
+    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None)
+
+
+def test_a_probe_that_leaves_a_check_out_but_says_ok_never_starts_the_agent(engine, workspace, ready, probe_volume,
+                                                                              monkeypatch):
+    assert SKIPS_LAST != SCRIPT
+    volume = probe_volume({"probe.sh": (SKIPS_LAST, 0o444)})
+    # the files check would refuse this volume first: let it pass, the gate is what is tested here
+    monkeypatch.setattr(probefiles, "script_digest", lambda: probefiles.sha256(SKIPS_LAST))
+    plan = _plan(engine, workspace, volume)
+    with pytest.raises(ProbeFailed, match="the agent was not started:\n  the probe reported 28 checks, not the 29 planned"):
+        launch.run(engine, plan, Recorder())
+    time.sleep(0.5)
+    assert not (workspace / MARKER).exists(), "the agent ran although the launcher refused the report"
+    assert engine.list(label.selector(label.SANDBOX, plan.container.name)) == []
+
+
+def test_without_the_gate_that_probe_would_have_started_the_agent(engine, workspace, ready, probe_volume, monkeypatch):
+    """The control: the same probe and plan with gate=- (as every launch had before the gate)."""
+    volume = probe_volume({"probe.sh": (SKIPS_LAST, 0o444)})
+    monkeypatch.setattr(probefiles, "script_digest", lambda: probefiles.sha256(SKIPS_LAST))
+    with pytest.raises(ProbeFailed, match="not the 29 planned"):
+        launch.run(engine, unwatched(_plan(engine, workspace, volume)), Recorder())
+    assert (workspace / MARKER).exists()
+
+
+@pytest.mark.parametrize("change", [
+    {"probe.sh": (SCRIPT + b"\n# one more line\n", 0o444)},
+    {"probe.sh": (SCRIPT, 0o666)},
+    {"busybox": (b"#!/bin/sh\nexec /bin/sh \"$@\"\n", 0o555)},
+    {"extra.sh": (b"echo\n", 0o444)},
+], ids=["probe.sh changed", "probe.sh writable", "busybox replaced", "a file added"])
+def test_a_changed_probe_volume_is_refused_before_the_container_starts(engine, workspace, ready, probe_volume, change):
+    plan = _plan(engine, workspace, probe_volume(change))
+    with pytest.raises(ProbeFailed, match="the probe's files are not the launcher's; the agent was not started"):
+        launch.run(engine, plan, Recorder())
+    assert not (workspace / MARKER).exists()
+    assert engine.list(label.selector(label.SANDBOX, plan.container.name)) == []
+
+
+def test_the_launcher_s_own_volume_passes_and_the_word_comes_in_milliseconds(engine, workspace, ready):
+    outcome = launch.run(engine, _plan(engine, workspace), Recorder())
+    assert outcome.probe.ok and outcome.exit_code == 0 and (workspace / MARKER).exists()
+
+
+def _started_without_the_launcher(engine, plan, seconds: str):
+    """The plan's container, created and started by the test (no launcher reads its report)."""
+    command = tuple(f"gate={seconds}" if a.startswith("gate=") else a for a in plan.container.command)
+    return launch.create_verified(engine, replace(plan, container=replace(plan.container, command=command)))
+
+
+@pytest.mark.parametrize("word", [None, "TERM"], ids=["no word", "a no"])
+def test_no_word_or_a_no_and_the_probe_exits_without_starting_the_agent(engine, workspace, ready, word):
+    plan = _plan(engine, workspace)
+    ref = _started_without_the_launcher(engine, plan, "3")
+    try:
+        engine.start(ref)
+        deadline = time.monotonic() + 30
+        while "PROBE-END\tok" not in engine.logs(ref) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if word:
+            engine.signal(ref, word)
+        assert engine.wait(ref) == 97
+        said = engine.logs(ref, stdout=False, stderr=True)
+        assert ("refused the report" if word else "no word from the launcher within 3 s") in said
+        assert not (workspace / MARKER).exists()
+    finally:
+        engine.remove(ref)
