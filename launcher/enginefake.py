@@ -18,15 +18,13 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
-import io
 import itertools
 import json
 import re
-import tarfile
 from typing import Callable, Iterable, Iterator
 
 from launcher import podmanfake
-from launcher.fakearchive import filled_probe_volume, probe_files, stat_of, tar_of
+from launcher.fakearchive import filled_probe_volume, probe_files, stat_of, tar_of  # noqa: F401 - tar_of: tests take it from here
 from launcher.engine import Engine
 from launcher.engineapi import Answer
 from launcher.engineproto import ContainerInfo

@@ -7,20 +7,19 @@ import json
 import queue
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 from launcher import labels as label
-from launcher import checks, engineid, home, hostengines, hostpaths, overlap, probefiles, runtimes, workspaces
+from launcher import checks, engineid, home, hostengines, hostpaths, overlap, proof, runtimes, workspaces
 from launcher.copies import store
 from launcher.copies.fill import Filling
 from launcher.engineproto import Engine
 from launcher.egress import proxy
 from launcher.egress.audit import EgressEvent
 from launcher.errors import EngineError, ProbeFailed, also_failed
-from launcher.plan import PROBE_DIR, PROBE_END, ContainerSpec, LaunchPlan, MountKind
+from launcher.plan import PROBE_END, LaunchPlan, MountKind
 from launcher.timings import timed
-from launcher.values import visible
 from launcher.verify import ProbeReport, compare_inspect, parse_probe
 
 PROBE_TIMEOUT = 60     # seconds for the probe to report; it normally needs well under one
@@ -122,20 +121,6 @@ def create_verified(engine: Engine, plan: LaunchPlan, listener: Listener | None 
     return ref
 
 
-def _verify_probe_files(engine: Engine, ref: str, spec: ContainerSpec) -> None:
-    """Refuse a container whose probe files (its own mount of the probe volume, as it would run
-    them) differ from the launcher's probe.sh and the busybox recorded on the volume."""
-    volume = next((m.source for m in spec.mounts if m.target == PROBE_DIR and m.kind is MountKind.VOLUME), None)
-    if volume is None:
-        found = [f"the plan mounts no probe volume at {PROBE_DIR}"]
-    else:
-        recorded = (engine.volume_labels(volume) or {}).get(label.PROBE_BUSYBOX)
-        found = probefiles.problems(engine.archive_head(ref, PROBE_DIR, probefiles.LIMIT), recorded)
-    if found:
-        raise ProbeFailed(f"the probe's files are not the launcher's; the agent was not started:\n  probe volume {volume}: "
-                          + "\n  ".join(found) + f"\n  hint: `docker volume rm {volume}` (the next launch fills it again)")
-
-
 def _docker_network_mode(command: tuple[str, ...]) -> None:
     """A Docker container's probe runs in one of Docker's network modes: the Pod modes accept the
     network plugin's interface and are the Kubernetes target's alone (the probe refuses them too)."""
@@ -154,21 +139,6 @@ def _cleaning_up(primary: BaseException, clean, what: str) -> None:
         also_failed(primary, f"{what} failed: {exc}")
 
 
-def _probe_failed(report: ProbeReport, errors: list[str], plan: LaunchPlan) -> ProbeFailed:
-    lines = []
-    for c in report.failed:
-        # what the container printed: its image (or a reused sandbox's agent) chose these bytes
-        lines.append(visible(f"{c.id}: expected {c.expected}, observed {c.observed}", keep_lines=False))
-        hint = checks.hint(c.id, c.observed, uid=plan.probe.uid, workspace=visible(plan.probe.wsroot, keep_lines=False),
-                           remapped=plan.probe.userns == "remapped",
-                           podman_proxy=bool(plan.proxy and plan.proxy.hosts_entry))
-        if hint:
-            lines.append(f"  hint: {hint}")
-    if not report.finished:
-        lines.append("the probe did not complete" + (": " + " ".join(e.strip() for e in errors) if errors else ""))
-    return ProbeFailed("the sandbox did not take effect; the agent was not started:\n  " + "\n  ".join(lines), report)
-
-
 def _create(engine: Engine, plan: LaunchPlan, listener: Listener, filling: Filling | None) -> tuple[str, _Output]:
     """The agent's container, created (while the copy goes in), compared with the plan and attached
     to once the copy is complete; not started."""
@@ -184,7 +154,7 @@ def _create(engine: Engine, plan: LaunchPlan, listener: Listener, filling: Filli
             with timed(listener, "copy wait"):
                 filling.wait()
         with timed(listener, "probe files"):   # the archive API mounts every volume: after the copy
-            _verify_probe_files(engine, ref, plan.container)
+            proof.verify_files(engine, ref, plan.container)
     except BaseException as primary:
         _cleaning_up(primary, lambda: engine.remove(ref), f"removing {plan.container.name}")
         raise
@@ -204,15 +174,7 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener,
             engine.start(ref)
         with timed(listener, "probe"):
             report, rest, errors = output.read_probe(PROBE_TIMEOUT)
-        ids = [c.id for c in report.checks]
-        if report.ok and plan.probe.checks and ids != list(plan.probe.checks):
-            # fail closed: a probe that skipped, repeated or reordered a check proves less than planned
-            raise ProbeFailed("the sandbox did not take effect; the agent was not started:\n  the probe reported "
-                              f"{len(ids)} checks, not the {len(plan.probe.checks)} planned: "
-                              f"{', '.join(sorted(set(plan.probe.checks) ^ set(ids))) or 'another order'}",
-                              replace(report, verdict_ok=False))
-        if not report.ok:
-            raise _probe_failed(report, errors, plan)
+        proof.judge(report, errors, plan)
         with timed(listener, "gate"):
             # The launcher's word: the probe waits for it before it starts the agent (probe.sh's gate).
             engine.signal(ref, "USR1")

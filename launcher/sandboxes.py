@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher import labels as label
-from launcher import host
+from launcher import host, proven
 from launcher.egress.audit import EgressEvent, parse_log
 from launcher.engineproto import ContainerSummary, Engine
 from launcher.errors import EngineError, NotFound, Problem
@@ -87,6 +87,7 @@ def down(engine: Engine, name: str, purge: bool = False) -> Down:
     labels = find(engine, name).labels
     copy = labels.get(label.COPY)
     remove_sandbox(engine, name)
+    proven.forget(name)
     changes, dropped = None, False
     if copy:
         taken = store.checkpoint(engine, copy, "sandbox down")
@@ -180,8 +181,10 @@ def stale_probe_volumes(engine: Engine, current: str) -> list[str]:
     return removed
 
 
-def exec_in(engine: Engine, name: str, argv: list[str], listener: Listener) -> int:
+def exec_in(engine: Engine, name: str, argv: list[str], listener: Listener, say_proven: bool = False) -> int:
     item = find(engine, name)
+    if say_proven:
+        listener.status(proven.said(name))
     exec_id, stream = engine.exec_stream(item.id, argv)
     for out, err in stream:
         if out:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from itertools import count
 from typing import TYPE_CHECKING
 
-from launcher import baseline, engineid, host, images, launch, pipeline, sandboxes, statefiles
+from launcher import baseline, engineid, host, images, launch, pipeline, proof, proven, sandboxes, statefiles
 from launcher.errors import AttestationInvalid, ExitCode, NotFound, PolicyError, ProbeFailed, Problem, SandboxError, \
     Terminated, secondary_failures
 from launcher.launch import Listener, Outcome
@@ -207,7 +207,10 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
         problem = sandboxes.reuse_problem(found, plan)
         if problem:
             raise PolicyError([problem])
-        listener.status(f"{sandbox} is already running; opening a shell in it")
+        listener.status(f"{sandbox} is already running; proving it again before anything starts in it")
+        report = proof.reprove(engine, plan, found.id)
+        proven.save(sandbox, len(report.checks), "on attach")
+        listener.status(f"probe passed again: {len(report.checks)} checks")
         if request.attest:
             listener.status(f"note: --attest: no new record; {sandbox} was started earlier, and its record is the one "
                             "asked for then, if any (written at `sandbox down`)")
@@ -224,6 +227,7 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
         if recorder is not None:
             _refused_record(request, planned, engine, recorder, exc, started, listener)
         raise
+    proven.save(sandbox, len(probe.checks), "at its start")
     if recorder is not None:
         _keep_record(request, planned, engine, recorder, probe, started, listener)
     if agent:   # the profile's home files (and, for its shells, its variables)

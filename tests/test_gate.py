@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
 import tarfile
 import time
 from dataclasses import replace
@@ -151,3 +153,35 @@ def test_no_word_or_a_no_and_the_probe_exits_without_starting_the_agent(engine, 
         assert not (workspace / MARKER).exists()
     finally:
         engine.remove(ref)
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("weaken", [None, "socket"])
+def test_up_that_attaches_again_proves_the_sandbox_first(engine, workspace, weaken):
+    """`up` on a running sandbox re-runs the probe in it: a sandbox that still holds passes again;
+    one whose state broke the policy meanwhile (a socket on a mount, from the agent) is refused,
+    left running, and nothing new starts. (Its probe files are compared as at a start: the same
+    function, tested on a changed volume above.)"""
+    name = f"sandbox-test-reprove-{os.urandom(2).hex()}"
+    up = ("up", "--workspace-mode", "bind", str(workspace), "--name", name, "--no-shell")
+    assert _cli(*up).returncode == 0
+    try:
+        said = _cli("exec", name, "--", "true").stderr
+        assert f"{name} was last proven" in said and "at its start" in said
+        if weaken == "socket":
+            made = _cli("exec", name, "--", "python3", "-c",
+                        "import socket; socket.socket(socket.AF_UNIX).bind('/tmp/agent.sock')")
+            assert made.returncode == 0, made.stderr
+        again = _cli(*up)
+        if weaken is None:
+            assert again.returncode == 0 and "probe passed again" in again.stderr, again.stderr
+            assert "on attach" in _cli("exec", name, "--", "true").stderr
+        else:
+            assert again.returncode == 122 and "no longer holds what its policy says" in again.stderr, again.stderr
+            assert "sockets.mounts" in again.stderr
+            assert engine.inspect(name).running   # left as it was: the user's work is in it
+    finally:
+        assert _cli("down", name).returncode == 0

@@ -91,7 +91,8 @@ def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str
     """Start a long-lived sandbox on WORKSPACE and open an interactive shell in it.
 
     The sandbox stays after the shell ends: `sandbox ls`, `sandbox exec NAME -- CMD`,
-    `sandbox down NAME`. Running `sandbox up` again opens another shell in the same sandbox, if it
+    `sandbox down NAME`. Running `sandbox up` again proves the running sandbox again (the probe
+    in it, exit 122 and nothing started if it no longer holds) and opens another shell in it, if it
     has the same effective policy and workspace (otherwise exit 120). It stops when limits.timeout
     (or --timeout) has passed since it started, attached or not; there is no idle timeout.
 

@@ -17,7 +17,8 @@ from launcher.errors import ExitCode
 @click.argument("name", shell_complete=complete.names(complete.SANDBOXES))
 @click.argument("command", nargs=-1, required=True)
 def exec_(name: str, command: tuple[str, ...]) -> None:
-    """Run COMMAND in the running sandbox NAME (non-interactive; streams output).
+    """Run COMMAND in the running sandbox NAME (non-interactive; streams output). It first says when
+    NAME was last proven (its start, or `sandbox up` attaching to it again).
 
     \b
     Example:
@@ -25,7 +26,7 @@ def exec_(name: str, command: tuple[str, ...]) -> None:
     """
     from launcher import engine, sandboxes
 
-    sys.exit(sandboxes.exec_in(engine.connect(), name, list(command), Console()))
+    sys.exit(sandboxes.exec_in(engine.connect(), name, list(command), Console(), say_proven=True))
 
 
 @click.command(name="ls", short_help="List sandboxes, copies and home volumes.")

@@ -1,0 +1,44 @@
+"""When each long-lived sandbox was last proven (its start, or a re-probe when `up` attached to
+it again), kept on the host where the agent cannot write: `sandbox exec` says it."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from launcher import host
+
+
+def _path(name: str) -> str:
+    return os.path.join(host.state_dir(), "proven", f"{name}.json")
+
+
+def save(name: str, checks: int, how: str) -> None:
+    """Record that `name` passed `checks` probe checks now (`how`: "at its start", "on attach")."""
+    path = _path(name)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as out:
+        json.dump({"at": time.time(), "checks": checks, "how": how}, out)
+    os.replace(tmp, path)
+
+
+def said(name: str, now: float | None = None) -> str:
+    """One line on when `name` was last proven, for `sandbox exec`."""
+    try:
+        with open(_path(name)) as data:
+            last = json.load(data)
+        ago = max(0, int((time.time() if now is None else now) - float(last["at"])))
+        checks, how = int(last["checks"]), str(last["how"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{name} has no record of a proof on this host (started by another user or launcher?)"
+    when = f"{ago} s" if ago < 120 else f"{ago // 60} min" if ago < 7200 else f"{ago // 3600} h"
+    return f"{name} was last proven {when} ago ({checks} checks, {how}); `sandbox up` on its workspace proves it again"
+
+
+def forget(name: str) -> None:
+    try:
+        os.unlink(_path(name))
+    except OSError:
+        pass
