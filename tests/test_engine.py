@@ -243,7 +243,10 @@ def test_up_stops_at_its_time_limit_whoever_is_attached_and_warns_the_shell_firs
         assert b"sandbox: this sandbox stops in 4 s (limits.timeout)" in seen, seen
         assert shell.wait(timeout=30) != 0          # the attached shell ended with the sandbox
         assert time.monotonic() - started < 25
-        state = engine.inspect(name)
+        # the exec ends as the container's processes die; the engine says "exited" a moment later
+        deadline = time.monotonic() + 10
+        while (state := engine.inspect(name)).running and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert not state.running and state.exit_code == 0
     finally:
         shell.kill()
@@ -262,7 +265,8 @@ def test_the_argv_output_launches_a_sandbox_whose_probe_passes_even_for_an_odd_w
     ws.mkdir()
     os.chown(ws, 1000, 1000)   # the agent's uid: a root-owned workspace fails ws.access
     (ws / "README.md").write_text("x\n")
-    plan = compile_policy(untrusted_bind(), hostfacts.gather(untrusted_bind(), str(ws), images.probe_volume_name()),
+    plan = compile_policy(untrusted_bind(), hostfacts.gather(untrusted_bind(), str(ws), images.probe_volume_name(),
+                                                             launched=False),   # as `compile --format argv`
                           kind="external", command=("true",))
     try:
         result = subprocess.run(render.to_argv(plan), capture_output=True, text=True, timeout=120)
