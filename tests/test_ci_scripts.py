@@ -1,0 +1,67 @@
+"""CI's scripts cannot go green past a failure: no && list in .ci/ (under `set -e` only its last
+command stops the script), every part a `step` whose exit code ends the run, the README's test
+command run one command per step, and the time of each part printed at the end, also after a failure."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from test_quickstart import quickstart
+
+ROOT = Path(__file__).resolve().parent.parent
+CI = ROOT / ".ci"
+
+
+def code_lines(path: Path) -> list[str]:
+    """The lines of a shell script that are not comments, stripped."""
+    return [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+def test_no_script_of_ci_chains_commands_with_and_outside_a_condition():
+    for path in sorted(CI.iterdir()):
+        for line in code_lines(path):
+            if "&&" in line:
+                assert re.match(r"(el)?if |while ", line), f"{path.name}: {line}"
+
+
+def test_ci_runs_each_command_of_the_readmes_test_command_as_its_own_step():
+    commands = quickstart()
+    assert len(commands) == 2 and "sandbox up examples/untrusted-repo" in commands[0]
+    steps = [line.split(" ", 2)[2] for line in code_lines(CI / "run") if line.startswith("step ")]
+    parts = commands[1].split(" && ")
+    assert len(parts) == 3 and all(part in steps for part in parts), (parts, steps)
+    assert [steps.index(part) for part in parts] == sorted(steps.index(part) for part in parts)
+
+
+def run_steps(body: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    script = tmp_path / "ci-script"
+    script.write_text(f"set -euo pipefail\n. {CI / 'steps.sh'}\ntrap ci_summary EXIT\n{body}\n")
+    return subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
+
+
+def test_the_first_failing_step_ends_the_run_with_its_exit_code_and_every_time_is_printed(tmp_path):
+    done = run_steps("step first true\nstep pytest sh -c 'exit 5'\nstep never touch never", tmp_path)
+    assert done.returncode == 5, done
+    assert re.search(r"^  first +\d+ s  ok$", done.stdout, re.M), done.stdout
+    assert re.search(r"^  pytest +\d+ s  failed \(exit 5\)$", done.stdout, re.M), done.stdout
+    assert re.search(r"^  total +\d+ s  failed \(exit 5\)$", done.stdout, re.M), done.stdout
+    assert "never" not in done.stdout and not (tmp_path / "never").exists()
+
+
+def test_a_run_whose_steps_pass_exits_0_with_its_summary(tmp_path):
+    done = run_steps("step one true\nstep two true", tmp_path)
+    assert done.returncode == 0 and re.search(r"^  two +\d+ s  ok\n  total +\d+ s  ok$", done.stdout, re.M), done
+
+
+def test_a_step_that_is_a_shell_function_is_refused(tmp_path):
+    """Run under `||`, a function's failing lines would pass unseen (set -e is off inside it)."""
+    done = run_steps("several() { false; true; }\nstep install several\ntouch after", tmp_path)
+    assert done.returncode == 2 and "shell function several" in done.stderr and not (tmp_path / "after").exists()
+
+
+def test_steps_under_or_still_report_the_failure(tmp_path):
+    """.ci/podman runs its steps under `|| failed=1` so that its leftover check always runs."""
+    done = run_steps("failed=0\nstep a false || failed=1\nstep b true || failed=1\nexit $failed", tmp_path)
+    assert done.returncode == 1 and re.search(r"^  a +\d+ s  failed \(exit 1\)$", done.stdout, re.M), done.stdout
