@@ -65,3 +65,12 @@ def test_steps_under_or_still_report_the_failure(tmp_path):
     """.ci/podman runs its steps under `|| failed=1` so that its leftover check always runs."""
     done = run_steps("failed=0\nstep a false || failed=1\nstep b true || failed=1\nexit $failed", tmp_path)
     assert done.returncode == 1 and re.search(r"^  a +\d+ s  failed \(exit 1\)$", done.stdout, re.M), done.stdout
+
+
+def test_no_test_reads_the_shared_directory_beside_the_checkout():
+    """A fresh clone has no ../shared: data the tests need lives in tests/data/."""
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        text = path.read_text()
+        if path.name != "test_ci_scripts.py":
+            found = re.findall(r'/ "shared"|\.\./shared/|/work/shared\b|\bshared/k8s', text)
+            assert not found, f"{path.name} names {found}"
