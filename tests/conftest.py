@@ -72,6 +72,30 @@ def external_tool(command: str, install_hint: str) -> str:
     return found
 
 
+@pytest.fixture
+def trusted_runsc(tmp_path, monkeypatch) -> str:
+    """A runsc path that registration.untrusted finds safe for root's dockerd to run (root's, in
+    root's directories), whatever this host has: a unit test never looks at the host's own runsc.
+    Every other path is judged as usual."""
+    from launcher import registration
+
+    path, real = str(tmp_path / "runsc"), registration.untrusted
+    monkeypatch.setattr(registration, "untrusted", lambda at: "" if at == path else real(at))
+    return path
+
+
+@pytest.fixture
+def podman_default_seccomp(monkeypatch) -> str:
+    """podman's default seccomp profile as tests/data/podman/seccomp.json has it, read by the
+    pipeline instead of this host's /usr/share/containers/seccomp.json; returns its text."""
+    from launcher import pipeline, seccompfiles
+
+    text, real = (ROOT / "tests" / "data" / "podman" / "seccomp.json").read_text(), pipeline.host.podman_seccomp_profile
+    monkeypatch.setattr(pipeline.host, "podman_seccomp_profile",
+                        lambda path: text if path == seccompfiles.PODMAN_DEFAULT else real(path))
+    return text
+
+
 @functools.cache
 def docker_sdk():
     """The docker SDK's client, for what a test does to the engine behind the launcher's back (kill
