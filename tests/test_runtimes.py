@@ -10,8 +10,10 @@ import signal
 import pytest
 
 from conftest import fake_facts
+from fakes import Recorder
+from test_gvisor import NONE_NAME, gvisor_plan
 
-from launcher import layers, registration, runtimes, stack
+from launcher import launch, layers, registration, runtimes, stack
 from launcher.compiler import compile_policy
 from launcher.doctor import Status
 from launcher.errors import EngineError, PolicyError
@@ -226,3 +228,20 @@ def test_doctor_fix_registers_only_a_runsc_that_only_root_can_replace(tmp_path):
         tmp_path.chmod(0o775)
         assert "writable by its group" in registration.untrusted(str(link))
     assert registration.untrusted(os.path.realpath(shutil.which("true"))) == ""
+
+
+# The gVisor preset without an engine (moved from tests/test_gvisor.py, whose other tests need one).
+def test_the_preset_asks_for_gvisor_and_compiles_to_runsc(workspace):
+    plan = gvisor_plan(workspace)
+    assert plan.container.runtime == NONE_NAME and plan.probe.kernel == "gvisor"
+    assert "kernel=gvisor" in plan.container.command and plan.probe.seccomp == 2 and plan.probe.nnp == 1
+
+
+def test_an_engine_without_the_runtime_is_refused_with_the_fix(workspace):
+    from launcher.enginefake import FakeEngine
+
+    no_gvisor = FakeEngine(engine_info={"Runtimes": {"runc": {"path": "runc"}}})
+    with pytest.raises(EngineError, match="doctor --fix") as info:
+        launch.run(no_gvisor, gvisor_plan(workspace), Recorder())
+    assert not no_gvisor.calls                   # refused before anything was made
+    assert info.value.exit_code == 121
