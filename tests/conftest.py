@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Under CI=true a skip not listed in tests/allowed_skips.txt fails the run (hooks of tests/skiplist.py).
 from skiplist import pytest_runtest_logreport, pytest_sessionfinish, pytest_sessionstart, pytest_terminal_summary  # noqa: E402,F401
+# The engine marker and the engine fixtures agree (tests/markers.py).
+from markers import pytest_collection_modifyitems  # noqa: E402,F401
 
 
 def fake_facts(workspace: str = "/home/dev/repo", *, protected_kind: str = "missing", mounts=(), env=(),

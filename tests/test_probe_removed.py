@@ -22,7 +22,6 @@ from launcher.plan import PROBE_DIR, Mount, MountKind
 from launcher.resources import images_dir
 from launcher.verify import parse_probe
 
-pytestmark = pytest.mark.engine
 MARKER = "AGENT-RAN"
 PROBE_SH = images_dir() / "probe" / "probe.sh"
 # The ids a Docker sandbox in network mode none reports; the proxy mode's egress.* and the Pod
@@ -102,6 +101,7 @@ def run_probe(engine, tmp_path_factory):
         workspaces.release(str(workspace), plan.placeholders, others_exist=False)
 
 
+@pytest.mark.engine
 def test_the_unmodified_probe_passes_in_the_removal_container(run_probe):
     """The control: the same container with probe.sh as shipped passes every check and runs the agent."""
     report, code, ran = run_probe(PROBE_SH.read_text())
@@ -109,6 +109,7 @@ def test_the_unmodified_probe_passes_in_the_removal_container(run_probe):
     assert code == 0 and ran
 
 
+@pytest.mark.engine
 @pytest.mark.parametrize("check", IDS)
 def test_a_removed_check_function_fails_that_check_and_the_agent_never_runs(run_probe, check):
     report, code, ran = run_probe(without_function(PROBE_SH.read_text(), check))
