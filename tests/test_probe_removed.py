@@ -14,19 +14,26 @@ from pathlib import Path
 import pytest
 
 from conftest import docker_sdk, launch_facts, make_workspace, preset
+from fakes import Recorder
 
-from launcher import checks, images, workspaces
+from launcher import checks, images, launch, workspaces
 from launcher.compiler import compile_policy
+from launcher.egress import proxy
 from launcher.model import WorkspaceMode
 from launcher.plan import PROBE_DIR, Mount, MountKind
+from launcher.policy import with_allowed
 from launcher.resources import images_dir
+from launcher.selftest.testnet import Internet
 from launcher.verify import parse_probe
 
 MARKER = "AGENT-RAN"
 PROBE_SH = images_dir() / "probe" / "probe.sh"
-# The ids a Docker sandbox in network mode none reports; the proxy mode's egress.* and the Pod
-# modes' pod.* are not called there (their removal is not observable in this container).
+# The ids a Docker sandbox reports in network mode none, and those only proxy mode adds (egress.*).
+# Not here: identity.userns (only on an engine that remaps ids: tests/test_rootless_engine.py has
+# its tamper) and the Kubernetes Pod modes' pod.* (tests/test_kubernetes_netpod.py).
 IDS = checks.for_mode("none")
+PROXY_IDS = tuple(i for i in checks.for_mode("proxy") if i not in IDS)
+TOUCH = ("/.sandbox/probe/busybox", "touch", f"/workspace/{MARKER}")
 
 
 def without_function(script: str, check_id: str) -> str:
@@ -56,18 +63,11 @@ def busybox_of_probe_image(dest: Path) -> None:
     dest.chmod(0o555)
 
 
-@pytest.fixture(scope="module")
-def run_probe(engine, tmp_path_factory):
-    """A function running a given probe.sh text in a fresh container of the untrusted (bind) plan,
-    with busybox and that script bind-mounted where the probe volume goes; returns (report, exit
-    code, whether the agent ran). The one place that makes such a container (the launcher's own
-    launch path would refuse a modified probe)."""
-    base = tmp_path_factory.mktemp("removed")
-    workspace = make_workspace(base)
-    policy = preset("untrusted")
-    policy = replace(policy, workspace=replace(policy.workspace, mode=WorkspaceMode.BIND))
-    plan = compile_policy(policy, launch_facts(engine, policy, workspace),
-                          command=("/.sandbox/probe/busybox", "touch", f"/workspace/{MARKER}"))
+def prober(engine, plan, workspace: Path, base: Path):
+    """A function running a given probe.sh text in a fresh container of `plan`'s own spec, with
+    busybox and that script bind-mounted where the probe volume goes; returns (report, exit code,
+    whether the agent ran). The one place that makes such a container (the launcher's own launch
+    path would refuse a modified probe)."""
     busybox = base / "busybox"
     busybox_of_probe_image(busybox)
     made = iter(range(10_000))
@@ -91,14 +91,46 @@ def run_probe(engine, tmp_path_factory):
             report = parse_probe(engine.logs(ref).splitlines())
         finally:
             engine.remove(ref)
-        ran = (workspace / MARKER).exists()
-        return report, code, ran
+        return report, code, (workspace / MARKER).exists()
 
+    return run
+
+
+@pytest.fixture(scope="module")
+def run_probe(engine, tmp_path_factory):
+    """prober() on the untrusted preset's plan in bind mode (network none)."""
+    base = tmp_path_factory.mktemp("removed")
+    workspace = make_workspace(base)
+    policy = preset("untrusted")
+    policy = replace(policy, workspace=replace(policy.workspace, mode=WorkspaceMode.BIND))
+    plan = compile_policy(policy, launch_facts(engine, policy, workspace), command=TOUCH)
     workspaces.register(str(workspace), plan.placeholders)
     try:
-        yield run
+        yield prober(engine, plan, workspace, base)
     finally:
         workspaces.release(str(workspace), plan.placeholders, others_exist=False)
+
+
+@pytest.fixture(scope="module")
+def run_probe_proxy(engine, tmp_path_factory):
+    """prober() on the ci preset's plan (proxy mode): its networks and proxy made once by the
+    launcher's own proxy start, the upstream world our own containers (selftest's Internet)."""
+    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
+    base = tmp_path_factory.mktemp("removed-proxy")
+    workspace = make_workspace(base)
+    internet = Internet(engine)
+    try:
+        policy = with_allowed(preset("ci"), ({"host": "allowed.test", "private": True},))
+        facts = launch_facts(engine, policy, workspace, proxy_image=images.proxy_image().tag)
+        plan = compile_policy(policy, facts, egress_network=internet.network, command=TOUCH)
+        workspaces.register(str(workspace), plan.placeholders)
+        try:
+            pinned = proxy.start(engine, plan, Recorder(), lambda pinned: pinned)   # creates no sandbox container
+            yield prober(engine, pinned, workspace, base)
+        finally:
+            launch.remove_sandbox(engine, plan.container.name)   # the proxy and the networks (and the placeholders)
+    finally:
+        internet.close()
 
 
 @pytest.mark.engine
@@ -123,3 +155,19 @@ def test_every_check_of_the_list_has_its_own_function_in_probe_sh():
     script = PROBE_SH.read_text()
     for check in checks.ALL:
         without_function(script, check)
+
+
+@pytest.mark.engine
+def test_the_unmodified_probe_passes_in_the_proxy_mode_removal_container(run_probe_proxy):
+    report, code, ran = run_probe_proxy(PROBE_SH.read_text())
+    assert report.ok and [c.id for c in report.checks] == list(checks.for_mode("proxy")), report.failed
+    assert code == 0 and ran
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("check", PROXY_IDS)
+def test_a_removed_proxy_mode_check_function_fails_that_check_and_the_agent_never_runs(run_probe_proxy, check):
+    report, code, ran = run_probe_proxy(without_function(PROBE_SH.read_text(), check))
+    failed = {c.id: c.observed for c in report.failed}
+    assert failed == {check: "the check did not report"}, failed
+    assert report.finished and not report.ok and code == 97 and not ran
