@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,8 @@ def collect(tmp_path: Path, tests: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_tiny.py").write_text("import pytest\n\n" + tests)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not engine",
                            "-W", "ignore::pytest.PytestUnknownMarkWarning", str(tmp_path)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"})
 
 
 def test_marked_and_using_the_engine_or_neither_runs(tmp_path):

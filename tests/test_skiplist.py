@@ -31,7 +31,7 @@ def run(tmp_path: Path, listed: str, ci: bool, tests: str = SKIPS) -> subprocess
         f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nimport skiplist\nskiplist.LIST = skiplist.Path({str(tmp_path / 'allowed.txt')!r})\n"
         "from skiplist import pytest_runtest_logreport, pytest_sessionfinish, pytest_sessionstart, pytest_terminal_summary\n")
     (tmp_path / "test_tiny.py").write_text(tests)
-    env = {k: v for k, v in os.environ.items() if k != "CI"} | ({"CI": "true"} if ci else {})
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")} | ({"CI": "true"} if ci else {})
     return subprocess.run([sys.executable, "-m", "pytest", "-ra", "-p", "no:cacheprovider", "-p", "no:randomly", str(tmp_path)],
                           cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
 
