@@ -74,3 +74,51 @@ def test_no_test_reads_the_shared_directory_beside_the_checkout():
         if path.name != "test_ci_scripts.py":
             found = re.findall(r'/ "shared"|\.\./shared/|/work/shared\b|\bshared/k8s', text)
             assert not found, f"{path.name} names {found}"
+
+
+FAKE_PYTHON3 = '''#!/bin/sh
+# python3 -m venv .venv: a venv whose pip and python log their arguments and exit as the test says
+mkdir -p .venv/bin
+for tool in pip python; do
+  printf '#!/bin/sh\\necho "%s $*" >> log\\ncase "$*" in *pytest*) exit ${PYTEST_RC:-0} ;; *install*) exit ${PIP_RC:-0} ;; esac\\n' \\
+    "$tool" > ".venv/bin/$tool"
+  chmod +x ".venv/bin/$tool"
+done
+'''
+
+
+def fake_ci(tmp_path: Path, **rcs: int) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """.ci/run itself, in a copy whose install, podman, python3, pip and python only log."""
+    (tmp_path / ".ci").mkdir()
+    for name in ("run", "steps.sh"):
+        (tmp_path / ".ci" / name).write_text((CI / name).read_text())
+    for name in ("install", "podman"):
+        (tmp_path / ".ci" / name).write_text(f"#!/bin/sh\necho {name} >> log\n")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python3").write_text(FAKE_PYTHON3)
+    for path in [tmp_path / ".ci" / "run", tmp_path / ".ci" / "install", tmp_path / ".ci" / "podman", tmp_path / "bin" / "python3"]:
+        path.chmod(0o755)
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "TMPDIR": str(tmp_path), **{k.upper(): str(v) for k, v in rcs.items()}}
+    done = subprocess.run([str(tmp_path / ".ci" / "run")], capture_output=True, text=True, env=env, timeout=60)
+    log = (tmp_path / "log").read_text().splitlines() if (tmp_path / "log").exists() else []
+    return done, log
+
+
+def test_ci_runs_every_part_in_order_and_prints_their_times(tmp_path):
+    done, log = fake_ci(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert log == ["install", "pip install -q .[test]", "python -m launcher doctor --fix", "python -m pytest -ra",
+                   "python -m launcher selftest --output /tmp/sandbox-selftest.json", "podman"]
+    parts = re.findall(r"^  (\S+) +\d+ s  ok$", done.stdout, re.M)
+    assert parts == ["install", "venv", "pip", "doctor", "pytest", "selftest", "podman", "total"], done.stdout
+
+
+def test_a_failed_install_stops_ci_before_pytest_with_its_exit_code(tmp_path):
+    done, log = fake_ci(tmp_path, pip_rc=3)
+    assert done.returncode == 3 and not any("pytest" in line for line in log), log
+    assert re.search(r"^  pip +\d+ s  failed \(exit 3\)$", done.stdout, re.M), done.stdout
+
+
+def test_pytest_collecting_nothing_fails_ci(tmp_path):
+    done, log = fake_ci(tmp_path, pytest_rc=5)
+    assert done.returncode == 5 and "podman" not in log and re.search(r"^  total +\d+ s  failed \(exit 5\)$", done.stdout, re.M)
