@@ -5,6 +5,7 @@ command run one command per step, and the time of each part printed at the end, 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -87,11 +88,25 @@ done
 '''
 
 
+def selftested(line: str) -> set[str]:
+    """The presets of a logged `python -m launcher selftest -p A -p B … --output …` line."""
+    words = line.split()
+    assert words[:4] == ["python", "-m", "launcher", "selftest"] and words[-2:] == ["--output", "/tmp/sandbox-selftest.json"]
+    assert words[4:-2:2] == ["-p"] * len(words[5:-2:2]), line
+    return set(words[5:-2:2])
+
+
+def test_the_preset_ci_does_not_selftest_again_is_the_one_pytest_selftested():
+    test = (ROOT / "tests" / "test_selftest.py").read_text()
+    assert '["selftest", "--policy", "read-only", "--output", str(report)]' in test
+
+
 def fake_ci(tmp_path: Path, **rcs: int) -> tuple[subprocess.CompletedProcess, list[str]]:
     """.ci/run itself, in a copy whose install, podman, python3, pip and python only log."""
     (tmp_path / ".ci").mkdir()
     for name in ("run", "steps.sh"):
         (tmp_path / ".ci" / name).write_text((CI / name).read_text())
+    shutil.copytree(ROOT / "policies", tmp_path / "policies")
     for name in ("install", "podman"):
         (tmp_path / ".ci" / name).write_text(f"#!/bin/sh\necho {name} >> log\n")
     (tmp_path / "bin").mkdir()
@@ -107,8 +122,10 @@ def fake_ci(tmp_path: Path, **rcs: int) -> tuple[subprocess.CompletedProcess, li
 def test_ci_runs_every_part_in_order_and_prints_their_times(tmp_path):
     done, log = fake_ci(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert log == ["install", "pip install -q .[test]", "python -m launcher doctor --fix", "python -m pytest -ra",
-                   "python -m launcher selftest --output /tmp/sandbox-selftest.json", "podman"]
+    assert log[:4] + log[5:] == ["install", "pip install -q .[test]", "python -m launcher doctor --fix",
+                                 "python -m pytest -ra", "podman"]
+    # every preset of policies/ but read-only, which tests/test_selftest.py selftests in pytest
+    assert selftested(log[4]) == {p.stem for p in (ROOT / "policies").glob("*.yaml")} - {"read-only"}
     parts = re.findall(r"^  (\S+) +\d+ s  ok$", done.stdout, re.M)
     assert parts == ["install", "venv", "pip", "doctor", "pytest", "selftest", "podman", "total"], done.stdout
 
