@@ -34,6 +34,7 @@ PROBE_SH = images_dir() / "probe" / "probe.sh"
 IDS = checks.for_mode("none")
 PROXY_IDS = tuple(i for i in checks.for_mode("proxy") if i not in IDS)
 TOUCH = ("/.sandbox/probe/busybox", "touch", f"/workspace/{MARKER}")
+WAIT = 60   # seconds for a probe container to exit (each needs about one here)
 
 
 def without_function(script: str, check_id: str) -> str:
@@ -48,6 +49,15 @@ def without_function(script: str, check_id: str) -> str:
     cut = "\n".join(lines[:first] + lines[last + 1:])
     assert f"{name}()" not in cut
     return cut
+
+
+def exit_code(ref: str, timeout: float) -> int | None:
+    """The container's exit code, or None if it still runs after `timeout` seconds (a probe that
+    waits for a word from the launcher before it starts the agent would: nothing here sends one)."""
+    try:
+        return docker_sdk().api.wait(ref, timeout=timeout)["StatusCode"]
+    except Exception:   # the SDK's read timeout (requests' or urllib3's, by version)
+        return None
 
 
 def busybox_of_probe_image(dest: Path) -> None:
@@ -87,7 +97,7 @@ def prober(engine, plan, workspace: Path, base: Path):
         ref = engine.create(spec)
         try:
             engine.start(ref)
-            code = engine.wait(ref)
+            code = exit_code(ref, WAIT)
             report = parse_probe(engine.logs(ref).splitlines())
         finally:
             engine.remove(ref)
