@@ -1,5 +1,5 @@
-"""The kubernetes-sigs/agent-sandbox CRDs the tests validate against: read from
-`shared/k8s/agent-sandbox/` beside the checkout (or $AGENT_SANDBOX_CRDS), never part of the
+"""The kubernetes-sigs/agent-sandbox CRDs the tests validate against: copies in
+tests/data/k8s/agent-sandbox/ (or $AGENT_SANDBOX_CRDS, to try another release), never part of the
 product. Their v1beta1 openAPIV3Schema, made strict the way the API server is: a field no schema
 names is pruned there (lost without a word), so here it fails."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data" / "k8s" / "agent-sandbox"
 FILES = {"SandboxTemplate": "extensions.agents.x-k8s.io_sandboxtemplates.yaml",
          "SandboxWarmPool": "extensions.agents.x-k8s.io_sandboxwarmpools.yaml",
          "SandboxClaim": "extensions.agents.x-k8s.io_sandboxclaims.yaml"}   # docs/targets.md's example
@@ -20,17 +20,12 @@ VERSION = "v1beta1"
 
 
 def crd_dir() -> Path:
-    """The directory of the CRDs: $AGENT_SANDBOX_CRDS, or shared/k8s/agent-sandbox beside any
-    directory above the checkout (a worktree or the main checkout). Under CI a missing one fails."""
-    given = os.environ.get("AGENT_SANDBOX_CRDS")
-    candidates = [Path(given)] if given else [up / "shared" / "k8s" / "agent-sandbox" for up in REPO.parents]
-    for path in candidates:
-        if all((path / name).is_file() for name in FILES.values()):
-            return path
-    where = ", ".join(str(c) for c in candidates[:3])
-    if os.environ.get("CI", "").lower() in ("1", "true"):
-        pytest.fail(f"CI=true and no agent-sandbox CRDs (looked in {where}): copy them there or set AGENT_SANDBOX_CRDS")
-    pytest.skip(f"no agent-sandbox CRDs in {where} (set AGENT_SANDBOX_CRDS)")
+    """The directory of the CRDs: $AGENT_SANDBOX_CRDS, or the copies beside the tests."""
+    path = Path(os.environ.get("AGENT_SANDBOX_CRDS") or DATA)
+    missing = [name for name in FILES.values() if not (path / name).is_file()]
+    if missing:
+        pytest.fail(f"no agent-sandbox CRDs {', '.join(missing)} in {path}")
+    return path
 
 
 def strict(schema):

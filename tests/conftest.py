@@ -20,6 +20,11 @@ from launcher.model import BUILTIN_PROTECTED
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Under CI=true a skip not listed in tests/allowed_skips.txt fails the run (hooks of tests/skiplist.py).
+from skiplist import pytest_runtest_logreport, pytest_sessionfinish, pytest_sessionstart, pytest_terminal_summary  # noqa: E402,F401
+# The engine marker and the engine fixtures agree (tests/markers.py).
+from markers import pytest_collection_modifyitems  # noqa: E402,F401
+
 
 def fake_facts(workspace: str = "/home/dev/repo", *, protected_kind: str = "missing", mounts=(), env=(),
                owner=(1000, 1000), ca_files=(), ca_certs=(), protect=None, **more) -> HostFacts:
@@ -70,6 +75,30 @@ def external_tool(command: str, install_hint: str) -> str:
             pytest.fail(f"CI=true and no {command}: .ci/run installs it")
         pytest.skip(f"no {command}: {install_hint}")
     return found
+
+
+@pytest.fixture
+def trusted_runsc(tmp_path, monkeypatch) -> str:
+    """A runsc path that registration.untrusted finds safe for root's dockerd to run (root's, in
+    root's directories), whatever this host has: a unit test never looks at the host's own runsc.
+    Every other path is judged as usual."""
+    from launcher import registration
+
+    path, real = str(tmp_path / "runsc"), registration.untrusted
+    monkeypatch.setattr(registration, "untrusted", lambda at: "" if at == path else real(at))
+    return path
+
+
+@pytest.fixture
+def podman_default_seccomp(monkeypatch) -> str:
+    """podman's default seccomp profile as tests/data/podman/seccomp.json has it, read by the
+    pipeline instead of this host's /usr/share/containers/seccomp.json; returns its text."""
+    from launcher import pipeline, seccompfiles
+
+    text, real = (ROOT / "tests" / "data" / "podman" / "seccomp.json").read_text(), pipeline.host.podman_seccomp_profile
+    monkeypatch.setattr(pipeline.host, "podman_seccomp_profile",
+                        lambda path: text if path == seccompfiles.PODMAN_DEFAULT else real(path))
+    return text
 
 
 @functools.cache

@@ -16,7 +16,6 @@ import yaml
 
 from conftest import ROOT, script_upstream
 
-pytestmark = pytest.mark.engine
 WORKFLOW = ROOT / "examples" / "ci" / "github-actions.yml"
 
 
@@ -77,6 +76,7 @@ def run_step(name: str, repo: Path, tmp_path: Path, network: str, key: str, task
                           timeout=300)
 
 
+@pytest.mark.engine
 def test_the_workflow_runs_the_stand_in_agent_with_the_key_injected_and_invisible(engine, model_api, tmp_path):
     network, key, log = model_api
     repo = checkout(tmp_path)
@@ -103,6 +103,7 @@ def test_the_workflow_runs_the_stand_in_agent_with_the_key_injected_and_invisibl
         assert key not in text
 
 
+@pytest.mark.engine
 def test_an_agent_failure_keeps_its_own_exit_code_and_is_told_apart_from_the_sandbox(engine, model_api, tmp_path):
     network, key, log = model_api
     repo = checkout(tmp_path)
@@ -114,6 +115,7 @@ def test_an_agent_failure_keeps_its_own_exit_code_and_is_told_apart_from_the_san
     assert not (repo / "NOTES-FROM-THE-MODEL.md").exists()
 
 
+@pytest.mark.engine
 def test_a_sandbox_failure_is_reported_as_one(engine, model_api, tmp_path):
     network, key, _ = model_api
     repo = checkout(tmp_path)

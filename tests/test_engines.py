@@ -57,13 +57,13 @@ def test_a_runtime_podman_lists_counts_only_when_its_binary_is_there():
     assert crun.status is Status.FAIL and "install crun" in crun.fix          # every sandbox would run under it
 
 
-def test_a_registered_gvisor_whose_runsc_is_gone_is_missing():
+def test_a_registered_gvisor_whose_runsc_is_gone_is_missing(trusted_runsc):
     gone = lambda path: path != "/usr/bin/runsc"   # noqa: E731  (runsc removed since it was registered)
     assert runtimes.missing(DOCKER, Runtime.GVISOR, NetworkMode.NONE) == ""
     assert runtimes.missing(DOCKER, Runtime.GVISOR, NetworkMode.NONE, gone) == "sandbox-runsc"
     assert runtimes.missing(DOCKER, Runtime.RUNC, NetworkMode.NONE, gone) == ""
-    assert registration.findings(DOCKER, "/usr/bin/runsc", "docker", INSTALLED)[0].fix == ""
-    row = registration.findings(DOCKER, "/usr/bin/runsc", "docker", gone)[0]
+    assert registration.findings(DOCKER, trusted_runsc, "docker", INSTALLED)[0].fix == ""
+    row = registration.findings(DOCKER, trusted_runsc, "docker", gone)[0]
     assert row.status is Status.WARN and "not registered" in row.detail and "daemon.json" in row.fix
 
 

@@ -4,6 +4,7 @@ with --debug), 130/143 for signals, and a clean-up failure never masking the pri
 from __future__ import annotations
 
 import json
+import os
 
 import click
 import pytest
@@ -103,3 +104,26 @@ def test_version_names_the_commit_of_a_checkout():
     assert result.exit_code == 0 and result.stdout.startswith("sandbox 0.")
     if (Path(__file__).resolve().parent.parent / ".git").is_dir():
         assert re.search(r"\(commit [0-9a-f]{12}(-dirty)?\)$", result.stdout.strip()), result.stdout
+
+
+# The CLI refuses before it reaches an engine (moved from tests/test_engine.py: no engine needed).
+def sandbox(*args, **kwargs):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, timeout=300, **kwargs)
+
+
+def test_engine_unavailable_has_its_exit_code_and_a_hint(workspace, tmp_path):
+    env = dict(os.environ, DOCKER_HOST=f"unix://{tmp_path}/nothing.sock")
+    result = sandbox("run", "-w", str(workspace), "--", "true", env=env)
+    assert result.returncode == ExitCode.ENGINE and "cannot reach the Docker engine" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_policy_has_its_exit_code_and_no_traceback(workspace, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nname: bad\ndescription: x\nnetwork: {mode: host}\n")
+    result = sandbox("run", "-p", str(bad), "-w", str(workspace), "--", "true")
+    assert result.returncode == ExitCode.POLICY_INVALID
+    assert f"{bad}: network.mode: expected one of 'none'" in result.stderr and "Traceback" not in result.stderr

@@ -17,7 +17,7 @@ from fakes import Recorder
 from conftest import preset
 from launcher import hostfacts, images, launch, runtimes, stack
 from launcher.compiler import compile_policy
-from launcher.errors import EngineError, ProbeFailed
+from launcher.errors import ProbeFailed
 from launcher.model import NetworkMode, Runtime, WorkspaceMode
 from launcher.verify import compare_inspect
 
@@ -50,12 +50,6 @@ def gvisor_plan(workspace, mode=WorkspaceMode.BIND, runtime=Runtime.GVISOR, comm
 def probe_only(monkeypatch):
     monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env, podman=False: [])
     monkeypatch.setattr(launch.hostpaths, "bind_source_intact", lambda path: True)
-
-
-def test_the_preset_asks_for_gvisor_and_compiles_to_runsc(workspace):
-    plan = gvisor_plan(workspace)
-    assert plan.container.runtime == NONE_NAME and plan.probe.kernel == "gvisor"
-    assert "kernel=gvisor" in plan.container.command and plan.probe.seccomp == 2 and plan.probe.nnp == 1
 
 
 @pytest.mark.parametrize("mode", [WorkspaceMode.BIND, WorkspaceMode.COPY])
@@ -148,16 +142,6 @@ def test_proxy_mode_works_under_gvisor(gvisor, workspace, tmp_path):
     assert outcome.probe.ok, [c for c in outcome.probe.failed]
     assert {c.id for c in outcome.probe.checks} >= {"egress.proxy", "egress.denied", "egress.direct", "egress.dns"}
     assert (workspace / MARKER).exists()
-
-
-def test_an_engine_without_the_runtime_is_refused_with_the_fix(workspace):
-    from launcher.enginefake import FakeEngine
-
-    no_gvisor = FakeEngine(engine_info={"Runtimes": {"runc": {"path": "runc"}}})
-    with pytest.raises(EngineError, match="doctor --fix") as info:
-        launch.run(no_gvisor, gvisor_plan(workspace), Recorder())
-    assert not no_gvisor.calls                   # refused before anything was made
-    assert info.value.exit_code == 121
 
 
 def test_sandbox_run_with_the_gvisor_preset(gvisor, workspace):

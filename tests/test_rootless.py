@@ -141,7 +141,7 @@ def test_the_auto_user_is_the_workspace_owner_as_the_container_sees_it():
     assert compile_policy(policy, owned_by(5, 5)).container.user == "1000:1000"         # not mapped at all
 
 
-def test_a_launch_on_rootless_podman_is_refused_before_anything_is_created(tmp_path):
+def test_a_launch_on_rootless_podman_is_refused_before_anything_is_created(tmp_path, podman_default_seccomp):
     (tmp_path / "ws").mkdir()
     engine = FakeEngine(engine_version=PODMAN_VERSION, engine_info=ROOTLESS_INFO, libpod_info=ROOTLESS_LIBPOD)
     result = session.run(session.Request(policy="untrusted", workspace=str(tmp_path / "ws"), command=("true",)),

@@ -10,8 +10,10 @@ import signal
 import pytest
 
 from conftest import fake_facts
+from fakes import Recorder
+from test_gvisor import NONE_NAME, gvisor_plan
 
-from launcher import layers, registration, runtimes, stack
+from launcher import launch, layers, registration, runtimes, stack
 from launcher.compiler import compile_policy
 from launcher.doctor import Status
 from launcher.errors import EngineError, PolicyError
@@ -79,10 +81,10 @@ def test_fact_gives_the_engine_name_path_and_version_for_the_attestation():
     assert not runtimes.fact({"Runtimes": {}}, version, Runtime.GVISOR, run_version=lambda p: "x").registered
 
 
-def test_doctor_findings():
+def test_doctor_findings(trusted_runsc):
     assert registration.findings({}, None)[0].status is Status.OK          # not installed: only gvisor needs it
-    assert registration.findings(REGISTERED, "/usr/bin/runsc")[0].fix == ""
-    lacking = registration.findings({"Runtimes": {"runc": {}}}, "/usr/bin/runsc")[0]
+    assert registration.findings(REGISTERED, trusted_runsc)[0].fix == ""
+    lacking = registration.findings({"Runtimes": {"runc": {}}}, trusted_runsc)[0]
     assert lacking.status is Status.WARN and "doctor --fix" in lacking.fix
 
 
@@ -103,25 +105,25 @@ def test_the_merge_refuses_a_file_it_cannot_read_and_changes_nothing(text):
         registration.merged(text, "/usr/bin/runsc")
 
 
-def test_fix_writes_a_backup_then_the_merge_then_reloads(tmp_path, monkeypatch):
+def test_fix_writes_a_backup_then_the_merge_then_reloads(tmp_path, monkeypatch, trusted_runsc):
     config, pidfile = tmp_path / "daemon.json", tmp_path / "docker.pid"
     config.write_text('{"log-level": "warn"}')
     pidfile.write_text("4242\n")
     sent, seen = [], iter([False, False, True])
     monkeypatch.setattr(registration.os, "kill", lambda pid, sig: sent.append((pid, sig)))
-    done = registration.fix("/usr/bin/runsc", path=str(config), pidfile=str(pidfile), registered=lambda: next(seen))
+    done = registration.fix(trusted_runsc, path=str(config), pidfile=str(pidfile), registered=lambda: next(seen))
     assert done.changed and done.reloaded and sent == [(4242, signal.SIGHUP)]
     assert json.loads((tmp_path / done.backup.rsplit("/", 1)[1]).read_text()) == {"log-level": "warn"}
     assert json.loads(config.read_text())["log-level"] == "warn"
-    again = registration.fix("/usr/bin/runsc", path=str(config), pidfile=str(pidfile), registered=lambda: True)
+    again = registration.fix(trusted_runsc, path=str(config), pidfile=str(pidfile), registered=lambda: True)
     assert not again.changed and not again.reloaded and again.backup == "" and len(sent) == 1
 
 
-def test_fix_says_when_dockerd_did_not_pick_it_up(tmp_path, monkeypatch):
+def test_fix_says_when_dockerd_did_not_pick_it_up(tmp_path, monkeypatch, trusted_runsc):
     (tmp_path / "docker.pid").write_text("4242")
     monkeypatch.setattr(registration.os, "kill", lambda pid, sig: None)
     with pytest.raises(EngineError, match="did not pick up"):
-        registration.fix("/usr/bin/runsc", path=str(tmp_path / "daemon.json"), pidfile=str(tmp_path / "docker.pid"),
+        registration.fix(trusted_runsc, path=str(tmp_path / "daemon.json"), pidfile=str(tmp_path / "docker.pid"),
                          registered=lambda: False, wait=0.3)
 
 
@@ -226,3 +228,20 @@ def test_doctor_fix_registers_only_a_runsc_that_only_root_can_replace(tmp_path):
         tmp_path.chmod(0o775)
         assert "writable by its group" in registration.untrusted(str(link))
     assert registration.untrusted(os.path.realpath(shutil.which("true"))) == ""
+
+
+# The gVisor preset without an engine (moved from tests/test_gvisor.py, whose other tests need one).
+def test_the_preset_asks_for_gvisor_and_compiles_to_runsc(workspace):
+    plan = gvisor_plan(workspace)
+    assert plan.container.runtime == NONE_NAME and plan.probe.kernel == "gvisor"
+    assert "kernel=gvisor" in plan.container.command and plan.probe.seccomp == 2 and plan.probe.nnp == 1
+
+
+def test_an_engine_without_the_runtime_is_refused_with_the_fix(workspace):
+    from launcher.enginefake import FakeEngine
+
+    no_gvisor = FakeEngine(engine_info={"Runtimes": {"runc": {"path": "runc"}}})
+    with pytest.raises(EngineError, match="doctor --fix") as info:
+        launch.run(no_gvisor, gvisor_plan(workspace), Recorder())
+    assert not no_gvisor.calls                   # refused before anything was made
+    assert info.value.exit_code == 121
