@@ -20,7 +20,7 @@ from launcher import checks, images, launch, workspaces
 from launcher.compiler import compile_policy
 from launcher.egress import proxy
 from launcher.model import WorkspaceMode
-from launcher.plan import PROBE_DIR, Mount, MountKind
+from launcher.plan import PROBE_DIR, Mount, MountKind, unwatched
 from launcher.policy import with_allowed
 from launcher.resources import images_dir
 from launcher.selftest.testnet import Internet
@@ -93,7 +93,8 @@ def prober(engine, plan, workspace: Path, base: Path):
         mounts = tuple(Mount(kind=MountKind.BIND, source=str(probe), target=PROBE_DIR, read_only=True)
                        if m.target == PROBE_DIR else m for m in plan.container.mounts)
         assert mounts != plan.container.mounts, "the plan has no probe mount"
-        spec = replace(plan.container, name=f"{plan.container.name}-{probe.name}", mounts=mounts)
+        # no launcher reads this report: the probe's own verdict starts the agent (gate=-)
+        spec = replace(unwatched(plan).container, name=f"{plan.container.name}-{probe.name}", mounts=mounts)
         ref = engine.create(spec)
         try:
             engine.start(ref)
