@@ -12,7 +12,7 @@ from functools import lru_cache
 from launcher import resources
 
 LIMIT = 16 << 20      # bytes of the probe directory's tar read at most (busybox is about 2 MB)
-# name in the probe directory -> mode; root owns each, nothing else may be there
+# name in the probe directory -> mode; nothing else may be there
 FILES = {"busybox": 0o555, "probe.sh": 0o444}
 DIR_MODE = 0o555
 
@@ -42,16 +42,18 @@ def problems(tar: bytes | None, busybox: str | None) -> list[str]:
     try:
         with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
             for member in archive:
-                name = member.name.rstrip("/")
-                top, _, inside = name.partition("/")
-                owner = member.uid == 0 and member.gid == 0
+                # Docker names the entries probe/NAME, podman /NAME (and the directory "");
+                # ownership is not compared: the engines report it differently (podman as the
+                # container's user), and the mount is read-only whoever owns the files
+                name = member.name.strip("/").removeprefix("./")
+                inside = name.partition("/")[2] if "/" in name or name == "probe" else name
                 if not inside:
-                    if not (member.isdir() and owner and member.mode & 0o7777 == DIR_MODE):
-                        said.append(f"the probe directory is not root's, mode {DIR_MODE:o}")
+                    if not (member.isdir() and member.mode & 0o7777 == DIR_MODE):
+                        said.append(f"the probe directory is not a directory of mode {DIR_MODE:o}")
                 elif inside not in FILES:
                     said.append(f"the probe directory holds {inside!r}, which the launcher did not put there")
-                elif not (member.isreg() and owner and member.mode & 0o7777 == FILES[inside]):
-                    said.append(f"probe file {inside} is not a regular file of root's, mode {FILES[inside]:o}")
+                elif not (member.isreg() and member.mode & 0o7777 == FILES[inside]):
+                    said.append(f"probe file {inside} is not a regular file of mode {FILES[inside]:o}")
                 else:
                     found[inside] = sha256(archive.extractfile(member).read())
     except (tarfile.TarError, OSError, EOFError) as exc:
