@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import posixpath
+import re
 from dataclasses import dataclass
 
 from launcher import names
@@ -46,6 +47,7 @@ def surface_at(path: str, added: bool) -> tuple[str, Surface] | None:
     return None
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")   # C0, DEL and C1: newlines, tabs, escapes
 _ODD = frozenset(("", ".", ".."))   # names that are no name, or a way up
 DEPTH = 256   # no project needs more; apply walks (and opens) every directory on the way
 
@@ -64,6 +66,8 @@ def refusal(change: dict, protected: tuple[str, ...]) -> str:
         return "not a plain workspace path"
     if len(parts) > DEPTH:
         return f"deeper than {DEPTH} directories"
+    if _CONTROL.search(path):
+        return "a name with control characters (a newline or a terminal escape forges what host tools print)"
     if ".git" in folded or ("~" in path and any(names.same(p, ".git") for p in parts)):
         return "a git directory (the host's git runs code from it)"
     entry = _entries(protected).holding(path, folded)
@@ -76,6 +80,8 @@ def refusal(change: dict, protected: tuple[str, ...]) -> str:
         return f"mode {new['mode']:04o}: setuid, setgid or sticky (apply writes files 0644 or 0755 only)"
     if new.get("type") == "symlink":
         target = new["target"]
+        if _CONTROL.search(target):
+            return "a symlink whose target has control characters"
         lands = posixpath.normpath(posixpath.join(posixpath.dirname(path), target.replace("\\", "/")))
         if not target or target.startswith(("/", "\\")) or lands == ".." or lands.startswith("../"):
             return f"a symlink leaving the workspace (-> {target})"
