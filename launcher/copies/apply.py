@@ -274,7 +274,7 @@ class _Transaction:
         return f".sandbox-{kind}-{os.getpid()}-{self.count}"
 
     def run(self, todo: list[dict]) -> None:
-        made_before, at = len(self.tree.made), ""
+        at = ""
         try:
             staged = []
             for change in sorted((c for c in todo if c["new"] is not None), key=lambda c: c["path"]):
@@ -288,7 +288,7 @@ class _Transaction:
                 at = change["path"]
                 self._place(change, parent, temp)
         except BaseException as exc:
-            left = self._undo(made_before)
+            left = self._undo()
             if not isinstance(exc, OSError):
                 raise
             raise PolicyError([Problem(
@@ -303,7 +303,7 @@ class _Transaction:
         up, _, name = change["path"].rpartition("/")
         temp = self._name("new")
         try:
-            parent = self.tree.dir(up, create=True)
+            parent = self._dir(up)
         except CopyConflict:   # below a file or link this apply removes (plan_apply saw to it): after it went
             return -1, temp
         self._write_temp(parent, temp, change)
@@ -323,6 +323,14 @@ class _Transaction:
                 os.fchmod(out.fileno(), 0o755 if new["exec"] else 0o644)   # not the umask's idea
         self.tree.own(temp, parent)
 
+    def _dir(self, rel: str) -> int:
+        """The directory rel, made (with those on the way) if missing; each one made is a step."""
+        before = len(self.tree.made)
+        try:
+            return self.tree.dir(rel, create=True)
+        finally:
+            self.steps += [("made", parent, name) for parent, name in self.tree.made[before:]]
+
     def _aside(self, parent: int, name: str) -> None:
         backup = self._name("old")
         os.rename(name, backup, src_dir_fd=parent, dst_dir_fd=parent)
@@ -341,7 +349,7 @@ class _Transaction:
     def _place(self, change: dict, parent: int, temp: str) -> None:
         up, _, name = change["path"].rpartition("/")
         if parent == -1:   # its directory is where a file was: made now, and its temporary written there
-            parent = self.tree.dir(up, create=True)
+            parent = self._dir(up)
             self._write_temp(parent, temp, change)
         with contextlib.suppress(FileNotFoundError):
             os.lstat(name, dir_fd=parent)
@@ -349,7 +357,7 @@ class _Transaction:
         os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
         self.steps.append(("placed", parent, name))
 
-    def _undo(self, made_before: int) -> list[str]:
+    def _undo(self) -> list[str]:
         """Every step undone, newest first; the names that could not be put back (none: as before)."""
         left = []
         for step in reversed(self.steps):
@@ -360,13 +368,10 @@ class _Transaction:
                         os.unlink(name, dir_fd=parent)
                 elif kind == "placed":
                     os.unlink(name, dir_fd=parent)
+                elif kind == "made":
+                    os.rmdir(name, dir_fd=parent)
                 else:
                     os.rename(step[3], name, src_dir_fd=parent, dst_dir_fd=parent)
-            except OSError:
-                left.append(_shown(name))
-        for parent, name in reversed(self.tree.made[made_before:]):
-            try:
-                os.rmdir(name, dir_fd=parent)
             except OSError:
                 left.append(_shown(name))
         return left
