@@ -19,7 +19,7 @@ import click  # noqa: E402
 from launcher import __version__  # noqa: E402
 from launcher.cli import (agents, attest, copies, launch, manage, output, policy, port, presets,  # noqa: E402
                           selftest, team, trust)
-from launcher.errors import ExitCode, SandboxError, Terminated, secondary_failures  # noqa: E402
+from launcher.errors import ExitCode, SandboxError, Terminated, kept_copy, secondary_failures  # noqa: E402
 
 _DEBUG = "sandbox.debug"
 
@@ -42,6 +42,8 @@ def _on_sigterm(signum, frame):
 def _report(exc: BaseException) -> None:
     for message in secondary_failures(exc):
         output.error(f"also: {message}")
+    if kept_copy(exc) and isinstance(exc, SandboxError):   # an interrupted run says it in its own line
+        output.error(f"the copy {kept_copy(exc)} was kept with the agent's work: `sandbox diff {kept_copy(exc)}`")
 
 
 class _Group(click.Group):
