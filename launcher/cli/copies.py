@@ -142,7 +142,10 @@ def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...
         for line in review.refusal_lines(refused):
             click.echo(f"sandbox: {line}", err=True)
         # work a per-path yes would let through stays in the copy: said last, and in --json
-        remaining = [c["path"] for c in refused if c.get("needs")]
+        # (as diff judges them: a yes that could not be honoured, a link over a directory, is no work left)
+        could = {c["path"] for c in apply.judged(copy.workspace, list(exported.changes), copy.protected,
+                                                 review.Allowed(), preview=True) if c["needs"]}
+        remaining = [c["path"] for c in refused if c["path"] in could]
         left = (f"; {len(remaining)} not written without a per-path yes: work remains in the copy "
                 f"(`sandbox diff {name}` marks them NEEDS)") if remaining else ""
         done = {"copy": name, "workspace": copy.workspace, "checkpoint": number,
