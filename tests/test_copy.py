@@ -95,7 +95,8 @@ def test_the_agent_changes_only_its_copy_and_diff_shows_what_apply_would_carry_b
         assert "\x1b" not in shown.stdout and "esc\\u001b[31mred" in shown.stdout   # the name cannot colour a terminal
         refused = {line.split()[1]: line for line in sandbox("diff", "copy-t1", "--stat").stdout.splitlines()
                    if "REFUSED" in line}
-        assert set(refused) == {".git/hooks/pre-commit", ".envrc", "out-link", "pipe"}, refused   # a FIFO: no hang
+        assert set(refused) == {".git/hooks/pre-commit", ".envrc", "out-link", "pipe",   # a FIFO: no hang
+                                "esc\\u001b[31mred"}, refused                         # a name with an escape
         data = json.loads(sandbox("diff", "copy-t1", "--json").stdout)
         status = {c["path"]: c["status"] for c in data["changes"]}
         assert status["README.md"] == "modified" and status["tests/test_app.py"] == "deleted"
@@ -107,7 +108,7 @@ def test_the_agent_changes_only_its_copy_and_diff_shows_what_apply_would_carry_b
         deep = repo / "src" / "deep" / "file.py"
         assert deep.read_text() == "deep\n" and os.stat(deep).st_mode & 0o777 == 0o755
         assert (os.stat(deep).st_uid, os.stat(deep).st_gid) == (1000, 1000)   # the workspace owner's
-        for never in (".envrc", "out-link", ".git/hooks/pre-commit"):
+        for never in (".envrc", "out-link", ".git/hooks/pre-commit", "esc\x1b[31mred"):
             assert not os.path.lexists(repo / never), never
         again = sandbox("apply", "copy-t1")
         assert again.returncode == 0 and "applied 0 changes" in again.stderr, again.stderr
