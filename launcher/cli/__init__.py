@@ -92,7 +92,7 @@ def main() -> None:
       122 probe failed (the sandbox did not take effect; the agent never ran)
       123 the agent left changes to files host tools run (CI=true or --strict)
       124 agent timeout             125 internal error
-      130 / 143 interrupted by SIGINT / SIGTERM (everything created was removed)
+      130 / 143 interrupted by SIGINT / SIGTERM (everything created was removed; a copy-mode run keeps its copy and says so)
 
     Colour only on a terminal; NO_COLOR=1 or TERM=dumb turns it off. --json is never coloured.
     """
