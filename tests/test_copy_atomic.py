@@ -189,3 +189,21 @@ def test_gc_keeps_a_copy_it_cannot_read_and_goes_on_with_the_others(monkeypatch)
     dropped.clear()
     forced = sandboxes.gc_copies(Engine(), force=True)
     assert dropped == ["a-broken", "b-clean", "c-broken", "d-work"] and all(v.removed for v in forced)
+
+
+def test_the_selftest_judges_the_copy_passes_way_back_plants():
+    from launcher.selftest import runner
+
+    planted = [{"path": "README.md", "status": "type-changed", "dir": "new", "old": file_state(b"r\n"), "new": None},
+               {"path": "README.md/in/deep/f", "status": "added", "old": None, "new": file_state(b"x\n")},
+               {"path": "tracked.txt", "status": "type-changed", "old": file_state(b"t\n"),
+                "new": {"type": "other", "kind": "fifo"}}] + [
+        {"path": f"wayback/{n}", "status": "added", "old": None, "new": file_state(b"x")}
+        for n in ("nl\nx", "esc\x1b[31mx", "del\x7fx", "c1\x9bx")]
+    verdicts = {r.id: r for r in runner.judge_way_back(review.annotated(planted, PROTECTED))}
+    assert all(r.verdict == "pass" for r in verdicts.values()), verdicts
+    lenient = review.annotated(planted, PROTECTED)
+    lenient[-1]["refused"] = ""                               # a control name apply would write: FAIL
+    lenient[2] = {**lenient[2], "new": {"type": "other"}}     # a FIFO not named as one: FAIL
+    verdicts = {r.id: r for r in runner.judge_way_back(lenient)}
+    assert {r.verdict for r in verdicts.values()} == {"FAIL"} and "c1\\u009bx" in verdicts["outside.copy_control_names"].observed
