@@ -166,6 +166,8 @@ def test_discard_says_what_it_loses_and_needs_a_yes_for_unapplied_work(engine, t
 
         assert run_copy(ws, name, "bash", "-c", "echo two > c.txt").returncode == 0
         docker_sdk().volumes.get(f"{name}-tree").remove()                  # a broken copy: its overlay is gone
+        listed = sandbox("ls")
+        assert listed.returncode == 0 and name in listed.stdout, listed.stderr   # ls works whatever state
         broken = sandbox("discard", name)
         assert broken.returncode == 120 and "could not be counted" in broken.stderr, broken.stderr
         dropped = sandbox("discard", name, "--yes")
