@@ -207,3 +207,23 @@ def test_the_selftest_judges_the_copy_passes_way_back_plants():
     lenient[2] = {**lenient[2], "new": {"type": "other"}}     # a FIFO not named as one: FAIL
     verdicts = {r.id: r for r in runner.judge_way_back(lenient)}
     assert {r.verdict for r in verdicts.values()} == {"FAIL"} and "c1\\u009bx" in verdicts["outside.copy_control_names"].observed
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_files_of_the_host_named_like_applys_own_are_never_touched(tmp_path, monkeypatch, fail):
+    host(tmp_path)
+    for where in ("", "src/deep/er/"):   # the names apply would pick first, in the root and at depth
+        for n in range(1, 8):
+            for kind in ("new", "old"):
+                (tmp_path / f"{where}.sandbox-{kind}-{os.getpid()}-{n}").write_bytes(b"the user's\n")
+    before = tree(tmp_path)
+    changes, files = work()
+    if fail:
+        monkeypatch.setattr(export.Blob, "write_to", lambda self, out: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")))
+        with pytest.raises(PolicyError):
+            apply.apply_to_tree(str(tmp_path), exported(changes, files))
+        assert tree(tmp_path) == before
+        return
+    apply.apply_to_tree(str(tmp_path), exported(changes, files))
+    after = tree(tmp_path)
+    assert {k: v for k, v in before.items() if ".sandbox-" in k} == {k: v for k, v in after.items() if ".sandbox-" in k}

@@ -269,9 +269,15 @@ class _Transaction:
         self.workspace, self.tree, self.exported, self.steps, self.count = workspace, tree, exported, [], 0
         self.removed_dirs: list[tuple[int, str]] = []   # directories the agent removed: rmdir at the end
 
-    def _name(self, kind: str) -> str:
-        self.count += 1   # short: a name of 255 bytes has no room for a prefix
-        return f".sandbox-{kind}-{os.getpid()}-{self.count}"
+    def _name(self, kind: str, parent: int) -> str:
+        """A name of ours, free in the directory parent (a rename would replace one that is not)."""
+        while True:
+            self.count += 1   # short: a name of 255 bytes has no room for a prefix
+            name = f".sandbox-{kind}-{os.getpid()}-{self.count}"
+            try:
+                os.lstat(name, dir_fd=parent)
+            except FileNotFoundError:
+                return name
 
     def run(self, todo: list[dict]) -> None:
         at = ""
@@ -301,27 +307,28 @@ class _Transaction:
 
     def _stage(self, change: dict) -> tuple[int, str]:
         up, _, name = change["path"].rpartition("/")
-        temp = self._name("new")
         try:
             parent = self._dir(up)
         except CopyConflict:   # below a file or link this apply removes (plan_apply saw to it): after it went
-            return -1, temp
-        self._write_temp(parent, temp, change)
-        return parent, temp
+            return -1, ""
+        return parent, self._write_temp(parent, change)
 
-    def _write_temp(self, parent: int, temp: str, change: dict) -> None:
-        new = change["new"]
-        self.steps.append(("temp", parent, temp))
+    def _write_temp(self, parent: int, change: dict) -> str:
+        """The new file or link as a temporary in the directory parent; its name."""
+        new, temp = change["new"], self._name("new", parent)
         if new["type"] == "symlink":
             os.symlink(new["target"], temp, dir_fd=parent)
+            self.steps.append(("temp", parent, temp))   # only once it is ours: undo never removes another's
         else:
             blob = self.exported.data[change["path"]]   # its hash was checked before anything was written
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                          0o755 if new["exec"] else 0o644, dir_fd=parent)
+            self.steps.append(("temp", parent, temp))
             with os.fdopen(fd, "wb") as out:
                 blob.write_to(out)                  # streamed from the spool; holes stay holes
                 os.fchmod(out.fileno(), 0o755 if new["exec"] else 0o644)   # not the umask's idea
         self.tree.own(temp, parent)
+        return temp
 
     def _dir(self, rel: str) -> int:
         """The directory rel, made (with those on the way) if missing; each one made is a step."""
@@ -332,7 +339,7 @@ class _Transaction:
             self.steps += [("made", parent, name) for parent, name in self.tree.made[before:]]
 
     def _aside(self, parent: int, name: str) -> None:
-        backup = self._name("old")
+        backup = self._name("old", parent)
         os.rename(name, backup, src_dir_fd=parent, dst_dir_fd=parent)
         self.steps.append(("aside", parent, name, backup))
 
@@ -350,7 +357,7 @@ class _Transaction:
         up, _, name = change["path"].rpartition("/")
         if parent == -1:   # its directory is where a file was: made now, and its temporary written there
             parent = self._dir(up)
-            self._write_temp(parent, temp, change)
+            temp = self._write_temp(parent, change)
         with contextlib.suppress(FileNotFoundError):
             os.lstat(name, dir_fd=parent)
             self._aside(parent, name)   # a file, or a directory plan_apply found empty but for what goes
