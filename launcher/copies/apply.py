@@ -114,17 +114,6 @@ class _Tree:
             found |= {os.path.normpath(os.path.join(rel, inner, n)) for n in dirs if os.path.islink(os.path.join(top, n))}
         return found
 
-    def remove_empty(self, rel: str) -> None:
-        """rmdir the directory rel and the (empty) directories below it."""
-        root = f"/proc/self/fd/{self.dir(rel)}"
-        for top, dirs, _ in os.walk(root, topdown=False, followlinks=False):
-            for name in dirs:
-                os.rmdir(os.path.join(top, name))
-        up, _, name = rel.rpartition("/")
-        fd = self.fds.pop(rel)
-        os.close(fd)
-        os.rmdir(name, dir_fd=self.dir(up))
-
     def close(self) -> None:
         for fd in self.fds.values():
             if fd is not None:
