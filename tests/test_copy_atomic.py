@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
 
 import pytest
 
@@ -227,3 +228,19 @@ def test_files_of_the_host_named_like_applys_own_are_never_touched(tmp_path, mon
     apply.apply_to_tree(str(tmp_path), exported(changes, files))
     after = tree(tmp_path)
     assert {k: v for k, v in before.items() if ".sandbox-" in k} == {k: v for k, v in after.items() if ".sandbox-" in k}
+
+
+def test_type_changes_commit_to_a_branch_both_ways(tmp_path):
+    from launcher.copies.branch import commit_to_branch
+
+    host(tmp_path)
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "safe.directory=*"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-qm", "start"], check=True)
+    head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    changes, files = work()
+    data = export.spooled(tuple({**c, "refused": ""} for c in changes), {"head": head}, files)
+    commit = commit_to_branch(str(tmp_path), data, "agent/types", "m")
+    listed = subprocess.run(git + ["ls-tree", "-r", "--name-only", commit], capture_output=True, text=True).stdout.split()
+    assert sorted(listed) == ["a.txt", "new/one/two/n.txt", "plain/inside", "src/deep/er/c.py", "sub", "z-last.txt"]
