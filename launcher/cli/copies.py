@@ -60,7 +60,8 @@ def diff(name: str, as_stat: bool, as_json: bool, max_file_size: int | None, max
 
     What is shown is frozen first: a checkpoint of the copy (a running sandbox is paused while it
     is taken; an unchanged copy reuses its checkpoint), and `sandbox apply NAME` writes exactly that
-    checkpoint, whatever changes in the copy afterwards. New, deleted and changed files with their
+    checkpoint, as long as the copy is still that tree (after a rewind or any change it asks for a
+    new diff). New, deleted and changed files with their
     modes and sizes, symlinks with their targets; binary files summarised. Changes `sandbox apply`
     never carries back (git directories and protected paths on any case or Unicode spelling, setuid
     files, case collisions, symlinks that resolve outside or into those) are marked REFUSED;
@@ -115,13 +116,16 @@ def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...
            number: int | None, as_json: bool, max_file_size: int | None, max_copy_size: int | None) -> None:
     """Write the agent's changes in the copy NAME to the host tree (or a new branch).
 
-    What is written is the checkpoint `sandbox diff NAME` showed last (or --checkpoint N); with no
-    diff yet, the copy as it is now, frozen into a new checkpoint first. Nothing the agent changes
-    after that is written. All or nothing: where the host tree changed since the copy was taken,
-    nothing is written and the conflicts are listed (exit 119). Refused changes (see `sandbox diff`)
+    What is written is the checkpoint `sandbox diff NAME` showed last, and only while the copy is
+    still that tree: after a rewind or any change since, nothing is written and a new diff is asked
+    for (exit 120); --checkpoint N writes checkpoint N on purpose; with no diff yet, the copy as it
+    is now, frozen into a new checkpoint first. All or nothing: where the host tree changed since
+    the copy was taken, nothing is written and the conflicts are listed (exit 119); a write that
+    fails half-way (a full disk) is undone, the tree left as it was (exit 120). Refused changes (see `sandbox diff`)
     never leave the copy; surfaces and symlinks only with a per-path --allow-surface /
     --allow-symlink, and a yes that cannot be honoured writes nothing (exit 120), nor do files over
-    the size limits (exit 120). The copy stays until `sandbox discard NAME`; applying again is a no-op.
+    the size limits (exit 120). The last line (and "remaining" in --json) says how many changes wait
+    for a per-path yes. The copy stays until `sandbox discard NAME`; applying again is a no-op.
 
     \b
     Example:
@@ -278,7 +282,7 @@ def checkpoints(name: str, as_json: bool) -> None:
     click.echo(f"{'ID':>4}  {'TAKEN':19}  {'ENTRIES':>7}  WHAT")
     for c in found:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(c["time"]))
-        mark = "   (shown by the last `sandbox diff`: what `sandbox apply` writes)" if c.get("reviewed") else ""
+        mark = "   (shown by the last `sandbox diff`: what `sandbox apply` writes while the copy is unchanged)" if c.get("reviewed") else ""
         click.echo(f"{c['id']:>4}  {when}  {c['entries']:>7}  {c['message']}{mark}")
 
 
