@@ -21,7 +21,7 @@ from launcher.errors import EngineError, ProbeFailed, also_failed
 from launcher.plan import PROBE_END, LaunchPlan, MountKind
 from launcher.timings import timed
 from launcher.values import visible
-from launcher.errors import Terminated, copy_kept  # noqa: I001 - a line of its own (copy mode)
+from launcher.errors import Terminated, copy_kept
 from launcher.verify import ProbeReport, compare_inspect, parse_probe
 
 PROBE_TIMEOUT = 60     # seconds for the probe to report; it normally needs well under one
