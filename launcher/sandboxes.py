@@ -172,12 +172,13 @@ def gc_copies(engine: Engine, force: bool) -> list[CopyVerdict]:
         try:
             left, error = unapplied(engine, copy), ""
         except (SandboxError, OSError) as exc:   # one broken copy never stops the others
-            left, error = None, str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            left, error = None, (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         try:
             if force or left == 0:
                 store.drop(engine, copy.name)
         except SandboxError as exc:
-            verdicts.append(CopyVerdict(name=copy.name, pending=left, removed=False, error=str(exc).splitlines()[0]))
+            verdicts.append(CopyVerdict(name=copy.name, pending=left, removed=False,
+                                        error=(str(exc).strip().splitlines() or [type(exc).__name__])[0]))
             continue
         verdicts.append(CopyVerdict(name=copy.name, pending=left, removed=force or left == 0, error=error))
     return verdicts

@@ -218,11 +218,12 @@ def discard(name: str, yes: bool, dry_run: bool) -> None:
     eng = _engine()
     copy = store.find(eng, name)
     try:
-        left, lost = sandboxes.unapplied(eng, copy), ""
+        left = sandboxes.unapplied(eng, copy)
         lost = f"{left} changes not applied to {copy.workspace}" if left else ""
     except (SandboxError, OSError) as exc:   # a broken copy can still be dropped
-        left, lost = None, f"changes that could not be counted ({visible(str(exc).splitlines()[0], keep_lines=False)})"
-    what = f"{name}" + (f" and the {lost}" if lost else " (its work is on the host tree already, or it has none)")
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        lost = f"changes that could not be counted ({visible(why, keep_lines=False)})"
+    what = name + (f" and the {lost}" if lost else " (nothing in it that apply could still write to the host tree)")
     if dry_run:
         click.echo(f"sandbox: would discard {what}; nothing was dropped", err=True)
         return
