@@ -32,19 +32,20 @@ def named(ws) -> list[str]:
 
 
 HOST = {"d1/a": "a\n", "d1/sub/b": "b\n", "x/y/d3/c": "c\n", "f1": "f1\n", "x/f2": "f2\n", "ff": "fifo soon\n",
-        "sk/s": "s\n", "dd/k": "k\n", "g": "g\n", "name é/z": "z\n", "keep.txt": "keep\n"}
+        "sk/s": "s\n", "dd/k": "k\n", "g": "g\n", "name é/z": "z\n", "keep.txt": "keep\n", "x/y/fd/q": "q\n"}
 # Every direction: directory -> file (depth 1 and 3, a unicode name), file -> directory (with files
-# at depth), symlink -> directory, directory -> symlink, file -> FIFO, directory -> socket, file -> symlink.
+# at depth), symlink -> directory, directory -> symlink, file -> FIFO, directory -> socket, file -> symlink,
+# symlink -> file, directory -> FIFO at depth.
 AGENT = ("rm -rf d1 && echo d1 > d1 && rm -rf x/y/d3 && echo d3 > x/y/d3 && rm -rf 'name é' && echo e > 'name é' && "
          "rm f1 && mkdir -p f1/in && echo in > f1/in/n && rm x/f2 && mkdir -p x/f2/p/q && echo q > x/f2/p/q/r && "
          "rm lnk && mkdir lnk && echo l > lnk/l && rm -rf dd && ln -s keep.txt dd && rm ff && mkfifo ff && "
          "rm -rf sk && python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"sk\")' && "
-         "rm g && ln -s keep.txt g")
+         "rm g && ln -s keep.txt g && rm lnk2 && echo was-a-link > lnk2 && rm -rf x/y/fd && mkfifo x/y/fd")
 
 
 def test_every_type_change_is_diffed_and_applied_or_refused(engine, tmp_path):
     ws, name = owned_workspace(tmp_path), f"types-{os.getpid()}"
-    tree(ws, HOST, {"lnk": "keep.txt"})
+    tree(ws, HOST, {"lnk": "keep.txt", "lnk2": "keep.txt"})
     try:
         ran = run_copy(ws, name, "bash", "-c", AGENT)
         assert ran.returncode == 0, ran.stderr                      # was 121: the copy tool crashed
@@ -61,6 +62,8 @@ def test_every_type_change_is_diffed_and_applied_or_refused(engine, tmp_path):
         assert found["sk"]["new"]["kind"] == "socket" and found["sk"]["dir"] == "old" and found["sk"]["refused"]
         assert "REFUSED" in found["dd"]["refused"] or found["dd"]["refused"]       # never a link over a directory
         assert found["g"]["needs"] == ["--allow-symlink"]
+        assert found["lnk2"]["status"] == "type-changed" and found["lnk2"]["old"]["type"] == "symlink"
+        assert found["x/y/fd"]["new"]["kind"] == "fifo" and found["x/y/fd"]["dir"] == "old" and found["x/y/fd"]["refused"]
         stat = sandbox("diff", name, "--stat")
         assert "directory -> 100644" in stat.stdout and "file -> directory" in stat.stdout and "fifo" in stat.stdout
         assert "Traceback" not in stat.stderr + shown.stderr
@@ -74,6 +77,8 @@ def test_every_type_change_is_diffed_and_applied_or_refused(engine, tmp_path):
         assert (ws / "ff").read_text() == "fifo soon\n"                              # a FIFO is never written
         assert (ws / "dd").is_dir() and not (ws / "dd").is_symlink() and (ws / "g").read_text() == "g\n"
         assert (ws / "sk").is_dir() and not os.path.lexists(ws / "sk" / "s")       # its deletions, not the socket
+        assert (ws / "x" / "y" / "fd").is_dir() and not (ws / "x" / "y" / "fd" / "q").exists()
+        assert not (ws / "lnk2").is_symlink() and (ws / "lnk2").read_text() == "was-a-link\n"
         assert json.loads(applied.stdout)["remaining"] == ["g"] and "work remains" in applied.stderr.splitlines()[-1]
         assert not [n for n in named(ws) if ".sandbox-" in n]
     finally:
