@@ -199,3 +199,22 @@ def test_an_interrupted_run_says_the_copy_was_kept_and_ls_counts_it(engine, tmp_
     finally:
         proc.kill()
         sandbox("discard", "--yes", name)
+
+
+def test_a_checkpoint_that_fails_leaves_ls_saying_not_known_never_a_stale_count(engine, tmp_path):
+    ws, name = owned_workspace(tmp_path), f"stale-{os.getpid()}"
+    tree(ws, {"a.txt": "a\n"})
+    try:
+        assert run_copy(ws, name, "bash", "-c", "echo one > a.txt").returncode == 0
+        assert "1 file" in [line for line in sandbox("ls").stdout.splitlines() if line.startswith(name + " ")][0]
+        docker_sdk().containers.run("sandbox/agent:bookworm", ["sh", "-c", "echo broken > /v/checkpoints/0/meta.json"],
+                                    user="0", remove=True, network_mode="none",
+                                    volumes={f"{name}-upper": {"bind": "/v", "mode": "rw"}})
+        failed = sandbox("diff", name)                                  # its checkpoint reads them: it fails
+        assert failed.returncode == 121, failed.stderr
+        listed = sandbox("ls")
+        row = [line for line in listed.stdout.splitlines() if line.startswith(name + " ")]
+        assert listed.returncode == 0 and row and " ? " in row[0], listed.stdout
+        assert sandbox("discard", name, "--yes").returncode == 0 and name not in sandbox("ls").stdout
+    finally:
+        sandbox("discard", "--yes", name)
