@@ -104,7 +104,9 @@ def test_names_with_control_bytes_never_reach_the_host_and_are_shown_escaped(eng
         assert applied.returncode == 0, applied.stderr
         assert sorted(named(ws)) == ["keep.txt", "plain.txt"]                       # nothing else arrived
         assert len(json.loads(applied.stdout)["refused"]) == 8
-        assert not any(c in applied.stderr for c in "\x1b\t\x7f\x9b\r")
+        assert not any(c in applied.stderr + applied.stdout for c in "\x1b\t\x7f\x9b\r")
+        listed = sandbox("diff", name, "--json").stdout
+        assert "\x7f" not in listed and "del\u007f" in {c["path"] for c in json.loads(listed)["changes"]}
     finally:
         sandbox("discard", "--yes", name)
 

@@ -42,6 +42,11 @@ def _limits(max_file: int | None, max_copy: int | None):
                   copy_bytes=default.copy_bytes if max_copy is None else max_copy)
 
 
+def _json(data, indent: int = 2) -> str:
+    """JSON with every control character escaped: json.dumps leaves DEL as it is."""
+    return json.dumps(data, indent=indent).replace("\x7f", "\\u007f")
+
+
 def _engine():
     from launcher import engine, images
 
@@ -86,7 +91,7 @@ def diff(name: str, as_stat: bool, as_json: bool, max_file_size: int | None, max
     for problem in limits.problems(name, too_large, cap):
         click.echo(f"sandbox: apply will refuse: {problem.path}: {problem.found}, over {problem.expected}", err=True)
     if as_json:
-        click.echo(json.dumps({"copy": name, "workspace": copy.workspace, "checkpoint": frozen, "changes": found},
+        click.echo(_json({"copy": name, "workspace": copy.workspace, "checkpoint": frozen, "changes": found},
                               indent=2))
         return
     if not found:
@@ -159,7 +164,7 @@ def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...
             click.echo(f"sandbox: committed {len(exported.applicable)} changes of checkpoint {number} as {commit[:12]} "
                        f"on branch {branch}{left}", err=True)
             if as_json:
-                click.echo(json.dumps(done | {"branch": branch, "commit": commit,
+                click.echo(_json(done | {"branch": branch, "commit": commit,
                                               "committed": len(exported.applicable)}, indent=2))
             return
         written, already = apply.apply_to_tree(copy.workspace, exported)
@@ -167,7 +172,7 @@ def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...
                + (f" ({already} were there already)" if already else "")
                + (f"; {len(refused) - len(remaining)} refused" if len(refused) > len(remaining) else "") + left, err=True)
     if as_json:
-        click.echo(json.dumps(done | {"written": written, "already": already}, indent=2))
+        click.echo(_json(done | {"written": written, "already": already}, indent=2))
 
 
 def _to_apply(eng, name: str, number: int | None, cap) -> int:
