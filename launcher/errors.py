@@ -107,5 +107,15 @@ def also_failed(primary: BaseException, message: str) -> None:
     primary.__dict__.setdefault("sandbox_also", []).append(message)
 
 
+def copy_kept(primary: BaseException, name: str) -> None:
+    """Record that the copy `name` (copy mode) outlives the failed or interrupted run: its message
+    says so instead of only "removed"."""
+    primary.__dict__["sandbox_copy_kept"] = name
+
+
+def kept_copy(exc: BaseException | None) -> str:
+    return getattr(exc, "__dict__", {}).get("sandbox_copy_kept", "")
+
+
 def secondary_failures(exc: BaseException | None) -> list[str]:
     return list(getattr(exc, "__dict__", {}).get("sandbox_also", ()))

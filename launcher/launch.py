@@ -17,7 +17,7 @@ from launcher.copies.fill import Filling
 from launcher.engineproto import Engine
 from launcher.egress import proxy
 from launcher.egress.audit import EgressEvent
-from launcher.errors import EngineError, ProbeFailed, also_failed
+from launcher.errors import EngineError, ProbeFailed, Terminated, also_failed, copy_kept
 from launcher.plan import PROBE_END, LaunchPlan, MountKind
 from launcher.timings import timed
 from launcher.verify import ProbeReport, compare_inspect, parse_probe
@@ -275,6 +275,10 @@ def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
         _cleaning_up(primary, lambda: remove_sandbox(engine, plan.container.name), f"removing {plan.container.name}")
         if made and not started:   # the agent never ran: nothing of its work is lost
             _discard_new(engine, plan, filling, primary)
+        elif plan.copy:   # what the agent did so far stays in the copy, counted (`sandbox ls`) when it can be
+            _cleaning_up(primary, lambda: store.checkpoint(engine, plan.copy.name, "run interrupted" if isinstance(
+                primary, (KeyboardInterrupt, Terminated)) else "run failed"), f"checkpointing {plan.copy.name}")
+            copy_kept(primary, plan.copy.name)
         if not started:
             _drop_new_home(engine, plan, made_home, primary)
         raise
@@ -290,9 +294,13 @@ def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
     if plan.copy:
         # nothing to review: no clutter
         with timed(listener, "copy end"):
-            counted, dropped = store.settle(engine, plan.copy.name,
-                                            "run timed out" if timed_out else f"run ended (exit {code})", made,
-                                            looked[0] if looked else None)
+            try:
+                counted, dropped = store.settle(engine, plan.copy.name,
+                                                "run timed out" if timed_out else f"run ended (exit {code})", made,
+                                                looked[0] if looked else None)
+            except BaseException as exc:   # the copy holds the agent's work all the same
+                copy_kept(exc, plan.copy.name)
+                raise
     return Outcome(container=plan.container.name, probe=report, exit_code=code, timed_out=timed_out, egress=egress,
                    copy=plan.copy.name if plan.copy else None, copy_changes=counted, copy_dropped=dropped)
 

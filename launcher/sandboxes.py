@@ -8,7 +8,7 @@ from launcher import labels as label
 from launcher import host, proven
 from launcher.egress.audit import EgressEvent, parse_log
 from launcher.engineproto import ContainerSummary, Engine
-from launcher.errors import EngineError, NotFound, Problem
+from launcher.errors import EngineError, NotFound, Problem, SandboxError
 from launcher.launch import Listener, remove_sandbox
 
 SANDBOX_KINDS = ("run", "up", "external")
@@ -136,14 +136,24 @@ def gc(engine: Engine, everything: bool) -> list[str]:
 @dataclass(frozen=True, kw_only=True)
 class CopyVerdict:
     name: str
-    pending: int        # changes not on the host tree yet
+    pending: int | None     # changes not on the host tree yet (None: could not be counted)
     removed: bool
+    error: str = ""         # why it could not be counted (the copy is kept)
+
+
+def unapplied(engine: Engine, copy) -> int:
+    """How many of the copy's changes are not on the host tree yet (see apply.pending): from the
+    change list only, no file of the agent's is read. Raises when the copy cannot be read."""
+    from launcher.copies import apply, export, store
+
+    return apply.pending(copy.workspace, export.listing(store.changes(engine, copy.name), copy.protected))
 
 
 def gc_copies(engine: Engine, force: bool) -> list[CopyVerdict]:
     """Copies no sandbox uses: removed when all their work is on the host tree already (or with
-    `force`); otherwise kept, with how much would be lost."""
-    from launcher.copies import apply, export, store
+    `force`); otherwise kept, with how much would be lost. A copy that cannot be read is kept
+    (dropped with `force`) and said, and never stops the others."""
+    from launcher.copies import store
 
     for view in engine.list_volumes(label.selector(label.KIND, "copy-view")):   # a killed diff's or apply's
         if not host.pid_alive(int(view.labels.get(label.OWNER_PID, "0") or 0)):
@@ -160,11 +170,18 @@ def gc_copies(engine: Engine, force: bool) -> list[CopyVerdict]:
                 store.drop(engine, copy.name)
                 verdicts.append(CopyVerdict(name=copy.name, pending=0, removed=True))
             continue
-        # the change list only: counting what would be lost reads no file of the agent's
-        left = apply.pending(copy.workspace, export.listing(store.changes(engine, copy.name), copy.protected))
-        if force or not left:
-            store.discard(engine, copy.name)
-        verdicts.append(CopyVerdict(name=copy.name, pending=left, removed=force or not left))
+        try:
+            left, error = unapplied(engine, copy), ""
+        except (SandboxError, OSError) as exc:   # one broken copy never stops the others
+            left, error = None, (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        try:
+            if force or left == 0:
+                store.drop(engine, copy.name)
+        except SandboxError as exc:
+            verdicts.append(CopyVerdict(name=copy.name, pending=left, removed=False,
+                                        error=(str(exc).strip().splitlines() or [type(exc).__name__])[0]))
+            continue
+        verdicts.append(CopyVerdict(name=copy.name, pending=left, removed=force or left == 0, error=error))
     return verdicts
 
 

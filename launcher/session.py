@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from launcher import baseline, engineid, host, images, launch, pipeline, proof, proven, sandboxes, statefiles
 from launcher.errors import AttestationInvalid, ExitCode, NotFound, PolicyError, ProbeFailed, Problem, SandboxError, \
-    Terminated, secondary_failures
+    Terminated, kept_copy, secondary_failures
 from launcher.launch import Listener, Outcome
 from launcher.pipeline import LayerOptions, Planned
 from launcher.timings import timed
@@ -176,12 +176,19 @@ def _signed(key) -> str:
     return "unsigned" if key is None else f"signed: a DSSE envelope, {key.algorithm} keyid {key.keyid[:16]}…"
 
 
+def interrupted(error: BaseException) -> str:
+    """What an interrupted run says: the sandbox went; a copy with the agent's work stayed."""
+    kept = kept_copy(error)
+    return "interrupted; the sandbox was removed" + (
+        f"; the copy {kept} was kept with what the agent did so far (`sandbox diff {kept}`, `sandbox ls`)" if kept else "")
+
+
 def _said(error: BaseException | None) -> str:
     """The report's `error`: the message and any clean-up failure after it."""
     if error is None:
         return ""
     if isinstance(error, (KeyboardInterrupt, Terminated)):
-        return "interrupted; the sandbox was removed"
+        return interrupted(error)
     if not isinstance(error, SandboxError):
         return f"internal error: {type(error).__name__}: {error}"
     return "\n".join([str(error)] + [f"also: {m}" for m in secondary_failures(error)]).strip()

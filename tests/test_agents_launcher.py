@@ -172,7 +172,7 @@ def test_in_the_default_preset_a_key_reaches_the_model_api_alone_and_the_work_la
         assert applied.returncode == 0, applied.stderr[-2000:]
         assert (workspace / marker).is_file()
     finally:
-        subprocess.run([*SANDBOX, "discard", copy], capture_output=True, timeout=120)
+        subprocess.run([*SANDBOX, "discard", "--yes", copy], capture_output=True, timeout=120)
 
 
 @pytest.mark.parametrize("name", ["claude-code", "codex"])
@@ -238,7 +238,7 @@ def test_up_with_the_agent_flag_gives_a_shell_where_claude_works(engine, upstrea
             assert key not in inspect and key not in environ and key not in shown.decode(errors="replace")
     finally:
         subprocess.run([*SANDBOX, "down", name], capture_output=True, timeout=120)
-        subprocess.run([*SANDBOX, "discard", name], capture_output=True, timeout=120)
+        subprocess.run([*SANDBOX, "discard", "--yes", name], capture_output=True, timeout=120)
 
 
 def test_in_untrusted_the_real_cli_has_no_network_and_says_so(engine, tmp_path):
@@ -257,5 +257,5 @@ def test_in_untrusted_the_real_cli_has_no_network_and_says_so(engine, tmp_path):
         assert f"no changes: copy {name} dropped" in done.stderr
         assert sorted(os.listdir(workspace)) == ["README.md"]
     finally:
-        subprocess.run([*SANDBOX, "discard", name], capture_output=True, timeout=120)
+        subprocess.run([*SANDBOX, "discard", "--yes", name], capture_output=True, timeout=120)
 

@@ -227,4 +227,4 @@ def test_up_with_a_setup_token_gives_claudes_tui_signed_in_as_a_subscriber(engin
                 assert token not in inspect and token not in inside and token not in shown.decode(errors="replace")
         finally:
             subprocess.run([*SANDBOX, "down", name], capture_output=True, timeout=120)
-            subprocess.run([*SANDBOX, "discard", name], capture_output=True, timeout=120)
+            subprocess.run([*SANDBOX, "discard", "--yes", name], capture_output=True, timeout=120)

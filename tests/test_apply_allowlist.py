@@ -274,12 +274,13 @@ def test_refusals_and_link_targets_shown_are_escaped(tmp_path):
 
 
 def test_conflict_messages_are_escaped(tmp_path):
-    evil = "f\x1b]52;c;ZXZpbA==\x07\x1b[2K\r"
+    """A name with control bytes never gets this far (refused); one with a bidi override does."""
+    evil = "f\u202eexe.txt\u2066"
     (tmp_path / evil).write_text("the user's\n")
     changes = [{"path": evil, "status": "modified", "old": file_state(b"base\n"), "new": file_state(b"agent\n")}]
     with pytest.raises(CopyConflict) as info:
         apply.apply_to_tree(str(tmp_path), exported(changes, {evil: b"agent\n"}))
-    assert "\x1b" not in str(info.value) and "\r" not in str(info.value) and "\\u001b" in str(info.value)
+    assert "\u202e" not in str(info.value) and "\u2066" not in str(info.value) and "\\u202e" in str(info.value)
 
 
 def test_gc_counts_a_change_that_needs_a_yes_as_work_to_keep(tmp_path):

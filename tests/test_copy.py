@@ -95,7 +95,8 @@ def test_the_agent_changes_only_its_copy_and_diff_shows_what_apply_would_carry_b
         assert "\x1b" not in shown.stdout and "esc\\u001b[31mred" in shown.stdout   # the name cannot colour a terminal
         refused = {line.split()[1]: line for line in sandbox("diff", "copy-t1", "--stat").stdout.splitlines()
                    if "REFUSED" in line}
-        assert set(refused) == {".git/hooks/pre-commit", ".envrc", "out-link", "pipe"}, refused   # a FIFO: no hang
+        assert set(refused) == {".git/hooks/pre-commit", ".envrc", "out-link", "pipe",   # a FIFO: no hang
+                                "esc\\u001b[31mred"}, refused                         # a name with an escape
         data = json.loads(sandbox("diff", "copy-t1", "--json").stdout)
         status = {c["path"]: c["status"] for c in data["changes"]}
         assert status["README.md"] == "modified" and status["tests/test_app.py"] == "deleted"
@@ -107,12 +108,12 @@ def test_the_agent_changes_only_its_copy_and_diff_shows_what_apply_would_carry_b
         deep = repo / "src" / "deep" / "file.py"
         assert deep.read_text() == "deep\n" and os.stat(deep).st_mode & 0o777 == 0o755
         assert (os.stat(deep).st_uid, os.stat(deep).st_gid) == (1000, 1000)   # the workspace owner's
-        for never in (".envrc", "out-link", ".git/hooks/pre-commit"):
+        for never in (".envrc", "out-link", ".git/hooks/pre-commit", "esc\x1b[31mred"):
             assert not os.path.lexists(repo / never), never
         again = sandbox("apply", "copy-t1")
         assert again.returncode == 0 and "applied 0 changes" in again.stderr, again.stderr
     finally:
-        sandbox("discard", "copy-t1")
+        sandbox("discard", "--yes", "copy-t1")
 
 
 def test_apply_refuses_when_the_host_changed_underneath_and_writes_nothing(engine, repo):
@@ -125,7 +126,7 @@ def test_apply_refuses_when_the_host_changed_underneath_and_writes_nothing(engin
         assert "README.md: changed on the host since the copy was taken" in result.stderr
         assert snapshot(repo) == before
     finally:
-        sandbox("discard", "copy-t2")
+        sandbox("discard", "--yes", "copy-t2")
 
 
 def test_apply_never_follows_a_symlink_planted_in_the_host_tree(engine, repo, tmp_path):
@@ -138,7 +139,7 @@ def test_apply_never_follows_a_symlink_planted_in_the_host_tree(engine, repo, tm
         assert result.returncode == 119 and "lib on the host is not a directory" in result.stderr, result.stderr
         assert list(outside.iterdir()) == []
     finally:
-        sandbox("discard", "copy-t3")
+        sandbox("discard", "--yes", "copy-t3")
 
 
 def test_apply_to_a_branch_commits_without_touching_the_work_tree(engine, repo):
@@ -156,7 +157,7 @@ def test_apply_to_a_branch_commits_without_touching_the_work_tree(engine, repo):
                {k: v for k, v in before.items() if not k.startswith(".git")}
         assert sandbox("apply", "copy-t4", "--to", "agent/work").returncode == 120   # never overwrites a branch
     finally:
-        sandbox("discard", "copy-t4")
+        sandbox("discard", "--yes", "copy-t4")
 
 
 def test_checkpoints_and_rewind_and_a_second_run_continues_the_copy(engine, repo):
@@ -172,7 +173,7 @@ def test_checkpoints_and_rewind_and_a_second_run_continues_the_copy(engine, repo
         paths = {c["path"] for c in json.loads(sandbox("diff", "copy-t5", "--json").stdout)["changes"]}
         assert paths == {"one.txt", "two.txt"}
     finally:
-        sandbox("discard", "copy-t5")
+        sandbox("discard", "--yes", "copy-t5")
 
 
 def test_a_root_owned_0700_workspace_works_in_copy_mode(engine, tmp_path):
@@ -188,7 +189,7 @@ def test_a_root_owned_0700_workspace_works_in_copy_mode(engine, tmp_path):
         assert sandbox("apply", "copy-t6").returncode == 0
         assert (ws / "data.txt").read_text() == "root's\ndone\n" and os.stat(ws / "data.txt").st_uid == 0
     finally:
-        sandbox("discard", "copy-t6")
+        sandbox("discard", "--yes", "copy-t6")
 
 
 def test_an_interrupted_run_keeps_the_copy_and_gc_keeps_unapplied_work(engine, repo):
@@ -208,7 +209,7 @@ def test_an_interrupted_run_keeps_the_copy_and_gc_keeps_unapplied_work(engine, r
         assert "copy-t7" in gone.stderr and "copy-t7" not in sandbox("ls").stdout   # applied: nothing to lose
     finally:
         proc.kill()
-        sandbox("discard", "copy-t7")
+        sandbox("discard", "--yes", "copy-t7")
 
 
 def test_gc_leaves_a_container_someone_ran_from_our_image(engine):
@@ -259,7 +260,7 @@ def test_up_works_on_a_copy_that_down_keeps_and_a_second_up_continues(engine, re
     finally:
         for sandbox_name in (name, f"{name}-2"):
             sandbox("down", sandbox_name)
-            sandbox("discard", sandbox_name)
+            sandbox("discard", "--yes", sandbox_name)
 
 
 def test_excluded_paths_are_not_copied(engine, repo, tmp_path):
@@ -275,7 +276,7 @@ def test_excluded_paths_are_not_copied(engine, repo, tmp_path):
         assert result.returncode == 0, result.stdout + result.stderr
         assert "no changes: copy copy-t8 dropped" in result.stderr   # left out is no deletion
     finally:
-        sandbox("discard", "copy-t8")
+        sandbox("discard", "--yes", "copy-t8")
 
 
 def test_a_launcher_killed_while_copying_leaves_what_gc_removes(engine, repo):

@@ -56,7 +56,7 @@ def hostile_module(engine, tmp_path_factory):
         yield repo, pristine
     finally:   # another module may make a copy of the same name: this one must be gone
         for _ in range(10):
-            done = sandbox("discard", NAME)
+            done = sandbox("discard", "--yes", NAME)
             if done.returncode == 0 or "no copy named" in done.stderr:
                 break
             time.sleep(1)

@@ -117,7 +117,7 @@ def test_an_export_streams_into_a_private_spool_and_sparse_files_stay_sparse(tmp
 
 
 def test_a_file_over_the_cap_is_refused_by_the_list_before_any_file_arrives(tmp_path, spool_root):
-    listed = {"huge\x1b[2J.bin": {"type": "file", "exec": False, "size": 5 << 30, "sha256": "0" * 64}}
+    listed = {"huge\u202e.bin": {"type": "file", "exec": False, "size": 5 << 30, "sha256": "0" * 64}}
     buffer = io.BytesIO()   # only the change list: the file is refused before it would be read
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         blob = json.dumps({"changes": [{"path": p, "status": "added", "old": None, "new": n}
@@ -128,7 +128,7 @@ def test_a_file_over_the_cap_is_refused_by_the_list_before_any_file_arrives(tmp_
     with pytest.raises(PolicyError) as refused:
         read_export(buffer.getvalue(), (".git",), Limits(file_bytes=1 << 30), "mycopy")
     text = str(refused.value)
-    assert "copy mycopy" in text and "huge\\u001b[2J.bin" in text and "\x1b" not in text
+    assert "copy mycopy" in text and "huge\\u202e.bin" in text and "\u202e" not in text
     assert "5.0 GiB" in text and "1.0 GiB" in text and "--max-file-size" in text and refused.value.exit_code == 120
     assert list(spool_root.iterdir()) == []
 

@@ -27,7 +27,7 @@ def discard(name: str) -> None:
     """`sandbox discard`, again while another launcher's tools container holds the copy (a `gc` of a
     parallel session reads every copy)."""
     for _ in range(30):
-        done = sandbox("discard", name)
+        done = sandbox("discard", "--yes", name)
         if done.returncode == 0 or "no copy named" in done.stderr:
             return
         time.sleep(2)
@@ -46,13 +46,19 @@ def test_apply_takes_the_checkpoint_diff_showed_not_what_a_process_left_running_
         late = sandbox("exec", name, "--", "sh", "-c", "touch /tmp/go; while [ ! -e /tmp/done ]; do sleep 0.1; done")
         assert late.returncode == 0, late.stderr
 
-        applied = sandbox("apply", name)
+        reviewed = json.loads(shown.stdout)["checkpoint"]
+        before = snapshot(repo)
+        moved = sandbox("apply", name)                                      # the copy is no longer what was reviewed
+        assert moved.returncode == 120 and f"sandbox diff {name}" in moved.stderr, moved.stderr
+        assert f"checkpoint {reviewed}" in moved.stderr and "nothing was written" in moved.stderr, moved.stderr
+        assert snapshot(repo) == before
+
+        applied = sandbox("apply", name, "--checkpoint", str(reviewed))     # what was reviewed, on purpose
         assert applied.returncode == 0, applied.stderr
         assert (repo / "notes.txt").read_text() == "reviewed\n"           # not "late": written after the review
         assert (repo / "src" / "only.py").read_text() == "only\n" and not (repo / "src" / "late.py").exists()
         assert not (repo / "src" / "app.py").exists() and not (repo / "tests" / "test_app.py").exists()
 
-        reviewed = json.loads(shown.stdout)["checkpoint"]
         assert f"checkpoint {reviewed}" in applied.stderr, applied.stderr
         again = sandbox("diff", name, "--stat")                             # a new review freezes the new state
         assert again.returncode == 0 and "src/late.py" in again.stdout, again.stdout

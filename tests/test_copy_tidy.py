@@ -114,5 +114,5 @@ def test_a_run_that_changes_nothing_leaves_nothing_and_one_that_changes_stays_li
         assert len(copy_volumes(engine, workspace)) == 3
         assert json.loads(sandbox("checkpoints", name, "--json").stdout)[-1]["changes"] == 0
     finally:
-        sandbox("discard", name)
+        sandbox("discard", "--yes", name)
     assert copy_volumes(engine, workspace) == []

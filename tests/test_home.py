@@ -45,7 +45,7 @@ def test_an_agent_writes_its_home_as_its_uid_and_nothing_else_became_writable(en
     assert "/home" in checks["fs.rofs"]["expected"] and checks["fs.rofs"]["ok"]
     for line in result.stderr.splitlines():   # copy mode: drop the copy this run made
         if "sandbox discard " in line:
-            sandbox("discard", line.split("sandbox discard ")[1].split("`")[0])
+            sandbox("discard", "--yes", line.split("sandbox discard ")[1].split("`")[0])
 
 
 VOLUME_POLICY = "version: 1\nname: homevol\ndescription: d\nextends: [untrusted]\nworkspace: {mode: bind}\nhome: {mode: volume}\n"

@@ -42,25 +42,55 @@ def _open_regular(path):
     return os.fdopen(fd, "rb")
 
 
-def _describe(path):
+_KINDS = ((stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "char-device"),
+          (stat.S_ISBLK, "block-device"))
+
+
+def _lstat(path):
+    """lstat of path (below /base or /tree) when every directory on the way is a directory, not a
+    link or a file: a type change above it (a directory made a file or a link) means nothing is
+    there, never a look through a link into the tools container's own files. None when missing."""
+    root, _, rel = path.lstrip("/").partition("/")
+    at = "/" + root
+    for part in rel.split("/")[:-1] if rel else ():
+        at = os.path.join(at, part)
+        try:
+            if not stat.S_ISDIR(os.lstat(at).st_mode):
+                return None
+        except FileNotFoundError:
+            return None
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _describe(path):
+    st = _lstat(path)
+    if st is None:
         return None
     if stat.S_ISLNK(st.st_mode):
         return {"type": "symlink", "target": os.fsdecode(os.readlink(path))}
     if stat.S_ISDIR(st.st_mode):
         return {"type": "dir"}
+    # "other": apply refuses it whatever it is; "kind" says what it is (diff shows it)
+    other = {"type": "other", "kind": next((k for test, k in _KINDS if test(st.st_mode)), "unknown")}
     if not stat.S_ISREG(st.st_mode):
-        return {"type": "other"}
+        return other
     data = _open_regular(path)
     if data is None:
-        return {"type": "other"}
+        return other
     with data:
         size = os.fstat(data.fileno()).st_size
         # mode: what diff shows and apply judges (it writes 0644 or 0755 only, and refuses setuid bits)
         return {"type": "file", "exec": bool(st.st_mode & 0o111), "mode": stat.S_IMODE(st.st_mode), "size": size,
                 "sha256": _sha256(data, size)}
+
+
+def _is_dir(path):
+    """A directory, reached through directories only (see _lstat)."""
+    st = _lstat(path)
+    return st is not None and stat.S_ISDIR(st.st_mode)
 
 
 def _sha256(data, size):
@@ -93,7 +123,10 @@ def _is_whiteout(st):
 
 def changes(upper="/v/upper"):
     """What differs between the copy (/base) and the overlay of `upper` on it (/tree), found by
-    walking only the upper layer: each entry there is new, changed or a deletion."""
+    walking only the upper layer: each entry there is new, changed or a deletion. A directory is
+    no change of its own (its files are); one that took the place of something else, or whose
+    place something else took, is a "type-changed" entry whose "dir" says which side it was on
+    ("old" or "new"; that side is null, as for an added or deleted file)."""
     if not os.path.ismount("/tree"):   # an empty directory would read as "everything was deleted"
         sys.exit("no overlay is mounted at /tree")
     out, seen = [], set()
@@ -102,33 +135,35 @@ def changes(upper="/v/upper"):
         if rel in seen:
             return
         seen.add(rel)
-        # A directory is no change of its own: the files below it are (see gone() for deletions).
-        old, new = (None if d and d["type"] == "dir" else d
-                    for d in (_describe(os.path.join("/base", rel)), _describe(os.path.join("/tree", rel))))
+        was, now = _describe(os.path.join("/base", rel)), _describe(os.path.join("/tree", rel))
+        old, new = (None if d and d["type"] == "dir" else d for d in (was, now))
         if old == new:
             return
         status = "added" if old is None else "deleted" if new is None else (
             "modified" if old["type"] == new["type"] else "type-changed")
         if status == "modified" and old["type"] == "file" and old["sha256"] == new["sha256"]:
             status = "mode-changed"
-        out.append({"path": rel, "status": status, "old": old, "new": new})
+        found = {"path": rel, "status": status, "old": old, "new": new}
+        if (was or {}).get("type") == "dir" and now is not None or (now or {}).get("type") == "dir" and was is not None:
+            found.update(status="type-changed", dir="old" if (was or {}).get("type") == "dir" else "new")
+        out.append(found)
 
     def gone(rel):
         """rel existed in the copy and is no longer there as it was: every file below it too, and
         the directory itself when nothing of that name is left."""
         base = os.path.join("/base", rel)
-        if not (os.path.isdir(base) and not os.path.islink(base)):
+        if not _is_dir(base):
             return entry(rel)
         for sub in _below(base):
             entry(os.path.normpath(os.path.join(rel, sub)))
-        if not os.path.lexists(os.path.join("/tree", rel)) and rel not in seen:
+        if _lstat(os.path.join("/tree", rel)) is None and rel not in seen:
             seen.add(rel)
             out.append({"path": rel, "status": "deleted", "old": {"type": "dir"}, "new": None})
 
     for top, dirs, files in os.walk(upper, followlinks=False):
         rel_top = os.path.relpath(top, upper)
         merged, base = os.path.join("/tree", rel_top), os.path.join("/base", rel_top)
-        if os.path.isdir(base) and not os.path.islink(base) and os.path.isdir(merged):
+        if _is_dir(base) and _is_dir(merged):
             for name in set(os.listdir(base)) - set(os.listdir(merged)):
                 gone(os.path.normpath(os.path.join(rel_top, name)))
         for name in files + dirs:
@@ -138,10 +173,10 @@ def changes(upper="/v/upper"):
             if _is_whiteout(st):
                 gone(rel)
             elif stat.S_ISDIR(st.st_mode):
-                if os.path.lexists(base_path) and not os.path.isdir(base_path):
-                    entry(rel)                      # a file of the copy became a directory
-            elif os.path.isdir(base_path) and not os.path.islink(base_path):
-                gone(rel)                           # a directory of the copy became a file
+                if _lstat(base_path) is not None and not _is_dir(base_path):
+                    entry(rel)                      # a file, link or other of the copy became a directory
+            elif _is_dir(base_path):
+                gone(rel)                           # a directory of the copy became a file, link or other
                 entry(rel)
             else:
                 entry(rel)
@@ -150,9 +185,11 @@ def changes(upper="/v/upper"):
 
 
 def _text(path):
+    if _lstat(path) is None:
+        return []
     data = _open_regular(path)
     if data is None:
-        return [] if not os.path.lexists(path) else None
+        return None
     with data:
         blob = data.read(TEXT_LIMIT + 1)
     if len(blob) > TEXT_LIMIT or b"\0" in blob:
@@ -398,6 +435,13 @@ def _state(count, number):
     return state
 
 
+def _unknown():
+    """v/state.json says the change count is not known (`sandbox ls` shows "?")."""
+    with open("/v/.state.tmp", "w") as out:
+        json.dump({"changes": None, "checkpoint": None, "time": int(time.time()), "clean": False}, out)
+    os.rename("/v/.state.tmp", "/v/state.json")
+
+
 def checkpoint(message, limit=None, reuse=False, reviewed=False):
     """A copy of the upper layer as checkpoints/N (a quiet tree: the launcher paused its users).
     `limit`: refuse when the upper layer takes more bytes on disk (the copy would double them);
@@ -407,6 +451,7 @@ def checkpoint(message, limit=None, reuse=False, reviewed=False):
     usage = _usage("/v/upper") if limit is not None else 0
     if limit is not None and usage > limit:
         return {"refused": {"usage": usage, "limit": limit}}
+    _unknown()   # until this checkpoint has counted: a tool that fails now leaves "not known", not a stale count
     count = _count()
     digest = _digest("/v/upper") if reuse else None
     same = [c for c in checkpoints() if c.get("digest") == digest] if reuse else []

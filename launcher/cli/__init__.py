@@ -19,7 +19,7 @@ import click  # noqa: E402
 from launcher import __version__  # noqa: E402
 from launcher.cli import (agents, attest, copies, launch, manage, output, policy, port, presets,  # noqa: E402
                           selftest, team, trust)
-from launcher.errors import ExitCode, SandboxError, Terminated, secondary_failures  # noqa: E402
+from launcher.errors import ExitCode, SandboxError, Terminated, kept_copy, secondary_failures  # noqa: E402
 
 _DEBUG = "sandbox.debug"
 
@@ -42,6 +42,8 @@ def _on_sigterm(signum, frame):
 def _report(exc: BaseException) -> None:
     for message in secondary_failures(exc):
         output.error(f"also: {message}")
+    if kept_copy(exc) and isinstance(exc, SandboxError):   # an interrupted run says it in its own line
+        output.error(f"the copy {kept_copy(exc)} was kept with the agent's work: `sandbox diff {kept_copy(exc)}`")
 
 
 class _Group(click.Group):
@@ -90,7 +92,7 @@ def main() -> None:
       122 probe failed (the sandbox did not take effect; the agent never ran)
       123 the agent left changes to files host tools run (CI=true or --strict)
       124 agent timeout             125 internal error
-      130 / 143 interrupted by SIGINT / SIGTERM (everything created was removed)
+      130 / 143 interrupted by SIGINT / SIGTERM (everything created was removed; a copy-mode run keeps its copy and says so)
 
     Colour only on a terminal; NO_COLOR=1 or TERM=dumb turns it off. --json is never coloured.
     """

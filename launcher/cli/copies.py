@@ -42,6 +42,11 @@ def _limits(max_file: int | None, max_copy: int | None):
                   copy_bytes=default.copy_bytes if max_copy is None else max_copy)
 
 
+def _json(data, indent: int = 2) -> str:
+    """JSON with every control character escaped: json.dumps leaves DEL as it is."""
+    return json.dumps(data, indent=indent).replace("\x7f", "\\u007f")
+
+
 def _engine():
     from launcher import engine, images
 
@@ -60,7 +65,8 @@ def diff(name: str, as_stat: bool, as_json: bool, max_file_size: int | None, max
 
     What is shown is frozen first: a checkpoint of the copy (a running sandbox is paused while it
     is taken; an unchanged copy reuses its checkpoint), and `sandbox apply NAME` writes exactly that
-    checkpoint, whatever changes in the copy afterwards. New, deleted and changed files with their
+    checkpoint, as long as the copy is still that tree (after a rewind or any change it asks for a
+    new diff). New, deleted and changed files with their
     modes and sizes, symlinks with their targets; binary files summarised. Changes `sandbox apply`
     never carries back (git directories and protected paths on any case or Unicode spelling, setuid
     files, case collisions, symlinks that resolve outside or into those) are marked REFUSED;
@@ -85,7 +91,7 @@ def diff(name: str, as_stat: bool, as_json: bool, max_file_size: int | None, max
     for problem in limits.problems(name, too_large, cap):
         click.echo(f"sandbox: apply will refuse: {problem.path}: {problem.found}, over {problem.expected}", err=True)
     if as_json:
-        click.echo(json.dumps({"copy": name, "workspace": copy.workspace, "checkpoint": frozen, "changes": found},
+        click.echo(_json({"copy": name, "workspace": copy.workspace, "checkpoint": frozen, "changes": found},
                               indent=2))
         return
     if not found:
@@ -115,13 +121,16 @@ def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...
            number: int | None, as_json: bool, max_file_size: int | None, max_copy_size: int | None) -> None:
     """Write the agent's changes in the copy NAME to the host tree (or a new branch).
 
-    What is written is the checkpoint `sandbox diff NAME` showed last (or --checkpoint N); with no
-    diff yet, the copy as it is now, frozen into a new checkpoint first. Nothing the agent changes
-    after that is written. All or nothing: where the host tree changed since the copy was taken,
-    nothing is written and the conflicts are listed (exit 119). Refused changes (see `sandbox diff`)
+    What is written is the checkpoint `sandbox diff NAME` showed last, and only while the copy is
+    still that tree: after a rewind or any change since, nothing is written and a new diff is asked
+    for (exit 120); --checkpoint N writes checkpoint N on purpose; with no diff yet, the copy as it
+    is now, frozen into a new checkpoint first. All or nothing: where the host tree changed since
+    the copy was taken, nothing is written and the conflicts are listed (exit 119); a write that
+    fails half-way (a full disk) is undone, the tree left as it was (exit 120). Refused changes (see `sandbox diff`)
     never leave the copy; surfaces and symlinks only with a per-path --allow-surface /
     --allow-symlink, and a yes that cannot be honoured writes nothing (exit 120), nor do files over
-    the size limits (exit 120). The copy stays until `sandbox discard NAME`; applying again is a no-op.
+    the size limits (exit 120). The last line (and "remaining" in --json) says how many changes wait
+    for a per-path yes. The copy stays until `sandbox discard NAME`; applying again is a no-op.
 
     \b
     Example:
@@ -141,29 +150,37 @@ def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...
         refused = [c for c in exported.changes if c["refused"]]
         for line in review.refusal_lines(refused):
             click.echo(f"sandbox: {line}", err=True)
+        # work a per-path yes would let through stays in the copy: said last, and in --json
+        # (as diff judges them: a yes that could not be honoured, a link over a directory, is no work left)
+        could = {c["path"] for c in apply.judged(copy.workspace, list(exported.changes), copy.protected,
+                                                 review.Allowed(), preview=True) if c["needs"]}
+        remaining = [c["path"] for c in refused if c["path"] in could]
+        left = (f"; {len(remaining)} not written without a per-path yes: work remains in the copy "
+                f"(`sandbox diff {name}` marks them NEEDS)") if remaining else ""
         done = {"copy": name, "workspace": copy.workspace, "checkpoint": number,
-                "refused": [c["path"] for c in refused]}
+                "refused": [c["path"] for c in refused], "remaining": remaining}
         if branch:
             commit = branches.commit_to_branch(copy.workspace, exported, branch, message)
             click.echo(f"sandbox: committed {len(exported.applicable)} changes of checkpoint {number} as {commit[:12]} "
-                       f"on branch {branch}", err=True)
+                       f"on branch {branch}{left}", err=True)
             if as_json:
-                click.echo(json.dumps(done | {"branch": branch, "commit": commit,
+                click.echo(_json(done | {"branch": branch, "commit": commit,
                                               "committed": len(exported.applicable)}, indent=2))
             return
         written, already = apply.apply_to_tree(copy.workspace, exported)
     click.echo(f"sandbox: applied {written} changes of checkpoint {number} to {copy.workspace}"
                + (f" ({already} were there already)" if already else "")
-               + (f"; {len(refused)} refused" if refused else ""), err=True)
+               + (f"; {len(refused) - len(remaining)} refused" if len(refused) > len(remaining) else "") + left, err=True)
     if as_json:
-        click.echo(json.dumps(done | {"written": written, "already": already}, indent=2))
+        click.echo(_json(done | {"written": written, "already": already}, indent=2))
 
 
 def _to_apply(eng, name: str, number: int | None, cap) -> int:
-    """The checkpoint apply writes: N if given, else the one `diff` showed last (saying so when the
-    copy moved on since), else the copy as it is now, frozen into a checkpoint (or an equal one)."""
+    """The checkpoint apply writes: N if given, else the one `diff` showed last as long as the copy
+    is still that tree (a rewind, or any change since, asks for a new diff: what was reviewed is
+    no longer what the copy holds), else the copy as it is now, frozen into a checkpoint."""
     from launcher.copies import store
-    from launcher.errors import NotFound
+    from launcher.errors import NotFound, PolicyError, Problem
 
     listed = store.checkpoints(eng, name)
     if number is not None:
@@ -171,32 +188,68 @@ def _to_apply(eng, name: str, number: int | None, cap) -> int:
             raise NotFound(f"{name} has no checkpoint {number}; it has {', '.join(str(c['id']) for c in listed)}")
         return number
     shown = next((c for c in listed if c.get("reviewed")), None)
+    now = store.checkpoint(eng, name, "frozen by apply", cap, reuse=True)
     if shown is None:
-        return store.checkpoint(eng, name, "frozen by apply", cap, reuse=True)["id"]
-    newer = [c["id"] for c in listed if c["id"] > shown["id"] and c.get("digest") != shown.get("digest")]
-    if newer:
-        click.echo(f"sandbox: note: the copy changed after checkpoint {shown['id']}, the one `sandbox diff` showed "
-                   f"(checkpoint {newer[-1]} differs); `sandbox diff {name}` shows the newer state", err=True)
+        return now["id"]
+    if now.get("digest") != shown.get("digest"):
+        raise PolicyError([Problem(
+            file=f"copy {name}", path="checkpoint", expected=f"the copy as `sandbox diff` showed it (checkpoint {shown['id']})",
+            found=f"it changed since (a rewind, or the agent's work): it is checkpoint {now['id']} now; nothing was written",
+            hint=f"`sandbox diff {name}` to review what it holds now, then apply; or `sandbox apply {name} "
+                 f"--checkpoint {shown['id']}` to write what was reviewed")])
     return shown["id"]
 
 
 @click.command(short_help="Drop a copy and its checkpoints.")
 @click.argument("name", shell_complete=complete.names(complete.COPIES))
-def discard(name: str) -> None:
+@click.option("--yes", "-y", is_flag=True, help="Drop it without asking, also with changes not applied to the host tree.")
+@click.option("--dry-run", is_flag=True, help="Say what dropping it would lose; drop nothing.")
+def discard(name: str, yes: bool, dry_run: bool) -> None:
     """Drop the copy NAME with its checkpoints (the host tree is not touched).
+
+    It says how many of the copy's changes are not on the host tree (`sandbox apply` never wrote
+    them) and asks on a terminal; elsewhere a copy with such work, or one that cannot be read, is
+    dropped only with --yes (exit 120 without). A copy whose work is all on the host goes as is.
 
     \b
     Example:
-      sandbox discard sandbox-myrepo
+      sandbox discard sandbox-myrepo --dry-run
     """
+    from launcher import host, sandboxes
     from launcher.copies import store
+    from launcher.errors import PolicyError, Problem, SandboxError
+    from launcher.values import visible
 
     eng = _engine()
-    store.find(eng, name)
-    count = len(store.changes(eng, name)["changes"])
+    copy = store.find(eng, name)
+    try:
+        left = sandboxes.unapplied(eng, copy)
+        lost = f"{left} changes not applied to {copy.workspace}" if left else ""
+    except (SandboxError, OSError) as exc:   # a broken copy can still be dropped
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        lost = f"changes that could not be counted ({visible(why, keep_lines=False)})"
+    what = name + (f" and the {lost}" if lost else " (nothing in it that apply could still write to the host tree)")
+    if dry_run:
+        click.echo(f"sandbox: would discard {what}; nothing was dropped", err=True)
+        return
+    if host.is_interactive() and not yes:
+        yes = _confirm(f"Discard the copy {what}?")
+        if not yes:
+            click.echo(f"sandbox: kept {name}: nothing was dropped", err=True)
+            raise click.exceptions.Exit(1)
+    elif lost and not yes:
+        raise PolicyError([Problem(file="command line", path="--yes", expected=f"a yes to drop {lost}",
+                                   found="no terminal to ask on", hint=f"`sandbox apply {name}` first, or "
+                                   f"`sandbox discard {name} --yes` to lose them; nothing was dropped")])
     store.discard(eng, name)
-    # The count is the copy's against its base: what `apply` already wrote to the host is among it.
-    click.echo(f"sandbox: discarded {name}" + (f" and the {count} changes it held" if count else ""), err=True)
+    click.echo(f"sandbox: discarded {what}", err=True)
+
+
+def _confirm(text: str) -> bool:
+    try:
+        return click.confirm(text, default=False, err=True)
+    except click.exceptions.Abort:
+        return False
 
 
 @click.command(short_help="Take a checkpoint of a copy now.")
@@ -235,7 +288,7 @@ def checkpoints(name: str, as_json: bool) -> None:
     click.echo(f"{'ID':>4}  {'TAKEN':19}  {'ENTRIES':>7}  WHAT")
     for c in found:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(c["time"]))
-        mark = "   (shown by the last `sandbox diff`: what `sandbox apply` writes)" if c.get("reviewed") else ""
+        mark = "   (shown by the last `sandbox diff`: what `sandbox apply` writes while the copy is unchanged)" if c.get("reviewed") else ""
         click.echo(f"{c['id']:>4}  {when}  {c['entries']:>7}  {c['message']}{mark}")
 
 

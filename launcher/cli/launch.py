@@ -63,7 +63,9 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
     if result.internal or isinstance(result.error, SandboxError):
         raise result.error   # the group's handler prints it (and any clean-up failure) and exits with its code
     if isinstance(result.error, (KeyboardInterrupt, Terminated)):
-        output.error("interrupted; the sandbox was removed")
+        from launcher.session import interrupted
+
+        output.error(interrupted(result.error))
     elif outcome and outcome.timed_out:
         output.status(f"agent timed out after {result.planned.plan.timeout_seconds} s")
     sys.exit(result.exit_code)

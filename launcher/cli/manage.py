@@ -11,6 +11,7 @@ from launcher.cli import complete
 from launcher.cli.options import down_strict_option
 from launcher.cli.output import Console, error, print_blocked, print_changes
 from launcher.errors import ExitCode
+from launcher.values import visible
 
 
 @click.command(name="exec", short_help="Run a command in a running sandbox.")
@@ -171,9 +172,14 @@ def gc(everything: bool, force: bool, volumes: bool, as_json: bool) -> None:
         images.build(eng, images.agent_image(), Console().status)   # the copies' tools run in it
     named, copies = list(removed), []
     for verdict in sandboxes.gc_copies(eng, force):
-        copies.append({"name": verdict.name, "removed": verdict.removed, "unapplied": verdict.pending})
+        copies.append({"name": verdict.name, "removed": verdict.removed, "unapplied": verdict.pending}
+                      | ({"error": verdict.error} if verdict.error else {}))
         if verdict.removed:
-            named.append(verdict.name + (f" (with {verdict.pending} unapplied changes)" if verdict.pending else ""))
+            named.append(verdict.name + (f" (with {verdict.pending} unapplied changes)" if verdict.pending else
+                                         " (its changes could not be counted)" if verdict.pending is None else ""))
+        elif verdict.error:
+            click.echo(f"sandbox: kept the copy {verdict.name}: it could not be read ({visible(verdict.error, keep_lines=False)}); "
+                       f"`sandbox discard {verdict.name}` drops it", err=True)
         else:
             click.echo(f"sandbox: kept the copy {verdict.name}: {verdict.pending} changes not applied "
                        f"(`sandbox diff {verdict.name}`; `sandbox gc --force` drops them)", err=True)

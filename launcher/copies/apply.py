@@ -23,7 +23,7 @@ from dataclasses import replace
 from launcher.copies import finaltree, review
 from launcher.copies.review import annotated
 from launcher.copies.export import Exported, read_export  # noqa: F401 - where callers have always found them
-from launcher.errors import CopyConflict, PolicyError
+from launcher.errors import CopyConflict, PolicyError, Problem
 from launcher.values import visible
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -56,6 +56,7 @@ class _Tree:
 
     def __init__(self, root: str):
         self.fds: dict[str, int | None] = {"": os.open(root, _DIR)}
+        self.made: list[tuple[int, str]] = []   # directories dir(create=True) made: (parent fd, name)
         st = os.fstat(self.fds[""])
         self.owner = (st.st_uid, st.st_gid)
 
@@ -73,6 +74,7 @@ class _Tree:
             except FileNotFoundError:
                 if create:
                     os.mkdir(name, 0o755, dir_fd=parent)
+                    self.made.append((parent, name))   # an undone apply removes it again
                     self.own(name, parent)
                     fd = os.open(name, _DIR, dir_fd=parent)
             except OSError as exc:
@@ -111,17 +113,6 @@ class _Tree:
             found |= {os.path.normpath(os.path.join(rel, inner, n)) for n in files}
             found |= {os.path.normpath(os.path.join(rel, inner, n)) for n in dirs if os.path.islink(os.path.join(top, n))}
         return found
-
-    def remove_empty(self, rel: str) -> None:
-        """rmdir the directory rel and the (empty) directories below it."""
-        root = f"/proc/self/fd/{self.dir(rel)}"
-        for top, dirs, _ in os.walk(root, topdown=False, followlinks=False):
-            for name in dirs:
-                os.rmdir(os.path.join(top, name))
-        up, _, name = rel.rpartition("/")
-        fd = self.fds.pop(rel)
-        os.close(fd)
-        os.rmdir(name, dir_fd=self.dir(up))
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -173,12 +164,17 @@ def reviewed(workspace: str, exported: Exported, protected: tuple[str, ...], all
 def plan_apply(tree: _Tree, exported: Exported) -> tuple[list[dict], list[dict], list[str]]:
     """(to write, already there, conflicts): each change against the host as it is now."""
     todo, already, conflicts = [], [], []
+    # what this apply removes: a file the agent made a directory is gone before the files below it arrive
+    removed = {c["path"] for c in exported.applicable if c["new"] is None and (c["old"] or {}).get("type") != "dir"}
     for change in exported.applicable:
         try:
             host = tree.state(change["path"])
         except CopyConflict as exc:
-            conflicts.append(str(exc))
-            continue
+            parts = change["path"].split("/")
+            if not any("/".join(parts[:i]) in removed for i in range(1, len(parts))):
+                conflicts.append(str(exc))
+                continue
+            host = None   # below a path this apply removes (its own entry is checked against the host)
         old, new = change["old"], change["new"]
         if old and old["type"] == "dir":        # a directory the agent removed: its files say the rest
             if host is None:
@@ -232,7 +228,9 @@ def pending(workspace: str, exported: Exported) -> int:
 
 
 def apply_to_tree(workspace: str, exported: Exported) -> tuple[int, int]:
-    """Write every applicable change, or raise CopyConflict and write nothing. (written, already)."""
+    """Write every applicable change, or write nothing: CopyConflict before anything is touched,
+    PolicyError when a write fails half-way (a full disk, a read-only directory), after every step
+    was undone. (written, already)."""
     tree = _Tree(workspace)
     try:
         todo, already, conflicts = plan_apply(tree, exported)
@@ -244,40 +242,163 @@ def apply_to_tree(workspace: str, exported: Exported) -> tuple[int, int]:
             if new.get("type") == "file" and exported.data[change["path"]].sha256 != new["sha256"]:
                 raise CopyConflict(f"{_shown(change['path'])} changed in the copy while it was read; nothing was written, "
                                    "run apply again")
-        # Deletions first, deepest first, so a directory the agent replaced with a file is empty.
-        for change in sorted((c for c in todo if c["new"] is None), key=lambda c: -c["path"].count("/")):
-            up, _, name = change["path"].rpartition("/")
-            parent = tree.dir(up)
-            if parent is None:
-                continue
-            if change["old"]["type"] == "dir":
-                with contextlib.suppress(FileNotFoundError, OSError):
-                    os.rmdir(name, dir_fd=parent)   # kept when the host has other files in it
-            else:
-                os.unlink(name, dir_fd=parent)
-        for change in sorted((c for c in todo if c["new"] is not None), key=lambda c: c["path"]):
-            _write(tree, change, exported)
+        _Transaction(workspace, tree, exported).run(todo)
         return len(todo), len(already)
     finally:
         tree.close()
 
 
-def _write(tree: _Tree, change: dict, exported: Exported) -> None:
-    up, _, name = change["path"].rpartition("/")
-    parent = tree.dir(up, create=True)
-    temp = f".{name}.sandbox-apply-{os.getpid()}"
-    new = change["new"]
-    with contextlib.suppress(FileNotFoundError):
-        if stat.S_ISDIR(os.lstat(name, dir_fd=parent).st_mode):   # checked empty by plan_apply
-            tree.remove_empty(change["path"])
-    if new["type"] == "symlink":
-        os.symlink(new["target"], temp, dir_fd=parent)
-    else:
-        blob = exported.data[change["path"]]   # its hash was checked before anything was written
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o755 if new["exec"] else 0o644, dir_fd=parent)
-        with os.fdopen(fd, "wb") as out:
-            blob.write_to(out)                  # streamed from the spool; holes stay holes
-            os.fchmod(out.fileno(), 0o755 if new["exec"] else 0o644)   # not the umask's idea
-    tree.own(temp, parent)
-    os.replace(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+class _Transaction:
+    """All of the changes or none: every file is first written to a temporary next to its target
+    (same directory, so a rename moves it into place), then what is replaced or deleted is renamed
+    aside and the temporaries renamed in; the originals are removed only once all of that worked.
+    Any failure (or Ctrl-C) undoes each step, newest first, and removes every temporary."""
+
+    def __init__(self, workspace: str, tree: _Tree, exported: Exported):
+        self.workspace, self.tree, self.exported, self.steps, self.count = workspace, tree, exported, [], 0
+        self.removed_dirs: list[tuple[int, str]] = []   # directories the agent removed: rmdir at the end
+
+    def _name(self, kind: str, parent: int) -> str:
+        """A name of ours, free in the directory parent (a rename would replace one that is not)."""
+        while True:
+            self.count += 1   # short: a name of 255 bytes has no room for a prefix
+            name = f".sandbox-{kind}-{os.getpid()}-{self.count}"
+            try:
+                os.lstat(name, dir_fd=parent)
+            except FileNotFoundError:
+                return name
+
+    def run(self, todo: list[dict]) -> None:
+        at = ""
+        try:
+            staged = []
+            for change in sorted((c for c in todo if c["new"] is not None), key=lambda c: c["path"]):
+                at = change["path"]
+                staged.append((change, *self._stage(change)))
+            # deletions first, deepest first, so a directory the agent replaced with a file is empty
+            for change in sorted((c for c in todo if c["new"] is None), key=lambda c: -c["path"].count("/")):
+                at = change["path"]
+                self._delete(change)
+            for change, parent, temp in staged:
+                at = change["path"]
+                self._place(change, parent, temp)
+        except BaseException as exc:
+            left = self._undo()
+            if not isinstance(exc, OSError):
+                raise
+            raise PolicyError([Problem(
+                file=_shown(self.workspace), path=_shown(at),
+                expected="room and permission to write the agent's changes",
+                found=f"{exc.strerror or exc}; " + ("the tree is exactly as it was before: nothing was written" if not left
+                                                    else "the tree could NOT be put back where: " + ", ".join(left)),
+                hint="free some space (or fix the permission) and run `sandbox apply` again")]) from None
+        self._finish()
+
+    def _stage(self, change: dict) -> tuple[int, str]:
+        up, _, name = change["path"].rpartition("/")
+        try:
+            parent = self._dir(up)
+        except CopyConflict:   # below a file or link this apply removes (plan_apply saw to it): after it went
+            return -1, ""
+        return parent, self._write_temp(parent, change)
+
+    def _write_temp(self, parent: int, change: dict) -> str:
+        """The new file or link as a temporary in the directory parent; its name."""
+        new, temp = change["new"], self._name("new", parent)
+        if new["type"] == "symlink":
+            os.symlink(new["target"], temp, dir_fd=parent)
+            self.steps.append(("temp", parent, temp))   # only once it is ours: undo never removes another's
+        else:
+            blob = self.exported.data[change["path"]]   # its hash was checked before anything was written
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o755 if new["exec"] else 0o644, dir_fd=parent)
+            self.steps.append(("temp", parent, temp))
+            with os.fdopen(fd, "wb") as out:
+                blob.write_to(out)                  # streamed from the spool; holes stay holes
+                os.fchmod(out.fileno(), 0o755 if new["exec"] else 0o644)   # not the umask's idea
+        self.tree.own(temp, parent)
+        return temp
+
+    def _dir(self, rel: str) -> int:
+        """The directory rel, made (with those on the way) if missing; each one made is a step."""
+        before = len(self.tree.made)
+        try:
+            return self.tree.dir(rel, create=True)
+        finally:
+            self.steps += [("made", parent, name) for parent, name in self.tree.made[before:]]
+
+    def _aside(self, parent: int, name: str) -> None:
+        backup = self._name("old", parent)
+        os.rename(name, backup, src_dir_fd=parent, dst_dir_fd=parent)
+        self.steps.append(("aside", parent, name, backup))
+
+    def _delete(self, change: dict) -> None:
+        up, _, name = change["path"].rpartition("/")
+        parent = self.tree.dir(up)
+        if parent is None:
+            return
+        if change["old"]["type"] == "dir":
+            self.removed_dirs.append((parent, name))   # kept when the host has other files in it
+        else:
+            self._aside(parent, name)
+
+    def _place(self, change: dict, parent: int, temp: str) -> None:
+        up, _, name = change["path"].rpartition("/")
+        if parent == -1:   # its directory is where a file was: made now, and its temporary written there
+            parent = self._dir(up)
+            temp = self._write_temp(parent, change)
+        with contextlib.suppress(FileNotFoundError):
+            os.lstat(name, dir_fd=parent)
+            self._aside(parent, name)   # a file, or a directory plan_apply found empty but for what goes
+        os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        self.steps.append(("placed", parent, name))
+
+    def _undo(self) -> list[str]:
+        """Every step undone, newest first; the names that could not be put back (none: as before)."""
+        left = []
+        for step in reversed(self.steps):
+            kind, parent, name = step[:3]
+            try:
+                if kind == "temp":
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(name, dir_fd=parent)
+                elif kind == "placed":
+                    os.unlink(name, dir_fd=parent)
+                elif kind == "made":
+                    os.rmdir(name, dir_fd=parent)
+                else:
+                    os.rename(step[3], name, src_dir_fd=parent, dst_dir_fd=parent)
+            except OSError:
+                left.append(_shown(name))
+        return left
+
+    def _finish(self) -> None:
+        """The originals go, then the directories the agent removed (kept where the host has more)."""
+        for step in self.steps:
+            if step[0] != "aside":
+                continue
+            parent, backup = step[1], step[3]
+            with contextlib.suppress(OSError):
+                if stat.S_ISDIR(os.lstat(backup, dir_fd=parent).st_mode):
+                    _remove_tree(parent, backup)
+                else:
+                    os.unlink(backup, dir_fd=parent)
+        for parent, name in self.removed_dirs:   # deepest first, as they were met
+            with contextlib.suppress(OSError):
+                os.rmdir(name, dir_fd=parent)
+
+
+def _remove_tree(parent: int, name: str) -> None:
+    """A directory this apply set aside: what is left in it is ours (the originals it renamed
+    there) or empty directories; walked through its fd, never following a link."""
+    fd = os.open(name, _DIR, dir_fd=parent)
+    try:
+        for entry in os.listdir(fd):
+            st = os.lstat(entry, dir_fd=fd)
+            if stat.S_ISDIR(st.st_mode):
+                _remove_tree(fd, entry)
+            else:
+                os.unlink(entry, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent)

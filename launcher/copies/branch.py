@@ -92,7 +92,8 @@ def commit_to_branch(workspace: str, exported: Exported, branch: str, message: s
     with hostgit.Private(repo.common_dir, hostgit.config_file_value(config, "extensions.objectformat") or "sha1") as git:
         index = os.path.join(git.root, "index.private")
         git.git("read-tree", base, index=index)
-        for change in exported.applicable:
+        # removals first, so a path the agent turned from a directory into a file (or back) is free
+        for change in sorted(exported.applicable, key=lambda c: c["new"] is not None):
             new, old = change["new"], change["old"] or {}
             if old.get("type") == "dir" or (new or {}).get("type") == "dir":
                 continue   # a directory is its files
@@ -105,7 +106,7 @@ def commit_to_branch(workspace: str, exported: Exported, branch: str, message: s
             else:   # git reads the spool file itself: the launcher never holds the file in memory
                 sha = git.git("hash-object", "-w", "--no-filters", "--", exported.data[change["path"]].path)
             mode = "120000" if new["type"] == "symlink" else "100755" if new["exec"] else "100644"
-            git.git("update-index", "--add", "--cacheinfo", f"{mode},{sha},{change['path']}", index=index)
+            git.git("update-index", "--add", "--replace", "--cacheinfo", f"{mode},{sha},{change['path']}", index=index)
         tree = git.git("write-tree", "--missing-ok", index=index)   # a partial clone lacks blobs: never fetched
         commit = git.git("commit-tree", tree, "-p", base, "-m", message, **_identity(workspace, owner))
         for rel in git.new_objects():

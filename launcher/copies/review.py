@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import posixpath
+import re
 from dataclasses import dataclass
 
 from launcher import names
@@ -46,6 +47,7 @@ def surface_at(path: str, added: bool) -> tuple[str, Surface] | None:
     return None
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")   # C0, DEL and C1: newlines, tabs, escapes
 _ODD = frozenset(("", ".", ".."))   # names that are no name, or a way up
 DEPTH = 256   # no project needs more; apply walks (and opens) every directory on the way
 
@@ -64,6 +66,8 @@ def refusal(change: dict, protected: tuple[str, ...]) -> str:
         return "not a plain workspace path"
     if len(parts) > DEPTH:
         return f"deeper than {DEPTH} directories"
+    if _CONTROL.search(path):
+        return "a name with control characters (a newline or a terminal escape forges what host tools print)"
     if ".git" in folded or ("~" in path and any(names.same(p, ".git") for p in parts)):
         return "a git directory (the host's git runs code from it)"
     entry = _entries(protected).holding(path, folded)
@@ -71,11 +75,13 @@ def refusal(change: dict, protected: tuple[str, ...]) -> str:
         return f"protected ({entry}: host tools run or trust it)"
     new = change.get("new") or {}
     if new.get("type") == "other":
-        return "not a regular file, directory or symlink"
+        return f"not a regular file, directory or symlink (a {visible(new.get('kind', 'special file'), keep_lines=False)})"
     if new.get("type") == "file" and new.get("mode", 0) & 0o7000:
         return f"mode {new['mode']:04o}: setuid, setgid or sticky (apply writes files 0644 or 0755 only)"
     if new.get("type") == "symlink":
         target = new["target"]
+        if _CONTROL.search(target):
+            return "a symlink whose target has control characters"
         lands = posixpath.normpath(posixpath.join(posixpath.dirname(path), target.replace("\\", "/")))
         if not target or target.startswith(("/", "\\")) or lands == ".." or lands.startswith("../"):
             return f"a symlink leaving the workspace (-> {target})"
@@ -181,13 +187,26 @@ def _mode(state: dict) -> str:
 
 
 def _detail(c: dict) -> str:
+    """What is there now; a type change says what was there, or what took its place."""
+    if c.get("dir") == "new":
+        return f"{_kind(c.get('old') or {})} -> directory"
+    symlink = (c.get("new") or {}).get("type") == "symlink"
+    return ("directory -> " + ("symlink " if symlink else "") if c.get("dir") == "old" else "") + _now(c)
+
+
+def _kind(state: dict) -> str:
+    kind = state.get("kind") if state.get("type") == "other" else state.get("type", "")
+    return {"dir": "directory", "symlink": "symlink"}.get(kind, visible(kind or "", keep_lines=False))
+
+
+def _now(c: dict) -> str:
     old, new = c.get("old") or {}, c.get("new") or {}
     if new.get("type") == "symlink":
         return f"-> {visible(new['target'], keep_lines=False)}"
     if old.get("type") == "dir" or not new:
         return "directory" if old.get("type") == "dir" else ""
     if new.get("type") != "file":
-        return new.get("type", "")
+        return _kind(new)
     mode = _mode(new) if old.get("type") != "file" or _mode(old) == _mode(new) else f"{_mode(old)} -> {_mode(new)}"
     lines = ("binary" if c.get("binary") else f"+{c['added']} -{c['removed']}") if ("added" in c or c.get("binary")) else ""
     return f"{mode} {new.get('size', 0)} bytes {lines}".rstrip()
@@ -217,6 +236,9 @@ def patch_lines(changes: list[dict]) -> list[str]:
         path = visible(c["path"], keep_lines=False)
         out.append(f"diff --sandbox a/{path} b/{path}" + (f"   # {_verdict(c)}" if c["refused"] else ""))
         old, new = c.get("old") or {}, c.get("new") or {}
+        if c.get("dir") and ("patch" in c or c.get("binary")):
+            was = "directory" if c["dir"] == "old" else _kind(old)
+            out.append(f"type changed: {was} -> {'directory' if c['dir'] == 'new' else _kind(new)}")
         if "patch" in c:
             if old and new and _mode(old) != _mode(new):
                 out.append(f"mode {_mode(old)} -> {_mode(new)}")
@@ -227,8 +249,9 @@ def patch_lines(changes: list[dict]) -> list[str]:
             out.append(f"Binary file {c['status']} ({old.get('size', 0)} -> {new.get('size', 0)} bytes"
                        + (f", mode {_mode(new)}" if new else "") + ")")
         else:
-            def shown(d: dict) -> str:
-                return {"symlink": f"symlink -> {visible(d.get('target', ''), keep_lines=False)}",
-                        "dir": "directory"}.get(d.get("type"), d.get("type", "nothing"))
-            out.append(f"{c['status']}: {shown(old) if old else 'nothing'} -> {shown(new) if new else 'nothing'}")
+            def shown(d: dict, side: str) -> str:
+                if not d:
+                    return "directory" if c.get("dir") == side else "nothing"
+                return f"symlink -> {visible(d.get('target', ''), keep_lines=False)}" if d.get("type") == "symlink" else _kind(d)
+            out.append(f"{c['status']}: {shown(old, 'old')} -> {shown(new, 'new')}")
     return out

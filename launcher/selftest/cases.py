@@ -333,7 +333,16 @@ OUTSIDE = {
     # Copy-mode presets only: the same cases once more, on a copy (see runner.copy_judgments).
     "outside.copy_host_untouched": ("in copy mode the cases leave the host tree byte for byte as it was", BOTH),
     "outside.copy_apply_refuses": ("`sandbox apply` would carry back none of the git or protected files planted", BOTH),
+    "outside.copy_type_changes": ("a file the agent made a directory or a FIFO is diffed as a type change (the FIFO "
+                                  "refused), never a crash", BOTH),
+    "outside.copy_control_names": ("`sandbox apply` would refuse every name with control characters", BOTH),
 }
+
+# The copy pass's own plants, after the cases (issue 40): a file of the copy made a directory with a
+# file at depth, one made a FIFO, and names with a newline, a terminal escape, DEL and a C1 byte.
+WAY_BACK = ("{ cd \"$WS\" && rm -f README.md && mkdir -p README.md/in/deep && echo x > README.md/in/deep/f && rm -f tracked.txt && "
+            "mkfifo tracked.txt && mkdir -p wayback && for n in 'nl\\nx' 'esc\\033[31mx' 'del\\177x' 'c1\\302\\233x'; "
+            "do printf x > \"wayback/$(printf \"$n\")\"; done; } >/dev/null 2>&1")
 
 
 # Not run inside a gVisor sandbox: gVisor mounts no cgroup files, so the case cannot see the limit,

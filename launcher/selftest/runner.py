@@ -20,7 +20,7 @@ from launcher.engine import Engine
 from launcher.errors import ProbeFailed, SandboxError
 from launcher.plan import PROBE_BUSYBOX, MountKind
 from launcher.model import WorkspaceMode
-from launcher.selftest.cases import OUTSIDE, PLANTED, Case, for_mode
+from launcher.selftest.cases import OUTSIDE, PLANTED, WAY_BACK, Case, for_mode
 from launcher.values import visible
 from launcher.style import BAD, GOOD, Mark, plain
 
@@ -195,7 +195,8 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
                                   verdict=ERROR) for c in cases]
         results += git_judgments(workspace, surfaces_before, git_canary)
         if stack.load_base(ref).policy.workspace.mode is WorkspaceMode.COPY:
-            results += copy_judgments(engine, ref, workspace, network, ("bash", "-c", script(cases, params)))
+            results += copy_judgments(engine, ref, workspace, network,
+                                      ("bash", "-c", script(cases, params) + "\n" + WAY_BACK))
         results += _outside(engine, ref, mode, workspace, canary_dir, before, canary_before, listener, seen_before,
                             internet, network)
         return PresetResult(policy=ref, mode=mode, cases=tuple(results), probe_checks=checks,
@@ -267,9 +268,10 @@ def copy_judgments(engine: Engine, ref: str, workspace: str, network: str | None
         plan = _launched(engine, _request(ref, workspace, command, network, copy=True), _Collector(lambda m: None)).planned.plan
         same = scratch.tree_listing(workspace) == listing and scan.snapshot(workspace) == surfaces
         changes = review.annotated(store.changes(engine, plan.copy.name)["changes"], plan.copy.protected)
-    except SandboxError as exc:
+    except SandboxError as exc:   # a crash of the copy's tools on what the agent left is a failure, not a pass
         return [_judged(i, False, str(exc).splitlines()[0], error=True)
-                for i in ("outside.copy_host_untouched", "outside.copy_apply_refuses")]
+                for i in ("outside.copy_host_untouched", "outside.copy_apply_refuses", "outside.copy_type_changes",
+                          "outside.copy_control_names")]
     finally:
         if plan is not None and engine.volume_info(plan.copy.upper_volume) is not None:
             store.discard(engine, plan.copy.name)
@@ -278,7 +280,24 @@ def copy_judgments(engine: Engine, ref: str, workspace: str, network: str | None
     return [_judged("outside.copy_host_untouched", same, "unchanged" if same else "the host tree changed"),
             _judged("outside.copy_apply_refuses", bool(control) and not carried,
                     f"would carry back: {', '.join(carried)}" if carried else
-                    f"all {len(control)} planted control files refused ({len(changes)} changes in the copy)")]
+                    f"all {len(control)} planted control files refused ({len(changes)} changes in the copy)")
+            ] + judge_way_back(changes)
+
+
+def judge_way_back(changes: list[dict]) -> list[CaseResult]:
+    """What WAY_BACK planted, as `apply` would judge it: README.md a directory (its file at depth
+    written), tracked.txt a FIFO (refused, named), and every control-character name refused."""
+    by_path = {c["path"]: c for c in changes}
+    made_dir, fifo = by_path.get("README.md", {}), by_path.get(scratch.TRACKED, {})
+    deep = by_path.get("README.md/in/deep/f", {})
+    typed = (made_dir.get("status") == "type-changed" and made_dir.get("dir") == "new" and deep.get("status") == "added"
+             and not deep.get("refused") and (fifo.get("new") or {}).get("kind") == "fifo" and bool(fifo.get("refused")))
+    named = [c for c in changes if c["path"].startswith("wayback/")]
+    carried = [visible(c["path"], keep_lines=False) for c in named if not c["refused"]]
+    return [_judged("outside.copy_type_changes", typed, "README.md a directory, tracked.txt a FIFO: "
+                    + ("diffed, the FIFO refused" if typed else f"seen as {made_dir.get('status')}/{fifo.get('new')}")),
+            _judged("outside.copy_control_names", len(named) == 4 and not carried,
+                    f"would carry back: {', '.join(carried)}" if carried else f"{len(named)} of 4 names seen, all refused")]
 
 
 def judge_time_limit(timed_out: bool, exit_code: int | None) -> CaseResult:
