@@ -1,15 +1,9 @@
-"""Carry a copy's changes back to the host tree: all of them or none.
-
-Each change applies only where the host still holds what the copy started from (or already holds
-the result); anything else is a conflict and nothing is written. Paths are walked one directory
-at a time without following symlinks, so a link planted in the host tree cannot redirect a write;
-new files get plain modes (0644 or 0755, no setuid) and the workspace owner.
-
-What may come back is an allowlist (review.annotated, then finaltree.check in judged()). Symlinks
-are refused unless named one by one (`--allow-symlink PATH`): a link is never needed to build or
-run a project, yet one the host follows later reads or writes wherever it points; and even when
-named, one is written only when it resolves inside the workspace and out of every refused path on
-the final tree, and never over a directory."""
+"""Carry a copy's changes back to the host tree: all of them or none. A change applies only where the host
+still holds what the copy started from (or the result already); anything else is a conflict and nothing is
+written. Paths are walked a directory at a time without following links; new files get plain modes (0644
+or 0755) and the workspace owner. What may come back is an allowlist (review.annotated, then
+finaltree.check in judged()): a symlink only when named (`--allow-symlink PATH`), resolving inside the
+workspace and out of every refused path on the final tree, and never over a directory."""
 
 from __future__ import annotations
 
