@@ -48,6 +48,7 @@ class Copy:
     protected: tuple[str, ...]
     created: str
     maker: int                      # pid of the launcher that made it
+    trust: str = "unkeyed"          # trustlevel.key of the policy it was made under (older copies: none)
     users: tuple[str, ...] = ()     # sandbox containers using it now
     changes: int | None = None      # changes it held at its last checkpoint (None: not known, see states)
     checkpoint: int | None = None   # that checkpoint
@@ -99,6 +100,11 @@ def begin(engine: Engine, spec: CopySpec, progress: Progress, phase: fill.Phase 
             raise PolicyError([Problem(file="command line", path="--name", expected=f"a copy of {spec.source}",
                                        found=f"copy {spec.name} is of {have}",
                                        hint=f"choose another name, or `sandbox discard {spec.name}`")])
+        if found.labels.get(label.TRUST, "") != spec.trust:   # a less trusted agent's work stays out
+            raise PolicyError([Problem(file="command line", path="--name", expected=f"a copy made under trust key {spec.trust}",
+                                       found=f"copy {spec.name} was made under trust key {found.labels.get(label.TRUST) or 'none'} "
+                                             "(a policy of another reach)",
+                                       hint=f"`sandbox apply {spec.name}` or `sandbox discard {spec.name}` first, or choose another --name")])
         if engine.volume_info(spec.tree_volume) is None or engine.volume_info(spec.base_volume) is None:
             raise EngineError(f"copy {spec.name} is incomplete (a volume is missing); `sandbox discard {spec.name}`")
         progress(f"working on the existing copy {spec.name} (`sandbox checkpoints {spec.name}` lists its history)")
@@ -158,7 +164,8 @@ def _copy_of(volume: VolumeInfo) -> Copy:
     labels = volume.labels
     return Copy(name=labels.get(label.COPY, "?"), workspace=labels.get(label.WORKSPACE, "?"),
                 policy=labels.get(label.POLICY, "?"), protected=tuple(json.loads(labels.get(label.PROTECTED, "[]"))),
-                created=volume.created, maker=int(labels.get(label.OWNER_PID, "0") or 0))
+                created=volume.created, maker=int(labels.get(label.OWNER_PID, "0") or 0),
+                trust=labels.get(label.TRUST, "unkeyed"))
 
 
 def all_copies(engine: Engine) -> list[Copy]:
