@@ -203,17 +203,27 @@ def _view(engine: Engine, name: str, number: int) -> Iterator[str]:
     the kernel as in the sandbox's own overlay. Removed afterwards (`drop` and `gc` take a leftover)."""
     upper, base = (engine.volume_info(f"{name}-{part}").mountpoint for part in ("upper", "base"))
     view = f"{name}-view-{os.urandom(3).hex()}"
-    engine.create_volume(view, {label.MANAGED: "1", label.KIND: "copy-view", label.COPY: name,
-                                label.OWNER_PID: str(os.getpid())},
-                         {"type": "overlay", "device": "overlay",
-                          "o": f"lowerdir={upper}/checkpoints/{number}/tree:{base},userxattr"})
+    labels = {label.MANAGED: "1", label.KIND: "copy-view", label.COPY: name, label.OWNER_PID: str(os.getpid())}
+    options = f"lowerdir={upper}/checkpoints/{number}/tree:{base},userxattr"
+    made = []
     try:
+        if engine.podman:
+            # podman 4.3 chowns a volume's root to the container's user at its first attach, which a
+            # read-only overlay refuses (EROFS): a throwaway upper layer takes that chown. The tools
+            # container still mounts the view read-only.
+            made.append(engine.create_volume(f"{view}-scratch", labels).name)
+            scratch = engine.volume_info(made[0]).mountpoint
+            for part in ("upper", "work"):
+                os.mkdir(f"{scratch}/{part}", 0o700)
+            options += f",upperdir={scratch}/upper,workdir={scratch}/work"
+        made.insert(0, engine.create_volume(view, labels, {"type": "overlay", "device": "overlay", "o": options}).name)
         yield view
     finally:
-        try:
-            engine.remove_volume(view)
-        except EngineError:
-            pass
+        for volume in made:   # the view first: the scratch volume is its upper layer
+            try:
+                engine.remove_volume(volume)
+            except EngineError:
+                pass
 
 
 def _frozen_mounts(name: str, view: str) -> list[Mount]:
