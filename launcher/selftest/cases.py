@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from launcher.paths import CREDENTIAL_PATHS
 from launcher.secrets import SECRET_NAME_PATTERNS, SECRET_VALUE_PREFIXES
-from launcher.surfaces import BY_NAME, INVENTORY, PROTECTED
+from launcher.surfaces import INVENTORY, PROTECTED
 
 BOTH = ("none", "proxy")
 
@@ -36,10 +36,13 @@ _PROTECTED = [(".git/hooks/pre-commit", "create a git hook"), (".sandbox.yaml", 
               (".vscode/settings.json", "create IDE settings"), (".claude/settings.json", "create agent config")]
 
 
+_EXAMPLES = frozenset(s.example for s in INVENTORY)   # the names, a pattern's filled in
+
+
 def _slug(name: str) -> str:
     """protect.envrc for .envrc (the ids of the first cases), dot_lefthook_yml beside lefthook_yml."""
-    slug = name.strip(".").replace(".", "_").replace("-", "_")
-    return "dot_" + slug if name.startswith(".") and name[1:] in BY_NAME else slug
+    slug = name.strip(".").replace(".", "_").replace("-", "_").replace("/", "_")
+    return "dot_" + slug if name.startswith(".") and name[1:] in _EXAMPLES else slug
 
 
 _IDS = {f"protect.{path.split('/')[0].strip('.').replace('.', '_')}" for path, _ in _PROTECTED}
@@ -118,7 +121,7 @@ e2="$(mv "$WS/.repos/sub" "$WS/.repos/moved" 2>&1)" && { mv "$WS/.repos/moved" "
 
 # Allowed inside (the workspace is writable): each plants a surface for the after-run report, which
 # outside.surfaces_reported judges. Case id -> what it plants, workspace-relative.
-PLANTED = {f"report.{_slug(s.name)}": s.name for s in INVENTORY if not s.protect} | {
+PLANTED = {f"report.{_slug(s.example)}": s.example for s in INVENTORY if not s.protect} | {
     "report.nested_git": "src/.git", "report.symlink_out": "report-link"}
 _PLANT_BODY = {
     "report.nested_git": r'''
