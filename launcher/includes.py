@@ -102,24 +102,24 @@ def _command_paths(command: str) -> list[str]:
     return out
 
 
-def _gitlab(doc) -> list[str]:
+def _gitlab(doc) -> list[tuple[str, str | None]]:
     include = doc.get("include") if isinstance(doc, dict) else None
-    out = [s for s in _strings(include) if "://" not in s]   # `include: path` or a list of paths
+    out = [(s, "gitlab") for s in _strings(include) if "://" not in s]   # `include: path` or a list of paths
     for key, value in _walk(doc):
         if key == "local" and isinstance(value, str):        # `include: [{local: path}]`
-            out.append(value)
+            out.append((value, "gitlab"))
         elif key in ("script", "before_script", "after_script"):
-            out += [p for s in _strings(value) for p in _command_paths(s)]
+            out += [(p, None) for s in _strings(value) for p in _command_paths(s)]
     return out
 
 
-def _actions(doc) -> list[str]:
+def _actions(doc) -> list[tuple[str, str | None]]:
     out = []
     for key, value in _walk(doc):
         if key == "uses" and isinstance(value, str) and value.startswith("./"):
-            out.append(value)
+            out.append((value, "actions"))
         elif key == "run" and isinstance(value, str):
-            out += _command_paths(value)
+            out += [(p, None) for p in _command_paths(value)]
     return out
 
 
@@ -152,23 +152,34 @@ def _devcontainer(path: str) -> list[str]:
     return out
 
 
-def _named(root: str, rel: str) -> list[str]:
-    """What config file `rel` names, workspace paths as written (relative to the root or to it)."""
-    path, name = os.path.join(root, rel), posixpath.basename(rel).lower()
-    parts = rel.lower().split("/")
-    if name == ".gitlab-ci.yml" or (parts[0] in (".gitlab", "ci", ".ci") and name.endswith(_YAML)):
-        return _gitlab(_load(path)) if name.endswith(_YAML) else []
-    if parts[0] in _CI_DIRS and name.endswith(_YAML):
-        return _actions(_load(path))
-    if name in ("action.yml", "action.yaml"):
-        return _actions(_load(path))
+def _kind(rel: str) -> str | None:
+    """How a surface's config file is read, by its own name (None: it names nothing we follow)."""
+    name, top = posixpath.basename(rel).lower(), rel.lower().split("/")[0]
+    if name == ".gitlab-ci.yml" or (top == ".gitlab" and name.endswith(_YAML)):
+        return "gitlab"
+    if (top in _CI_DIRS and name.endswith(_YAML)) or name in ("action.yml", "action.yaml"):
+        return "actions"
     if name == ".pre-commit-config.yaml":
-        return _precommit(_load(path))
+        return "pre-commit"
     if name in ("lefthook.yml", ".lefthook.yml", "lefthook-local.yml", ".lefthook-local.yml"):
-        return _lefthook(_load(path))
+        return "lefthook"
     if name in ("devcontainer.json", ".devcontainer.json"):
-        return _devcontainer(path)
-    return []
+        return "devcontainer"
+    return None
+
+
+def _named(root: str, rel: str, kind: str | None) -> list[tuple[str, str | None]]:
+    """What config file `rel`, read as `kind`, names (workspace paths as written, relative to the
+    root or to it), each with how that one is read in turn: an included GitLab file as GitLab's, a
+    local action as an action; a script is fingerprinted, not read."""
+    path = os.path.join(root, rel)
+    if kind == "gitlab":
+        return _gitlab(_load(path))
+    if kind == "actions":
+        return _actions(_load(path))
+    commands = {"pre-commit": lambda: _precommit(_load(path)), "lefthook": lambda: _lefthook(_load(path)),
+                "devcontainer": lambda: _devcontainer(path)}.get(kind or "", list)()
+    return [(p, None) for p in commands]
 
 
 def _resolve(root: str, config: str, named: str) -> list[str]:
@@ -206,20 +217,21 @@ def _glob(root: str, pattern: str, most: int = 50) -> list[str]:
     return out
 
 
-def _configs_in(root: str, rel: str) -> list[str]:
-    """The config files to read at a path that was found: itself, or the YAML files of a CI
-    directory's workflows and a local action's action.yml."""
+def _configs_in(root: str, rel: str, kind: str | None = None) -> list[tuple[str, str | None]]:
+    """The config files to read at a path that was found, each with how it is read: itself (as
+    `kind`, else by its name), or the YAML files of a CI directory's workflows, a dev container
+    directory's JSON, a local action's action.yml."""
     path = os.path.join(root, rel)
     if not os.path.isdir(path) or os.path.islink(path):
-        return [rel]
+        return [(rel, kind or _kind(rel))]
     out = []
     for sub in ("workflows", "") if posixpath.basename(rel) in _CI_DIRS else ("",):
         try:
             names = sorted(os.listdir(os.path.join(path, sub)))
         except OSError:
             continue
-        out += [posixpath.join(rel, sub, n) for n in names
-                if n.lower().endswith(_YAML) or n in ("devcontainer.json",)][:MAX_FOUND]
+        out += [(posixpath.join(rel, sub, n), kind or _kind(posixpath.join(rel, sub, n))) for n in names
+                if n.lower().endswith(_YAML) or n == "devcontainer.json"][:MAX_FOUND]
     return out
 
 
@@ -228,16 +240,16 @@ def graph(root: str, surfaces: list[str]) -> list[str]:
     each once; what lies inside a surface already found is left out (its fingerprint covers it)."""
     found: list[str] = []
     seen = set(surfaces)
-    queue = [(c, 0) for rel in surfaces for c in _configs_in(root, rel)]
+    queue = [(c, k, 0) for rel in surfaces for c, k in _configs_in(root, rel)]
     while queue and len(seen) < 4 * MAX_FOUND:
-        config, hops = queue.pop(0)
-        for named in _named(root, config)[:MAX_FOUND]:
+        config, kind, hops = queue.pop(0)
+        for named, child in _named(root, config, kind)[:MAX_FOUND]:
             for rel in _resolve(root, config, named):
                 if rel in seen:
                     continue
                 seen.add(rel)
                 if not any(rel.startswith(s + "/") for s in surfaces):   # else its surface's fingerprint covers it
                     found.append(rel)
-                if hops + 1 < MAX_HOPS:   # followed either way: a local action in .github runs ./ci/x.sh
-                    queue += [(c, hops + 1) for c in _configs_in(root, rel)]
+                if child and hops + 1 < MAX_HOPS:   # followed either way: a local action in .github runs ./ci/x.sh
+                    queue += [(c, k, hops + 1) for c, k in _configs_in(root, rel, child)]
     return found[:MAX_FOUND]

@@ -182,6 +182,8 @@ INCLUDES = {   # config path -> (its text, the files it includes or runs)
     "gitlab script": (".gitlab-ci.yml", "test:\n  script:\n    - ./scripts/test.sh --all\n    - bash scripts/lint.sh\n"
                       "    - pytest tests/\n", ["scripts/lint.sh", "scripts/test.sh"]),
     "gitlab transitive": (".gitlab-ci.yml", "include: ci/jobs.yml\n", ["ci/jobs.yml", "ci/more.yml", "scripts/test.sh"]),
+    "gitlab include of an include anywhere": (".gitlab-ci.yml", "include: /templates/deep/base.yml\n",
+                                              ["scripts/test.sh", "templates/deep/base.yml", "templates/deep/more.yml"]),
     "github local action": (".github/workflows/ci.yml", "jobs:\n  a:\n    steps:\n      - uses: ./tools/act\n"
                             "      - run: ./scripts/test.sh\n", ["scripts/lint.sh", "scripts/test.sh", "tools/act"]),
     "gitea reusable workflow": (".gitea/workflows/ci.yml", "jobs:\n  a:\n    uses: ./ci/reuse.yml\n", ["ci/reuse.yml"]),
@@ -199,7 +201,9 @@ def _include_tree(root):
     files = {"ci/jobs.yml": "include:\n  - local: /ci/more.yml\n", "ci/more.yml": "x:\n  script: [./scripts/test.sh]\n",
              "ci/reuse.yml": "on: workflow_call\n", "scripts/test.sh": "true\n", "scripts/lint.sh": "true\n",
              "tools/act/action.yml": "runs:\n  using: composite\n  steps:\n    - run: scripts/lint.sh\n",
-             ".github/actions/x/action.yml": "runs:\n  steps:\n    - run: bash ./scripts/test.sh\n"}
+             ".github/actions/x/action.yml": "runs:\n  steps:\n    - run: bash ./scripts/test.sh\n",
+             "templates/deep/base.yml": "include: [more.yml]\n",   # relative to itself
+             "templates/deep/more.yml": "j:\n  script: ['VAR=1 ./scripts/test.sh']\n"}
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
