@@ -98,6 +98,7 @@ def test_judge_surfaces_reported():
 def test_the_report_lists_what_the_report_cases_plant(tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
+    (ws / ".gitlab-ci.yml").write_text(f"include:\n  - local: '/{scratch.INCLUDED_DIR}/*.yml'\n")   # as scratch has it
     before = scan.snapshot(str(ws))
     for path in sc.PLANTED.values():
         if path == "report-link":
@@ -108,4 +109,4 @@ def test_the_report_lists_what_the_report_cases_plant(tmp_path):
     reported = tuple(c.path for c in baseline.changes(str(ws), before))
     assert st.judge_surfaces_reported(tuple(sc.PLANTED.values()), reported).verdict == st.PASS
     scratch.remove_planted(str(ws), tuple(sc.PLANTED.values()))
-    assert os.listdir(ws) == []
+    assert os.listdir(ws) == [".gitlab-ci.yml"]

@@ -152,3 +152,15 @@ def test_what_a_narrower_sandbox_planted_in_its_home_never_reaches_a_wider_one(e
         assert rows[made]["trust"] != rows[other]["trust"] and rows[made]["keeps"] == [f"home {made}"]
     finally:
         home.remove_unused(engine, os.path.realpath(workspace))
+
+
+@pytest.mark.parametrize("ref", ["untrusted", "read-only", "ci"])
+def test_the_selftest_judges_the_presets_home_keying_and_fails_without_it(ref, monkeypatch):
+    from launcher.selftest import runner
+
+    facts = fake_facts(workspace="/home/dev/repo")
+    good = runner.judge_home_trust(preset(ref), facts)
+    assert good.verdict == runner.PASS and "none of the 3 wider policies" in good.observed, good
+    monkeypatch.setattr(trustlevel, "key", lambda policy: "samesamesame")   # the keying undone
+    bad = runner.judge_home_trust(preset(ref), facts)
+    assert bad.verdict == runner.FAIL and "shares" in bad.observed, bad

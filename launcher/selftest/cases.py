@@ -7,6 +7,7 @@ import shlex
 from dataclasses import dataclass
 
 from launcher.paths import CREDENTIAL_PATHS
+from launcher.selftest import scratch
 from launcher.secrets import SECRET_NAME_PATTERNS, SECRET_VALUE_PREFIXES
 from launcher.surfaces import INVENTORY, PROTECTED
 
@@ -122,8 +123,10 @@ e2="$(mv "$WS/.repos/sub" "$WS/.repos/moved" 2>&1)" && { mv "$WS/.repos/moved" "
 # Allowed inside (the workspace is writable): each plants a surface for the after-run report, which
 # outside.surfaces_reported judges. Case id -> what it plants, workspace-relative.
 PLANTED = {f"report.{_slug(s.example)}": s.example for s in INVENTORY if not s.protect} | {
-    "report.nested_git": "src/.git", "report.symlink_out": "report-link"}
+    "report.nested_git": "src/.git", "report.symlink_out": "report-link",
+    "report.include": f"{scratch.INCLUDED_DIR}/jobs.yml"}   # a file .gitlab-ci.yml includes (launcher/includes.py)
 _PLANT_BODY = {
+    "report.include": f'plant "$WS/{scratch.INCLUDED_DIR}/jobs.yml" "evil: {{script: [\'touch /tmp/x\']}}"',
     "report.nested_git": r'''
 mkdir -p "$WS/src/.git/objects" "$WS/src/.git/refs" 2>/dev/null && echo 'ref: refs/heads/main' >"$WS/src/.git/HEAD" 2>/dev/null
 plant "$WS/src/.git/config" "$(printf '[core]\n\tfsmonitor = "touch %s; false"' "$HOST_CANARY")"''',
@@ -336,6 +339,9 @@ OUTSIDE = {
     # Copy-mode presets only: the same cases once more, on a copy (see runner.copy_judgments).
     "outside.copy_host_untouched": ("in copy mode the cases leave the host tree byte for byte as it was", BOTH),
     "outside.copy_apply_refuses": ("`sandbox apply` would carry back none of the git or protected files planted", BOTH),
+    "outside.copy_diff_frozen": ("`sandbox diff` of the run's checkpoint (a read-only view) shows the copy's changes", BOTH),
+    # Trust-keyed state (issue 40 item 2): see runner.judge_home_trust.
+    "outside.home_trust": ("a home volume of this preset is never the one of a policy of wider reach", BOTH),
 }
 
 
