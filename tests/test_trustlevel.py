@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import replace
 
 import pytest
@@ -164,3 +165,37 @@ def test_the_selftest_judges_the_presets_home_keying_and_fails_without_it(ref, m
     monkeypatch.setattr(trustlevel, "key", lambda policy: "samesamesame")   # the keying undone
     bad = runner.judge_home_trust(preset(ref), facts)
     assert bad.verdict == runner.FAIL and "shares" in bad.observed, bad
+
+
+COPY_WIDER = {   # a second `up` on the same workspace and name, each reaching more than the first
+    "a mount": "mounts: [{source: MOUNT, target: /data}]\n",
+    "a variable passed": "env: {pass: [TERM, LANG, EDITOR]}\n",
+    "git read-write": "workspace: {git: read-write}\n",
+}
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("wider", sorted(COPY_WIDER))
+def test_a_kept_copy_is_never_worked_on_by_a_wider_policy(engine, workspace, tmp_path, wider):
+    narrow, wide = tmp_path / "narrow.yaml", tmp_path / "wide.yaml"
+    narrow.write_text("version: 1\nname: narrowcopy\ndescription: d\nextends: [untrusted]\n")
+    (tmp_path / "data").mkdir()
+    wide.write_text("version: 1\nname: widecopy\ndescription: d\nextends: [untrusted]\n"
+                    + COPY_WIDER[wider].replace("MOUNT", str(tmp_path / "data")))
+    name = f"sandbox-test-trustcopy-{os.getpid()}-{sorted(COPY_WIDER).index(wider)}"
+    try:
+        assert sandbox("up", str(workspace), "--policy", str(narrow), "--name", name, "--no-shell").returncode == 0
+        assert sandbox("exec", name, "--", "sh", "-c", "echo planted >>Makefile").returncode == 0
+        assert "stays in the copy" in sandbox("down", name).stderr   # the narrow agent's work is kept
+        refused = sandbox("up", str(workspace), "--policy", str(wide), "--name", name, "--no-shell")
+        assert refused.returncode == 120 and "made under trust key" in refused.stderr, refused.stderr
+        assert f"sandbox discard {name}" in refused.stderr and "Traceback" not in refused.stderr
+        again = sandbox("up", str(workspace), "--policy", str(narrow), "--name", name, "--no-shell")
+        assert again.returncode == 0, again.stderr   # its own policy: the same key, the copy reused
+        assert "planted" in sandbox("exec", name, "--", "cat", "Makefile").stdout
+    finally:
+        sandbox("down", name)
+        for _ in range(10):   # right after `down` the engine may still count a use of the volume for a moment
+            if "volume is in use" not in sandbox("discard", name).stderr:
+                break
+            time.sleep(1)
