@@ -18,6 +18,8 @@ MAX_BYTES = 256 * 1024   # of one config read; a larger one is fingerprinted, no
 MAX_DEPTH = 32           # YAML nesting; CI configs need a few levels
 MAX_FOUND = 200          # paths followed in one workspace
 MAX_HOPS = 5             # an include of an include of …
+MAX_READ = 1000          # configs parsed in one workspace (a tree of vendored packages each with a .github)
+MAX_WALK = 100_000       # entries a glob looks at
 _SHELLS = {"sh", "bash", "zsh", "dash", "python", "python3", "node", "ruby", "perl", "pwsh", "source", "."}
 _CI_DIRS = (".github", ".gitea", ".forgejo")   # workflows that may `uses: ./path`
 _YAML = (".yml", ".yaml")
@@ -154,10 +156,11 @@ def _devcontainer(path: str) -> list[str]:
 
 def _kind(rel: str) -> str | None:
     """How a surface's config file is read, by its own name (None: it names nothing we follow)."""
-    name, top = posixpath.basename(rel).lower(), rel.lower().split("/")[0]
-    if name == ".gitlab-ci.yml" or (top == ".gitlab" and name.endswith(_YAML)):
+    parts = rel.lower().split("/")
+    name, dirs = parts[-1], set(parts[:-1])   # a CI directory at any depth (a nested project's)
+    if name == ".gitlab-ci.yml" or (".gitlab" in dirs and name.endswith(_YAML)):
         return "gitlab"
-    if (top in _CI_DIRS and name.endswith(_YAML)) or name in ("action.yml", "action.yaml"):
+    if (dirs & set(_CI_DIRS) and name.endswith(_YAML)) or name in ("action.yml", "action.yaml"):
         return "actions"
     if name == ".pre-commit-config.yaml":
         return "pre-commit"
@@ -182,15 +185,27 @@ def _named(root: str, rel: str, kind: str | None) -> list[tuple[str, str | None]
     return [(p, None) for p in commands]
 
 
+def _project(config: str) -> str:
+    """The top of the project a config belongs to (a nested one's too): where its forge resolves
+    `/path` and `./path` from: the directory holding its CI directory, or the config's own."""
+    parts = config.split("/")
+    for i, part in enumerate(parts[:-1]):
+        if part.lower() in _CI_DIRS + (".gitlab",):
+            return "/".join(parts[:i])
+    return posixpath.dirname(config)
+
+
 def _resolve(root: str, config: str, named: str) -> list[str]:
-    """Workspace-relative paths `named` can mean (relative to the root, or to the config's
-    directory; a GitLab glob expanded), inside the workspace only, never through a symlink out."""
+    """Workspace-relative paths `named` can mean (relative to the config's project, the workspace
+    root, or the config's directory; a GitLab glob expanded), inside the workspace only, never
+    through a symlink out."""
     named = named.strip()
     if not named or "\0" in named:
         return []
-    bases = [named.lstrip("/")] + ([posixpath.join(posixpath.dirname(config), named)] if not named.startswith("/") else [])
+    bases = [posixpath.join(_project(config), named.lstrip("/")), named.lstrip("/")] + \
+        ([posixpath.join(posixpath.dirname(config), named)] if not named.startswith("/") else [])
     out = []
-    for candidate in bases:
+    for candidate in dict.fromkeys(bases):
         rel = posixpath.normpath(candidate)
         if rel in (".", "") or rel.startswith("../") or rel == "..":
             continue
@@ -206,8 +221,12 @@ def _glob(root: str, pattern: str, most: int = 50) -> list[str]:
     out, top = [], pattern.split("/")[0]
     if any(c in top for c in "*?["):
         top = ""
+    walked = 0
     for folder, dirs, files in os.walk(os.path.join(root, top) if top else root):
         dirs[:] = [d for d in dirs if d != ".git"]
+        walked += len(dirs) + len(files)
+        if walked > MAX_WALK:
+            return out
         for name in files:
             rel = os.path.relpath(os.path.join(folder, name), root)
             if fnmatch.fnmatch(rel, pattern.replace("**/", "*")) or fnmatch.fnmatch(rel, pattern):
@@ -241,8 +260,10 @@ def graph(root: str, surfaces: list[str]) -> list[str]:
     found: list[str] = []
     seen = set(surfaces)
     queue = [(c, k, 0) for rel in surfaces for c, k in _configs_in(root, rel)]
-    while queue and len(seen) < 4 * MAX_FOUND:
+    read = 0
+    while queue and len(seen) < 4 * MAX_FOUND and read < MAX_READ:
         config, kind, hops = queue.pop(0)
+        read += kind is not None
         for named, child in _named(root, config, kind)[:MAX_FOUND]:
             for rel in _resolve(root, config, named):
                 if rel in seen:

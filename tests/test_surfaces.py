@@ -184,6 +184,10 @@ INCLUDES = {   # config path -> (its text, the files it includes or runs)
     "gitlab transitive": (".gitlab-ci.yml", "include: ci/jobs.yml\n", ["ci/jobs.yml", "ci/more.yml", "scripts/test.sh"]),
     "gitlab include of an include anywhere": (".gitlab-ci.yml", "include: /templates/deep/base.yml\n",
                                               ["scripts/test.sh", "templates/deep/base.yml", "templates/deep/more.yml"]),
+    "a nested project's own root": ("pkg/.gitlab-ci.yml", "include: /ci/own.yml\nj: {script: [./run.sh]}\n",
+                                     ["pkg/ci/own.yml", "pkg/run.sh"]),
+    "a nested project's local action": ("pkg/.github/workflows/w.yml", "jobs: {a: {steps: [{uses: ./act}]}}\n",
+                                        ["pkg/act"]),
     "github local action": (".github/workflows/ci.yml", "jobs:\n  a:\n    steps:\n      - uses: ./tools/act\n"
                             "      - run: ./scripts/test.sh\n", ["scripts/lint.sh", "scripts/test.sh", "tools/act"]),
     "gitea reusable workflow": (".gitea/workflows/ci.yml", "jobs:\n  a:\n    uses: ./ci/reuse.yml\n", ["ci/reuse.yml"]),
@@ -203,6 +207,7 @@ def _include_tree(root):
              "tools/act/action.yml": "runs:\n  using: composite\n  steps:\n    - run: scripts/lint.sh\n",
              ".github/actions/x/action.yml": "runs:\n  steps:\n    - run: bash ./scripts/test.sh\n",
              "templates/deep/base.yml": "include: [more.yml]\n",   # relative to itself
+             "pkg/ci/own.yml": "x: 1\n", "pkg/run.sh": "true\n", "pkg/act/action.yml": "runs: {using: node20}\n",
              "templates/deep/more.yml": "j:\n  script: ['VAR=1 ./scripts/test.sh']\n"}
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -244,3 +249,15 @@ def test_includes_never_leave_the_workspace_nor_follow_links_and_an_alias_bomb_i
     snap = scan.snapshot(str(ws))
     assert time.monotonic() - started < 5
     assert not [p for p, f in snap.items() if f.startswith("include:")]
+
+
+def test_the_include_graph_is_bounded_on_a_tree_of_vendored_ci_configs(tmp_path, monkeypatch):
+    from launcher import includes
+
+    monkeypatch.setattr(includes, "MAX_READ", 20)
+    for n in range(60):   # each a package with its own workflow that runs a script of its own
+        (tmp_path / "vendor" / f"p{n}" / ".github" / "workflows").mkdir(parents=True)
+        (tmp_path / "vendor" / f"p{n}" / ".github" / "workflows" / "ci.yml").write_text(f"jobs: {{a: {{steps: [{{run: ./vendor/p{n}/x.sh}}]}}}}\n")
+        (tmp_path / "vendor" / f"p{n}" / "x.sh").write_text("true\n")
+    found = [p for p, f in scan.snapshot(str(tmp_path)).items() if f.startswith("include:")]
+    assert 0 < len(found) <= 20
