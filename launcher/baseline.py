@@ -13,7 +13,8 @@ def changes(workspace: str, before: dict[str, str]) -> tuple[surfaces.Change, ..
     """What the agent changed, comparing `before` with the workspace as it is now."""
     # Whatever was fingerprinted before is fingerprinted again, also where only the include graph named it.
     extra = tuple(p for p, f in before.items() if f.startswith("git:"))
-    return surfaces.compare(before, scan.snapshot(workspace, extra=extra))
+    included = tuple(p for p, f in before.items() if f.startswith("include:"))
+    return surfaces.compare(before, scan.snapshot(workspace, extra=extra, included=included))
 
 
 def _path(name: str) -> str:

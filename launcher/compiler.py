@@ -27,7 +27,7 @@ from launcher.policy import CAPABILITY_BITS
 PODMAN_MARKER = "/run/.containerenv"
 from launcher.refusals import under
 from launcher.squidconf import render_squid
-from launcher import checks, refusals, runtimes
+from launcher import checks, refusals, runtimes, trustlevel
 from launcher.trustfiles import CA_DIR, CA_VARIABLES
 from launcher.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS
 from launcher.secrets import RUNTIME_NAMES, SECRET_NAMES, SECRET_VALUES, caseless
@@ -120,7 +120,8 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     container_name = _container_name(policy, host, kind, name)
     uid, gid = _user(policy, host)
     copy = _copy_spec(policy, host, container_name, uid, gid)
-    volume = home_volume_name(host.workspace.real, profile) if policy.home.mode is HomeMode.VOLUME else ""
+    trust = trustlevel.key(policy)
+    volume = home_volume_name(host.workspace.real, trust, profile) if policy.home.mode is HomeMode.VOLUME else ""
     mounts, placeholders, ca_env = _mounts(policy, host, copy, volume, uid, gid)
     labels = _labels(policy, host, kind, container_name)
     networks, proxy, proxy_env = (), None, {}
@@ -131,7 +132,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     agent = tuple(command) or policy.command
     main = up_main(policy.limits.timeout_seconds) if kind in LONG_LIVED else agent
     labels[label.PLACEHOLDERS] = json.dumps(placeholders)
-    home_spec, copy, volume_labels = _volume_specs(policy, host, copy, volume, profile, uid, gid)
+    home_spec, copy, volume_labels = _volume_specs(policy, host, copy, volume, profile, trust, uid, gid)
     labels.update(volume_labels)
     container = _container(policy, container_name, probe, main, env, mounts, labels, proxy, uid, gid,
                            runtimes.security_opt(policy.runtime, host.seccomp_profile))
@@ -286,21 +287,21 @@ def _resolver(proxy: ProxySpec) -> str:
     return "127.0.0.1" if proxy.hosts_entry else "127.0.0.11"
 
 
-def _volume_specs(policy: Policy, host: HostFacts, copy: CopySpec | None, volume: str, profile: str, uid: int,
-                  gid: int) -> tuple[HomeSpec | None, CopySpec | None, dict[str, str]]:
+def _volume_specs(policy: Policy, host: HostFacts, copy: CopySpec | None, volume: str, profile: str, trust: str,
+                  uid: int, gid: int) -> tuple[HomeSpec | None, CopySpec | None, dict[str, str]]:
     """The volumes the launcher makes before the start (the home, copy mode's), labelled, and the
     container's labels naming them."""
-    home_spec, labels = None, {}
+    home_spec, labels = None, {label.TRUST: trust}
     ws = host.workspace.real
     if volume:
         labels[label.HOME] = volume
-        home_spec = HomeSpec(volume=volume, workspace=ws, profile=profile, uid=uid, gid=gid,
+        home_spec = HomeSpec(volume=volume, workspace=ws, profile=profile, trust=trust, uid=uid, gid=gid,
                              labels=tuple(sorted({label.MANAGED: "1", label.KIND: "home", label.WORKSPACE: ws,
-                                                  label.PROFILE: profile}.items())))
+                                                  label.PROFILE: profile, label.TRUST: trust}.items())))
     if copy:
         labels[label.COPY] = copy.name
-        copy = replace(copy, labels=tuple(sorted({label.MANAGED: "1", label.KIND: "copy", label.COPY: copy.name,
-                                                  label.WORKSPACE: ws, label.POLICY: policy.name,
+        copy = replace(copy, trust=trust, labels=tuple(sorted({label.MANAGED: "1", label.KIND: "copy", label.COPY: copy.name,
+                                                  label.WORKSPACE: ws, label.POLICY: policy.name, label.TRUST: trust,
                                                   **_owner(host), label.PROTECTED: json.dumps(copy.protected)}.items())))
     return home_spec, copy, labels
 

@@ -65,10 +65,11 @@ ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
     ("home.mode", "tmpfs"): E(mechanism="--tmpfs HOME:size=SIZE,uid=UID,gid=GID,mode=0700; HOME=TARGET",
                               component=Component.MOUNT, checks=("home.private", "mounts.writable", "fs.rofs"),
                               note="gone with the sandbox"),
-    ("home.mode", "volume"): E(mechanism="--mount type=volume,src=sandbox-home-<workspace hash>-<profile>,"
+    ("home.mode", "volume"): E(mechanism="--mount type=volume,src=sandbox-home-<workspace hash>-<trust key>-<profile>,"
                                          "volume-nocopy; chowned to UID:GID, mode 0700 before the start",
                                component=Component.MOUNT, checks=("home.private", "mounts.writable", "fs.rofs"),
-                               note="kept for the next run of this workspace only: what the agent left there (agent "
+                               note="kept for the next run of this workspace under the same trust key only (a policy of "
+                                    "another reach gets another volume): what the agent left there (agent "
                                     "settings, shell rc files, MCP servers) runs again; `sandbox down --purge`"),
     ("home.target", ""): E(mechanism="the home's mount point; --env HOME=TARGET unless env.set sets HOME",
                            component=Component.MOUNT, checks=("home.private",)),

@@ -1,6 +1,7 @@
-"""home.mode volume: the agent's home as a named Docker volume per workspace and agent profile,
-kept from one run to the next. Made (or reused) before the sandbox starts and handed to the
-agent's uid:gid with mode 0700 by a tools container; never shared across workspaces."""
+"""home.mode volume: the agent's home as a named Docker volume per workspace, trust key and agent
+profile, kept from one run to the next. Made (or reused) before the sandbox starts and handed to
+the agent's uid:gid with mode 0700 by a tools container; never shared across workspaces, nor
+between sandboxes whose policies reach different things (launcher/trustlevel.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ class HomeVolume:
     name: str
     workspace: str
     profile: str
+    trust: str                      # trustlevel.key of the sandboxes that use it; "unkeyed": named the old way
     created: str
     users: tuple[str, ...]          # sandbox containers using it now
 
@@ -31,7 +33,7 @@ class HomeVolume:
 def prepare(engine: Engine, spec: HomeSpec, progress: Progress) -> bool:
     """Create the home volume if it is missing (True), or reuse this workspace's; either way its
     root is then the agent's, mode 0700 (what the probe's home.private checks). A volume of that
-    name that is not this workspace's home is refused, never mounted."""
+    name that is not this workspace's home under this trust key is refused, never mounted."""
     found = engine.volume_info(spec.volume)
     made = found is None
     if made:
@@ -45,6 +47,12 @@ def prepare(engine: Engine, spec: HomeSpec, progress: Progress) -> bool:
                                        found=f"volume {spec.volume} is " + (f"the home of {have.get(label.WORKSPACE)}"
                                                                           if have.get(label.KIND) == "home" else "not a home volume of ours"),
                                        hint="a home volume is never shared; remove that volume, or use home: {mode: tmpfs}")])
+        if have.get(label.TRUST) != spec.trust:   # what a sandbox of another reach wrote never comes in
+            raise PolicyError([Problem(file="command line", path="home.mode",
+                                       expected=f"the home volume of {spec.workspace} under trust key {spec.trust}",
+                                       found=f"volume {spec.volume} was written under trust key {have.get(label.TRUST) or 'none'}",
+                                       hint="a home volume is never shared between policies of different reach; "
+                                            "remove that volume, or use home: {mode: tmpfs}")])
         progress(f"using the home volume {spec.volume} (kept from earlier runs on this workspace)")
     try:
         run_tool(engine, name=spec.volume, entrypoint=("/bin/sh", "-c", 'chown "$1" "$2" && chmod 0700 "$2"', "home"),
@@ -73,7 +81,8 @@ def all_homes(engine: Engine, workspace: str | None = None) -> list[HomeVolume]:
     for volume in sorted(engine.list_volumes(*filters), key=lambda v: v.name):
         labels = volume.labels
         out.append(HomeVolume(name=volume.name, workspace=labels.get(label.WORKSPACE, "?"),
-                              profile=labels.get(label.PROFILE, "?"), created=volume.created,
+                              profile=labels.get(label.PROFILE, "?"), trust=labels.get(label.TRUST, "unkeyed"),
+                              created=volume.created,
                               users=_users(engine, volume.name)))
     return out
 

@@ -21,7 +21,7 @@ class WorkspaceMode(enum.Enum):
 
 class HomeMode(enum.Enum):
     TMPFS = "tmpfs"     # gone with the sandbox
-    VOLUME = "volume"   # a named volume per workspace and agent profile: kept for the next run
+    VOLUME = "volume"   # a named volume per workspace, trust key and agent profile: kept for the next run
 
 
 class Runtime(enum.Enum):

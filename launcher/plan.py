@@ -270,6 +270,7 @@ class CopySpec:
     exclude: tuple[str, ...]        # GNU tar --exclude patterns
     protected: tuple[str, ...]      # workspace-relative paths `sandbox apply` never carries back
     labels: tuple[tuple[str, str], ...]
+    trust: str = ""                 # trustlevel.key of the policy: a copy is reused only under the same
 
     @property
     def base_volume(self) -> str:
@@ -287,9 +288,10 @@ class CopySpec:
 HOME_PROFILE = "default"     # until agent profiles name their own
 
 
-def home_volume_name(workspace_real: str, profile: str = HOME_PROFILE) -> str:
-    """The home volume of one workspace and agent profile: never shared across workspaces."""
-    return f"sandbox-home-{hashlib.sha256(workspace_real.encode()).hexdigest()[:16]}-{profile}"
+def home_volume_name(workspace_real: str, trust: str, profile: str = HOME_PROFILE) -> str:
+    """The home volume of one workspace, trust key (trustlevel.key) and agent profile: never shared
+    across workspaces, nor between sandboxes of different reach."""
+    return f"sandbox-home-{hashlib.sha256(workspace_real.encode()).hexdigest()[:16]}-{trust}-{profile}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -300,6 +302,7 @@ class HomeSpec:
     volume: str
     workspace: str                  # host real path: the volume's label, checked on reuse
     profile: str
+    trust: str                      # trustlevel.key of the policy: the volume's label, checked on reuse
     uid: int
     gid: int
     labels: tuple[tuple[str, str], ...]

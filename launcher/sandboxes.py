@@ -23,6 +23,8 @@ class SandboxInfo:
     workspace: str
     created: int
     changes: int | None = None      # copies: changes at the last checkpoint (None: not known, or not a copy)
+    trust: str = "unkeyed"          # trustlevel.key of its policy (of the policy a copy or home was written under)
+    keeps: tuple[str, ...] = ()     # what persists after it: a sandbox's home volume and copy; a copy or home itself
 
 
 def _sandboxes(engine: Engine) -> list[ContainerSummary]:
@@ -53,19 +55,25 @@ def reuse_problem(item: ContainerSummary, plan) -> Problem | None:
 
 def ls(engine: Engine) -> list[SandboxInfo]:
     """Sandboxes, then copies (copy mode's kept work: kind "copy", state "in use" or "kept"), then
-    home volumes (kind "home", named by workspace and agent profile)."""
+    home volumes (kind "home", named by workspace, trust key and agent profile); each with its
+    trust key and what it keeps between runs."""
     from launcher import home
     from launcher.copies import store
 
     found = [SandboxInfo(name=i.name, kind=i.labels[label.KIND], state=i.state,
                          policy=i.labels.get(label.POLICY, "?"),
-                         workspace=i.labels.get(label.WORKSPACE, "?"), created=i.created)
+                         workspace=i.labels.get(label.WORKSPACE, "?"), created=i.created,
+                         trust=i.labels.get(label.TRUST, "unkeyed"),
+                         keeps=tuple(f"{what} {i.labels[key]}" for what, key in (("home", label.HOME), ("copy", label.COPY))
+                                     if i.labels.get(key)))
              for i in _sandboxes(engine)]
     return found + [SandboxInfo(name=c.name, kind="copy", state="in use" if c.users else "kept", policy=c.policy,
-                                workspace=c.workspace, created=0, changes=c.changes)
+                                workspace=c.workspace, created=0, changes=c.changes, trust=c.trust,
+                                keeps=(f"copy {c.name}",))
                     for c in store.states(engine, store.all_copies(engine))] + [
         SandboxInfo(name=h.name, kind="home", state="in use" if h.users else "kept", policy=f"({h.profile})",
-                    workspace=h.workspace, created=0) for h in home.all_homes(engine)]
+                    workspace=h.workspace, created=0, trust=h.trust, keeps=(f"home {h.name}",))
+        for h in home.all_homes(engine)]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,7 +7,7 @@ import hashlib
 import os
 import stat
 
-from launcher import gitdirs
+from launcher import gitdirs, includes
 from launcher.surfaces import named
 
 _HASH_MAX = 4 * 1024 * 1024     # bytes of a file hashed; a larger one is fingerprinted by size and mtime
@@ -125,11 +125,13 @@ def _placeholder(st: os.stat_result, path: str, file: bool) -> bool:
         return False
 
 
-def snapshot(workspace: str, extra: tuple[str, ...] = ()) -> dict[str, str]:
+def snapshot(workspace: str, extra: tuple[str, ...] = (), included: tuple[str, ...] = ()) -> dict[str, str]:
     """Workspace-relative path -> fingerprint, for every surface (names folded as a Mac or Windows
     would), every symlink leaving the workspace, every git directory found in it (a bare one, a
     gitfile's or symlink's target, a commondir, an alternates target) and each of `extra` (paths
-    git's configuration names, see gitscan.py). Surface and git directories are not descended
+    git's configuration names, see gitscan.py), and every file the surfaces include or run
+    (includes.py), with `included` (what an earlier snapshot's graph reached). Surface and git
+    directories are not descended
     into (their fingerprint covers them); an empty directory at a protected name in the root (an
     empty file, for a config file's name) is a placeholder mount point, taken as absent."""
     root = os.path.realpath(workspace)
@@ -147,7 +149,7 @@ def snapshot(workspace: str, extra: tuple[str, ...] = ()) -> dict[str, str]:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            surface = named(entry.name)
+            surface = named(entry.name, rel)
             if surface:
                 if not rel and surface.protect and _placeholder(st, entry.path, surface.file):
                     continue
@@ -166,12 +168,14 @@ def snapshot(workspace: str, extra: tuple[str, ...] = ()) -> dict[str, str]:
         rel = gitdirs.inside(root, git_dir.real)
         if rel and git_dir.role != "objects" and not any(rel == p or rel.startswith(p + "/") for p in found):
             found[rel] = git_fingerprint(git_dir.real)
-    return found | extras(root, extra, found)
+    surfaces = [p for p, f in found.items() if not f.startswith(("link-out:", "gitdir:"))]
+    graph = tuple(dict.fromkeys(includes.graph(root, surfaces) + list(included)))
+    return found | extras(root, extra, found) | extras(root, graph, found, "include:")
 
 
-def extras(workspace: str, paths: tuple[str, ...], found: dict[str, str]) -> dict[str, str]:
-    """Fingerprints (`git:…`) of workspace-relative paths git reads that a snapshot does not list
-    by itself; a missing one, or an empty placeholder, is absent."""
+def extras(workspace: str, paths: tuple[str, ...], found: dict[str, str], prefix: str = "git:") -> dict[str, str]:
+    """Fingerprints (`git:…`, or `prefix`) of workspace-relative paths git reads (or a surface
+    includes) that a snapshot does not list by itself; a missing one, or an empty placeholder, is absent."""
     root, out = os.path.realpath(workspace), {}
     for rel in paths:
         path = os.path.join(root, rel)
@@ -180,5 +184,5 @@ def extras(workspace: str, paths: tuple[str, ...], found: dict[str, str]) -> dic
         except OSError:
             continue
         if rel not in found and not _placeholder(st, path, True):
-            out[rel] = "git:" + _fingerprint(path, st, "")
+            out[rel] = prefix + _fingerprint(path, st, "")
     return out

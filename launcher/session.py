@@ -339,6 +339,7 @@ def _fresh(engine, planned: Planned, request: Request, listener: Listener, timin
     listener.status(f"--fresh: the copy {name} holds {held} and stays (`sandbox diff {name}`, `sandbox apply {name}`, "
                     f"`sandbox discard {name}`); the new sandbox and its copy are {new}")
     fresh = pipeline.compiled(planned.layered, request.workspace, (), kind="up", name=new,
-                              egress_network=request.egress_network, agent=request.options.agent, timings=timings)
+                              egress_network=request.egress_network, agent=request.options.agent, timings=timings,
+                              engine=planned.facts.engine)   # the engine's own facts (podman's dialect, id maps)
     statefiles.write(fresh.files)
     return fresh

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
 
 import pytest
 
-from launcher import agents
-from launcher.plan import home_volume_name
+from launcher import agents, home
 from conftest import owned_workspace
 from test_agents_launcher import UPSTREAM, upstream  # noqa: F401  (the stand-in fixture)
 
@@ -42,7 +42,6 @@ def test_the_next_sandbox_on_the_workspace_continues_the_cli_session(name, how, 
     workspace = owned_workspace(tmp_path)
     policy = tmp_path / "agentstate.yaml"
     policy.write_text(POLICY)
-    volume = home_volume_name(os.path.realpath(workspace), name)
     common = ["--policy", str(policy), "--agent", name, "--model-key-env", "MODEL_KEY",
               "--model-upstream", f"http://{UPSTREAM}", "--egress-network", network]
     box = f"sandbox-test-agentstate-{name}-{os.getpid()}"
@@ -69,7 +68,9 @@ def test_the_next_sandbox_on_the_workspace_continues_the_cli_session(name, how, 
         reset()
         first = session(task(profile.headless, f"Create the marker file ({token})."))
         said = first.stdout[-2000:] + first.stderr[-3000:]
-        assert first.returncode == 0 and f"created the home volume {volume}" in first.stderr, said
+        made = re.search(r"created the home volume (\S+):", first.stderr)
+        assert first.returncode == 0 and made and made.group(1).endswith(f"-{name}"), said   # per trust key and profile
+        volume = made.group(1)
         assert (workspace / f"marker-{name}.txt").read_text() == "done\n", said
         reset()
         second = session(task(profile.resume, "Go on."))
@@ -86,5 +87,4 @@ def test_the_next_sandbox_on_the_workspace_continues_the_cli_session(name, how, 
     finally:
         if how == "up":
             sandbox("down", box, key=key)
-        if engine.volume_info(volume) is not None:
-            engine.remove_volume(volume)
+        home.remove_unused(engine, os.path.realpath(workspace))

@@ -242,10 +242,12 @@ def test_a_yes_for_a_surface_directory_covers_what_is_below_it_and_nothing_else(
                        review.Allowed(surfaces=frozenset({"pkg"})))
 
 
-def test_a_changed_gitignore_is_no_new_surface_but_a_new_one_is(tmp_path):
+def test_a_changed_gitignore_needs_a_yes_like_a_new_one(tmp_path):
+    """A changed tracked .gitignore can hide a file from the review after apply (issue 40 item 3)."""
     changed = {"path": "sub/.gitignore", "status": "modified", "old": file_state(b"a"), "new": file_state(b"b")}
-    assert verdicts(tmp_path, [changed])["sub/.gitignore"] == ""
+    assert "--allow-surface sub/.gitignore" in verdicts(tmp_path, [changed])["sub/.gitignore"]
     assert verdicts(tmp_path, [added("sub/.gitignore")])["sub/.gitignore"]
+    assert "--allow-surface a/x.code-workspace" in verdicts(tmp_path, [added("a/x.code-workspace")])["a/x.code-workspace"]
 
 
 def test_root_protected_surfaces_are_never_applicable():

@@ -154,7 +154,9 @@ def test_a_home_volume_is_one_per_workspace_and_profile_and_labelled():
     assert (mount.kind.value, mount.source, mount.no_copy, mount.read_only) == ("volume", a.home.volume, True, False)
     assert a.probe.homesrc == f"/{a.home.volume}/_data"
     assert dict(a.home.labels) == {"dev.sandbox.managed": "1", "dev.sandbox.kind": "home",
-                                   "dev.sandbox.workspace": "/home/dev/a", "dev.sandbox.profile": "default"}
+                                   "dev.sandbox.workspace": "/home/dev/a", "dev.sandbox.profile": "default",
+                                   "dev.sandbox.trust": a.home.trust}
+    assert dict(a.container.labels)["dev.sandbox.trust"] == a.home.trust and a.home.trust in a.home.volume
     assert dict(a.container.labels)["dev.sandbox.home"] == a.home.volume
     assert dict(a.container.env)["HOME"] == "/tmp/h"    # env.set wins
 

@@ -150,14 +150,14 @@ def test_the_report_sees_a_change_in_any_git_directory_and_every_new_git_entry(w
 
 
 def test_a_file_only_the_include_graph_names_is_fingerprinted_before_and_after(tmp_path):
-    (tmp_path / ".githooks").mkdir()
-    (tmp_path / ".githooks" / "README").write_text("x\n")
-    before = scan.snapshot(str(tmp_path), extra=(".githooks", ".hooks-missing"))
-    assert before[".githooks"].startswith("git:") and ".hooks-missing" not in before
-    (tmp_path / ".githooks" / "pre-commit").write_text("#!/bin/sh\n")
+    (tmp_path / ".myhooks").mkdir()
+    (tmp_path / ".myhooks" / "README").write_text("x\n")
+    before = scan.snapshot(str(tmp_path), extra=(".myhooks", ".hooks-missing"))
+    assert before[".myhooks"].startswith("git:") and ".hooks-missing" not in before
+    (tmp_path / ".myhooks" / "pre-commit").write_text("#!/bin/sh\n")
     (tmp_path / ".hooks-missing").mkdir()   # empty: a placeholder, nothing runs from it
     after = scan.snapshot(str(tmp_path), extra=tuple(p for p, f in before.items() if f.startswith("git:")))
-    assert [(c.path, c.what, c.surface) for c in compare(before, after)] == [(".githooks", "changed", "git")]
+    assert [(c.path, c.what, c.surface) for c in compare(before, after)] == [(".myhooks", "changed", "git")]
 
 
 def test_surface_names_are_folded_the_most_permissive_way():

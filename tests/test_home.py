@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -15,7 +16,7 @@ from launcher import home
 from launcher import labels as label
 from launcher.enginefake import FakeEngine
 from launcher.errors import PolicyError
-from launcher.plan import HomeSpec, home_volume_name
+from launcher.plan import HomeSpec
 
 SANDBOX = [sys.executable, "-m", "launcher"]
 # What Claude Code does first (mkdir ~/.claude, write ~/.claude.json), then what must still fail.
@@ -55,11 +56,12 @@ VOLUME_POLICY = "version: 1\nname: homevol\ndescription: d\nextends: [untrusted]
 def test_a_home_volume_keeps_the_home_for_the_next_run_and_down_purge_removes_it(engine, workspace, tmp_path):
     policy = tmp_path / "homevol.yaml"
     policy.write_text(VOLUME_POLICY)
-    volume = home_volume_name(os.path.realpath(workspace))
-    name = "sandbox-test-home-up"
+    name, volume = "sandbox-test-home-up", ""
     try:
         first = sandbox("run", "--policy", str(policy), "-w", str(workspace), "--", "sh", "-c", "echo kept >~/.note")
-        assert first.returncode == 0 and f"created the home volume {volume}" in first.stderr, first.stderr
+        made = re.search(r"created the home volume (sandbox-home-\S+-default):", first.stderr)
+        assert first.returncode == 0 and made, first.stderr
+        volume = made.group(1)
         assert sandbox("up", str(workspace), "--policy", str(policy), "--name", name, "--no-shell").returncode == 0
         listing = json.loads(sandbox("ls", "--json").stdout)
         row = next(r for r in listing if r["name"] == volume)
@@ -73,14 +75,14 @@ def test_a_home_volume_keeps_the_home_for_the_next_run_and_down_purge_removes_it
         assert engine.volume_info(volume) is None
     finally:
         sandbox("down", name)
-        if engine.volume_info(volume) is not None:
+        if volume and engine.volume_info(volume) is not None:
             engine.remove_volume(volume)
 
 
 @pytest.mark.engine
 def test_a_volume_of_that_name_that_is_not_this_workspaces_home_is_refused(engine, workspace):
     spec = HomeSpec(volume=f"sandbox-home-test-{os.getpid()}", workspace=str(workspace), profile="default",
-                    uid=1000, gid=1000, labels=())
+                    trust="abc", uid=1000, gid=1000, labels=())
     for labels in ({}, {"dev.sandbox.managed": "1", "dev.sandbox.kind": "home", "dev.sandbox.workspace": "/elsewhere"}):
         engine.create_volume(spec.volume, labels)
         try:

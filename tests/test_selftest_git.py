@@ -18,7 +18,7 @@ def test_every_inventory_surface_has_a_case():
     bodies = "\n".join(c.body for c in sc.IN_SANDBOX if c.id.startswith("protect."))
     for name in surfaces.PROTECTED:
         assert f'"$WS/{name}' in bodies, name
-    assert set(sc.PLANTED.values()) >= {s.name for s in surfaces.INVENTORY if not s.protect} | {"src/.git", "report-link"}
+    assert set(sc.PLANTED.values()) >= {s.example for s in surfaces.INVENTORY if not s.protect} | {"src/.git", "report-link"}
     assert set(sc.PLANTED) <= ids
     # The first ids stay what they were.
     for old in ("protect.git", "protect.sandbox_yaml", "protect.github", "protect.envrc", "protect.vscode",
@@ -98,6 +98,7 @@ def test_judge_surfaces_reported():
 def test_the_report_lists_what_the_report_cases_plant(tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
+    (ws / ".gitlab-ci.yml").write_text(f"include:\n  - local: '/{scratch.INCLUDED_DIR}/*.yml'\n")   # as scratch has it
     before = scan.snapshot(str(ws))
     for path in sc.PLANTED.values():
         if path == "report-link":
@@ -108,4 +109,4 @@ def test_the_report_lists_what_the_report_cases_plant(tmp_path):
     reported = tuple(c.path for c in baseline.changes(str(ws), before))
     assert st.judge_surfaces_reported(tuple(sc.PLANTED.values()), reported).verdict == st.PASS
     scratch.remove_planted(str(ws), tuple(sc.PLANTED.values()))
-    assert os.listdir(ws) == []
+    assert os.listdir(ws) == [".gitlab-ci.yml"]

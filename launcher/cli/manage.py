@@ -37,6 +37,9 @@ def ls_(as_json: bool) -> None:
 
     For copies, CHANGES is what their last checkpoint counted (the end of a run, `sandbox down`,
     `diff`, `checkpoint`): read from the copies' volumes at once, without a tools container.
+    TRUST is the key of the policy's reach that a home volume or copy was written under: state is
+    only ever mounted into a sandbox of the same key ("unkeyed": made before keys, never mounted
+    again). KEEPS (with --json) names what persists after each sandbox.
 
     \b
     Example:
@@ -50,9 +53,9 @@ def ls_(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([asdict(i) for i in items], indent=2))
         return
-    click.echo(f"{'NAME':40} {'KIND':8} {'STATE':9} {'POLICY':12} {'CHANGES':10} WORKSPACE")
+    click.echo(f"{'NAME':40} {'KIND':8} {'STATE':9} {'POLICY':12} {'CHANGES':10} {'TRUST':12} WORKSPACE")
     for i in items:
-        click.echo(f"{i.name:40} {i.kind:8} {i.state:9} {i.policy:12} {_changes(i):10} {i.workspace}")
+        click.echo(f"{i.name:40} {i.kind:8} {i.state:9} {i.policy:12} {_changes(i):10} {i.trust:12} {i.workspace}")
 
 
 def _changes(item) -> str:

@@ -12,10 +12,8 @@ from dataclasses import dataclass
 
 from launcher import names
 from launcher.errors import Problem
-from launcher.surfaces import INVENTORY, Surface
+from launcher.surfaces import Surface, named
 from launcher.values import visible
-
-_SURFACES = {names.fold_name(s.name): s for s in INVENTORY if s.name != ".git"}   # .git is refused outright
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,16 +32,13 @@ class Allowed:
 
 def surface_at(path: str, added: bool) -> tuple[str, Surface] | None:
     """(the path of the surface, its inventory entry) when path is a surface or below one, at any
-    depth; a surface that only matters when new (.gitignore) counts only for an added path."""
+    depth (surfaces.named: folded names, patterns, NTFS short names); `added` is kept for callers:
+    a changed surface (a tracked .gitignore too) counts like a new one."""
     parts = path.split("/")
     for i, part in enumerate(parts):
-        folded = names.fold_name(part)
-        # A dictionary look-up per name; only a possible NTFS short name (`NPMRC~1`) is tried against each.
-        found = ([_SURFACES[folded]] if folded in _SURFACES else
-                 [s for s in _SURFACES.values() if names.same(part, s.name)] if "~" in folded else [])
-        for surface in found:
-            if added or not surface.new_only:
-                return "/".join(parts[:i + 1]), surface
+        surface = named(part, "/".join(parts[:i]))
+        if surface is not None and surface.name != ".git":   # .git is refused outright
+            return "/".join(parts[:i + 1]), surface
     return None
 
 

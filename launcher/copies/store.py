@@ -48,6 +48,7 @@ class Copy:
     protected: tuple[str, ...]
     created: str
     maker: int                      # pid of the launcher that made it
+    trust: str = "unkeyed"          # trustlevel.key of the policy it was made under (older copies: none)
     users: tuple[str, ...] = ()     # sandbox containers using it now
     changes: int | None = None      # changes it held at its last checkpoint (None: not known, see states)
     checkpoint: int | None = None   # that checkpoint
@@ -99,6 +100,11 @@ def begin(engine: Engine, spec: CopySpec, progress: Progress, phase: fill.Phase 
             raise PolicyError([Problem(file="command line", path="--name", expected=f"a copy of {spec.source}",
                                        found=f"copy {spec.name} is of {have}",
                                        hint=f"choose another name, or `sandbox discard {spec.name}`")])
+        if found.labels.get(label.TRUST, "") != spec.trust:   # a less trusted agent's work stays out
+            raise PolicyError([Problem(file="command line", path="--name", expected=f"a copy made under trust key {spec.trust}",
+                                       found=f"copy {spec.name} was made under trust key {found.labels.get(label.TRUST) or 'none'} "
+                                             "(a policy of another reach)",
+                                       hint=f"`sandbox apply {spec.name}` or `sandbox discard {spec.name}` first, or choose another --name")])
         if engine.volume_info(spec.tree_volume) is None or engine.volume_info(spec.base_volume) is None:
             raise EngineError(f"copy {spec.name} is incomplete (a volume is missing); `sandbox discard {spec.name}`")
         progress(f"working on the existing copy {spec.name} (`sandbox checkpoints {spec.name}` lists its history)")
@@ -158,7 +164,8 @@ def _copy_of(volume: VolumeInfo) -> Copy:
     labels = volume.labels
     return Copy(name=labels.get(label.COPY, "?"), workspace=labels.get(label.WORKSPACE, "?"),
                 policy=labels.get(label.POLICY, "?"), protected=tuple(json.loads(labels.get(label.PROTECTED, "[]"))),
-                created=volume.created, maker=int(labels.get(label.OWNER_PID, "0") or 0))
+                created=volume.created, maker=int(labels.get(label.OWNER_PID, "0") or 0),
+                trust=labels.get(label.TRUST, "unkeyed"))
 
 
 def all_copies(engine: Engine) -> list[Copy]:
@@ -196,17 +203,27 @@ def _view(engine: Engine, name: str, number: int) -> Iterator[str]:
     the kernel as in the sandbox's own overlay. Removed afterwards (`drop` and `gc` take a leftover)."""
     upper, base = (engine.volume_info(f"{name}-{part}").mountpoint for part in ("upper", "base"))
     view = f"{name}-view-{os.urandom(3).hex()}"
-    engine.create_volume(view, {label.MANAGED: "1", label.KIND: "copy-view", label.COPY: name,
-                                label.OWNER_PID: str(os.getpid())},
-                         {"type": "overlay", "device": "overlay",
-                          "o": f"lowerdir={upper}/checkpoints/{number}/tree:{base},userxattr"})
+    labels = {label.MANAGED: "1", label.KIND: "copy-view", label.COPY: name, label.OWNER_PID: str(os.getpid())}
+    options = f"lowerdir={upper}/checkpoints/{number}/tree:{base},userxattr"
+    made = []
     try:
+        if engine.podman:
+            # podman 4.3 chowns a volume's root to the container's user at its first attach, which a
+            # read-only overlay refuses (EROFS): a throwaway upper layer takes that chown. The tools
+            # container still mounts the view read-only.
+            made.append(engine.create_volume(f"{view}-scratch", labels).name)
+            scratch = engine.volume_info(made[0]).mountpoint
+            for part in ("upper", "work"):
+                os.mkdir(f"{scratch}/{part}", 0o700)
+            options += f",upperdir={scratch}/upper,workdir={scratch}/work"
+        made.insert(0, engine.create_volume(view, labels, {"type": "overlay", "device": "overlay", "o": options}).name)
         yield view
     finally:
-        try:
-            engine.remove_volume(view)
-        except EngineError:
-            pass
+        for volume in made:   # the view first: the scratch volume is its upper layer
+            try:
+                engine.remove_volume(volume)
+            except EngineError:
+                pass
 
 
 def _frozen_mounts(name: str, view: str) -> list[Mount]:

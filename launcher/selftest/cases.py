@@ -7,8 +7,9 @@ import shlex
 from dataclasses import dataclass
 
 from launcher.paths import CREDENTIAL_PATHS
+from launcher.selftest import scratch
 from launcher.secrets import SECRET_NAME_PATTERNS, SECRET_VALUE_PREFIXES
-from launcher.surfaces import BY_NAME, INVENTORY, PROTECTED
+from launcher.surfaces import INVENTORY, PROTECTED
 
 BOTH = ("none", "proxy")
 
@@ -36,10 +37,13 @@ _PROTECTED = [(".git/hooks/pre-commit", "create a git hook"), (".sandbox.yaml", 
               (".vscode/settings.json", "create IDE settings"), (".claude/settings.json", "create agent config")]
 
 
+_EXAMPLES = frozenset(s.example for s in INVENTORY)   # the names, a pattern's filled in
+
+
 def _slug(name: str) -> str:
     """protect.envrc for .envrc (the ids of the first cases), dot_lefthook_yml beside lefthook_yml."""
-    slug = name.strip(".").replace(".", "_").replace("-", "_")
-    return "dot_" + slug if name.startswith(".") and name[1:] in BY_NAME else slug
+    slug = name.strip(".").replace(".", "_").replace("-", "_").replace("/", "_")
+    return "dot_" + slug if name.startswith(".") and name[1:] in _EXAMPLES else slug
 
 
 _IDS = {f"protect.{path.split('/')[0].strip('.').replace('.', '_')}" for path, _ in _PROTECTED}
@@ -118,9 +122,11 @@ e2="$(mv "$WS/.repos/sub" "$WS/.repos/moved" 2>&1)" && { mv "$WS/.repos/moved" "
 
 # Allowed inside (the workspace is writable): each plants a surface for the after-run report, which
 # outside.surfaces_reported judges. Case id -> what it plants, workspace-relative.
-PLANTED = {f"report.{_slug(s.name)}": s.name for s in INVENTORY if not s.protect} | {
-    "report.nested_git": "src/.git", "report.symlink_out": "report-link"}
+PLANTED = {f"report.{_slug(s.example)}": s.example for s in INVENTORY if not s.protect} | {
+    "report.nested_git": "src/.git", "report.symlink_out": "report-link",
+    "report.include": f"{scratch.INCLUDED_DIR}/jobs.yml"}   # a file .gitlab-ci.yml includes (launcher/includes.py)
 _PLANT_BODY = {
+    "report.include": f'plant "$WS/{scratch.INCLUDED_DIR}/jobs.yml" "evil: {{script: [\'touch /tmp/x\']}}"',
     "report.nested_git": r'''
 mkdir -p "$WS/src/.git/objects" "$WS/src/.git/refs" 2>/dev/null && echo 'ref: refs/heads/main' >"$WS/src/.git/HEAD" 2>/dev/null
 plant "$WS/src/.git/config" "$(printf '[core]\n\tfsmonitor = "touch %s; false"' "$HOST_CANARY")"''',
@@ -336,6 +342,9 @@ OUTSIDE = {
     "outside.copy_type_changes": ("a file the agent made a directory or a FIFO is diffed as a type change (the FIFO "
                                   "refused), never a crash", BOTH),
     "outside.copy_control_names": ("`sandbox apply` would refuse every name with control characters", BOTH),
+    "outside.copy_diff_frozen": ("`sandbox diff` of the run's checkpoint (a read-only view) shows the copy's changes", BOTH),
+    # Trust-keyed state (issue 40 item 2): see runner.judge_home_trust.
+    "outside.home_trust": ("a home volume of this preset is never the one of a policy of wider reach", BOTH),
 }
 
 # The copy pass's own plants, after the cases (issue 40): a file of the copy made a directory with a

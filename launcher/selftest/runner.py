@@ -8,18 +8,18 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources as pkg_resources
 from typing import Callable
 
 from launcher import labels as label
 from launcher import baseline, engineid, host, hostengines, hostpaths, images, pipeline, resources, runtimes, scan, session, stack
 from launcher.selftest import scratch
-from launcher.compiler import PODMAN_MARKER
+from launcher.compiler import PODMAN_MARKER, compile_policy
 from launcher.engine import Engine
 from launcher.errors import ProbeFailed, SandboxError
 from launcher.plan import PROBE_BUSYBOX, MountKind
-from launcher.model import WorkspaceMode
+from launcher.model import HomeMode, WorkspaceMode
 from launcher.selftest.cases import OUTSIDE, PLANTED, WAY_BACK, Case, for_mode
 from launcher.values import visible
 from launcher.style import BAD, GOOD, Mark, plain
@@ -173,7 +173,8 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
             raise SandboxError("proxy mode needs the test network")
         cases = cases_for(mode, stack.load_base(ref).policy.runtime.value)
         network = internet.network if mode == "proxy" else None
-        probe = session.prepare(_request(ref, workspace, ("true",), network), _Collector(lambda m: None)).plan
+        prepared = session.prepare(_request(ref, workspace, ("true",), network), _Collector(lambda m: None))
+        probe = prepared.plan
         params = {
             "MODE": mode, "WS": probe.probe.workspace, "BB": PROBE_BUSYBOX, "LISTEN_PORT": str(listener.port),
             "HOST_IPS": " ".join(scratch.ipv4_addresses()), "CANARY_IP": internet.canary_ip if internet else "",
@@ -199,6 +200,7 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
                                       ("bash", "-c", script(cases, params) + "\n" + WAY_BACK))
         results += _outside(engine, ref, mode, workspace, canary_dir, before, canary_before, listener, seen_before,
                             internet, network)
+        results.append(judge_home_trust(prepared.layered.effective.policy, prepared.facts))
         return PresetResult(policy=ref, mode=mode, cases=tuple(results), probe_checks=checks,
                             seconds=round(time.monotonic() - started, 1))
     finally:
@@ -268,16 +270,24 @@ def copy_judgments(engine: Engine, ref: str, workspace: str, network: str | None
         plan = _launched(engine, _request(ref, workspace, command, network, copy=True), _Collector(lambda m: None)).planned.plan
         same = scratch.tree_listing(workspace) == listing and scan.snapshot(workspace) == surfaces
         changes = review.annotated(store.changes(engine, plan.copy.name)["changes"], plan.copy.protected)
+        # What `diff` and `apply` read: the run's last checkpoint through a read-only view (on
+        # podman that view needs an upper layer of its own to attach at all).
+        last = max(c["id"] for c in store.checkpoints(engine, plan.copy.name))
+        frozen = {c["path"] for c in store.changes(engine, plan.copy.name, checkpoint=last)["changes"]}
     except SandboxError as exc:   # a crash of the copy's tools on what the agent left is a failure, not a pass
         return [_judged(i, False, str(exc).splitlines()[0], error=True)
-                for i in ("outside.copy_host_untouched", "outside.copy_apply_refuses", "outside.copy_type_changes",
-                          "outside.copy_control_names")]
+                for i in ("outside.copy_host_untouched", "outside.copy_apply_refuses", "outside.copy_diff_frozen",
+                          "outside.copy_type_changes", "outside.copy_control_names")]
     finally:
         if plan is not None and engine.volume_info(plan.copy.upper_volume) is not None:
             store.discard(engine, plan.copy.name)
     control = [c for c in changes if c["path"].split("/")[0] in plan.copy.protected or ".git" in c["path"].split("/")]
     carried = [c["path"] for c in control if not c["refused"]]
+    live = {c["path"] for c in changes}
     return [_judged("outside.copy_host_untouched", same, "unchanged" if same else "the host tree changed"),
+            _judged("outside.copy_diff_frozen", bool(live) and frozen == live,
+                    f"checkpoint {last} shows the {len(live)} changes of the copy" if frozen == live else
+                    f"checkpoint {last} differs: {sorted(frozen ^ live)[:5]}"),
             _judged("outside.copy_apply_refuses", bool(control) and not carried,
                     f"would carry back: {', '.join(carried)}" if carried else
                     f"all {len(control)} planted control files refused ({len(changes)} changes in the copy)")
@@ -298,6 +308,27 @@ def judge_way_back(changes: list[dict]) -> list[CaseResult]:
                     + ("diffed, the FIFO refused" if typed else f"seen as {made_dir.get('status')}/{fifo.get('new')}")),
             _judged("outside.copy_control_names", len(named) == 4 and not carried,
                     f"would carry back: {', '.join(carried)}" if carried else f"{len(named)} of 4 names seen, all refused")]
+
+
+def judge_home_trust(policy, facts) -> CaseResult:
+    """The preset with `home: {mode: volume}`, and the same policy one step wider in each way that
+    needs no other host facts (a capability, a host variable passed in, another user): each wider
+    one compiles to a home volume of its own, and each plan's probe expects its own volume."""
+    mine = replace(policy, home=replace(policy.home, mode=HomeMode.VOLUME))
+    wider = {"a capability": replace(mine, capabilities=mine.capabilities + ("NET_BIND_SERVICE",)),
+             "a variable passed": replace(mine, env=replace(mine.env, pass_names=mine.env.pass_names + ("EDITOR",))),
+             "another user": replace(mine, user=(4242, 4242))}
+    try:
+        plans = {what: compile_policy(p, facts) for what, p in {"this preset": mine, **wider}.items()}
+    except SandboxError as exc:
+        return _judged("outside.home_trust", False, str(exc).splitlines()[0], error=True)
+    own = plans["this preset"].home.volume
+    shared = [what for what in wider if plans[what].home.volume == own]
+    astray = [what for what, plan in plans.items() if plan.probe.homesrc != f"/{plan.home.volume}/_data"]
+    bad = ([f"shares {own} with {', '.join(shared)}"] if shared else []) + \
+          ([f"the probe expects another home for {', '.join(astray)}"] if astray else [])
+    return _judged("outside.home_trust", not bad, "; ".join(bad) or
+                   f"{own}: none of the {len(wider)} wider policies gets it")
 
 
 def judge_time_limit(timed_out: bool, exit_code: int | None) -> CaseResult:

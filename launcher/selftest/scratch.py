@@ -13,6 +13,7 @@ TRACKED = "tracked.txt"         # a committed file the cases change (git diff mu
 TRACKED_TEXT = "committed by the selftest\n"
 NESTED_GIT_DIR = ".repos/sub"   # sub/.git says `gitdir: ../.repos/sub`
 HOOKS_PATH = ".githooks"        # core.hooksPath of .gitconfig-shared, which .git/config includes
+INCLUDED_DIR = "selftest-ci"     # .gitlab-ci.yml includes /selftest-ci/*.yml (none before the cases)
 
 
 def _git_env(home: str) -> dict[str, str]:
@@ -39,8 +40,11 @@ def scratch_workspace(prefix: str) -> str:
     # Layouts the host's git uses beyond .git (issue 24): a nested repository whose .git is a
     # relative gitfile, and hooks named by a config file .git/config includes. Excluded, so that
     # `git status` of the scratch workspace stays clean.
-    for name, text in (("sub/.git", f"gitdir: ../{NESTED_GIT_DIR}\n"), (".git/info/exclude", "/sub/\n/.repos/\n/.gitconfig-shared\n"),
-                       (".gitconfig-shared", f"[core]\n\thooksPath = {HOOKS_PATH}\n")):
+    # And a CI config that includes what may not exist yet (report.include plants one there).
+    for name, text in (("sub/.git", f"gitdir: ../{NESTED_GIT_DIR}\n"),
+                       (".git/info/exclude", "/sub/\n/.repos/\n/.gitconfig-shared\n/.gitlab-ci.yml\n"),
+                       (".gitconfig-shared", f"[core]\n\thooksPath = {HOOKS_PATH}\n"),
+                       (".gitlab-ci.yml", f"include:\n  - local: '/{INCLUDED_DIR}/*.yml'\n")):
         with open(os.path.join(ws, name), "w") as out:
             out.write(text)
     with open(os.path.join(ws, ".git", "config"), "a") as out:
