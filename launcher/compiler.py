@@ -270,6 +270,7 @@ def _probe(policy: Policy, host: HostFacts, mounts: list[Mount], copy: CopySpec 
         pids=str(policy.limits.pids), mem=str(policy.limits.memory_bytes),
         userns="remapped" if host.engine.remapped else "-",
         checks=checks.for_mode(policy.network.mode.value, userns=host.engine.remapped),
+        na=checks.not_applicable(runtimes.kernel(policy.runtime)),
         secretnames=tuple(map(caseless, SECRET_NAMES)), secretvalues=SECRET_VALUES,
         runtimenames=tuple(map(caseless, RUNTIME_NAMES)), runtimesockets=RUNTIME_SOCKETS, credpaths=CREDENTIAL_PATHS,
         **({"proxy": f"{PROXY_ALIAS}:{PROXY_PORT}", "denyhost": PROBE_DENIED_HOST, "resolver": _resolver(proxy),

@@ -14,6 +14,7 @@ class Check:
     ok: bool
     expected: str
     observed: str
+    verdict: str = ""    # the probe's word: pass, fail or n/a (ok for n/a only where the plan said so)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,12 +33,15 @@ class ProbeReport:
         return tuple(c for c in self.checks if not c.ok)
 
 
-def parse_probe(lines: list[str]) -> ProbeReport:
+def parse_probe(lines: list[str], not_applicable: tuple[str, ...] = ()) -> ProbeReport:
+    """The probe's report; an `n/a` verdict passes only for a check in `not_applicable` (the plan's
+    ProbeExpectations.na): anywhere else it is a failure."""
     checks, finished, verdict = [], False, False
     for line in lines:
         fields = line.rstrip("\r").split("\t")
         if fields[0] == "PROBE" and len(fields) == 5:
-            checks.append(Check(id=fields[1], ok=fields[2] == "pass", expected=fields[3], observed=fields[4]))
+            ok = fields[2] == "pass" or (fields[2] == "n/a" and fields[1] in not_applicable)
+            checks.append(Check(id=fields[1], ok=ok, expected=fields[3], observed=fields[4], verdict=fields[2]))
         elif fields[0] == PROBE_END:
             finished, verdict = True, len(fields) > 1 and fields[1] == "ok"
             break

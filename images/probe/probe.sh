@@ -41,8 +41,9 @@
 # =============================================================================================
 # 1. library
 
-# _p_line ID OK EXPECTED OBSERVED -- one result line; OK is 1 for pass. _P_N and _P_FAILED are
-# the report's counters, updated only here.
+# _p_line ID OK EXPECTED OBSERVED -- one result line; OK is 1 for pass, 2 for n/a (only for a
+# check the plan's na= names: else it fails). _P_N and _P_FAILED are the report's counters,
+# updated only here.
 _p_line() {
 	local _e _o _r
 	_e=${3:--}
@@ -51,7 +52,9 @@ _p_line() {
 	# is quadratic (60 ms on a 1 KiB list), a case over the same class a single pass.
 	case $_e in *[[:cntrl:]]*) _e=${_e//[[:cntrl:]]/ } ;; esac
 	case $_o in *[[:cntrl:]]*) _o=${_o//[[:cntrl:]]/ } ;; esac
-	if [ "$2" = 1 ]; then _r=pass; else _r=fail; _P_FAILED=1; fi
+	if [ "$2" = 1 ]; then _r=pass
+	elif [ "$2" = 2 ] && _p_in "$1" "$A_na"; then _r=n/a
+	else _r=fail; _P_FAILED=1; fi
 	_P_N=$((_P_N + 1))
 	printf 'PROBE\t%s\t%s\t%s\t%s\n' "$1" "$_r" "$_e" "$_o"
 }
@@ -205,7 +208,7 @@ _p_hexip() {
 
 parse_args() {
 	local keys bad= seen= dash=0 nafter=0 arg k v ok
-	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,wsupper,home,homesrc,net,pids,mem,kernel,userns,proxy,denyhost,dnsname,resolver,"
+	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,wsupper,home,homesrc,net,pids,mem,kernel,userns,proxy,denyhost,dnsname,resolver,na,"
 	keys="${keys}checks,secretnames,secretvalues,runtimenames,runtimesockets,credpaths,"
 	for arg in "$@"; do
 		if [ "$dash" = 1 ]; then nafter=$((nafter + 1)); continue; fi
@@ -235,6 +238,7 @@ parse_args() {
 		workspace | wsroot | wsupper | home) [ "$v" = - ] || _p_validpath "$v" || ok=0 ;;
 		homesrc) [ "$v" = tmpfs ] || _p_validpath "$v" || ok=0 ;;
 		checks) case $v in '' | ,* | *, | *,,* | *[!a-z0-9._,]*) ok=0 ;; esac ;;
+		na) case $v in ,* | *, | *,,* | *[!a-z0-9._,]*) ok=0 ;; esac ;;
 		secretnames | runtimenames) case $v in '' | *[!]A-Za-z0-9_*?,[]*) ok=0 ;; esac ;;
 		secretvalues) [ -n "$v" ] || ok=0 ;;
 		credpaths) case $v in '' | /* | *,/* | *..*) ok=0 ;; esac ;;
@@ -260,6 +264,10 @@ parse_args() {
 	[ "$dash" = 1 ] && [ "$nafter" = 0 ] && _p_add bad "missing:agent-argv"
 	if [ "$A_workspace" != - ] && [ "$A_wsroot" = - ]; then _p_add bad "invalid:wsroot=-"; fi
 	if [ "$A_home" = - ]; then _p_add bad "invalid:home=-"; fi
+	# a check the plan marks not applicable is one it runs
+	set -f; IFS=,
+	for k in $A_na; do _p_in "$k" "$A_checks" || _p_add bad "invalid:na=$k"; done
+	IFS=$_P_IFS; set +f
 	# identity.userns is asked for exactly when the plan says the ids are remapped
 	if _p_in identity.userns "$A_checks"; then [ "$A_userns" = remapped ]; else [ "$A_userns" = - ]; fi ||
 		_p_add bad "invalid:userns=$A_userns"
@@ -799,8 +807,9 @@ check_caps_bnd() {
 check_nnp() {
 	local ok=0
 	[ -n "$S_NoNewPrivs" ] && [ "$S_NoNewPrivs" = "$A_nnp" ] && ok=1
-	# gVisor sets no_new_privs on every process it runs and has no NoNewPrivs line to show it
-	[ -z "$S_NoNewPrivs" ] && [ "$A_nnp" = 1 ] && _p_gvisor && { _p_line nnp 1 "$A_nnp" "not-shown(gvisor: always 1)"; return; }
+	# gVisor has no NoNewPrivs line: nothing to observe inside; n/a where the plan says so (docker
+	# inspect's SecurityOpt is the proof), a fail anywhere else
+	[ -z "$S_NoNewPrivs" ] && _p_gvisor && { _p_line nnp 2 "$A_nnp" "not shown (gvisor has no NoNewPrivs line)"; return; }
 	_p_line nnp "$ok" "$A_nnp" "${S_NoNewPrivs:-missing}"
 }
 
@@ -968,7 +977,7 @@ check_mounts_writable() {
 # wsroot) and its upper layer the changes (ending in wsupper): the host tree is not mounted at all
 check_mounts_workspace() {
 	local ok=1 n=0 fst= root= sopts= lower= upper= o ln
-	if [ "$A_workspace" = - ]; then _p_line mounts.workspace 1 - -; return; fi
+	if [ "$A_workspace" = - ]; then _p_line mounts.workspace 2 - "no workspace"; return; fi
 	if [ "$MI_OK" != 1 ]; then _p_line mounts.workspace 0 "$A_workspace <- $A_wsroot" "$MI_ERR"; return; fi
 	set -f; IFS=$_P_NL
 	for ln in $MI_TABLE; do
@@ -994,8 +1003,18 @@ check_mounts_workspace() {
 	if _p_gvisor; then
 		# gVisor serves every bind and volume through its file proxy (9p): the host path is not
 		# visible inside, the launcher compares it outside (docker inspect Mounts)
+		# visible, and n/a where the plan says so: what is visible must hold
 		[ "$fst" = 9p ] && [ "$root" = / ] || ok=0
-		_p_line mounts.workspace "$ok" "1 9p (gvisor) at $A_workspace" "$n at $A_workspace, $fst <- $root"
+		[ "$ok" = 1 ] && ok=2
+		_p_line mounts.workspace "$ok" "1 9p (gvisor) at $A_workspace" "$n at $A_workspace, $fst <- $root; source not shown (gvisor)"
+		return
+	fi
+	# a Pod's claim whose node path the launcher does not know (wsroot /): one mount there, its
+	# source unseen; n/a where the plan says so (the Pod spec names the claim)
+	if [ "$A_wsroot" = / ] && _p_in mounts.workspace "$A_na"; then
+		case $fst in overlay | aufs | proc | sysfs | devpts | mqueue | cgroup | cgroup2 | '') ok=0 ;; esac
+		[ "$ok" = 1 ] && ok=2
+		_p_line mounts.workspace "$ok" "1 mount at $A_workspace" "$n at $A_workspace, $fst <- $root; source unknown to the plan"
 		return
 	fi
 	case $fst in
@@ -1015,7 +1034,7 @@ check_mounts_workspace() {
 # the workspace. Owner and mode are reported for the launcher's hint.
 check_ws_access() {
 	local ok=1 obs= need=read,search d st
-	if [ "$A_workspace" = - ]; then _p_line ws.access 1 - -; return; fi
+	if [ "$A_workspace" = - ]; then _p_line ws.access 2 - "no workspace"; return; fi
 	_p_dec "$A_workspace"; d=$_P_R
 	[ -d "$d" ] || { ok=0; obs="notdir"; }
 	if [ -r "$d" ]; then _p_add obs r=yes; else ok=0; _p_add obs r=no; fi
@@ -1447,15 +1466,17 @@ check_pod_dns() {
 # cgroup pids limit (v1 or v2) equals the plan
 check_limits_pids() {
 	local ok=0 v=
-	if _p_gvisor; then
+	if _p_gvisor && ! [ -e "$CG_PIDS" ] && ! [ -e /sys/fs/cgroup/pids.max ]; then
 		# gVisor mounts no cgroupfs: the limit holds the whole sandbox on the host (its threads,
-		# not the agent's processes) and is compared outside (docker inspect PidsLimit)
-		[ -e "$CG_PIDS" ] || [ -e /sys/fs/cgroup/pids.max ] || ok=1
-		_p_line limits.pids "$ok" "$A_pids" "host-side(gvisor), no cgroup file inside"
+		# not the agent's processes); n/a where the plan says so (docker inspect PidsLimit)
+		_p_line limits.pids 2 "$A_pids" "no cgroup file inside (gvisor)"
 		return
 	fi
 	{ read -r v <"$CG_PIDS"; } 2>/dev/null
 	[ -n "$v" ] && [ "$v" = "$A_pids" ] && ok=1
+	# pids=max (a Pod's: no pids limit of its own, the node's podPidsLimit or none) is no limit to
+	# prove: n/a with the value seen where the plan says so, else a fail, never a pass
+	[ "$A_pids" = max ] && { ok=0; _p_in limits.pids "$A_na" && ok=2; }
 	_p_line limits.pids "$ok" "$A_pids" "${v:-unreadable:$CG_PIDS}"
 }
 
