@@ -392,3 +392,32 @@ def test_egress_direct_with_no_address_left_to_try_fails(engine, internet, works
     failed = {c.id: c for c in info.value.report.failed}
     assert "egress.direct" in failed and "nothing to try" in failed["egress.direct"].observed
     assert not (workspace / "AGENT-RAN").exists() and leftovers(engine, workspace) == []
+
+
+def test_egress_direct_with_nothing_to_try_fails_under_podmans_cli(engine, tmp_path):
+    """The same without a podman engine under test: the probe alone, run by podman's CLI on an
+    internal network of its own without gateway or DNS (no default route, a /29), every other
+    address of it listed as the proxy's. Its only traffic: the proxy's request and the tries, to
+    addresses of that closed network. It used to pass with nothing observed."""
+    from conftest import external_tool
+    from podman_node import Node
+
+    node = Node(external_tool("podman", "apt-get install podman"), tmp_path / "node")
+    images.ensure_for(engine, images.probe_image().tag, lambda line: None)
+    node.load(images.probe_image().tag)
+    probe = compile_policy(with_allowed(preset("ci"), ({"host": "allowed.test", "private": True},)),
+                           launch_facts(engine, preset("ci"), tmp_path)).probe
+    args = replace(probe, resolver="127.0.0.1", dnsname="-", checks=("egress.direct",), na=()).to_args()
+    image, out, net = f"localhost/{images.probe_image().tag}", tmp_path / "probe", f"sandbox-test-nothing-{os.getpid()}"
+    out.mkdir()
+    node.run("run", "--rm", "-v", f"{out}:/out", "--entrypoint", "/probe/busybox", image, "cp", "/probe/busybox",
+             "/probe/probe.sh", "/out/")
+    node.run("network", "create", "--internal", "--disable-dns", "--subnet", "10.89.231.0/29", net)
+    try:
+        hosts = [f"--add-host=sandbox-proxy:10.89.231.{i}" for i in range(1, 7)]
+        result = node.run("run", "--rm", "--network", net, "--dns", "127.0.0.1", *hosts, "--user", "1000:1000",
+                          "-v", f"{out}:/.sandbox/probe:ro", "--entrypoint", "/.sandbox/probe/busybox", image,
+                          "sh", "/.sandbox/probe/probe.sh", *args, "--", "true", check=False)
+    finally:
+        node.run("network", "rm", "-f", net, check=False)
+    assert "PROBE\tegress.direct\tfail\tno path to the host\tnothing to try" in result.stdout, result.stdout + result.stderr
