@@ -69,3 +69,19 @@ def test_every_na_check_has_a_reason_and_is_a_probe_check():
     assert checks.not_applicable("gvisor") == ("nnp", "mounts.workspace", "limits.pids")
     assert "Pod API" in checks.reason("limits.pids", kernel="gvisor", net="pod")
     assert "PidsLimit" in checks.reason("limits.pids", kernel="gvisor", net="none")
+
+
+def test_the_run_report_shows_an_na_check_with_its_reason():
+    import time
+
+    from conftest import fake_facts, preset
+    from launcher.compiler import compile_policy
+    from launcher.targets import report
+    from launcher.verify import parse_probe
+
+    plan = compile_policy(preset("untrusted-gvisor"), fake_facts())
+    probe = parse_probe(["PROBE\tnnp\tn/a\t1\tnot shown (gvisor has no NoNewPrivs line)",
+                         "PROBE\tcaps.bnd\tpass\t0000000000000000\t0000000000000000", "PROBE-END\tok\t2"], plan.probe.na)
+    checks_ = report.build(status="ok", exit_code=0, started=time.monotonic(), plan=plan, probe=probe)["probe"]["checks"]
+    assert checks_[0]["verdict"] == "n/a" and checks_[0]["ok"] and "SecurityOpt" in checks_[0]["not_applicable"]
+    assert checks_[1]["verdict"] == "pass" and "not_applicable" not in checks_[1]
