@@ -82,8 +82,11 @@ def test_without_the_plans_na_the_checks_gvisor_hides_fail(gvisor, workspace, pr
     """The probe's n/a is no pass: a plan that does not mark them (or a launcher that does not
     accept them) refuses the sandbox; they used to pass with nothing observed."""
     plan = gvisor_plan(workspace)
+    probe = replace(plan.probe, na=())
+    agent = plan.container.command[plan.container.command.index("--"):]
+    plan = replace(plan, probe=probe, container=replace(plan.container, command=probe.to_args() + agent))
     with pytest.raises(ProbeFailed) as info:
-        launch.run(gvisor, replace(plan, probe=replace(plan.probe, na=())), Recorder())
+        launch.run(gvisor, plan, Recorder())
     assert {c.id for c in info.value.report.failed} == {"nnp", "mounts.workspace", "limits.pids"}
     assert not (workspace / MARKER).exists()
 
