@@ -40,6 +40,38 @@ def for_mode(mode: str, userns: bool = False) -> tuple[str, ...]:
 
 ALL = FIRST + USERNS + ALWAYS[len(FIRST):] + PROXY_ONLY + POD_ONLY + LAST
 
+# Checks that cannot observe, on a kernel or target, what they prove: the plan marks them not
+# applicable (ProbeExpectations.na) with these reasons, the probe reports `n/a` (what it can see
+# must still hold), and the proof is what each reason names. Never a silent pass: `sandbox
+# explain` and the run's report show them.
+NOT_APPLICABLE = {
+    "gvisor": {
+        "nnp": "gVisor shows no NoNewPrivs line (runsc sets no_new_privs on every process); docker inspect's "
+               "SecurityOpt no-new-privileges is compared before the start",
+        "mounts.workspace": "gVisor serves the workspace through its file proxy (9p, root /): one such mount must "
+                            "be there, its host source is compared in docker inspect's Mounts before the start",
+        "limits.pids": "gVisor mounts no cgroup files; docker inspect's PidsLimit (limits.pids + gVisor's own "
+                       "threads) is compared before the start",
+    },
+    "pod": {
+        "limits.pids": "the Pod API has no per-Pod pids limit: the node's podPidsLimit holds, or nothing does "
+                       "(the loss report says so)",
+        "mounts.workspace": "where the workspace claim's node path is not given (workspace_root), the launcher "
+                            "cannot name it: one mount must be there, its source is the claim the Pod spec names",
+    },
+}
+
+
+def not_applicable(kernel: str) -> tuple[str, ...]:
+    """The n/a checks of a Docker plan on `kernel` (the probe's kernel=), in report order."""
+    return tuple(c for c in ALL if c in NOT_APPLICABLE.get(kernel, {}))
+
+
+def reason(check_id: str, *, kernel: str, net: str) -> str:
+    """Why `check_id` is not applicable in a plan for `kernel` and probe network mode `net`."""
+    pod = NOT_APPLICABLE["pod"].get(check_id) if net in POD_MODES.values() else None
+    return pod or NOT_APPLICABLE.get(kernel, {}).get(check_id, "")
+
 
 def _ws_access_hint(seen: dict[str, str], uid: int, workspace: str) -> str:
     cannot = "/".join(word for word, keys in (("read", ("r", "x", "list")), ("write", ("w",)))

@@ -272,6 +272,7 @@ def _probe(policy: Policy, host: HostFacts, mounts: list[Mount], copy: CopySpec 
         userns="remapped" if host.engine.remapped else "-",
         gate=str(PROBE_GATE) if host.nonce else "-",   # a launch's plan: the launcher's word starts the agent
         checks=checks.for_mode(policy.network.mode.value, userns=host.engine.remapped),
+        na=checks.not_applicable(runtimes.kernel(policy.runtime)),
         secretnames=tuple(map(caseless, SECRET_NAMES)), secretvalues=SECRET_VALUES,
         runtimenames=tuple(map(caseless, RUNTIME_NAMES)), runtimesockets=RUNTIME_SOCKETS, credpaths=CREDENTIAL_PATHS,
         **({"proxy": f"{PROXY_ALIAS}:{PROXY_PORT}", "denyhost": PROBE_DENIED_HOST, "resolver": _resolver(proxy),

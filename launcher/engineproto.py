@@ -107,6 +107,10 @@ class ContainerInfo:
     # is "oci" for every runtime there; LogConfig.Config is empty, the size limit is libpod's Size)
     podman_runtime: str | None = None
     podman_log_size: str | None = None
+    # the capability sets the container's process gets (containers.conf's defaults and the plan's
+    # adds and drops applied; podman 4.3 says null for none): None without a libpod inspect
+    podman_bounding_caps: tuple[str, ...] | None = None
+    podman_effective_caps: tuple[str, ...] | None = None
 
     @classmethod
     def of(cls, doc: dict, libpod: dict | None = None) -> "ContainerInfo":
@@ -121,7 +125,9 @@ class ContainerInfo:
             networks={name: (n or {}).get("IPAddress", "") for name, n in networks.items()},
             log_path=doc.get("LogPath") or "", host=HostSettings.of(doc.get("HostConfig") or {}),
             **({"podman_runtime": libpod.get("OCIRuntime"),
-                "podman_log_size": ((libpod.get("HostConfig") or {}).get("LogConfig") or {}).get("Size")} if libpod else {}))
+                "podman_log_size": ((libpod.get("HostConfig") or {}).get("LogConfig") or {}).get("Size"),
+                "podman_bounding_caps": _tuple(libpod.get("BoundingCaps")),
+                "podman_effective_caps": _tuple(libpod.get("EffectiveCaps"))} if libpod else {}))
 
 
 @dataclass(frozen=True, kw_only=True)

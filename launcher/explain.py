@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from launcher import tables
+from launcher import checks, runtimes, tables
 from launcher.engineid import EngineFacts
 from launcher.enforcement import Component, Enforcement
 from launcher.layers import FIELDS, Effective
@@ -260,10 +260,21 @@ def to_json(eff: Effective, target: str = "run", engine: EngineFacts | None = No
         "not_enforced_here": [{"field": name, "why": why} for name, why in TARGETS[target].cannot()],
         "opt_ins": [{"flag": flag, "adds": adds} for flag, adds in TARGETS[target].opt_ins],
         "proxy_mode": eff.policy.network.mode is NetworkMode.PROXY,
+        "not_applicable": [{"check": c, "reason": why} for c, why in not_applicable(eff, target)],
         **({"engine": {"engine": engine.kind, "rootless": engine.rootless, "userns_remap": engine.userns_remap,
                        "cgroup_version": engine.cgroup_version, "unenforced": list(engine.unenforced)}}
            if engine is not None else {}),
     }
+
+
+def not_applicable(eff: Effective, target: str = "run") -> tuple[tuple[str, str], ...]:
+    """(check, reason) for each probe check the plan marks n/a on `target` (checks.NOT_APPLICABLE):
+    the probe reports n/a there, never a pass."""
+    kernel = runtimes.kernel(eff.policy.runtime)
+    pod = TARGETS[target].kind in ("kubernetes", "agent-sandbox")
+    ids = tuple(c for c in checks.ALL if c in checks.not_applicable(kernel) or (pod and c in checks.NOT_APPLICABLE["pod"]))
+    net = checks.POD_MODES[eff.policy.network.mode.value] if pod else eff.policy.network.mode.value
+    return tuple((c, checks.reason(c, kernel=kernel, net=net)) for c in ids)
 
 
 def _refused(field: str, engine: EngineFacts | None) -> tuple[str, ...]:
@@ -295,6 +306,7 @@ def render(eff: Effective, markdown: bool = False, target: str = "run", width: i
     lines += ["", f"policy {eff.policy.name} (sha256 {eff.policy.digest[:12]}), {len(eff.layers)} layer(s)",
               f"enforced by nothing: {', '.join(unenforced) or '-'}", f"not probed: {', '.join(unprobed) or '-'}"]
     lines += [f"not enforced for {target} (`run` enforces it): {name}: {why}" for name, why in TARGETS[target].cannot()]
+    lines += [f"probe check n/a (not observable inside): {c}: {why}" for c, why in not_applicable(eff, target)]
     lines += [f"opt-in for {target}: {flag} adds {adds}" for flag, adds in TARGETS[target].opt_ins]
     if engine is not None:
         lines.append(f"engine asked: {engine.label}" + (f"; refused there: {', '.join(engine.unenforced)}"

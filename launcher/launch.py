@@ -49,8 +49,9 @@ class Outcome:
 class _Output:
     """Reads a container's output on a thread so the launcher can keep its deadlines."""
 
-    def __init__(self, engine: Engine, ref: str):
+    def __init__(self, engine: Engine, ref: str, not_applicable: tuple[str, ...] = ()):
         self.chunks: queue.Queue = queue.Queue()
+        self.not_applicable = not_applicable   # the plan's n/a checks: the only ones an n/a verdict may pass
         stream = engine.output(ref)
         threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
 
@@ -91,10 +92,10 @@ class _Output:
                 if marker >= 0 and buffer.find(b"\n", marker) >= 0:
                     end = buffer.find(b"\n", marker) + 1
                     lines = buffer[:end].decode(errors="replace").splitlines()
-                    return parse_probe(lines), buffer[end:], errors
+                    return parse_probe(lines, self.not_applicable), buffer[end:], errors
         except TimeoutError:
             errors.append(f"the probe did not finish within {timeout:.0f} s")
-        return parse_probe(buffer.decode(errors="replace").splitlines()), b"", errors
+        return parse_probe(buffer.decode(errors="replace").splitlines(), self.not_applicable), b"", errors
 
 
 def create_verified(engine: Engine, plan: LaunchPlan, listener: Listener | None = None) -> str:
@@ -159,7 +160,7 @@ def _create(engine: Engine, plan: LaunchPlan, listener: Listener, filling: Filli
         _cleaning_up(primary, lambda: engine.remove(ref), f"removing {plan.container.name}")
         raise
     with timed(listener, "attach"):
-        output = _Output(engine, ref)  # attach first: output written before attaching can be lost
+        output = _Output(engine, ref, plan.probe.na)  # attach first: output written before attaching can be lost
     return ref, output
 
 

@@ -240,6 +240,10 @@ class ProbeExpectations:
     runtimenames: tuple[str, ...] = ()
     runtimesockets: tuple[str, ...] = ()  # launcher/paths.py
     credpaths: tuple[str, ...] = ()
+    # Checks that cannot observe what they prove here (launcher/checks.py NOT_APPLICABLE: gVisor
+    # hides it, a Pod has no such limit): the probe reports them n/a, the launcher accepts that
+    # only for these, and the proof (if any) is outside: docker inspect, or the loss report.
+    na: tuple[str, ...] = ()
     # The Pod modes only (net=pod|podproxy, the Kubernetes target): ADDRESS:PORT the Pod must not
     # reach; never an argument in Docker's modes, where the probe refuses it.
     forbidden: tuple[str, ...] = ()

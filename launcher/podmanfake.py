@@ -27,8 +27,10 @@ def compat_inspect_of(spec: dict, ref: str, image: dict) -> dict:
     network = (spec.get("netns") or {}).get("nsmode", "bridge")
     host = {
         "Privileged": False, "IpcMode": "private", "Runtime": "oci", "PidMode": (spec.get("pidns") or {}).get("nsmode", "private"),
-        "UTSMode": "private", "CapDrop": list(PODMAN_DEFAULT_CAPS) if "ALL" in spec.get("cap_drop", []) else spec.get("cap_drop"),
-        "CapAdd": spec.get("cap_add") or [], "ReadonlyRootfs": spec.get("read_only_filesystem", False),
+        # an added default capability is one not dropped, and CapAdd stays empty (4.3.1, recorded)
+        "UTSMode": "private", "CapDrop": [c for c in PODMAN_DEFAULT_CAPS if c not in (spec.get("cap_add") or [])]
+        if "ALL" in spec.get("cap_drop", []) else spec.get("cap_drop"),
+        "CapAdd": [], "ReadonlyRootfs": spec.get("read_only_filesystem", False),
         "SecurityOpt": ["no-new-privileges"] * bool(spec.get("no_new_privileges")),   # never its seccomp
         "NetworkMode": network, "Tmpfs": tmpfs, "Binds": binds,   # "bridge" for any bridge network
         "PidsLimit": (limits.get("pids") or {}).get("limit", 0), "Memory": (limits.get("memory") or {}).get("limit", 0),
@@ -67,5 +69,9 @@ def network_of(body: dict) -> tuple[dict, dict]:
 def libpod_inspect_of(spec: dict) -> dict:
     """libpod inspect: the OCI runtime and the log size (decimal units, as podman prints them)."""
     size = (spec.get("log_configuration") or {}).get("size")
-    return {"OCIRuntime": spec.get("oci_runtime"),
+    drop, add = spec.get("cap_drop") or [], spec.get("cap_add") or []
+    # as recorded: the sets the process gets, null for none; a non-root user's effective set holds only the adds
+    bounding = sorted({f"CAP_{c}" for c in (add if "ALL" in drop else set(PODMAN_DEFAULT_CAPS) - set(drop) | set(add))})
+    return {"OCIRuntime": spec.get("oci_runtime"), "BoundingCaps": bounding or None,
+            "EffectiveCaps": sorted(f"CAP_{c}" for c in add) or None,
             "HostConfig": {"LogConfig": {"Size": f"{size // 10**6}MB" if size else "0B"}}}

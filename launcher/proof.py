@@ -85,6 +85,6 @@ def reprove(engine: Engine, plan: LaunchPlan, ref: str) -> ProbeReport:
         if len(out) > REPORT_LIMIT:
             errors.append(f"the probe printed more than {REPORT_LIMIT} bytes")
             break
-    report = parse_probe(out.decode(errors="replace").splitlines())
+    report = parse_probe(out.decode(errors="replace").splitlines(), plan.probe.na)
     judge(report, errors, plan, stays)
     return report

@@ -51,3 +51,37 @@ def test_the_compiler_passes_the_launchers_lists_to_the_probe():
         assert probe.checks == checks.for_mode(mode)
         assert probe.secretvalues == SECRET_VALUES and probe.runtimesockets == RUNTIME_SOCKETS
         assert probe.credpaths == CREDENTIAL_PATHS and "*_[Kk][Ee][Yy]" in probe.secretnames
+
+
+def test_an_na_verdict_passes_only_where_the_plan_said_so():
+    from launcher.verify import parse_probe
+
+    lines = ["PROBE\tnnp\tn/a\t1\tnot shown (gvisor has no NoNewPrivs line)", "PROBE-END\tok\t1"]
+    assert not parse_probe(lines).ok and parse_probe(lines).checks[0].verdict == "n/a"
+    assert not parse_probe(lines, ("limits.pids",)).ok
+    assert parse_probe(lines, ("nnp",)).ok
+
+
+def test_every_na_check_has_a_reason_and_is_a_probe_check():
+    for where, reasons in checks.NOT_APPLICABLE.items():
+        assert set(reasons) <= set(checks.ALL) and all(reasons.values()), where
+    assert checks.not_applicable("host") == ()
+    assert checks.not_applicable("gvisor") == ("nnp", "mounts.workspace", "limits.pids")
+    assert "Pod API" in checks.reason("limits.pids", kernel="gvisor", net="pod")
+    assert "PidsLimit" in checks.reason("limits.pids", kernel="gvisor", net="none")
+
+
+def test_the_run_report_shows_an_na_check_with_its_reason():
+    import time
+
+    from conftest import fake_facts, preset
+    from launcher.compiler import compile_policy
+    from launcher.targets import report
+    from launcher.verify import parse_probe
+
+    plan = compile_policy(preset("untrusted-gvisor"), fake_facts())
+    probe = parse_probe(["PROBE\tnnp\tn/a\t1\tnot shown (gvisor has no NoNewPrivs line)",
+                         "PROBE\tcaps.bnd\tpass\t0000000000000000\t0000000000000000", "PROBE-END\tok\t2"], plan.probe.na)
+    checks_ = report.build(status="ok", exit_code=0, started=time.monotonic(), plan=plan, probe=probe)["probe"]["checks"]
+    assert checks_[0]["verdict"] == "n/a" and checks_[0]["ok"] and "SecurityOpt" in checks_[0]["not_applicable"]
+    assert checks_[1]["verdict"] == "pass" and "not_applicable" not in checks_[1]

@@ -78,3 +78,14 @@ def test_explain_never_asks_about_an_unapproved_repository_policy(env, tmp_path)
     result = explain_cli("untrusted", "-w", str(tmp_path), env=env)
     assert result.returncode == 0 and "is not applied: not approved" in result.stderr
     assert "32" not in next(line for line in result.stdout.splitlines() if line.startswith("limits.pids"))
+
+
+def test_checks_that_cannot_observe_are_shown_not_applicable_with_their_reason():
+    gvisor, runc = stack.load_base("untrusted-gvisor"), stack.load_base("untrusted")
+    assert [c for c, _ in explain.not_applicable(gvisor)] == ["nnp", "mounts.workspace", "limits.pids"]
+    assert explain.not_applicable(runc) == ()
+    # a Pod: no pids limit of its own, the claim's source unknown; the same reasons on both Pod targets
+    pod = explain.not_applicable(runc, "kubernetes")
+    assert [c for c, _ in pod] == ["mounts.workspace", "limits.pids"] and pod == explain.not_applicable(runc, "agent-sandbox")
+    assert "probe check n/a (not observable inside): nnp: gVisor shows no NoNewPrivs line" in explain.render(gvisor)
+    assert explain.to_json(runc, "kubernetes")["not_applicable"][1]["check"] == "limits.pids"

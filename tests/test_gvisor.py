@@ -63,6 +63,28 @@ def test_the_probe_passes_under_gvisor_and_sees_gvisors_kernel(gvisor, workspace
         assert (workspace / MARKER).exists()
 
 
+def test_what_gvisor_hides_is_reported_not_applicable_never_passed(gvisor, workspace):
+    plan = gvisor_plan(workspace)
+    assert plan.probe.na == ("nnp", "mounts.workspace", "limits.pids")
+    outcome = launch.run(gvisor, plan, Recorder())
+    verdicts = {c.id: c.verdict for c in outcome.probe.checks}
+    assert {c for c, v in verdicts.items() if v == "n/a"} == set(plan.probe.na)
+    assert all(v == "pass" for c, v in verdicts.items() if c not in plan.probe.na)
+
+
+def test_without_the_plans_na_the_checks_gvisor_hides_fail(gvisor, workspace, probe_only):
+    """The probe's n/a is no pass: a plan that does not mark them (or a launcher that does not
+    accept them) refuses the sandbox; they used to pass with nothing observed."""
+    plan = gvisor_plan(workspace)
+    probe = replace(plan.probe, na=())
+    agent = plan.container.command[plan.container.command.index("--"):]
+    plan = replace(plan, probe=probe, container=replace(plan.container, command=probe.to_args() + agent))
+    with pytest.raises(ProbeFailed) as info:
+        launch.run(gvisor, plan, Recorder())
+    assert {c.id for c in info.value.report.failed} == {"nnp", "mounts.workspace", "limits.pids"}
+    assert not (workspace / MARKER).exists()
+
+
 def test_a_gvisor_plan_run_under_runc_fails_the_probe_and_the_agent_never_runs(gvisor, workspace, probe_only):
     plan = gvisor_plan(workspace)
     plan = replace(plan, container=replace(plan.container, runtime="runc"))

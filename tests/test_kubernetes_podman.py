@@ -53,6 +53,8 @@ def test_the_agent_pod_passes_its_probe_under_podman_and_the_agent_runs(node, po
     failed = [line for line in logs.splitlines() if "\tfail\t" in line]
     assert code == 0 and not failed, logs
     assert "PROBE-END\tok" in logs and AGENT_SAID in logs
+    # no per-Pod pids limit: n/a with what the node gives, never a pass (the podman node knows the claim's path)
+    assert "PROBE\tlimits.pids\tn/a\tmax\t" in logs and "PROBE\tmounts.workspace\tpass\t" in logs
 
 
 def _writable_root(pod: list[dict]) -> str:

@@ -86,3 +86,34 @@ def test_under_docker_the_probe_itself_refuses_a_pod_mode(engine, name):
     assert result.returncode == 97, result.stdout + result.stderr
     (line,) = [ln for ln in result.stdout.splitlines() if ln.startswith("PROBE\t")]
     assert line.startswith("PROBE\targs\tfail\t") and "under Docker" in line
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("planned", [True, False])
+def test_in_a_pod_mode_what_a_pod_cannot_show_is_na_and_only_where_planned(engine, tmp_path, planned):
+    """A Pod has no pids limit of its own (pids=max) and, without the claim's node path (wsroot /),
+    no source to compare: the probe reports both n/a, which passes only where the plan's na= says
+    so; without it, both fail (a Pod with no limit used to pass limits.pids=max). Run by podman
+    (no /.dockerenv), --network none: nothing is sent anywhere."""
+    from conftest import external_tool
+    from podman_node import Node
+
+    node = Node(external_tool("podman", "apt-get install podman"), tmp_path / "node")
+    images.ensure_for(engine, images.probe_image().tag, lambda line: None)
+    node.load(images.probe_image().tag)
+    args = pod_args("untrusted")
+    assert "na=mounts.workspace,limits.pids" in args and "pids=max" in args and "wsroot=/" in args
+    if not planned:
+        args = ["na=" if a.startswith("na=") else a for a in args]
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "probe").mkdir()
+    image = f"localhost/{images.probe_image().tag}"
+    node.run("run", "--rm", "-v", f"{tmp_path / 'probe'}:/out", "--entrypoint", "/probe/busybox", image,
+             "cp", "/probe/busybox", "/probe/probe.sh", "/out/")
+    result = node.run("run", "--rm", "--network", "none", "--user", "1000:1000", "-v", f"{tmp_path / 'ws'}:/workspace",
+                      "-v", f"{tmp_path / 'probe'}:/.sandbox/probe:ro", "--entrypoint", "/.sandbox/probe/busybox", image,
+                      "sh", "/.sandbox/probe/probe.sh", *args, check=False)
+    lines = {f[1]: f for f in (ln.split("\t") for ln in result.stdout.splitlines()) if f[0] == "PROBE"}
+    assert lines, result.stdout + result.stderr
+    for check in ("limits.pids", "mounts.workspace"):
+        assert lines[check][2] == ("n/a" if planned else "fail"), lines[check]

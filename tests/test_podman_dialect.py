@@ -24,7 +24,7 @@ PLAN = compile_policy(untrusted_bind(), fake_facts())
 # normalised; HOSTNAME, TERM (containers.conf's default env) and container=podman in every
 # container's environment.
 HANDLED = ("Tmpfs", "Mounts", "Binds", "Runtime", "CapDrop", "LogConfig", "PidMode", "UTSMode", "Image", "Env names")
-LIBPOD = {"podman_runtime": "runc", "podman_log_size": "10MB"}
+LIBPOD = {"podman_runtime": "runc", "podman_log_size": "10MB", "podman_bounding_caps": (), "podman_effective_caps": ()}
 
 
 def as_podman(doc: dict) -> None:
@@ -91,6 +91,10 @@ def test_a_tampered_podman_setting_is_a_difference(field, change, says):
     ("Runtime", {**LIBPOD, "podman_runtime": "crun"}, "the plan says 'runc', the container has 'crun'"),
     ("Runtime", {**LIBPOD, "podman_runtime": None}, "the container has None"),   # no libpod answer: refused
     ("LogConfig", {**LIBPOD, "podman_log_size": None}, "the plan says json-file, 10MB, the container has json-file, None"),
+    # libpod's capability sets, containers.conf's defaults included (the compat CapDrop cannot show those)
+    ("BoundingCaps", {**LIBPOD, "podman_bounding_caps": ("CAP_SYS_ADMIN",)}, "CAP_SYS_ADMIN added"),
+    ("BoundingCaps", {**LIBPOD, "podman_bounding_caps": None}, "the container has None"),   # no libpod answer
+    ("EffectiveCaps", {**LIBPOD, "podman_effective_caps": ("CAP_NET_RAW",)}, "the container has CAP_NET_RAW"),
 ])
 def test_what_only_podman_s_libpod_inspect_says_is_checked_there(field, libpod, says):
     diffs = podman_differences(libpod=libpod)

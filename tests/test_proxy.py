@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 
 import pytest
@@ -18,7 +19,7 @@ from launcher.compiler import compile_policy
 from launcher.plan import PODMAN_NO_IPV6
 from launcher.errors import ExitCode, ProbeFailed
 from launcher.policy import with_allowed
-from launcher.selftest.testnet import Internet
+from launcher.selftest.testnet import LABELS, Internet
 
 pytestmark = pytest.mark.engine
 SANDBOX = [sys.executable, "-m", "launcher"]
@@ -197,6 +198,54 @@ def test_tampered_proxy_mode_fails_its_check(engine, internet, workspace, check,
     assert not (workspace / "AGENT-RAN").exists() and leftovers(engine, workspace) == []
 
 
+# A resolver that answers every query with an address, after a delay: a slow upstream.
+SLOW_DNS = """
+import socket, sys, threading, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", 53))
+def answer(q, peer):
+    time.sleep(float(sys.argv[1])); end = 12
+    while q[end]: end += q[end] + 1
+    s.sendto(q[:2] + b"\\x81\\x80\\x00\\x01\\x00\\x01\\x00\\x00\\x00\\x00" + q[12:end + 5]
+             + b"\\xc0\\x0c\\x00\\x01\\x00\\x01\\x00\\x00\\x00\\x3c\\x00\\x04\\xc0\\x00\\x02\\x01", peer)
+print("READY", flush=True)
+while True:
+    q, peer = s.recvfrom(512); print("DNS", flush=True)
+    threading.Thread(target=answer, args=(q, peer), daemon=True).start()
+"""
+
+
+@pytest.mark.parametrize("delay", [1.0, 3.0])
+def test_a_resolver_that_answers_late_fails_egress_dns(engine, internet, workspace, probe_only, delay):
+    """Docker's embedded resolver relays a slow upstream's answer (up to its own 4 s): a late answer
+    is an answer. podman's plan has no relaying resolver (resolv.conf's own 127.0.0.1)."""
+    if engine.podman:
+        pytest.skip("podman: the sandbox's nameserver is its loopback, no resolver relays (egress.dns's tamper above)")
+    api = docker_sdk().api
+    ref = api.create_container(internet.image, command=["python3", "-u", "-c", SLOW_DNS, str(delay)],
+                               name=f"{internet.network}-slowdns", labels=LABELS,
+                               host_config=api.create_host_config(network_mode=internet.network))["Id"]
+    try:
+        api.start(ref)
+        deadline = time.monotonic() + 30
+        while b"READY" not in api.logs(ref) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        address = api.inspect_container(ref)["NetworkSettings"]["Networks"][internet.network]["IPAddress"]
+        # slow.test is no alias on that network: only the slow resolver answers it
+        policy = with_allowed(preset("ci"), ({"host": "slow.test", "private": True},))
+        plan = compile_policy(policy, launch_facts(engine, policy, workspace, proxy_image=images.proxy_image().tag),
+                              egress_network=internet.network,
+                              command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
+        assert plan.probe.dnsname == "slow.test"
+        plan = replace(plan, container=replace(plan.container, network_mode=internet.network, dns=(address,)))
+        with pytest.raises(ProbeFailed) as info:
+            launch.run(engine, plan, Recorder())
+        failed = {c.id: c for c in info.value.report.failed}
+        assert "egress.dns" in failed and "slow.test:answered" in failed["egress.dns"].observed
+        assert b"DNS" in api.logs(ref) and not (workspace / "AGENT-RAN").exists()
+    finally:
+        api.remove_container(ref, force=True)
+
+
 def test_default_egress_network_is_created_and_removed(engine, workspace):
     # No request leaves: the probe asks only for a .invalid name, which the proxy refuses unresolved.
     result = subprocess.run(SANDBOX + ["run", "-p", "ci", "-w", str(workspace), "--allow", "api.example.invalid", "--",
@@ -321,3 +370,54 @@ except OSError as exc:
         assert "\x1b" not in out and "\x07" not in out and "\r" not in out
     assert "private" not in "\n".join(line for line in learned.stdout.splitlines() if not line.startswith("#"))
     assert "not a host name" in learned.stdout
+
+
+def test_egress_direct_with_no_address_left_to_try_fails(engine, internet, workspace, probe_only, monkeypatch):
+    """Every address of the sandbox's subnet listed as the proxy's in /etc/hosts: egress.direct has
+    nothing left to try, which is no observation, so it fails (it used to pass). podman only: Docker's
+    plans always have a default route, through the gateway the plan's ARP settings leave ownerless."""
+    if not engine.podman:
+        pytest.skip("Docker gives the sandbox a default route: egress.direct always has the gateway to try")
+    import ipaddress
+    import random
+
+    subnet = ipaddress.IPv4Network(f"198.19.{random.randrange(256)}.{16 * random.randrange(16)}/28")
+    create = engine.create_network
+    monkeypatch.setattr(engine, "create_network", lambda spec, subnet="", mine=str(subnet): create(spec, mine))
+    plan = _plan(engine, workspace, internet)
+    hosts = tuple(f"sandbox-proxy:{address}" for address in subnet.hosts())
+    plan = replace(plan, container=replace(plan.container, extra_hosts=plan.container.extra_hosts + hosts))
+    with pytest.raises(ProbeFailed) as info:
+        launch.run(engine, plan, Recorder())
+    failed = {c.id: c for c in info.value.report.failed}
+    assert "egress.direct" in failed and "nothing to try" in failed["egress.direct"].observed
+    assert not (workspace / "AGENT-RAN").exists() and leftovers(engine, workspace) == []
+
+
+def test_egress_direct_with_nothing_to_try_fails_under_podmans_cli(engine, tmp_path):
+    """The same without a podman engine under test: the probe alone, run by podman's CLI on an
+    internal network of its own without gateway or DNS (no default route, a /29), every other
+    address of it listed as the proxy's. Its only traffic: the proxy's request and the tries, to
+    addresses of that closed network. It used to pass with nothing observed."""
+    from conftest import external_tool
+    from podman_node import Node
+
+    node = Node(external_tool("podman", "apt-get install podman"), tmp_path / "node")
+    images.ensure_for(engine, images.probe_image().tag, lambda line: None)
+    node.load(images.probe_image().tag)
+    probe = compile_policy(with_allowed(preset("ci"), ({"host": "allowed.test", "private": True},)),
+                           launch_facts(engine, preset("ci"), tmp_path)).probe
+    args = replace(probe, resolver="127.0.0.1", dnsname="-", checks=("egress.direct",), na=()).to_args()
+    image, out, net = f"localhost/{images.probe_image().tag}", tmp_path / "probe", f"sandbox-test-nothing-{os.getpid()}"
+    out.mkdir()
+    node.run("run", "--rm", "-v", f"{out}:/out", "--entrypoint", "/probe/busybox", image, "cp", "/probe/busybox",
+             "/probe/probe.sh", "/out/")
+    node.run("network", "create", "--internal", "--disable-dns", "--subnet", "10.89.231.0/29", net)
+    try:
+        hosts = [f"--add-host=sandbox-proxy:10.89.231.{i}" for i in range(1, 7)]
+        result = node.run("run", "--rm", "--network", net, "--dns", "127.0.0.1", *hosts, "--user", "1000:1000",
+                          "-v", f"{out}:/.sandbox/probe:ro", "--entrypoint", "/.sandbox/probe/busybox", image,
+                          "sh", "/.sandbox/probe/probe.sh", *args, "--", "true", check=False)
+    finally:
+        node.run("network", "rm", "-f", net, check=False)
+    assert "PROBE\tegress.direct\tfail\tno path to the host\tnothing to try" in result.stdout, result.stdout + result.stderr

@@ -74,6 +74,30 @@ def test_a_case_that_does_not_report_is_an_error():
     assert results[0].ms == 12 and "did not report" in results[2].observed
 
 
+def _run_locally(cases, plants=()):
+    """The case script run by this host's bash (only lib.sh's shell helpers are needed)."""
+    proc = subprocess.run(["bash", "-c", st.script(cases, {"WS": "/nonexistent"}, plants)], capture_output=True,
+                          text=True, timeout=60)
+    return {r.id: r for r in st.parse(proc.stdout, cases)}, proc.stdout
+
+
+def test_a_case_cut_off_by_its_time_limit_fails_whatever_it_said_before():
+    cases = (sc.Case(id="t.slow", expected="-", body='ok "looked at half"; sleep 5', timeout=1),
+             sc.Case(id="t.silent", expected="-", body="sleep 5", timeout=1),
+             sc.Case(id="t.quick", expected="-", body='ok "done"', timeout=5))
+    results, _ = _run_locally(cases)
+    assert results["t.slow"].verdict == st.FAIL and "timed out after 1 s" in results["t.slow"].observed
+    assert results["t.silent"].verdict == st.FAIL and results["t.quick"].verdict == st.PASS
+
+
+def test_plants_are_no_cases_and_report_no_verdict():
+    assert not {c.id for c in sc.PLANTS} & {c.id for c in sc.IN_SANDBOX}
+    assert "net.udp_canary" not in {c.id for c in sc.IN_SANDBOX}
+    plant = sc.Case(id="report.x", expected="-", body='ok "planted"')
+    results, out = _run_locally((), (plant,))
+    assert results == {} and "SELFTEST-PLANT\treport.x" in out
+
+
 def test_the_script_defines_and_runs_every_case_once():
     cases = sc.for_mode("proxy")
     text = st.script(cases, {"MODE": "proxy", "HOST_IPS": "a b'c"})
@@ -123,7 +147,7 @@ cp /bin/true /usr/local/bin/setuid-true && chmod 4755 /usr/local/bin/setuid-true
 """
 
 
-def _weak_run(engine, tmp_path, workspace, mode, network, extra_env=None, cases=None, prelude=_WEAKEN):
+def _weak_run(engine, tmp_path, workspace, mode, network, extra_env=None, cases=None, prelude=_WEAKEN, plants=sc.PLANTS):
     """The case script in a deliberately weakened container: root, every capability, seccomp off,
     /proc unmasked, /sys and cgroups writable, a block device, the engine's socket, a token in the
     environment, a setuid binary, a /tmp larger than declared, host PIDs."""
@@ -149,7 +173,7 @@ def _weak_run(engine, tmp_path, workspace, mode, network, extra_env=None, cases=
         host_config.update(MaskedPaths=[], ReadonlyPaths=[])   # `--security-opt systempaths=unconfined`
         if engine.podman:   # podman's words: it ignores MaskedPaths, and its default pids limit is 2048
             host_config.update(PidsLimit=-1, SecurityOpt=host_config["SecurityOpt"] + ["unmask=ALL"])
-        api.create_container(images.AGENT_IMAGE, ["bash", "-c", prelude + st.script(cases, params)], name=name,
+        api.create_container(images.AGENT_IMAGE, ["bash", "-c", prelude + st.script(cases, params, plants)], name=name,
                              user="0", host_config=host_config, labels={"dev.sandbox.managed": "1"},
                              environment={"GITHUB_TOKEN": "ghp_" + "x" * 36, "HTTP_PROXY": "http://allowed.test:80"})
         api.start(name)
@@ -186,9 +210,9 @@ def test_the_matrix_catches_a_weakened_container(engine, tmp_path):
         # Host network: every host address is reachable; public ones are never tried (a route exists).
         results, peers = _weak_run(engine, tmp_path, workspace, "none", "host", {"HOST_CANARY": git_canary})
         # The report.* cases only plant (that is allowed); outside.surfaces_reported judges them.
-        expected = {c.id for c in sc.for_mode("none")} - _NEEDS_STAND_IN_PROC - set(sc.PLANTED)
+        expected = {c.id for c in sc.for_mode("none")} - _NEEDS_STAND_IN_PROC
         assert _caught(results) == expected, sorted(expected - _caught(results))
-        assert all(results[c].verdict == st.PASS and "planted" in results[c].observed for c in sc.PLANTED)
+        assert not set(sc.PLANTED) & set(results)   # plants are no cases: outside.surfaces_reported judges them
         assert peers, "the host's listener should have been reached"
         assert not (tmp_path / "planted").exists() and not [p for p in os.listdir(workspace) if p.startswith(".selftest")]
         # The outside checks judge what the launcher saw; fed what this run left, each fails.
@@ -230,10 +254,10 @@ def test_the_proxy_cases_catch_a_careless_proxy(engine, tmp_path, workspace):
     finally:
         internet.close()
     # The cases both modes share were caught on the host network above.
-    expected = {c.id for c in sc.for_mode("proxy") if c.modes == ("proxy",)} - _CONTROLS - {"net.udp_canary"}
+    expected = {c.id for c in sc.for_mode("proxy") if c.modes == ("proxy",)} - _CONTROLS
     assert expected <= _caught(results), sorted(expected - _caught(results))
     assert all(results[c].verdict == st.PASS for c in _CONTROLS)
-    # net.udp_canary only sends; the canary's log judges it (outside.canary_silent).
+    # net.direct_canary's datagram: nothing inside sees it arrive; the canary's log judges it (outside.canary_silent).
     assert any(line.startswith("DNS ") for line in canary_saw)
     assert st.judge_canary(canary_saw).verdict == st.FAIL
 

@@ -19,7 +19,7 @@ def test_every_inventory_surface_has_a_case():
     for name in surfaces.PROTECTED:
         assert f'"$WS/{name}' in bodies, name
     assert set(sc.PLANTED.values()) >= {s.example for s in surfaces.INVENTORY if not s.protect} | {"src/.git", "report-link"}
-    assert set(sc.PLANTED) <= ids
+    assert set(sc.PLANTED) == {c.id for c in sc.PLANTS} and not set(sc.PLANTED) & ids
     # The first ids stay what they were.
     for old in ("protect.git", "protect.sandbox_yaml", "protect.github", "protect.envrc", "protect.vscode",
                 "protect.claude", "protect.git_config", "protect.rename_git"):
@@ -66,7 +66,8 @@ def test_host_git_fails_on_what_the_escapes_leave_and_passes_on_a_held_line():
             out.write("changed\n")
         judged = {r.id: r for r in st.git_judgments(ws, before, canary)}
         assert judged["outside.host_git"].verdict == st.PASS, judged["outside.host_git"].observed
-        assert judged["outside.surfaces_reported"].verdict == st.PASS
+        # nothing was planted in this writable workspace: no surface was judged, which is no pass
+        assert judged["outside.surfaces_reported"].verdict == st.FAIL
         _attack(ws, canary)
         judged = {r.id: r for r in st.git_judgments(ws, before, canary)}
         assert os.path.exists(canary), "the planted fsmonitor should have run"
@@ -90,7 +91,13 @@ def test_judge_host_git():
 def test_judge_surfaces_reported():
     planted = tuple(sc.PLANTED.values())
     assert st.judge_surfaces_reported(planted, planted + (".git",)).verdict == st.PASS
-    assert st.judge_surfaces_reported((), ()).verdict == st.PASS               # nothing planted (read-only workspace)
+    assert st.judge_surfaces_reported((), (), writable=False).verdict == st.PASS   # nothing could be planted
+    assert st.judge_surfaces_reported(planted[:1], (), writable=False).verdict == st.FAIL
+    # a writable workspace where a plant did not happen: that surface was never judged
+    nothing = st.judge_surfaces_reported((), ())
+    assert nothing.verdict == st.FAIL and "not planted" in nothing.observed
+    partly = st.judge_surfaces_reported(planted[1:], planted)
+    assert partly.verdict == st.FAIL and planted[0] in partly.observed
     result = st.judge_surfaces_reported(planted, planted[1:])
     assert result.verdict == st.FAIL and planted[0] in result.observed
 

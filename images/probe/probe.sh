@@ -42,8 +42,9 @@
 # =============================================================================================
 # 1. library
 
-# _p_line ID OK EXPECTED OBSERVED -- one result line; OK is 1 for pass. _P_N and _P_FAILED are
-# the report's counters, updated only here.
+# _p_line ID OK EXPECTED OBSERVED -- one result line; OK is 1 for pass, 2 for n/a (only for a
+# check the plan's na= names: else it fails). _P_N and _P_FAILED are the report's counters,
+# updated only here.
 _p_line() {
 	local _e _o _r
 	_e=${3:--}
@@ -52,7 +53,9 @@ _p_line() {
 	# is quadratic (60 ms on a 1 KiB list), a case over the same class a single pass.
 	case $_e in *[[:cntrl:]]*) _e=${_e//[[:cntrl:]]/ } ;; esac
 	case $_o in *[[:cntrl:]]*) _o=${_o//[[:cntrl:]]/ } ;; esac
-	if [ "$2" = 1 ]; then _r=pass; else _r=fail; _P_FAILED=1; fi
+	if [ "$2" = 1 ]; then _r=pass
+	elif [ "$2" = 2 ] && _p_in "$1" "$A_na"; then _r=n/a
+	else _r=fail; _P_FAILED=1; fi
 	_P_N=$((_P_N + 1))
 	printf 'PROBE\t%s\t%s\t%s\t%s\n' "$1" "$_r" "$_e" "$_o"
 }
@@ -206,7 +209,7 @@ _p_hexip() {
 
 parse_args() {
 	local keys bad= seen= dash=0 nafter=0 arg k v ok
-	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,wsupper,home,homesrc,net,pids,mem,kernel,userns,proxy,denyhost,dnsname,resolver,"
+	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,wsupper,home,homesrc,net,pids,mem,kernel,userns,proxy,denyhost,dnsname,resolver,na,"
 	keys="${keys}checks,secretnames,secretvalues,runtimenames,runtimesockets,credpaths,gate,"
 	for arg in "$@"; do
 		if [ "$dash" = 1 ]; then nafter=$((nafter + 1)); continue; fi
@@ -237,6 +240,7 @@ parse_args() {
 		workspace | wsroot | wsupper | home) [ "$v" = - ] || _p_validpath "$v" || ok=0 ;;
 		homesrc) [ "$v" = tmpfs ] || _p_validpath "$v" || ok=0 ;;
 		checks) case $v in '' | ,* | *, | *,,* | *[!a-z0-9._,]*) ok=0 ;; esac ;;
+		na) case $v in ,* | *, | *,,* | *[!a-z0-9._,]*) ok=0 ;; esac ;;
 		secretnames | runtimenames) case $v in '' | *[!]A-Za-z0-9_*?,[]*) ok=0 ;; esac ;;
 		secretvalues) [ -n "$v" ] || ok=0 ;;
 		credpaths) case $v in '' | /* | *,/* | *..*) ok=0 ;; esac ;;
@@ -262,6 +266,10 @@ parse_args() {
 	[ "$dash" = 1 ] && [ "$nafter" = 0 ] && _p_add bad "missing:agent-argv"
 	if [ "$A_workspace" != - ] && [ "$A_wsroot" = - ]; then _p_add bad "invalid:wsroot=-"; fi
 	if [ "$A_home" = - ]; then _p_add bad "invalid:home=-"; fi
+	# a check the plan marks not applicable is one it runs
+	set -f; IFS=,
+	for k in $A_na; do _p_in "$k" "$A_checks" || _p_add bad "invalid:na=$k"; done
+	IFS=$_P_IFS; set +f
 	# identity.userns is asked for exactly when the plan says the ids are remapped
 	if _p_in identity.userns "$A_checks"; then [ "$A_userns" = remapped ]; else [ "$A_userns" = - ]; fi ||
 		_p_add bad "invalid:userns=$A_userns"
@@ -460,7 +468,8 @@ gather_environ() {
 #   EG_REPORTED      comma list of the observations that reported (proxy, direct, dns)
 #   EG_PROXY         first line of the proxy's answer to a request for A_denyhost (empty: none)
 #   EG_DIRECT        "address:port:connected|refused|blocked ..." for direct connections to EG_GW_IP
-#   EG_DNS           "resolves" when A_dnsname resolved
+#   EG_DNS           what one query for A_dnsname got: "answered", "no answer within <window>s" or
+#                    "unknown(...)"
 gather_egress() {
 	local out ln
 	EG_GW_IP= EG_NOGW="no default route, no subnet"
@@ -581,12 +590,19 @@ case $st in 02) echo "state early" >&2 ;; *) echo "state connected" >&2 ;; esac'
 	_P_R=unsettled
 }
 
-# a name only the proxy may resolve. Docker's resolver answers at once for names it knows; an
-# outside name gets no answer.
+# a name only the proxy may resolve: any reply is an answer (an address, NXDOMAIN, SERVFAIL: a
+# resolver that speaks is a channel out), however late. Docker's embedded resolver relays an
+# upstream's answer for 4 s at most (engine 20.10, measured: 3.5 s relayed, 4.5 s dropped) and
+# drops an outside name it cannot forward; so the wait is 4.5 s, past that bound. busybox's
+# nslookup prints "Server:" only once a reply came; "Connection refused" (nothing listens, podman's
+# 127.0.0.1) is no answer; anything else is unknown and fails.
 _p_lookup() {
-	case $(_p_within 0.3 "$BB" nslookup "$A_dnsname" 2>&1) in
-	*Name:*) printf 'dns\tresolves\n' ;;
-	*) printf 'dns\tno answer\n' ;;
+	local _r _w=4.5
+	_r=$(_p_within "$_w" "$BB" nslookup -type=a "$A_dnsname" 2>&1)
+	case $_r in
+	*Server:* | *Name:* | *"can't find"*) printf 'dns\tanswered\n' ;;
+	*"onnection refused"* | *"timed out"* | '' | Terminated) printf 'dns\tno answer within %ss\n' "$_w" ;;
+	*) _p_esc "$_r"; printf 'dns\tunknown(%s)\n' "$_P_R" ;;
 	esac
 }
 
@@ -793,8 +809,9 @@ check_caps_bnd() {
 check_nnp() {
 	local ok=0
 	[ -n "$S_NoNewPrivs" ] && [ "$S_NoNewPrivs" = "$A_nnp" ] && ok=1
-	# gVisor sets no_new_privs on every process it runs and has no NoNewPrivs line to show it
-	[ -z "$S_NoNewPrivs" ] && [ "$A_nnp" = 1 ] && _p_gvisor && { _p_line nnp 1 "$A_nnp" "not-shown(gvisor: always 1)"; return; }
+	# gVisor has no NoNewPrivs line: nothing to observe inside; n/a where the plan says so (docker
+	# inspect's SecurityOpt is the proof), a fail anywhere else
+	[ -z "$S_NoNewPrivs" ] && _p_gvisor && { _p_line nnp 2 "$A_nnp" "not shown (gvisor has no NoNewPrivs line)"; return; }
 	_p_line nnp "$ok" "$A_nnp" "${S_NoNewPrivs:-missing}"
 }
 
@@ -962,7 +979,7 @@ check_mounts_writable() {
 # wsroot) and its upper layer the changes (ending in wsupper): the host tree is not mounted at all
 check_mounts_workspace() {
 	local ok=1 n=0 fst= root= sopts= lower= upper= o ln
-	if [ "$A_workspace" = - ]; then _p_line mounts.workspace 1 - -; return; fi
+	if [ "$A_workspace" = - ]; then _p_line mounts.workspace 2 - "no workspace"; return; fi
 	if [ "$MI_OK" != 1 ]; then _p_line mounts.workspace 0 "$A_workspace <- $A_wsroot" "$MI_ERR"; return; fi
 	set -f; IFS=$_P_NL
 	for ln in $MI_TABLE; do
@@ -988,8 +1005,18 @@ check_mounts_workspace() {
 	if _p_gvisor; then
 		# gVisor serves every bind and volume through its file proxy (9p): the host path is not
 		# visible inside, the launcher compares it outside (docker inspect Mounts)
+		# visible, and n/a where the plan says so: what is visible must hold
 		[ "$fst" = 9p ] && [ "$root" = / ] || ok=0
-		_p_line mounts.workspace "$ok" "1 9p (gvisor) at $A_workspace" "$n at $A_workspace, $fst <- $root"
+		[ "$ok" = 1 ] && ok=2
+		_p_line mounts.workspace "$ok" "1 9p (gvisor) at $A_workspace" "$n at $A_workspace, $fst <- $root; source not shown (gvisor)"
+		return
+	fi
+	# a Pod's claim whose node path the launcher does not know (wsroot /): one mount there, its
+	# source unseen; n/a where the plan says so (the Pod spec names the claim)
+	if [ "$A_wsroot" = / ] && _p_in mounts.workspace "$A_na"; then
+		case $fst in overlay | aufs | proc | sysfs | devpts | mqueue | cgroup | cgroup2 | '') ok=0 ;; esac
+		[ "$ok" = 1 ] && ok=2
+		_p_line mounts.workspace "$ok" "1 mount at $A_workspace" "$n at $A_workspace, $fst <- $root; source unknown to the plan"
 		return
 	fi
 	case $fst in
@@ -1009,7 +1036,7 @@ check_mounts_workspace() {
 # the workspace. Owner and mode are reported for the launcher's hint.
 check_ws_access() {
 	local ok=1 obs= need=read,search d st
-	if [ "$A_workspace" = - ]; then _p_line ws.access 1 - -; return; fi
+	if [ "$A_workspace" = - ]; then _p_line ws.access 2 - "no workspace"; return; fi
 	_p_dec "$A_workspace"; d=$_P_R
 	[ -d "$d" ] || { ok=0; obs="notdir"; }
 	if [ -r "$d" ]; then _p_add obs r=yes; else ok=0; _p_add obs r=no; fi
@@ -1363,10 +1390,11 @@ check_egress_denied() {
 
 # A direct connection to the gateway (the host's side of the network) must not get through. A
 # refused connection proves the host is reachable, so only a timeout or "no route" passes, on
-# every port (unsettled or unknown fails too).
+# every port (unsettled or unknown fails too). No address to try is no observation: it fails (the
+# launcher's networks always leave one: a /28 has 12 besides the sandbox's and the proxy's).
 check_egress_direct() {
 	local ok=1 _i
-	if [ -z "$EG_GW_IP" ]; then _p_line egress.direct 1 "no path to the host" "$EG_NOGW"; return; fi
+	if [ -z "$EG_GW_IP" ]; then _p_line egress.direct 0 "no path to the host" "nothing to try: $EG_NOGW"; return; fi
 	_p_unreported egress.direct direct && return
 	[ -n "${EG_DIRECT# }" ] || ok=0
 	set -f
@@ -1386,7 +1414,7 @@ check_egress_dns() {
 	done
 	if [ "$A_dnsname" != - ]; then
 		_p_unreported egress.dns dns && return
-		[ "$EG_DNS" != resolves ] || { ok=0; obs="$obs $A_dnsname:resolves"; }
+		case $EG_DNS in "no answer within "*) obs="$obs $A_dnsname:$EG_DNS" ;; *) ok=0; obs="$obs $A_dnsname:$EG_DNS" ;; esac
 	fi
 	_p_line egress.dns "$ok" "no outside name resolves ($A_dnsname)" "${obs# }"
 }
@@ -1440,15 +1468,17 @@ check_pod_dns() {
 # cgroup pids limit (v1 or v2) equals the plan
 check_limits_pids() {
 	local ok=0 v=
-	if _p_gvisor; then
+	if _p_gvisor && ! [ -e "$CG_PIDS" ] && ! [ -e /sys/fs/cgroup/pids.max ]; then
 		# gVisor mounts no cgroupfs: the limit holds the whole sandbox on the host (its threads,
-		# not the agent's processes) and is compared outside (docker inspect PidsLimit)
-		[ -e "$CG_PIDS" ] || [ -e /sys/fs/cgroup/pids.max ] || ok=1
-		_p_line limits.pids "$ok" "$A_pids" "host-side(gvisor), no cgroup file inside"
+		# not the agent's processes); n/a where the plan says so (docker inspect PidsLimit)
+		_p_line limits.pids 2 "$A_pids" "no cgroup file inside (gvisor)"
 		return
 	fi
 	{ read -r v <"$CG_PIDS"; } 2>/dev/null
 	[ -n "$v" ] && [ "$v" = "$A_pids" ] && ok=1
+	# pids=max (a Pod's: no pids limit of its own, the node's podPidsLimit or none) is no limit to
+	# prove: n/a with the value seen where the plan says so, else a fail, never a pass
+	[ "$A_pids" = max ] && { ok=0; _p_in limits.pids "$A_na" && ok=2; }
 	_p_line limits.pids "$ok" "$A_pids" "${v:-unreadable:$CG_PIDS}"
 }
 

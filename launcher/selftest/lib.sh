@@ -150,6 +150,6 @@ plant() {
 	if err="$( { mkdir -p -- "$(dirname -- "$1")" && printf '%s\n' "$2" >"$1"; } 2>&1 )"; then
 		ok "planted ${1#"$WS"/} for the after-run report (see outside.surfaces_reported)"
 	else
-		ok "not planted ($(reason "$err")): nothing to report"
+		error "not planted ($(reason "$err")): nothing to report"
 	fi
 }

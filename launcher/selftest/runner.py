@@ -20,7 +20,7 @@ from launcher.engine import Engine
 from launcher.errors import ProbeFailed, SandboxError
 from launcher.plan import PROBE_BUSYBOX, MountKind
 from launcher.model import HomeMode, WorkspaceMode
-from launcher.selftest.cases import OUTSIDE, PLANTED, WAY_BACK, Case, for_mode
+from launcher.selftest.cases import OUTSIDE, PLANTED, PLANTS, WAY_BACK, Case, for_mode
 from launcher.values import visible
 from launcher.style import BAD, GOOD, Mark, plain
 
@@ -91,25 +91,31 @@ class _Collector:
             self.out += data
 
 
-def script(cases: tuple[Case, ...], params: dict[str, str]) -> str:
-    """The in-sandbox bash script: parameters, helpers, one function per case, then the runner."""
+def script(cases: tuple[Case, ...], params: dict[str, str], plants: tuple[Case, ...] = ()) -> str:
+    """The in-sandbox bash script: parameters, helpers, one function per case, then the runner;
+    `plants` (cases.PLANTS) run after the cases, as SELFTEST-PLANT lines that are no verdict."""
     lib = pkg_resources.files("launcher.selftest").joinpath("lib.sh").read_text()
     head = "".join(f"export {k}={_quote(v)}\n" for k, v in params.items())
-    funcs = "".join(f"c_{i}() {{\n{c.body}\n}}\n" for i, c in enumerate(cases))
+    funcs = "".join(f"c_{i}() {{\n{c.body}\n}}\n" for i, c in enumerate(cases + plants))
+    # A case cut off by its time limit (timeout's 137 for KILL) fails, whatever it printed before:
+    # what it had not yet tried was not observed.
     runner = r'''
 run_case() {
 	local out rc line start=$EPOCHREALTIME ms
 	out="$(timeout -s KILL "$2" bash -c "$(declare -f); $3" </dev/null 2>&1)"; rc=$?
 	ms=$(( (${EPOCHREALTIME/./} - ${start/./}) / 1000 ))
 	line="$(printf '%s\n' "$out" | grep -a "^VERDICT	" | tail -n 1)"
-	if [ -z "$line" ]; then
-		printf 'SELFTEST\t%s\t%s\tERROR\tno verdict (exit %s): %s\n' "$1" "$ms" "$rc" "$(printf '%s' "$out" | one_line)"
+	if [ "$rc" = 137 ]; then
+		printf '%s\t%s\t%s\tFAIL\ttimed out after %s s (%s)\n' "$4" "$1" "$ms" "$2" "$(printf '%s' "${line:-no verdict}" | one_line)"
+	elif [ -z "$line" ]; then
+		printf '%s\t%s\t%s\tERROR\tno verdict (exit %s): %s\n' "$4" "$1" "$ms" "$rc" "$(printf '%s' "$out" | one_line)"
 	else
-		printf 'SELFTEST\t%s\t%s\t%s\n' "$1" "$ms" "${line#VERDICT	}"
+		printf '%s\t%s\t%s\t%s\n' "$4" "$1" "$ms" "${line#VERDICT	}"
 	fi
 }
 '''
-    calls = "".join(f"run_case {c.id} {c.timeout} c_{i}\n" for i, c in enumerate(cases))
+    calls = "".join(f"run_case {c.id} {c.timeout} c_{i} SELFTEST\n" for i, c in enumerate(cases))
+    calls += "".join(f"run_case {c.id} {c.timeout} c_{len(cases) + i} SELFTEST-PLANT\n" for i, c in enumerate(plants))
     return head + lib + funcs + runner + calls + "echo SELFTEST-END\n"
 
 
@@ -184,7 +190,7 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
             # podman binds its marker file into every container: sock.parent_dirs holds it to empty and read-only
             "ENGINE_MARKER": PODMAN_MARKER if engine.podman else "",
         }
-        request = _request(ref, workspace, ("bash", "-c", script(cases, params)), network)
+        request = _request(ref, workspace, ("bash", "-c", script(cases, params, PLANTS)), network)
         collector = _Collector(progress)
         seen_before = len(listener.peers)
         try:
@@ -194,10 +200,11 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
             checks = 0
             results = [CaseResult(id=c.id, expected=c.expected, observed=f"probe failed: {str(exc).splitlines()[-1]}",
                                   verdict=ERROR) for c in cases]
-        results += git_judgments(workspace, surfaces_before, git_canary)
+        results += git_judgments(workspace, surfaces_before, git_canary,
+                                 writable=probe.probe.workspace in probe.probe.writable)
         if stack.load_base(ref).policy.workspace.mode is WorkspaceMode.COPY:
             results += copy_judgments(engine, ref, workspace, network,
-                                      ("bash", "-c", script(cases, params) + "\n" + WAY_BACK))
+                                      ("bash", "-c", script(cases, params, PLANTS) + "\n" + WAY_BACK))
         results += _outside(engine, ref, mode, workspace, canary_dir, before, canary_before, listener, seen_before,
                             internet, network)
         results.append(judge_home_trust(prepared.layered.effective.policy, prepared.facts))
@@ -225,8 +232,14 @@ def judge_canary(seen: list[str]) -> CaseResult:
     return _judged("outside.canary_silent", not seen, "; ".join(seen[:3]) or "nothing")
 
 
-def judge_surfaces_reported(planted: tuple[str, ...], reported: tuple[str, ...]) -> CaseResult:
-    """`planted`: what the report.* cases left in the workspace; `reported`: the paths the report names."""
+def judge_surfaces_reported(planted: tuple[str, ...], reported: tuple[str, ...], writable: bool = True) -> CaseResult:
+    """`planted`: what the plants (cases.PLANTS) left in the workspace; `reported`: the paths the
+    report names. In a writable workspace every plant must be there: one that is not was never judged."""
+    if writable and (absent := [p for p in PLANTED.values() if p not in planted]):
+        return _judged("outside.surfaces_reported", False, f"not planted, so not judged: {', '.join(absent)}")
+    if not writable:
+        return _judged("outside.surfaces_reported", not planted, f"planted in a read-only workspace: {', '.join(planted)}"
+                       if planted else "read-only workspace: nothing could be planted (the fs and protect cases prove it)")
     missing = [p for p in planted if p not in reported]
     return _judged("outside.surfaces_reported", not missing, f"not reported: {', '.join(missing)}" if missing
                    else f"all {len(planted)} planted surfaces reported ({len(reported)} changes)")
@@ -243,12 +256,12 @@ def judge_host_git(canary_seen: bool, modified: tuple[str, ...], status: str, di
                    f"no canary; {len(modified)} modified file(s) shown by git status and git diff")
 
 
-def git_judgments(workspace: str, before: dict[str, str], git_canary: str) -> list[CaseResult]:
+def git_judgments(workspace: str, before: dict[str, str], git_canary: str, writable: bool = True) -> list[CaseResult]:
     """The two judgments of what the cases left in the workspace (made right after they ran), then
     the planted surfaces removed, so that outside.nothing_left judges only what the launcher left."""
     reported = tuple(c.path for c in baseline.changes(workspace, before))
     planted = tuple(p for p in PLANTED.values() if os.path.lexists(os.path.join(workspace, p)))
-    out = [judge_surfaces_reported(planted, reported)]
+    out = [judge_surfaces_reported(planted, reported, writable)]
     modified = scratch.modified(workspace)
     scratch.host_git(os.path.join(workspace, "sub"), "status")   # the nested repository's git directory
     _, status = scratch.host_git(workspace, "status", "--porcelain", "--untracked-files=all")

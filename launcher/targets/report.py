@@ -9,7 +9,7 @@ import time
 
 from dataclasses import asdict
 
-from launcher import surfaces
+from launcher import checks, surfaces
 from launcher.__version__ import __version__
 from launcher.egress.audit import summarize
 from launcher.plan import LaunchPlan
@@ -33,7 +33,11 @@ def build(*, status: str, exit_code: int, started: float, plan: LaunchPlan | Non
         "plan": plan_to_dict(plan) if plan else None,
         "probe": None if probe is None else {
             "ok": probe.ok, "finished": probe.finished,
-            "checks": [{"id": c.id, "ok": c.ok, "expected": c.expected, "observed": c.observed} for c in probe.checks],
+            "checks": [{"id": c.id, "ok": c.ok, "verdict": c.verdict or ("pass" if c.ok else "fail"), "expected": c.expected,
+                        "observed": c.observed,
+                        # n/a: why the plan said so, and what proves it instead
+                        **({"not_applicable": checks.reason(c.id, kernel=plan.probe.kernel, net=plan.probe.net)}
+                           if c.verdict == "n/a" and plan else {})} for c in probe.checks],
         },
         "agent": {"exit_code": agent_exit, "timed_out": timed_out},
         # New, changed or removed files that host tools run or trust, and symlinks leaving the workspace.

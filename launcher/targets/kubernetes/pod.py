@@ -150,6 +150,9 @@ def expectations(plan: LaunchPlan, *, node: str, workspace_root: str, claim: str
         p, mounts=p.mounts + NODE_MOUNTS[node], writable=p.writable + NODE_WRITABLE[node],
         wsroot=wsroot, wsupper="-", homesrc=homesrc,
         pids="max",       # no per-Pod pids limit in the Pod API: the node's podPidsLimit (loss report)
+        # n/a, with checks.NOT_APPLICABLE["pod"]'s reasons: the pids limit, and the workspace's
+        # source where the claim's node path is unknown
+        na=tuple(c for c in checks.ALL if c in p.na or c == "limits.pids" or (c == "mounts.workspace" and wsroot == "/")),
         net=net, checks=checks.for_mode(net, userns=p.userns == "remapped"),
         resolver="-",     # egress.dns is Docker's: pod.dns asks every nameserver instead
         gate="-",         # no launcher watches a Pod: the probe's own verdict starts the agent
