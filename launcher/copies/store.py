@@ -1,15 +1,14 @@
-"""Copies as Docker volumes: NAME-base (the copy of the host tree, the overlay's lower layer),
-NAME-upper (the agent's changes, the overlay's work dir and the checkpoints), NAME-tree (the
-overlay the sandbox mounts) and, while diff or apply reads one, NAME-view-XXXXXX (a checkpoint laid
-over the copy, read-only). Every operation on the agent's files runs in a tools container: our
-agent image running images/tools/copytool.py, no network, read-only root, only the volumes it
-needs, a time limit; the host never opens the agent's files in place (a FIFO, a symlink or a huge
-file there is the container's problem). Two things need none: the user's tree goes in as a tar
-through the engine's archive API (fill.py: reading the user's tree is not the risky direction),
-and a run's end looks whether the upper layer is still an empty directory (`untouched`)."""
+"""Copies as Docker volumes: NAME-base (the host tree's copy, the overlay's lower layer), NAME-upper (the
+agent's changes, the overlay's work dir, the checkpoints), NAME-tree (the overlay the sandbox mounts) and,
+while diff or apply reads one, NAME-view-XXXXXX (a checkpoint laid over the copy, read-only). Every
+operation on the agent's files runs in a tools container (images/tools/copytool.py: no network, read-only
+root, only its volumes, a time limit); the host never opens the agent's files in place. Two need none: the
+user's tree goes in as a tar through the archive API (fill.py), and a run's end looks whether the upper
+layer is still an empty directory (`untouched`)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -100,11 +99,11 @@ def begin(engine: Engine, spec: CopySpec, progress: Progress, phase: fill.Phase 
             raise PolicyError([Problem(file="command line", path="--name", expected=f"a copy of {spec.source}",
                                        found=f"copy {spec.name} is of {have}",
                                        hint=f"choose another name, or `sandbox discard {spec.name}`")])
-        if found.labels.get(label.TRUST, "") != spec.trust:   # a less trusted agent's work stays out
-            raise PolicyError([Problem(file="command line", path="--name", expected=f"a copy made under trust key {spec.trust}",
-                                       found=f"copy {spec.name} was made under trust key {found.labels.get(label.TRUST) or 'none'} "
-                                             "(a policy of another reach)",
-                                       hint=f"`sandbox apply {spec.name}` or `sandbox discard {spec.name}` first, or choose another --name")])
+        if (made_under := found.labels.get(label.TRUST, "")) != spec.trust:   # a less trusted agent's work stays out
+            raise PolicyError([Problem(
+                file="command line", path="--name", expected=f"a copy made under trust key {spec.trust}",
+                found=f"copy {spec.name} was made under trust key {made_under or 'none'} (a policy of another reach)",
+                hint=f"`sandbox apply {spec.name}` or `sandbox discard {spec.name}` first, or choose another --name")])
         if engine.volume_info(spec.tree_volume) is None or engine.volume_info(spec.base_volume) is None:
             raise EngineError(f"copy {spec.name} is incomplete (a volume is missing); `sandbox discard {spec.name}`")
         progress(f"working on the existing copy {spec.name} (`sandbox checkpoints {spec.name}` lists its history)")
@@ -220,10 +219,8 @@ def _view(engine: Engine, name: str, number: int) -> Iterator[str]:
         yield view
     finally:
         for volume in made:   # the view first: the scratch volume is its upper layer
-            try:
+            with contextlib.suppress(EngineError):
                 engine.remove_volume(volume)
-            except EngineError:
-                pass
 
 
 def _frozen_mounts(name: str, view: str) -> list[Mount]:

@@ -8,49 +8,28 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
 from importlib import resources as pkg_resources
 from typing import Callable
 
 from launcher import labels as label
 from launcher import baseline, engineid, host, hostengines, hostpaths, images, pipeline, resources, runtimes, scan, session, stack
 from launcher.selftest import scratch
-from launcher.compiler import PODMAN_MARKER, compile_policy
+from launcher.compiler import PODMAN_MARKER
 from launcher.engine import Engine
 from launcher.errors import ProbeFailed, SandboxError
 from launcher.plan import PROBE_BUSYBOX, MountKind
-from launcher.model import HomeMode, WorkspaceMode
-from launcher.selftest.cases import OUTSIDE, PLANTED, PLANTS, WAY_BACK, Case, for_mode
+from launcher.model import WorkspaceMode
+from launcher.selftest.cases import PLANTED, PLANTS, WAY_BACK, Case, for_mode
+from launcher.selftest.verdicts import (  # noqa: F401 - the judgments: callers and tests find them here too
+    ERROR, FAIL, PASS, CaseResult, PresetResult, judge_canary, judge_home_trust, judge_host_dir, judge_host_git,
+    judge_leftovers, judge_listener, judge_surfaces_reported, judge_time_limit, judge_way_back, judged)
 from launcher.values import visible
 from launcher.style import BAD, GOOD, Mark, plain
 
-PASS, FAIL, ERROR = "pass", "FAIL", "ERROR"
 # Proxy-mode presets get these allow rules; the test network's upstream answers for them.
 # Our upstreams live on a private test network: the rules opt in (see network.allow private).
 ALLOW = ({"host": "allowed.test", "private": True}, {"host": "*.wild.test", "private": True})
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True, kw_only=True)
-class CaseResult:
-    id: str
-    expected: str
-    observed: str
-    verdict: str
-    ms: int = 0             # how long the case ran inside the sandbox
-
-
-@dataclass(frozen=True, kw_only=True)
-class PresetResult:
-    policy: str
-    mode: str
-    cases: tuple[CaseResult, ...]
-    probe_checks: int = 0
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.cases) and all(c.verdict == PASS for c in self.cases)
 
 
 class HostListener:
@@ -215,47 +194,6 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
         scratch.remove_tree(canary_dir.rsplit("/", 1)[0])
 
 
-def _judged(case_id: str, good: bool, observed: str, error: bool = False) -> CaseResult:
-    return CaseResult(id=case_id, expected=OUTSIDE[case_id][0], observed=observed,
-                      verdict=ERROR if error else PASS if good else FAIL)
-
-
-def judge_listener(peers: list[str]) -> CaseResult:
-    return _judged("outside.host_listener_silent", not peers, f"connections from: {', '.join(peers)}" if peers else "none")
-
-
-def judge_host_dir(now: tuple[str, ...], before: tuple[str, ...]) -> CaseResult:
-    return _judged("outside.host_dir_untouched", now == before, "unchanged" if now == before else f"now: {now}")
-
-
-def judge_canary(seen: list[str]) -> CaseResult:
-    return _judged("outside.canary_silent", not seen, "; ".join(seen[:3]) or "nothing")
-
-
-def judge_surfaces_reported(planted: tuple[str, ...], reported: tuple[str, ...], writable: bool = True) -> CaseResult:
-    """`planted`: what the plants (cases.PLANTS) left in the workspace; `reported`: the paths the
-    report names. In a writable workspace every plant must be there: one that is not was never judged."""
-    if writable and (absent := [p for p in PLANTED.values() if p not in planted]):
-        return _judged("outside.surfaces_reported", False, f"not planted, so not judged: {', '.join(absent)}")
-    if not writable:
-        return _judged("outside.surfaces_reported", not planted, f"planted in a read-only workspace: {', '.join(planted)}"
-                       if planted else "read-only workspace: nothing could be planted (the fs and protect cases prove it)")
-    missing = [p for p in planted if p not in reported]
-    return _judged("outside.surfaces_reported", not missing, f"not reported: {', '.join(missing)}" if missing
-                   else f"all {len(planted)} planted surfaces reported ({len(reported)} changes)")
-
-
-def judge_host_git(canary_seen: bool, modified: tuple[str, ...], status: str, diff: str) -> CaseResult:
-    """After host `git status` and `git diff` ran: the planted command never ran (its canary file is
-    absent) and every modified file shows in both."""
-    shown = {line[3:] for line in status.splitlines() if "M" in line[:2]}
-    hidden = [m for m in modified if m not in shown or f"diff --git a/{m} b/{m}" not in diff]
-    bad = (["host git ran a planted command (canary written)"] if canary_seen else []) + \
-          ([f"modified but not shown: {', '.join(hidden)} (git: {status.strip()[:80]!r})"] if hidden else [])
-    return _judged("outside.host_git", not bad, "; ".join(bad) or
-                   f"no canary; {len(modified)} modified file(s) shown by git status and git diff")
-
-
 def git_judgments(workspace: str, before: dict[str, str], git_canary: str, writable: bool = True) -> list[CaseResult]:
     """The two judgments of what the cases left in the workspace (made right after they ran), then
     the planted surfaces removed, so that outside.nothing_left judges only what the launcher left."""
@@ -288,7 +226,7 @@ def copy_judgments(engine: Engine, ref: str, workspace: str, network: str | None
         last = max(c["id"] for c in store.checkpoints(engine, plan.copy.name))
         frozen = {c["path"] for c in store.changes(engine, plan.copy.name, checkpoint=last)["changes"]}
     except SandboxError as exc:   # a crash of the copy's tools on what the agent left is a failure, not a pass
-        return [_judged(i, False, str(exc).splitlines()[0], error=True)
+        return [judged(i, False, str(exc).splitlines()[0], error=True)
                 for i in ("outside.copy_host_untouched", "outside.copy_apply_refuses", "outside.copy_diff_frozen",
                           "outside.copy_type_changes", "outside.copy_control_names")]
     finally:
@@ -297,60 +235,14 @@ def copy_judgments(engine: Engine, ref: str, workspace: str, network: str | None
     control = [c for c in changes if c["path"].split("/")[0] in plan.copy.protected or ".git" in c["path"].split("/")]
     carried = [c["path"] for c in control if not c["refused"]]
     live = {c["path"] for c in changes}
-    return [_judged("outside.copy_host_untouched", same, "unchanged" if same else "the host tree changed"),
-            _judged("outside.copy_diff_frozen", bool(live) and frozen == live,
+    return [judged("outside.copy_host_untouched", same, "unchanged" if same else "the host tree changed"),
+            judged("outside.copy_diff_frozen", bool(live) and frozen == live,
                     f"checkpoint {last} shows the {len(live)} changes of the copy" if frozen == live else
                     f"checkpoint {last} differs: {sorted(frozen ^ live)[:5]}"),
-            _judged("outside.copy_apply_refuses", bool(control) and not carried,
+            judged("outside.copy_apply_refuses", bool(control) and not carried,
                     f"would carry back: {', '.join(carried)}" if carried else
                     f"all {len(control)} planted control files refused ({len(changes)} changes in the copy)")
             ] + judge_way_back(changes)
-
-
-def judge_way_back(changes: list[dict]) -> list[CaseResult]:
-    """What WAY_BACK planted, as `apply` would judge it: README.md a directory (its file at depth
-    written), tracked.txt a FIFO (refused, named), and every control-character name refused."""
-    by_path = {c["path"]: c for c in changes}
-    made_dir, fifo = by_path.get("README.md", {}), by_path.get(scratch.TRACKED, {})
-    deep = by_path.get("README.md/in/deep/f", {})
-    typed = (made_dir.get("status") == "type-changed" and made_dir.get("dir") == "new" and deep.get("status") == "added"
-             and not deep.get("refused") and (fifo.get("new") or {}).get("kind") == "fifo" and bool(fifo.get("refused")))
-    named = [c for c in changes if c["path"].startswith("wayback/")]
-    carried = [visible(c["path"], keep_lines=False) for c in named if not c["refused"]]
-    return [_judged("outside.copy_type_changes", typed, "README.md a directory, tracked.txt a FIFO: "
-                    + ("diffed, the FIFO refused" if typed else f"seen as {made_dir.get('status')}/{fifo.get('new')}")),
-            _judged("outside.copy_control_names", len(named) == 4 and not carried,
-                    f"would carry back: {', '.join(carried)}" if carried else f"{len(named)} of 4 names seen, all refused")]
-
-
-def judge_home_trust(policy, facts) -> CaseResult:
-    """The preset with `home: {mode: volume}`, and the same policy one step wider in each way that
-    needs no other host facts (a capability, a host variable passed in, another user): each wider
-    one compiles to a home volume of its own, and each plan's probe expects its own volume."""
-    mine = replace(policy, home=replace(policy.home, mode=HomeMode.VOLUME))
-    wider = {"a capability": replace(mine, capabilities=mine.capabilities + ("NET_BIND_SERVICE",)),
-             "a variable passed": replace(mine, env=replace(mine.env, pass_names=mine.env.pass_names + ("EDITOR",))),
-             "another user": replace(mine, user=(4242, 4242))}
-    try:
-        plans = {what: compile_policy(p, facts) for what, p in {"this preset": mine, **wider}.items()}
-    except SandboxError as exc:
-        return _judged("outside.home_trust", False, str(exc).splitlines()[0], error=True)
-    own = plans["this preset"].home.volume
-    shared = [what for what in wider if plans[what].home.volume == own]
-    astray = [what for what, plan in plans.items() if plan.probe.homesrc != f"/{plan.home.volume}/_data"]
-    bad = ([f"shares {own} with {', '.join(shared)}"] if shared else []) + \
-          ([f"the probe expects another home for {', '.join(astray)}"] if astray else [])
-    return _judged("outside.home_trust", not bad, "; ".join(bad) or
-                   f"{own}: none of the {len(wider)} wider policies gets it")
-
-
-def judge_time_limit(timed_out: bool, exit_code: int | None) -> CaseResult:
-    return _judged("outside.time_limit", timed_out, "stopped after 2 s" if timed_out else f"ran to exit code {exit_code}")
-
-
-def judge_leftovers(left: list[str], workspace_now: tuple[str, ...], workspace_before: tuple[str, ...]) -> CaseResult:
-    bad = left or workspace_now != workspace_before
-    return _judged("outside.nothing_left", not bad, f"resources: {left}; workspace: {workspace_now}" if bad else "nothing")
 
 
 def time_limited(ref: str, workspace: str, network: str | None) -> session.Request:
@@ -369,7 +261,7 @@ def _outside(engine, ref, mode, workspace, canary_dir, before, canary_before, li
         outcome = _launched(engine, time_limited(ref, workspace, network), _Collector(lambda m: None)).outcome
         out.append(judge_time_limit(outcome.timed_out, outcome.exit_code))
     except SandboxError as exc:
-        out.append(_judged("outside.time_limit", False, str(exc).splitlines()[0], error=True))
+        out.append(judged("outside.time_limit", False, str(exc).splitlines()[0], error=True))
     out.append(judge_leftovers(leftovers(engine, workspace), scratch.tree_listing(workspace), before))
     return out
 
