@@ -6,7 +6,7 @@ import enum
 import shlex
 from dataclasses import asdict, is_dataclass
 
-from launcher.plan import LaunchPlan, Mount, MountKind, proxy_env
+from launcher.plan import LaunchPlan, Mount, MountKind, proxy_env, unwatched
 from launcher.runtimes import as_file
 
 
@@ -61,7 +61,7 @@ def log_flags(options: tuple[tuple[str, str], ...]) -> list[str]:
 
 def to_argv(plan: LaunchPlan) -> list[str]:
     """The `docker run` command that creates the same container (without the launcher's checks)."""
-    c = plan.container
+    c = unwatched(plan).container   # docker starts it: no launcher gives the probe its word
     argv = ["docker", "run", "--rm", "--name", c.name, "--hostname", c.hostname, "--user", c.user,
             "--network", c.network_mode, "--workdir", c.working_dir]
     if c.runtime != "runc":   # runc is every engine's default; another runtime must be named

@@ -3,7 +3,7 @@ both read it): the same sandbox container, proxy and networks, without the launc
 
 from __future__ import annotations
 
-from launcher.plan import LaunchPlan, Mount, MountKind, ProxySpec, proxy_env
+from launcher.plan import LaunchPlan, Mount, MountKind, ProxySpec, proxy_env, unwatched
 from launcher.runtimes import as_file
 
 PROBE_VOLUME_KEY = "sandbox-probe"
@@ -96,6 +96,8 @@ def to_compose(plan: LaunchPlan) -> dict:
 
 def compose_text(plan: LaunchPlan) -> str:
     import yaml
+
+    plan = unwatched(plan)   # compose starts it: no launcher gives the probe its word
 
     head = (f"# sandbox: policy {plan.policy_name} (sha256 {plan.policy_digest[:12]}). Equivalent to `sandbox run`,\n"
             "# but nothing compares the created containers with the plan: the probe (the entrypoint) still\n"
