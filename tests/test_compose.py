@@ -14,6 +14,7 @@ import yaml
 from conftest import docker_sdk, external_tool, fake_facts, preset, untrusted_bind
 from launcher import hostfacts, images, sandboxes, workspaces
 from launcher.compiler import compile_policy
+from launcher.plan import unwatched
 from launcher.targets.compose import compose_text, to_compose
 from launcher.policy import parse_policy, with_allowed
 from launcher.verify import compare_inspect, parse_probe
@@ -28,7 +29,7 @@ def test_compose_for_none_mode_uses_no_network_and_the_probe_volume():
     sandbox = doc["services"]["sandbox"]
     assert doc["version"] == "2.4" and list(doc["services"]) == ["sandbox"]
     assert sandbox["network_mode"] == "none" and sandbox["read_only"] and sandbox["cap_drop"] == ["ALL"]
-    assert sandbox["entrypoint"] == list(plan.container.entrypoint) and sandbox["command"] == list(plan.container.command)
+    assert sandbox["entrypoint"] == list(plan.container.entrypoint) and sandbox["command"] == list(unwatched(plan).container.command)   # gate=-: compose starts it
     assert doc["volumes"]["sandbox-probe"] == {"external": True, "name": "sandbox-probe-test"}
     assert {"type": "tmpfs", "target": "/workspace/.git", "read_only": True, "tmpfs": {"size": 4096}} in sandbox["volumes"]
     # compose's short tmpfs syntax carries the owner and mode the long one cannot
