@@ -18,7 +18,10 @@ def test_every_inventory_surface_has_a_case():
     bodies = "\n".join(c.body for c in sc.IN_SANDBOX if c.id.startswith("protect."))
     for name in surfaces.PROTECTED:
         assert f'"$WS/{name}' in bodies, name
-    assert set(sc.PLANTED.values()) >= {s.example for s in surfaces.INVENTORY if not s.protect} | {"src/.git", "report-link"}
+    # the scratch workspace's hooks path is protected there (git.include_hooks_path proves it read-only)
+    assert set(sc.PLANTED.values()) >= {s.example for s in surfaces.INVENTORY if not s.protect} - {scratch.HOOKS_PATH} \
+        | {"src/.git", "report-link"}
+    assert "git.include_hooks_path" in ids
     assert set(sc.PLANTED) == {c.id for c in sc.PLANTS} and not set(sc.PLANTED) & ids
     # The first ids stay what they were.
     for old in ("protect.git", "protect.sandbox_yaml", "protect.github", "protect.envrc", "protect.vscode",

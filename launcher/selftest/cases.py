@@ -122,7 +122,10 @@ e2="$(mv "$WS/.repos/sub" "$WS/.repos/moved" 2>&1)" && { mv "$WS/.repos/moved" "
 
 # Allowed inside (the workspace is writable): each plants a surface for the after-run report, which
 # outside.surfaces_reported judges. Case id -> what it plants, workspace-relative.
-PLANTED = {f"report.{_slug(s.example)}": s.example for s in INVENTORY if not s.protect} | {
+# The scratch workspace's hooks path (scratch.HOOKS_PATH) is protected there by what git reads (the
+# case above proves it read-only), so it is not plantable: its reported surface is left out.
+PLANTED = {f"report.{_slug(s.example)}": s.example for s in INVENTORY
+           if not s.protect and s.example != scratch.HOOKS_PATH} | {
     "report.nested_git": "src/.git", "report.symlink_out": "report-link",
     "report.include": f"{scratch.INCLUDED_DIR}/jobs.yml"}   # a file .gitlab-ci.yml includes (launcher/includes.py)
 _PLANT_BODY = {

@@ -242,7 +242,7 @@ def copy_judgments(engine: Engine, ref: str, workspace: str, network: str | None
             judged("outside.copy_apply_refuses", bool(control) and not carried,
                     f"would carry back: {', '.join(carried)}" if carried else
                     f"all {len(control)} planted control files refused ({len(changes)} changes in the copy)")
-            ] + judge_way_back(changes)
+            ] + judge_way_back(changes, fifo_possible=plan.probe.kernel != "gvisor")
 
 
 def time_limited(ref: str, workspace: str, network: str | None) -> session.Request:
