@@ -82,19 +82,19 @@ def judge_way_back(changes: list[dict], fifo_possible: bool = True) -> list[Case
     """What WAY_BACK planted, as `apply` would judge it: README.md a directory (its file at depth
     written), tracked.txt a FIFO (refused, named), and every control-character name refused.
     Under gVisor (`fifo_possible` false) no FIFO can be made on the copy's overlay (mkfifo leaves
-    nothing readable there): tracked.txt must then show as removed, never as anything written."""
+    nothing readable there): tracked.txt must then show as deleted, never as anything written."""
     by_path = {c["path"]: c for c in changes}
     made_dir, fifo = by_path.get("README.md", {}), by_path.get(scratch.TRACKED, {})
     deep = by_path.get("README.md/in/deep/f", {})
     fifo_judged = ((fifo.get("new") or {}).get("kind") == "fifo" and bool(fifo.get("refused")) if fifo_possible
-                   else fifo.get("status") == "removed")
+                   else fifo.get("status") == "deleted")
     typed = (made_dir.get("status") == "type-changed" and made_dir.get("dir") == "new" and deep.get("status") == "added"
              and not deep.get("refused") and fifo_judged)
     named = [c for c in changes if c["path"].startswith("wayback/")]
     carried = [visible(c["path"], keep_lines=False) for c in named if not c["refused"]]
     return [judged("outside.copy_type_changes", typed, "README.md a directory, tracked.txt a FIFO: "
                     + (("diffed, the FIFO refused" if fifo_possible else "diffed; no FIFO can be made under gVisor: tracked.txt "
-                        "removed") if typed else f"seen as {made_dir.get('status')}/{fifo.get('status')}/{fifo.get('new')}")),
+                        "deleted") if typed else f"seen as {made_dir.get('status')}/{fifo.get('status')}/{fifo.get('new')}")),
             judged("outside.copy_control_names", len(named) == 4 and not carried,
                     f"would carry back: {', '.join(carried)}" if carried else f"{len(named)} of 4 names seen, all refused")]
 
