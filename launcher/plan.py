@@ -102,12 +102,12 @@ def proxy_address(subnet: str) -> str:
 
 def pinned_proxy(plan: "LaunchPlan", subnet: str) -> tuple["LaunchPlan", str]:
     """A hosts_entry plan with the proxy's address on the internal network of `subnet` pinned: the
-    sandbox's /etc/hosts entry for the proxy's name (compared in the inspect like the rest) and the
-    address for the proxy's create. Any other plan as it is, and no address."""
+    sandbox's /etc/hosts entry for the proxy's name (compared in the inspect like the rest), ahead of
+    any the plan had, and the address for the proxy's create. Any other plan as it is, and no address."""
     if not (plan.proxy and plan.proxy.hosts_entry):
         return plan, ""
     address = proxy_address(subnet)
-    container = replace(plan.container, extra_hosts=(f"{plan.proxy.alias}:{address}",))
+    container = replace(plan.container, extra_hosts=(f"{plan.proxy.alias}:{address}",) + plan.container.extra_hosts)
     return replace(plan, container=container), address
 
 
