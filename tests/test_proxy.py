@@ -412,9 +412,11 @@ def test_egress_direct_with_nothing_to_try_fails_under_podmans_cli(engine, tmp_p
     out.mkdir()
     node.run("run", "--rm", "-v", f"{out}:/out", "--entrypoint", "/probe/busybox", image, "cp", "/probe/busybox",
              "/probe/probe.sh", "/out/")
-    node.run("network", "create", "--internal", "--disable-dns", "--subnet", "10.89.231.0/29", net)
+    # a /29 of its own: .ci/podman runs this test too, at the same time as the Docker run's
+    first = 8 * (os.getpid() % 32)
+    node.run("network", "create", "--internal", "--disable-dns", "--subnet", f"10.89.231.{first}/29", net)
     try:
-        hosts = [f"--add-host=sandbox-proxy:10.89.231.{i}" for i in range(1, 7)]
+        hosts = [f"--add-host=sandbox-proxy:10.89.231.{first + i}" for i in range(1, 7)]
         result = node.run("run", "--rm", "--network", net, "--dns", "127.0.0.1", *hosts, "--user", "1000:1000",
                           "-v", f"{out}:/.sandbox/probe:ro", "--entrypoint", "/.sandbox/probe/busybox", image,
                           "sh", "/.sandbox/probe/probe.sh", *args, "--", "true", check=False)
