@@ -217,3 +217,20 @@ def test_a_real_process_refuses_a_bad_sandbox_name(place):
     assert done.returncode == 2 and r"found 'a\x1b]0;title\x07'" in done.stderr, done.stderr
     assert "\x1b" not in done.stderr and "Traceback" not in done.stderr
 
+
+@pytest.mark.parametrize("fmt", ["kubernetes", "agent-sandbox"])
+@pytest.mark.parametrize("address", ["not an ip", "10.96.0.200\nevil: x", "fd00::1", "010.96.0.1", "10.96.0.256", ""])
+def test_a_proxy_ip_that_is_no_ipv4_address_is_refused_and_nothing_written(fmt, address, place):
+    state = {"XDG_STATE_HOME": str(place / "state")}
+    done = run("compile", "-p", "ci", "-w", "ws", "--format", fmt, "--proxy-ip", address, cwd=place,
+               env={**NO_ENGINE, **state})
+    assert done.exit_code == 120 and not done.stdout, done.stderr
+    assert "--proxy-ip: expected an IPv4 address (the proxy Service's ClusterIP" in done.stderr
+    assert f"found {address!r}" in done.stderr and "\nevil" not in done.stderr
+    assert not (place / "state").exists() and not list((place / "ws").iterdir())
+
+
+def test_a_proxy_ip_goes_into_the_objects(place):
+    done = run("compile", "-p", "ci", "-w", "ws", "--format", "kubernetes", "--proxy-ip", "10.100.0.9", cwd=place)
+    assert done.exit_code == 0, done.stderr
+    assert "clusterIP: 10.100.0.9\n" in done.stdout and "http://10.100.0.9:3128" in done.stdout
