@@ -249,6 +249,7 @@ def run(connect: Callable, images_present: Callable | None = None, more: Callabl
     only for engines on this host's unix sockets)."""
     from launcher import images
     from launcher.errors import EngineError
+    from launcher.unreachable import START
 
     sightings = seen() if seen else ()
     used = next((s for s in sightings if s.used), None)
@@ -264,8 +265,7 @@ def run(connect: Callable, images_present: Callable | None = None, more: Callabl
         first = str(exc).splitlines()[0]
         other = any(not s.used and not s.error for s in sightings)
         return [Finding(status=Status.FAIL, check="engine", detail=f"unreachable: {first}",
-                        fix="start it (`sudo dockerd &` or `systemctl start docker`) and check `docker info`" +
-                        (", or point DOCKER_HOST at an engine found below" if other else "")),
+                        fix=(exc.hint or START) + (", or point DOCKER_HOST at an engine found below" if other else "")),
                 *(engine_rows(sightings, present) if sightings else ()), *tool_findings()]
     found += engine_rows(sightings, present) if sightings else []
     bundled = (images.probe_image().tag, images.proxy_image().tag, images.AGENT_IMAGE)

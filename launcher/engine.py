@@ -64,10 +64,9 @@ def connect() -> "Engine":
     except EngineError:
         raise
     except Exception as exc:  # noqa: BLE001 - every failure here means "no engine"
-        raise EngineError(
-            f"cannot reach the Docker engine ({exc.__class__.__name__}: {exc}).\n"
-            "    hint: start it (for example `sudo dockerd &` or `systemctl start docker`) "
-            "and check `docker info`") from None
+        from launcher.unreachable import unreachable
+
+        raise unreachable(exc, DEFAULT_SOCKET) from None
 
 
 class Engine:

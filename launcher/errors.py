@@ -53,9 +53,14 @@ class PolicyError(SandboxError):
 
 
 class EngineError(SandboxError):
-    """The Docker engine is unreachable, or building, creating or starting failed."""
+    """The Docker engine is unreachable, or building, creating or starting failed; `hint` (also in
+    the message) says what to do, for `sandbox doctor` to show on its own."""
 
     exit_code = ExitCode.ENGINE
+
+    def __init__(self, message: str, hint: str = ""):
+        self.hint = hint
+        super().__init__(f"{message}\n    hint: {hint}" if hint else message)
 
 
 def over_limit(path: str, limit: int):

@@ -67,8 +67,14 @@ def in_ci() -> bool:
 
 def engine_socket(default: str) -> str | None:
     """DOCKER_HOST's unix socket (`default` when unset); None for tcp://, ssh:// and TLS (the SDK's)."""
-    address = "" if os.environ.get("DOCKER_TLS_VERIFY") else os.environ.get("DOCKER_HOST", "") or f"unix://{default}"
+    address = "" if os.environ.get("DOCKER_TLS_VERIFY") else engine_address(default)[0]
     return address[len("unix://"):] if address.startswith("unix://") else None
+
+
+def engine_address(default: str) -> tuple[str, bool]:
+    """Where `sandbox` connects (DOCKER_HOST, else the unix socket `default`), and whether DOCKER_HOST said so."""
+    named = os.environ.get("DOCKER_HOST", "")
+    return named or f"unix://{default}", bool(named)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,8 +88,8 @@ def engine_addresses(default: str) -> tuple[EngineAddress, ...]:
     """Where engines may answer on this host: the one `sandbox` uses (DOCKER_HOST, else `default`),
     the docker CLI's current context, and the usual sockets that exist (Docker's, rootful and
     rootless podman's, rootless Docker's); each address once."""
-    named = os.environ.get("DOCKER_HOST", "")
-    found = [EngineAddress(address=named or f"unix://{default}", used=True,
+    address, named = engine_address(default)
+    found = [EngineAddress(address=address, used=True,
                            source="DOCKER_HOST" if named else "the default socket, DOCKER_HOST unset")]
     context = _docker_context()
     if context:

@@ -187,3 +187,50 @@ def test_relative_paths_in_a_policy_are_relative_to_its_file(place, tmp_path_fac
                           capture_output=True, text=True, cwd=elsewhere, timeout=60)
     assert done.returncode == 0, done.stderr
     assert any(m["source"] == str(place / "data") for m in json.loads(done.stdout)["container"]["mounts"])
+
+
+# Docker's rule for a container name, checked before the engine is asked anything (issue 44).
+BAD_NAMES = ["a", "-lead", ".lead", "has space", "x/y", "é-accent", "a\x1b[31mred", "new\nline", "rtl\u202egnp"]
+
+
+@pytest.mark.parametrize("command", ["run", "up"])
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_a_bad_sandbox_name_is_refused_before_the_engine(command, name, place):
+    argv = every_command("untrusted", "ws")[command]
+    done = run(*argv[:1], "--name", name, *argv[1:], cwd=place, env=NO_ENGINE)   # 121 if it got as far as the engine
+    assert done.exit_code == 2, done.stderr
+    assert "Invalid value for '--name'" in done.stderr and "'_', '.' and '-'" in done.stderr
+    assert f"found {name!r}" in done.stderr   # control characters escaped
+    assert not any(c in done.stderr for c in "\x1b\u202e") and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("name", ["ok", "sandbox-my.repo_2", "A1"])
+def test_a_good_sandbox_name_gets_as_far_as_the_engine(name, place):
+    (place / "p.yaml").write_text(HEAD)
+    os.chown(place / "ws", 1000, 1000)   # as the control above
+    done = run("up", "--name", name, "--policy", "./p.yaml", "ws", cwd=place, env=NO_ENGINE)
+    assert done.exit_code == 121 and "--name" not in done.stderr, done.stderr
+
+
+def test_a_real_process_refuses_a_bad_sandbox_name(place):
+    done = run_process("run", "--name", "a\x1b]0;title\x07", "-w", "ws", "--", "true", cwd=place, env=NO_ENGINE)
+    assert done.returncode == 2 and r"found 'a\x1b]0;title\x07'" in done.stderr, done.stderr
+    assert "\x1b" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("fmt", ["kubernetes", "agent-sandbox"])
+@pytest.mark.parametrize("address", ["not an ip", "10.96.0.200\nevil: x", "fd00::1", "010.96.0.1", "10.96.0.256", ""])
+def test_a_proxy_ip_that_is_no_ipv4_address_is_refused_and_nothing_written(fmt, address, place):
+    state = {"XDG_STATE_HOME": str(place / "state")}
+    done = run("compile", "-p", "ci", "-w", "ws", "--format", fmt, "--proxy-ip", address, cwd=place,
+               env={**NO_ENGINE, **state})
+    assert done.exit_code == 120 and not done.stdout, done.stderr
+    assert "--proxy-ip: expected an IPv4 address (the proxy Service's ClusterIP" in done.stderr
+    assert f"found {address!r}" in done.stderr and "\nevil" not in done.stderr
+    assert not (place / "state").exists() and not list((place / "ws").iterdir())
+
+
+def test_a_proxy_ip_goes_into_the_objects(place):
+    done = run("compile", "-p", "ci", "-w", "ws", "--format", "kubernetes", "--proxy-ip", "10.100.0.9", cwd=place)
+    assert done.exit_code == 0, done.stderr
+    assert "clusterIP: 10.100.0.9\n" in done.stdout and "http://10.100.0.9:3128" in done.stdout

@@ -114,11 +114,100 @@ def sandbox(*args, **kwargs):
     return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, timeout=300, **kwargs)
 
 
-def test_engine_unavailable_has_its_exit_code_and_a_hint(workspace, tmp_path):
-    env = dict(os.environ, DOCKER_HOST=f"unix://{tmp_path}/nothing.sock")
+def _refused_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _stale_socket(tmp_path) -> str:
+    """A socket file nobody listens on (as a crashed engine leaves it)."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as left:
+        left.bind(f"{tmp_path}/stale.sock")
+    return f"unix://{tmp_path}/stale.sock"
+
+
+@pytest.mark.parametrize("address, reason", [
+    (lambda tmp: f"unix://{tmp}/nothing.sock", "no such socket file"),
+    (_stale_socket, "connection refused"),
+    (lambda tmp: f"tcp://127.0.0.1:{_refused_port()}", "connection refused"),
+], ids=["missing-socket", "stale-socket", "tcp-refused"])
+def test_docker_host_pointing_nowhere_says_so_and_how_to_undo_it(workspace, tmp_path, address, reason):
+    address = address(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")} | {"DOCKER_HOST": address}
     result = sandbox("run", "-w", str(workspace), "--", "true", env=env)
-    assert result.returncode == ExitCode.ENGINE and "cannot reach the Docker engine" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert result.returncode == ExitCode.ENGINE, result.stderr
+    assert result.stderr.splitlines() == [
+        f"sandbox: error: cannot reach the Docker engine: DOCKER_HOST is set to {address} and nothing answers there "
+        f"({reason})",
+        "    hint: unset DOCKER_HOST to use the default socket /var/run/docker.sock, or start the engine that should "
+        "answer there"]
+
+
+def test_docker_host_that_does_not_resolve_says_so(monkeypatch):
+    import socket
+
+    def unresolvable(*args, **kwargs):   # no lookup leaves this machine
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", unresolvable)
+    monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
+    monkeypatch.setenv("DOCKER_HOST", "tcp://engine.invalid:2375")
+    result = invoke("ls")
+    assert result.exit_code == ExitCode.ENGINE and "Traceback" not in result.stderr
+    assert ("DOCKER_HOST is set to tcp://engine.invalid:2375 and nothing answers there (the host name does not "
+            "resolve)") in result.stderr
+
+
+def test_no_default_socket_says_which_and_to_start_the_engine(monkeypatch, tmp_path):
+    from launcher import engine
+
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
+    monkeypatch.setattr(engine, "DEFAULT_SOCKET", f"{tmp_path}/docker.sock")
+    result = invoke("ls")
+    assert result.exit_code == ExitCode.ENGINE
+    assert result.stderr.splitlines() == [
+        f"sandbox: error: cannot reach the Docker engine: nothing answers at {tmp_path}/docker.sock (the default "
+        "socket; DOCKER_HOST is unset): no such socket file",
+        "    hint: start it (for example `sudo dockerd &` or `systemctl start docker`) and check `docker info`"]
+
+
+@pytest.mark.parametrize("mode, joins", [(0o660, True), (0o600, False)])
+def test_a_socket_the_user_may_not_use_says_whose_it_is_and_the_ways_in(monkeypatch, tmp_path, mode, joins):
+    """Not in the socket's group: as the kernel answers connect() then (a test as root is never refused)."""
+    import errno
+    import grp
+    import pwd
+
+    from launcher import doctor, engine, engineapi
+
+    def denied(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    path, gid = tmp_path / "docker.sock", os.getegid() or 65534
+    path.touch(mode=mode)
+    path.chmod(mode)
+    if os.geteuid() == 0:
+        os.chown(path, 0, gid)
+    group = next((g.gr_name for g in grp.getgrall() if g.gr_gid == gid), str(gid))
+    user, owner = pwd.getpwuid(os.geteuid()).pw_name, pwd.getpwuid(path.stat().st_uid).pw_name
+    monkeypatch.setattr(engineapi.Unix, "call", denied)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+    result = invoke("ls")
+    assert result.exit_code == ExitCode.ENGINE and "Traceback" not in result.stderr
+    said, hint = result.stderr.splitlines()
+    assert said == (f"sandbox: error: cannot reach the Docker engine: permission denied on its socket {path} "
+                    f"(DOCKER_HOST, owner {owner}, group {group}, mode {mode:04o}); user {user} may not use it")
+    assert hint.endswith("run sandbox with sudo, or use a rootless engine (DOCKER_HOST=unix://$XDG_RUNTIME_DIR/docker.sock)")
+    assert (f"add {user} to group {group} (`sudo usermod -aG {group} {user}`" in hint) is joins
+    fix = doctor.run(engine.connect)[0].fix   # doctor gives the same way in
+    assert fix == hint.removeprefix("    hint: ")
 
 
 def test_bad_policy_has_its_exit_code_and_no_traceback(workspace, tmp_path):

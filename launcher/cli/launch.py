@@ -12,7 +12,8 @@ from launcher.cli import complete
 from launcher.cli import output
 from launcher.cli.attest import attest_arguments, attest_option, up_attest_option
 from launcher.cli.options import (POLICY_HELP, agent_options, duration, egress_options, either, layer_options, request,
-                                  same_directory, session, strict_option, timeline, timings_option, workspace_flag)
+                                  sandbox_name, same_directory, session, strict_option, timeline, timings_option,
+                                  workspace_flag)
 from launcher.errors import SandboxError, Terminated
 
 
@@ -21,8 +22,8 @@ from launcher.errors import SandboxError, Terminated
 @click.option("--workspace", "-w", default=".", show_default=True, type=click.Path(file_okay=False),
               help="Host directory the agent works on.")
 @click.option("--timeout", callback=duration, help="Stop the agent after this long (can only shorten the policy's).")
-@click.option("--name", help="Sandbox name (default: a new one per run). In copy mode, a run with the name of an "
-              "existing copy continues its work.")
+@click.option("--name", callback=sandbox_name, help="Sandbox name (default: a new one per run). In copy mode, a run "
+              "with the name of an existing copy continues its work.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report on stdout (agent output goes to stderr).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the JSON report to this file.")
 @attest_option
@@ -75,7 +76,7 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
 @click.argument("workspace", required=False, type=click.Path(file_okay=False))
 @workspace_flag
 @click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP, shell_complete=complete.presets)
-@click.option("--name", help="Sandbox name (default: sandbox-<directory name>).")
+@click.option("--name", callback=sandbox_name, help="Sandbox name (default: sandbox-<directory name>).")
 @click.option("--no-shell", is_flag=True, help="Start the sandbox but do not open a shell in it.")
 @click.option("--fresh", is_flag=True, help="Copy mode: start on a new copy of WORKSPACE instead of continuing the "
               "kept one. A kept copy with changes stays (the new sandbox then gets a name of its own); one without "

@@ -158,6 +158,18 @@ def duration(ctx, param, value):
     return value
 
 
+# Docker's (and podman's) rule for a container name; the sandbox's volumes and networks are named after it.
+_SANDBOX_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+")
+
+
+def sandbox_name(ctx, param, value):
+    """--name of a sandbox to create, checked before anything is: the engine would refuse it halfway."""
+    if value is not None and not _SANDBOX_NAME.fullmatch(value):
+        raise click.BadParameter(f"expected a letter or digit, then at least one more of letters, digits, '_', '.' "
+                                 f"and '-' (as Docker names containers); found {value!r}")
+    return value
+
+
 def _ask(text: str) -> bool:
     click.echo(text, err=True)
     try:

@@ -104,6 +104,13 @@ def _forbidden_ok(target: str) -> bool:
     return bracketed == (address.version == 6) and str(address) == (host[1:-1] if bracketed else host)
 
 
+def _ipv4(text: str) -> bool:
+    try:
+        return str(ipaddress.IPv4Address(text)) == text
+    except ValueError:
+        return False
+
+
 def _check(plan: LaunchPlan, options: KubeOptions) -> None:
     problems = []
     names = [plan.container.name] + ([plan.proxy.name] if plan.proxy else [])
@@ -114,6 +121,10 @@ def _check(plan: LaunchPlan, options: KubeOptions) -> None:
     if not _DNS_LABEL.match(options.claim):
         problems.append(Problem(file="command line", path="--claim", expected="a PersistentVolumeClaim name",
                                 found=options.claim))
+    if not _ipv4(options.proxy_ip):   # written unquoted into the objects' YAML, URLs and the probe's shell line
+        problems.append(Problem(file="command line", path="--proxy-ip", expected="an IPv4 address (the proxy Service's "
+                                "ClusterIP, inside the cluster's service range)", found=repr(options.proxy_ip),
+                                hint=f"for example {DEFAULT_PROXY_IP}"))
     allowed = {f"{options.proxy_ip}:{port}" for port in network.listen_ports(plan.proxy)} if plan.proxy else set()
     for target in options.forbidden:
         if not _forbidden_ok(target):
