@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from test_quickstart import quickstart
@@ -77,12 +78,19 @@ def test_no_test_reads_the_shared_directory_beside_the_checkout():
             assert not found, f"{path.name} names {found}"
 
 
-FAKE_PYTHON3 = '''#!/bin/sh
+FAKE_PYTHON3 = r'''#!/bin/sh
 # python3 -m venv .venv: a venv whose pip and python log their arguments and exit as the test says
+# (pytest only once podman's background part has started, so that a test can see it stopped)
 mkdir -p .venv/bin
 for tool in pip python; do
-  printf '#!/bin/sh\\necho "%s $*" >> log\\ncase "$*" in *pytest*) exit ${PYTEST_RC:-0} ;; *install*) exit ${PIP_RC:-0} ;; esac\\n' \\
-    "$tool" > ".venv/bin/$tool"
+  cat > ".venv/bin/$tool" <<EOF
+#!/bin/sh
+echo "$tool \$*" >> log
+case "\$*" in
+  *pytest*) while [ ! -e podman.pid ]; do sleep 0.1; done; exit \${PYTEST_RC:-0} ;;
+  *install*) exit \${PIP_RC:-0} ;;
+esac
+EOF
   chmod +x ".venv/bin/$tool"
 done
 '''
@@ -104,14 +112,16 @@ def test_the_preset_ci_does_not_selftest_again_is_the_one_pytest_selftested():
 def fake_ci(tmp_path: Path, **rcs: int) -> tuple[subprocess.CompletedProcess, list[str]]:
     """.ci/run itself, in a copy whose install, podman, python3, pip and python only log."""
     (tmp_path / ".ci").mkdir()
-    for name in ("run", "steps.sh"):
+    for name in ("run", "steps.sh", "await"):
         (tmp_path / ".ci" / name).write_text((CI / name).read_text())
     shutil.copytree(ROOT / "policies", tmp_path / "policies")
-    for name in ("install", "podman"):
-        (tmp_path / ".ci" / name).write_text(f"#!/bin/sh\necho {name} >> log\n")
+    (tmp_path / ".ci" / "install").write_text("#!/bin/sh\necho install >> log\n")
+    # podman's part runs in the background: it notes its pid, and after PODMAN_SECONDS logs and exits PODMAN_RC
+    (tmp_path / ".ci" / "podman").write_text(
+        "#!/bin/sh\necho $$ > podman.pid\nsleep ${PODMAN_SECONDS:-0}\necho podman >> log\nexit ${PODMAN_RC:-0}\n")
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "python3").write_text(FAKE_PYTHON3)
-    for path in [tmp_path / ".ci" / "run", tmp_path / ".ci" / "install", tmp_path / ".ci" / "podman", tmp_path / "bin" / "python3"]:
+    for path in [tmp_path / ".ci" / name for name in ("run", "await", "install", "podman")] + [tmp_path / "bin" / "python3"]:
         path.chmod(0o755)
     env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "TMPDIR": str(tmp_path), **{k.upper(): str(v) for k, v in rcs.items()}}
     done = subprocess.run([str(tmp_path / ".ci" / "run")], capture_output=True, text=True, env=env, timeout=60)
@@ -122,8 +132,10 @@ def fake_ci(tmp_path: Path, **rcs: int) -> tuple[subprocess.CompletedProcess, li
 def test_ci_runs_every_part_in_order_and_prints_their_times(tmp_path):
     done, log = fake_ci(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "podman" in log   # started after doctor, in the background: its place among the others varies
+    log = [line for line in log if line != "podman"]
     assert log[:4] + log[5:] == ["install", "pip install -q .[test]", "python -m launcher doctor --fix",
-                                 "python -m pytest -ra", "podman"]
+                                 "python -m pytest -ra"]
     # every preset of policies/ but read-only, which tests/test_selftest.py selftests in pytest
     assert selftested(log[4]) == {p.stem for p in (ROOT / "policies").glob("*.yaml")} - {"read-only"}
     parts = re.findall(r"^  (\S+) +\d+ s  ok$", done.stdout, re.M)
@@ -136,6 +148,27 @@ def test_a_failed_install_stops_ci_before_pytest_with_its_exit_code(tmp_path):
     assert re.search(r"^  pip +\d+ s  failed \(exit 3\)$", done.stdout, re.M), done.stdout
 
 
-def test_pytest_collecting_nothing_fails_ci(tmp_path):
-    done, log = fake_ci(tmp_path, pytest_rc=5)
-    assert done.returncode == 5 and "podman" not in log and re.search(r"^  total +\d+ s  failed \(exit 5\)$", done.stdout, re.M)
+def test_pytest_collecting_nothing_fails_ci_and_stops_podmans_part(tmp_path):
+    done, log = fake_ci(tmp_path, pytest_rc=5, podman_seconds=30)
+    assert done.returncode == 5 and re.search(r"^  total +\d+ s  failed \(exit 5\)$", done.stdout, re.M), done.stdout
+    assert "ci: podman, cut short:" in done.stdout and "podman" not in log
+    pid = int((tmp_path / "podman.pid").read_text())
+    assert gone(pid), "podman's background part outlived CI"
+
+
+def gone(pid: int, seconds: float = 5) -> bool:
+    """Whether process PID ends (or is only a zombie) within SECONDS: a kill takes a moment to land."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_failing_podman_part_fails_ci_with_its_exit_code(tmp_path):
+    done, _ = fake_ci(tmp_path, podman_rc=4)
+    assert done.returncode == 4 and re.search(r"^  podman +\d+ s  failed \(exit 4\)$", done.stdout, re.M), done.stdout
