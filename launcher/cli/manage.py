@@ -201,14 +201,17 @@ def gc(everything: bool, force: bool, volumes: bool, as_json: bool) -> None:
 @click.argument("name", required=False, shell_complete=complete.names(complete.SANDBOXES))
 @click.option("--egress", is_flag=True, help="The egress proxy's record (the only log kept, so the default).")
 @click.option("--allowed", is_flag=True, help="List allowed requests too, not only the blocked ones.")
-@click.option("--json", "as_json", is_flag=True, help="Every request as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Every request as JSON (an array; [] when the preset has no "
+              "egress).")
 @click.option("--suggest", is_flag=True, help="Learn mode: print the narrowest network.allow entries that would have "
               "admitted what was blocked, as a policy snippet (never applied).")
 @click.option("--report", "report_path", type=click.Path(exists=True, dir_okay=False),
               help="Read the requests from a `sandbox run --report` file instead (the sandbox is gone after a run).")
 def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, suggest: bool, report_path: str | None) -> None:
     """Show what the sandbox NAME (or a run's report) tried to reach through its egress proxy: the
-    blocked requests (with --allowed, the allowed ones too) on stdout.
+    blocked requests (with --allowed, the allowed ones too) on stdout. A sandbox whose preset has
+    no network (network: none) has no egress to show, and says so. The probe's own test requests
+    are never shown nor suggested.
 
     \b
     Example:
@@ -227,6 +230,9 @@ def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, suggest: 
         from launcher import engine, sandboxes
 
         events = sandboxes.egress_log(engine.connect(), name)
+    if events is None:
+        _no_egress(as_json, suggest)
+        return
     if suggest:
         entries, skipped = learn(events)
         click.echo(suggestion_yaml(entries, skipped, sum(1 for e in events if e.denied)))
@@ -240,6 +246,18 @@ def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, suggest: 
         click.echo(f"egress allowed ({sum(p.count for p in passed)} requests):")
         for p in passed:
             click.echo(f"  {visible(p.method, keep_lines=False)} {visible(p.host, keep_lines=False)}:{p.port}  x{p.count}")
+
+
+def _no_egress(as_json: bool, suggest: bool) -> None:
+    """`logs` of a sandbox without a network: nothing left it, so nothing to show or learn."""
+    said = "no egress in this preset (network: none)"
+    if suggest:
+        click.echo(f"# {said}: nothing to allow")
+    elif as_json:
+        click.echo("[]")
+        click.echo(f"sandbox: {said}", err=True)
+    else:
+        click.echo(said)
 
 
 @click.group(short_help="Build the bundled images.")
