@@ -24,17 +24,25 @@ def save(name: str, checks: int, how: str) -> None:
     os.replace(tmp, path)
 
 
-def said(name: str, now: float | None = None) -> str:
-    """One line on when `name` was last proven, for `sandbox exec`."""
+def last(name: str) -> dict | None:
+    """The last proof of `name` on this host: {"at": epoch seconds, "checks", "how"}, or None."""
     try:
         with open(_path(name)) as data:
-            last = json.load(data)
-        ago = max(0, int((time.time() if now is None else now) - float(last["at"])))
-        checks, how = int(last["checks"]), str(last["how"])
+            found = json.load(data)
+        return {"at": float(found["at"]), "checks": int(found["checks"]), "how": str(found["how"])}
     except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def said(name: str, now: float | None = None) -> str:
+    """One line on when `name` was last proven, for `sandbox exec`."""
+    found = last(name)
+    if found is None:
         return f"{name} has no record of a proof on this host (started by another user or launcher?)"
+    ago = max(0, int((time.time() if now is None else now) - found["at"]))
     when = f"{ago} s" if ago < 120 else f"{ago // 60} min" if ago < 7200 else f"{ago // 3600} h"
-    return f"{name} was last proven {when} ago ({checks} checks, {how}); `sandbox up` on its workspace proves it again"
+    return (f"{name} was last proven {when} ago ({found['checks']} checks, {found['how']}); "
+            "`sandbox up` on its workspace proves it again")
 
 
 def forget(name: str) -> None:

@@ -66,12 +66,11 @@ def egress(engine, name: str) -> dict | None:
     if not saved or saved["statement"]["predicate"]["report"].get("egress") is None:
         return None
     from launcher import sandboxes
-    from launcher.plan import PROBE_DENIED_HOST
     from launcher.errors import SandboxError
     from launcher.targets.report import egress_json
 
-    try:   # the probe's own request for a name that must be refused is not the agent's doing (as for run)
-        return egress_json(tuple(e for e in sandboxes.egress_log(engine, name) if e.host != PROBE_DENIED_HOST))
+    try:
+        return egress_json(sandboxes.egress_log(engine, name) or ())
     except SandboxError as exc:
         return {"blocked": [], "requests": [], "error": f"the proxy's log was not read: {exc}"}
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from launcher import labels as label
 from launcher import host, proven
-from launcher.egress.audit import EgressEvent, parse_log
+from launcher.egress.audit import EgressEvent, agents_own, parse_log
 from launcher.engineproto import ContainerSummary, Engine
 from launcher.errors import EngineError, NotFound, Problem, SandboxError
 from launcher.launch import Listener, remove_sandbox
@@ -219,9 +219,13 @@ def exec_in(engine: Engine, name: str, argv: list[str], listener: Listener, say_
     return engine.exec_exit_code(exec_id)
 
 
-def egress_log(engine: Engine, name: str) -> tuple[EgressEvent, ...]:
-    find(engine, name)
+def egress_log(engine: Engine, name: str) -> tuple[EgressEvent, ...] | None:
+    """What the proxy of the sandbox `name` recorded of the agent's requests; None when the sandbox
+    has no network at all (nothing could leave it, nothing was recorded)."""
+    item = find(engine, name)
     proxies = [i for i in engine.list(label.selector(label.SANDBOX, name)) if i.labels.get(label.KIND) == "proxy"]
     if not proxies:
-        raise NotFound(f"{name} has no egress proxy (its network mode is not proxy)")
-    return parse_log(engine.logs(proxies[0].id))
+        if engine.inspect(item.id).host.network_mode == "none":
+            return None
+        raise NotFound(f"{name} has a network but no egress proxy of ours: nothing recorded what it reached")
+    return agents_own(parse_log(engine.logs(proxies[0].id)))

@@ -69,7 +69,10 @@ def test_up_takes_the_workspace_as_a_flag_and_refuses_two_different_ones(tmp_pat
                                   ("down", "x", "--strict", "--purge", "--json")])
 def test_the_json_flags_parse_before_the_engine_is_needed(args, no_engine):
     result = invoke(*args)
-    assert result.exit_code == 121 and not result.stdout, result.stderr
+    assert result.exit_code == 121, result.stderr
+    said = json.loads(result.stdout)   # the error, as the command's JSON object
+    assert said["command"] == args[0] and said["exit_code"] == 121 and not said["ok"]
+    assert "cannot reach the Docker engine" in said["error"] and said["hint"]
 
 
 def test_a_usage_error_of_ours_exits_2():
@@ -84,7 +87,8 @@ def test_down_json_says_what_was_removed_and_kept(monkeypatch):
     monkeypatch.setattr(baseline, "take", lambda name: None)
     result = invoke("down", "box", "--json", "--purge")
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout) == {"sandbox": "box", "removed": ["box", "v1"], "kept": ["v2"],
+    assert json.loads(result.stdout) == {"command": "down", "ok": True, "exit_code": 0, "error": "",
+                                         "sandbox": "box", "removed": ["box", "v1"], "kept": ["v2"],
                                          "copy": {"name": "c", "changes": 2, "dropped": False},
                                          "workspace_changes": [], "attestation": None}   # no up --attest
     assert "sandbox: removed box, v1" in result.stderr and "copy c (2 changed)" in result.stderr
@@ -102,6 +106,7 @@ def test_gc_json_says_what_was_removed_and_which_copies_stay(monkeypatch):
     result = invoke("gc", "--json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout) == {
+        "command": "gc", "ok": True, "exit_code": 0, "sandbox": None, "error": "",
         "removed": ["old", "probe-v", "done"], "workspace_changes": {},
         "copies": [{"name": "done", "removed": True, "unapplied": 0},
                    {"name": "held", "removed": False, "unapplied": 3}]}

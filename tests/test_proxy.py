@@ -124,6 +124,10 @@ def test_up_keeps_an_egress_log_and_down_removes_proxy_and_networks(engine, inte
                        capture_output=True, text=True)
         logs = subprocess.run(SANDBOX + ["logs", name, "--egress", "--allowed"], capture_output=True, text=True)
         assert "GET denied.test:80  x1" in logs.stdout and "GET allowed.test:80  x1" in logs.stdout
+        # the probe asked the proxy for its deny-test name before the agent started: not the agent's request
+        learned = subprocess.run(SANDBOX + ["logs", name, "--suggest"], capture_output=True, text=True)
+        assert learned.returncode == 0 and "    - denied.test" in learned.stdout, learned.stderr
+        assert "sandbox-probe" not in learned.stdout + logs.stdout
     finally:
         subprocess.run(SANDBOX + ["down", name], capture_output=True)
     assert leftovers(engine, workspace) == []

@@ -48,21 +48,29 @@ def _report(exc: BaseException) -> None:
 
 class _Group(click.Group):
     def invoke(self, ctx: click.Context):
+        # Under --json each error is also the command's JSON object on stdout (output.failed).
         try:
             return super().invoke(ctx)
         except SandboxError as exc:
+            output.failed(exc, exc.exit_code)
             output.error(str(exc))
             _report(exc)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
+            output.failed(exc, 130)
             _report(exc)
             sys.exit(130)
         except Terminated as exc:
+            output.failed(exc, 143)
             _report(exc)
             sys.exit(143)
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+        except click.exceptions.ClickException as exc:   # a usage error: click says it on stderr
+            output.failed(exc, exc.exit_code)
+            raise
+        except (click.exceptions.Exit, click.exceptions.Abort):
             raise
         except Exception as exc:   # a bug of ours: say it in one line, never as "the agent failed"
+            output.failed(exc, ExitCode.INTERNAL)
             if ctx.meta.get(_DEBUG):
                 traceback.print_exc()
             output.error(f"internal error: {type(exc).__name__}: {exc}"
@@ -94,7 +102,8 @@ def main() -> None:
       124 agent timeout             125 internal error
       130 / 143 interrupted by SIGINT / SIGTERM (everything created was removed; a copy-mode run keeps its copy and says so)
 
-    Colour only on a terminal; NO_COLOR=1 or TERM=dumb turns it off. --json is never coloured.
+    Colour only on a terminal; NO_COLOR=1 or TERM=dumb turns it off. --json is never coloured; its
+    objects share one envelope (command, ok, exit_code, sandbox, error), errors included.
     """
     signal.signal(signal.SIGTERM, _on_sigterm)
     # A shell without job control starts background commands with SIGINT ignored, and Python then

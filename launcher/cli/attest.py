@@ -3,10 +3,10 @@ before anything starts) and `sandbox verify-attestation FILE [--key PUB]`."""
 
 from __future__ import annotations
 
-import json
-
 import click
 
+from launcher.cli.options import json_option
+from launcher.cli.output import details, emit, envelope
 from launcher.errors import AttestationInvalid
 
 READ_LIMIT = 64 << 20
@@ -77,8 +77,7 @@ def attest_arguments(attest_path, attest_key, workspace: str) -> dict:
 @click.option("--key", "key", metavar="PUB", callback=_key("verifying_key"),
               help="Require a valid signature by this PEM public key (ed25519 or ECDSA P-256); an unsigned record, "
                    "another key's or a changed byte is exit 118.")
-@click.option("--json", "as_json", is_flag=True, help="The verdict and what the record says as JSON on stdout "
-              "(also on a mismatch: ok false and why).")
+@json_option("The verdict and what the record says as JSON on stdout (also on a mismatch: ok false and why).")
 def verify_attestation(file: str, key, as_json: bool) -> None:
     """Re-check every digest in FILE, a record written by `sandbox run --attest` (or at `sandbox down`).
 
@@ -98,8 +97,8 @@ def verify_attestation(file: str, key, as_json: bool) -> None:
         checked = _verified(file, key)
     except AttestationInvalid as exc:
         if as_json:
-            click.echo(json.dumps({"file": file, "ok": False, "error": str(exc), "signed": None,
-                                   "verified": False}, indent=2))
+            emit(envelope({"file": file, "signed": None, "verified": False} | details(exc), exit_code=exc.exit_code,
+                          error=str(exc)))
         raise
     _tell(file, checked, as_json)
 
@@ -145,16 +144,13 @@ def _tell(file: str, checked, as_json: bool) -> None:
     compared = ("matched the plan" if inspect["ok"] else
                 "differed from the plan" if inspect["compared"] else "not compared")
     if as_json:
-        click.echo(json.dumps({"file": file, "ok": True, "signed": checked.signed, "verified": checked.verified,
-                               "keyid": checked.keyid, "algorithm": checked.algorithm,
-                               "subjects": len(statement["subject"]),
-                               "layers": len(pred["layers"]), "run": {k: run.get(k) for k in (
-                                   "sandbox", "status", "exit_code", "started_at", "finished_at")},
-                               "policy": {"name": pred["policy"]["name"], "sha256": pred["policy"]["sha256"]},
-                               "probe": None if probe is None else {"ok": probe["ok"], "checks": len(probe["checks"]),
-                                                                    "failed": [c["id"] for c in probe["checks"]
-                                                                               if not c["ok"]]},
-                               "inspect": {"compared": inspect.get("compared"), "ok": inspect["ok"]}}, indent=2))
+        emit(envelope({"file": file, "signed": checked.signed, "verified": checked.verified, "keyid": checked.keyid,
+                       "algorithm": checked.algorithm, "subjects": len(statement["subject"]), "layers": len(pred["layers"]),
+                       "run": {k: run.get(k) for k in ("sandbox", "status", "exit_code", "started_at", "finished_at")},
+                       "policy": {"name": pred["policy"]["name"], "sha256": pred["policy"]["sha256"]},
+                       "probe": None if probe is None else {"ok": probe["ok"], "checks": len(probe["checks"]),
+                                                            "failed": [c["id"] for c in probe["checks"] if not c["ok"]]},
+                       "inspect": {"compared": inspect.get("compared"), "ok": inspect["ok"]}}, sandbox=run.get("sandbox")))
         return
     signature = ", the signature verifies" if checked.verified else ""
     click.echo(f"{file}: ok: every digest matches{signature} ({len(statement['subject'])} subjects, "

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
 
 import click
 
 from launcher.cli import complete
-from launcher.cli.output import Console
+from launcher.cli.options import json_option, name_argument
+from launcher.cli.output import Console, emit, envelope
+
+_COPY = name_argument(complete.COPIES)
 
 
 def _size(ctx, param, value):
@@ -42,11 +44,6 @@ def _limits(max_file: int | None, max_copy: int | None):
                   copy_bytes=default.copy_bytes if max_copy is None else max_copy)
 
 
-def _json(data, indent: int = 2) -> str:
-    """JSON with every control character escaped: json.dumps leaves DEL as it is."""
-    return json.dumps(data, indent=indent).replace("\x7f", "\\u007f")
-
-
 def _engine():
     from launcher import engine, images
 
@@ -56,9 +53,9 @@ def _engine():
 
 
 @click.command(short_help="Show what the agent changed in a copy.")
-@click.argument("name", shell_complete=complete.names(complete.COPIES))
+@_COPY
 @click.option("--stat", "as_stat", is_flag=True, help="One line per changed file, then the totals.")
-@click.option("--json", "as_json", is_flag=True, help="Every change as JSON (paths, status, hashes, patch).")
+@json_option("Every change as JSON on stdout (paths, status, hashes, patch).")
 @limit_options
 def diff(name: str, as_stat: bool, as_json: bool, max_file_size: int | None, max_copy_size: int | None) -> None:
     """Show what the agent changed in the copy NAME, against the tree it was copied from.
@@ -91,8 +88,7 @@ def diff(name: str, as_stat: bool, as_json: bool, max_file_size: int | None, max
     for problem in limits.problems(name, too_large, cap):
         click.echo(f"sandbox: apply will refuse: {problem.path}: {problem.found}, over {problem.expected}", err=True)
     if as_json:
-        click.echo(_json({"copy": name, "workspace": copy.workspace, "checkpoint": frozen, "changes": found},
-                              indent=2))
+        emit(envelope({"copy": name, "workspace": copy.workspace, "checkpoint": frozen, "changes": found}))
         return
     if not found:
         click.echo(f"sandbox: no changes in {name}", err=True)
@@ -101,7 +97,7 @@ def diff(name: str, as_stat: bool, as_json: bool, max_file_size: int | None, max
 
 
 @click.command(name="apply", short_help="Write the changes in a copy to the host tree.")
-@click.argument("name", shell_complete=complete.names(complete.COPIES))
+@_COPY
 @click.option("--to", "branch", metavar="BRANCH", help="Commit the changes on this new branch of the host "
               "repository instead (from the commit the copy was taken from); the work tree stays as it is.")
 @click.option("--message", "-m", default="Changes made in sandbox copy", show_default=True,
@@ -115,7 +111,7 @@ def diff(name: str, as_stat: bool, as_json: bool, max_file_size: int | None, max
                    "on the tree apply leaves. Repeat it per link.")
 @click.option("--checkpoint", "number", type=int, metavar="N",
               help="Apply checkpoint N (`sandbox checkpoints NAME`) instead of the one `sandbox diff` showed last.")
-@click.option("--json", "as_json", is_flag=True, help="What was written (or committed) and refused, as JSON on stdout.")
+@json_option("What was written (or committed) and refused, as JSON on stdout.")
 @limit_options
 def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...], symlinks: tuple[str, ...],
            number: int | None, as_json: bool, max_file_size: int | None, max_copy_size: int | None) -> None:
@@ -164,15 +160,14 @@ def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...
             click.echo(f"sandbox: committed {len(exported.applicable)} changes of checkpoint {number} as {commit[:12]} "
                        f"on branch {branch}{left}", err=True)
             if as_json:
-                click.echo(_json(done | {"branch": branch, "commit": commit,
-                                              "committed": len(exported.applicable)}, indent=2))
+                emit(envelope(done | {"branch": branch, "commit": commit, "committed": len(exported.applicable)}))
             return
         written, already = apply.apply_to_tree(copy.workspace, exported)
     click.echo(f"sandbox: applied {written} changes of checkpoint {number} to {copy.workspace}"
                + (f" ({already} were there already)" if already else "")
                + (f"; {len(refused) - len(remaining)} refused" if len(refused) > len(remaining) else "") + left, err=True)
     if as_json:
-        click.echo(_json(done | {"written": written, "already": already}, indent=2))
+        emit(envelope(done | {"written": written, "already": already}))
 
 
 def _to_apply(eng, name: str, number: int | None, cap) -> int:
@@ -201,10 +196,11 @@ def _to_apply(eng, name: str, number: int | None, cap) -> int:
 
 
 @click.command(short_help="Drop a copy and its checkpoints.")
-@click.argument("name", shell_complete=complete.names(complete.COPIES))
+@_COPY
 @click.option("--yes", "-y", is_flag=True, help="Drop it without asking, also with changes not applied to the host tree.")
 @click.option("--dry-run", is_flag=True, help="Say what dropping it would lose; drop nothing.")
-def discard(name: str, yes: bool, dry_run: bool) -> None:
+@json_option("Whether it was dropped and what it held that the host tree lacks, as JSON on stdout.")
+def discard(name: str, yes: bool, dry_run: bool, as_json: bool) -> None:
     """Drop the copy NAME with its checkpoints (the host tree is not touched).
 
     It says how many of the copy's changes are not on the host tree (`sandbox apply` never wrote
@@ -222,27 +218,35 @@ def discard(name: str, yes: bool, dry_run: bool) -> None:
 
     eng = _engine()
     copy = store.find(eng, name)
+    left, why = None, ""
     try:
         left = sandboxes.unapplied(eng, copy)
         lost = f"{left} changes not applied to {copy.workspace}" if left else ""
     except (SandboxError, OSError) as exc:   # a broken copy can still be dropped
-        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        lost = f"changes that could not be counted ({visible(why, keep_lines=False)})"
+        why = visible((str(exc).strip().splitlines() or [type(exc).__name__])[0], keep_lines=False)
+        lost = f"changes that could not be counted ({why})"
     what = name + (f" and the {lost}" if lost else " (nothing in it that apply could still write to the host tree)")
+
+    def done(dropped: bool, said: str, code: int = 0) -> None:
+        click.echo(f"sandbox: {said}", err=True)
+        if as_json:   # unapplied: None when the copy could not be read (uncounted says why)
+            emit(envelope({"workspace": copy.workspace, "dropped": dropped, "dry_run": dry_run, "unapplied": left,
+                           "uncounted": why}, exit_code=code, error=said if code else ""))
+        if code:
+            raise click.exceptions.Exit(code)
+
     if dry_run:
-        click.echo(f"sandbox: would discard {what}; nothing was dropped", err=True)
-        return
+        return done(False, f"would discard {what}; nothing was dropped")
     if host.is_interactive() and not yes:
         yes = _confirm(f"Discard the copy {what}?")
         if not yes:
-            click.echo(f"sandbox: kept {name}: nothing was dropped", err=True)
-            raise click.exceptions.Exit(1)
+            return done(False, f"kept {name}: nothing was dropped", code=1)
     elif lost and not yes:
         raise PolicyError([Problem(file="command line", path="--yes", expected=f"a yes to drop {lost}",
                                    found="no terminal to ask on", hint=f"`sandbox apply {name}` first, or "
                                    f"`sandbox discard {name} --yes` to lose them; nothing was dropped")])
     store.discard(eng, name)
-    click.echo(f"sandbox: discarded {what}", err=True)
+    done(True, f"discarded {what}")
 
 
 def _confirm(text: str) -> bool:
@@ -253,10 +257,11 @@ def _confirm(text: str) -> bool:
 
 
 @click.command(short_help="Take a checkpoint of a copy now.")
-@click.argument("name", shell_complete=complete.names(complete.COPIES))
+@_COPY
 @click.option("--message", "-m", default="by hand", show_default=True, help="What this checkpoint is.")
 @_MAX_COPY
-def checkpoint(name: str, message: str, max_copy_size: int | None) -> None:
+@json_option("The checkpoint taken as JSON on stdout (as `sandbox checkpoints --json` lists it).")
+def checkpoint(name: str, message: str, max_copy_size: int | None, as_json: bool) -> None:
     """Take a checkpoint of the copy NAME now (a running sandbox is paused meanwhile).
 
     \b
@@ -267,11 +272,13 @@ def checkpoint(name: str, message: str, max_copy_size: int | None) -> None:
 
     taken = store.checkpoint(_engine(), name, message, _limits(None, max_copy_size))
     click.echo(f"sandbox: checkpoint {taken['id']} of {name}", err=True)
+    if as_json:
+        emit(envelope({"checkpoint": taken}))
 
 
 @click.command(short_help="List the checkpoints of a copy.")
-@click.argument("name", shell_complete=complete.names(complete.COPIES))
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_COPY
+@json_option("Every checkpoint as JSON on stdout (an array).")
 def checkpoints(name: str, as_json: bool) -> None:
     """List the checkpoints of the copy NAME (0: the copy as made; one at the end of each run).
 
@@ -283,7 +290,7 @@ def checkpoints(name: str, as_json: bool) -> None:
 
     found = store.checkpoints(_engine(), name)
     if as_json:
-        click.echo(json.dumps(found, indent=2))
+        emit(found)
         return
     click.echo(f"{'ID':>4}  {'TAKEN':19}  {'ENTRIES':>7}  WHAT")
     for c in found:
@@ -293,10 +300,11 @@ def checkpoints(name: str, as_json: bool) -> None:
 
 
 @click.command(short_help="Put a copy back to an earlier checkpoint.")
-@click.argument("name", shell_complete=complete.names(complete.COPIES))
+@_COPY
 @click.argument("checkpoint_id", metavar="ID", type=int)
 @_MAX_COPY
-def rewind(name: str, checkpoint_id: int, max_copy_size: int | None) -> None:
+@json_option("The checkpoint it is back at and the one taken of what it held, as JSON on stdout.")
+def rewind(name: str, checkpoint_id: int, max_copy_size: int | None, as_json: bool) -> None:
     """Put the copy NAME back as it was at checkpoint ID. What it held before becomes a new
     checkpoint first, so a rewind can be undone with another rewind.
 
@@ -309,6 +317,8 @@ def rewind(name: str, checkpoint_id: int, max_copy_size: int | None) -> None:
     before = store.rewind(_engine(), name, checkpoint_id, _limits(None, max_copy_size))
     click.echo(f"sandbox: {name} is back at checkpoint {checkpoint_id}; what it held is checkpoint {before['id']}",
                err=True)
+    if as_json:
+        emit(envelope({"checkpoint": checkpoint_id, "before": before}))
 
 
 COMMANDS = (diff, apply_, discard, checkpoint, checkpoints, rewind)

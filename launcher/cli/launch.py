@@ -11,9 +11,9 @@ import click
 from launcher.cli import complete
 from launcher.cli import output
 from launcher.cli.attest import attest_arguments, attest_option, up_attest_option
-from launcher.cli.options import (POLICY_HELP, agent_options, duration, egress_options, either, layer_options, request,
-                                  sandbox_name, same_directory, session, strict_option, timeline, timings_option,
-                                  workspace_flag)
+from launcher.cli.options import (POLICY_HELP, agent_options, duration, egress_options, either, json_option,
+                                  layer_options, request, sandbox_name, same_directory, session, strict_option, timeline,
+                                  timings_option, workspace_flag)
 from launcher.errors import SandboxError, Terminated
 
 
@@ -24,7 +24,7 @@ from launcher.errors import SandboxError, Terminated
 @click.option("--timeout", callback=duration, help="Stop the agent after this long (can only shorten the policy's).")
 @click.option("--name", callback=sandbox_name, help="Sandbox name (default: a new one per run). In copy mode, a run "
               "with the name of an existing copy continues its work.")
-@click.option("--json", "as_json", is_flag=True, help="Print the JSON report on stdout (agent output goes to stderr).")
+@json_option("Print the JSON report on stdout (agent output goes to stderr).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the JSON report to this file.")
 @attest_option
 @strict_option
@@ -52,7 +52,7 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
     result = session(line).run(asked, console, timings=line)
     if result.attestation_problem:
         output.error(result.attestation_problem)
-    output.write_report(result.report, report_path, as_json)
+    output.write_report(result, report_path, as_json)
     outcome = result.outcome
     if outcome and result.planned.plan.proxy:
         output.print_blocked(outcome.egress)
@@ -83,14 +83,15 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
               "goes.")
 @click.option("--timeout", callback=duration,
               help="Stop the sandbox this long after it starts, whoever is attached (can only shorten the policy's).")
+@json_option("What was started (or reused) and proven, as JSON on stdout before any shell opens.")
 @up_attest_option
 @egress_options
 @agent_options
 @layer_options
 @timings_option
 def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str | None, no_shell: bool, fresh: bool,
-       timeout: str | None, attest_path: str | None, attest_key, allow: tuple[str, ...], egress_network: str | None,
-       timings: bool) -> None:
+       timeout: str | None, as_json: bool, attest_path: str | None, attest_key, allow: tuple[str, ...],
+       egress_network: str | None, timings: bool) -> None:
     """Start a long-lived sandbox on WORKSPACE and open an interactive shell in it.
 
     The sandbox stays after the shell ends: `sandbox ls`, `sandbox exec NAME -- CMD`,
@@ -98,10 +99,13 @@ def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str
     in it, exit 122 and nothing started if it no longer holds) and opens another shell in it, if it
     has the same effective policy and workspace (otherwise exit 120). It stops when limits.timeout
     (or --timeout) has passed since it started, attached or not; there is no idle timeout.
+    With --json, what was started is said on stdout first; a shell opens only when stdin and stdout
+    are a terminal (a script gets none).
 
     \b
     Example:
       sandbox up ~/src/repo --timeout 2h
+      sandbox up ~/src/repo --no-shell --json
     """
     workspace = either(workspace, workspace_flag, "workspace", ".", same=same_directory)
     line = timeline(timings)
@@ -110,6 +114,8 @@ def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str
                                output.Console(timeline=line), timings=line)
     if line is not None:
         output.print_timings(line)
+    if as_json:
+        output.emit(output.envelope(up_fields(started), sandbox=started.sandbox))
     if no_shell:
         return
     if not (sys.stdin.isatty() and sys.stdout.isatty()) or shutil.which("docker") is None:
@@ -117,6 +123,19 @@ def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str
         return
     # An interactive TTY needs raw-mode terminal plumbing the docker CLI already does well.
     os.execvp("docker", ["docker", "exec", "-it", started.sandbox, *started.planned.policy.command])
+
+
+def up_fields(started) -> dict:
+    """`up --json`'s own fields."""
+    from launcher import proven
+    from launcher.labels import COPY
+
+    plan = started.planned.plan
+    return {"reused": started.reused, "policy": {"name": plan.policy_name, "sha256": plan.policy_digest},
+            "workspace": started.planned.facts.workspace.real, "copy": dict(plan.container.labels).get(COPY),
+            "network": plan.container.network_mode if plan.proxy is None else "proxy",
+            "stops_at": started.ends or None, "proven": proven.last(started.sandbox),
+            "shell": list(started.planned.policy.command)}
 
 
 COMMANDS = (run, up)

@@ -2,36 +2,42 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
 from launcher.cli import complete
-from launcher.cli.options import down_strict_option
-from launcher.cli.output import Console, error, print_blocked, print_changes
+from launcher.cli.options import down_strict_option, json_option, name_argument
+from launcher.cli.output import Console, emit, envelope, error, print_blocked, print_changes
 from launcher.errors import ExitCode
 from launcher.values import visible
 
 
 @click.command(name="exec", short_help="Run a command in a running sandbox.")
-@click.argument("name", shell_complete=complete.names(complete.SANDBOXES))
+@name_argument()
 @click.argument("command", nargs=-1, required=True)
-def exec_(name: str, command: tuple[str, ...]) -> None:
+@json_option("Its exit code and when NAME was last proven as JSON on stdout (COMMAND's output goes to stderr).")
+def exec_(name: str, command: tuple[str, ...], as_json: bool) -> None:
     """Run COMMAND in the running sandbox NAME (non-interactive; streams output). It first says when
-    NAME was last proven (its start, or `sandbox up` attaching to it again).
+    NAME was last proven (its start, or `sandbox up` attaching to it again). The exit code is
+    COMMAND's own.
 
     \b
     Example:
       sandbox exec sandbox-myrepo -- git status
+      sandbox exec sandbox-myrepo --json -- make test 2>test.log
     """
-    from launcher import engine, sandboxes
+    from launcher import engine, proven, sandboxes
 
-    sys.exit(sandboxes.exec_in(engine.connect(), name, list(command), Console(), say_proven=True))
+    code = sandboxes.exec_in(engine.connect(), name, list(command),
+                             Console(agent_stdout=sys.stderr.buffer if as_json else None), say_proven=True)
+    if as_json:
+        emit(envelope({"argv": list(command), "proven": proven.last(name)}, exit_code=code))
+    sys.exit(code)
 
 
 @click.command(name="ls", short_help="List sandboxes, copies and home volumes.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_option("Every item as JSON on stdout (an array).")
 def ls_(as_json: bool) -> None:
     """List sandboxes (and leftovers) created by this tool.
 
@@ -51,7 +57,7 @@ def ls_(as_json: bool) -> None:
 
     items = sandboxes.ls(engine.connect())
     if as_json:
-        click.echo(json.dumps([asdict(i) for i in items], indent=2))
+        emit([asdict(i) for i in items])
         return
     click.echo(f"{'NAME':40} {'KIND':8} {'STATE':9} {'POLICY':12} {'CHANGES':10} {'TRUST':12} WORKSPACE")
     for i in items:
@@ -83,21 +89,19 @@ def _report_changes(names, failing: bool) -> dict[str, list[dict]]:
     return found
 
 
-def _finish(as_json: bool, data: dict, failing: bool) -> None:
-    """The command's JSON object on stdout (--json), then exit 123 if `failing` and surfaces changed."""
+def _finish(as_json: bool, data: dict, code: int) -> None:
+    """The command's JSON object on stdout (--json), then its exit code."""
     if as_json:
-        click.echo(json.dumps(data, indent=2))
-    if failing and data["workspace_changes"]:
-        sys.exit(ExitCode.SURFACES_CHANGED)
+        emit(envelope(data, exit_code=code))
+    sys.exit(code)
 
 
 @click.command(short_help="Stop and remove a sandbox.")
-@click.argument("name", shell_complete=complete.names(complete.SANDBOXES))
+@name_argument()
 @click.option("--purge", is_flag=True, help="Also remove the agent's home volumes of NAME's workspace (home.mode "
               "volume: logins, settings, history; whatever the agent left there).")
 @down_strict_option
-@click.option("--json", "as_json", is_flag=True, help="What was removed and kept, and the surfaces the agent changed, "
-              "as JSON on stdout.")
+@json_option("What was removed and kept, and the surfaces the agent changed, as JSON on stdout.")
 def down(name: str, purge: bool, strict: bool, as_json: bool) -> None:
     """Stop (SIGTERM, then a grace period) and remove the sandbox NAME, then say what the agent
     changed among the files host tools run or trust (exit 123 for that under CI=true or --strict).
@@ -124,13 +128,13 @@ def down(name: str, purge: bool, strict: bool, as_json: bool) -> None:
     failing = strict or host.in_ci()
     changed = _report_changes((name,), failing)
     written = _write_record(name, "sandbox down", changed.get(name, []), egress)
-    _finish(as_json, {"sandbox": name, "removed": [name, *done.removed], "kept": list(done.kept),
+    code = (ExitCode.SURFACES_CHANGED if failing and changed else
+            ExitCode.ATTESTATION_INVALID if written and written.problem else 0)
+    _finish(as_json, {"removed": [name, *done.removed], "kept": list(done.kept),
                       "copy": copy and {"name": copy, "changes": done.changes, "dropped": done.dropped},
                       "workspace_changes": changed.get(name, []),
                       "attestation": written and {"path": written.path, "signed": written.signed,
-                                                  "written": not written.problem, "error": written.problem}}, failing)
-    if written and written.problem:
-        sys.exit(ExitCode.ATTESTATION_INVALID)
+                                                  "written": not written.problem, "error": written.problem}}, code)
 
 
 def _write_record(name: str, removed_by: str, changes: list[dict], egress: dict | None):
@@ -154,7 +158,7 @@ def _write_record(name: str, removed_by: str, changes: list[dict], egress: dict 
               help="Also remove running `up` sandboxes and those compose or `docker run` launched.")
 @click.option("--force", is_flag=True, help="Also drop copies whose changes were never applied (says how many).")
 @click.option("--volumes", is_flag=True, help="Also remove the agents' home volumes (home.mode volume) no sandbox uses.")
-@click.option("--json", "as_json", is_flag=True, help="What was removed and kept as JSON on stdout.")
+@json_option("What was removed and kept as JSON on stdout.")
 def gc(everything: bool, force: bool, volumes: bool, as_json: bool) -> None:
     """Remove sandboxes of ours left behind (stopped, or whose launcher died) with their proxies
     and networks, probe volumes of earlier probe versions, and copies whose work is on the host
@@ -194,21 +198,23 @@ def gc(everything: bool, force: bool, volumes: bool, as_json: bool) -> None:
     for gone in (n for n in records.names() if n not in alive):   # `up --attest` sandboxes removed without `down`
         _write_record(gone, "sandbox gc", changed.get(gone, []), None)
     _finish(as_json, {"removed": removed + [c["name"] for c in copies if c["removed"]], "copies": copies,
-                      "workspace_changes": changed}, failing=False)
+                      "workspace_changes": changed}, 0)
 
 
 @click.command(short_help="Show what a sandbox tried to reach (egress).")
-@click.argument("name", required=False, shell_complete=complete.names(complete.SANDBOXES))
+@name_argument(required=False)
 @click.option("--egress", is_flag=True, help="The egress proxy's record (the only log kept, so the default).")
 @click.option("--allowed", is_flag=True, help="List allowed requests too, not only the blocked ones.")
-@click.option("--json", "as_json", is_flag=True, help="Every request as JSON.")
+@json_option("Every request as JSON on stdout (an array; [] when the preset has no egress).")
 @click.option("--suggest", is_flag=True, help="Learn mode: print the narrowest network.allow entries that would have "
               "admitted what was blocked, as a policy snippet (never applied).")
 @click.option("--report", "report_path", type=click.Path(exists=True, dir_okay=False),
               help="Read the requests from a `sandbox run --report` file instead (the sandbox is gone after a run).")
 def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, suggest: bool, report_path: str | None) -> None:
     """Show what the sandbox NAME (or a run's report) tried to reach through its egress proxy: the
-    blocked requests (with --allowed, the allowed ones too) on stdout.
+    blocked requests (with --allowed, the allowed ones too) on stdout. A sandbox whose preset has
+    no network (network: none) has no egress to show, and says so. The probe's own test requests
+    are never shown nor suggested.
 
     \b
     Example:
@@ -227,12 +233,15 @@ def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, suggest: 
         from launcher import engine, sandboxes
 
         events = sandboxes.egress_log(engine.connect(), name)
+    if events is None:
+        _no_egress(as_json, suggest)
+        return
     if suggest:
         entries, skipped = learn(events)
         click.echo(suggestion_yaml(entries, skipped, sum(1 for e in events if e.denied)))
         return
     if as_json:
-        click.echo(json.dumps([asdict(e) | {"denied": e.denied} for e in events], indent=2))
+        emit([asdict(e) | {"denied": e.denied} for e in events])
         return
     print_blocked(events, data=True)
     if allowed:
@@ -240,6 +249,18 @@ def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, suggest: 
         click.echo(f"egress allowed ({sum(p.count for p in passed)} requests):")
         for p in passed:
             click.echo(f"  {visible(p.method, keep_lines=False)} {visible(p.host, keep_lines=False)}:{p.port}  x{p.count}")
+
+
+def _no_egress(as_json: bool, suggest: bool) -> None:
+    """`logs` of a sandbox without a network: nothing left it, so nothing to show or learn."""
+    said = "no egress in this preset (network: none)"
+    if suggest:
+        click.echo(f"# {said}: nothing to allow")
+    elif as_json:
+        emit([])
+        click.echo(f"sandbox: {said}", err=True)
+    else:
+        click.echo(said)
 
 
 @click.group(short_help="Build the bundled images.")

@@ -136,6 +136,29 @@ def same_directory(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
+def json_option(text: str, *, lines: bool = False):
+    """--json: the command's answer as JSON on stdout, in the envelope (output.envelope); errors too,
+    which the group's handler writes (`lines`: a stream, one object per line)."""
+    def asked(ctx, param, value):
+        if value:
+            ctx.meta[output.JSON_COMMAND], ctx.meta[output.JSON_LINES] = ctx.command.name, lines
+        return value
+    # eager: known before any other value is checked, so that a usage error found then is JSON too
+    return click.option("--json", "as_json", is_flag=True, is_eager=True, callback=asked, help=text)
+
+
+def _named(ctx, param, value):
+    if value is not None:
+        ctx.meta[output.NAME] = value
+    return value
+
+
+def name_argument(kinds: tuple[str, ...] = complete.SANDBOXES, required: bool = True):
+    """NAME of a sandbox (or of a copy: kinds complete.COPIES), completed from the engine; kept
+    for the envelope of an error."""
+    return click.argument("name", required=required, shell_complete=complete.names(kinds), callback=_named)
+
+
 def policy_flag(default: str = "untrusted", text: str = POLICY_HELP):
     """--policy/-p for a command that also takes the policy as an argument."""
     return click.option("--policy", "-p", "policy_flag", default=None, metavar="TEXT", show_default=default,
@@ -167,7 +190,7 @@ def sandbox_name(ctx, param, value):
     if value is not None and not _SANDBOX_NAME.fullmatch(value):
         raise click.BadParameter(f"expected a letter or digit, then at least one more of letters, digits, '_', '.' "
                                  f"and '-' (as Docker names containers); found {value!r}")
-    return value
+    return _named(ctx, param, value)
 
 
 def _ask(text: str) -> bool:

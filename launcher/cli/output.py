@@ -1,9 +1,11 @@
-"""What the CLI writes for people: status lines, colour (only on a terminal, NO_COLOR unset or
-empty, TERM not dumb; --json, reports, step summaries and pipes stay plain), the launch listener."""
+"""What the CLI writes: for people, status lines, colour (only on a terminal, NO_COLOR unset or
+empty, TERM not dumb; --json, reports, step summaries and pipes stay plain), the launch listener;
+for programs, the --json objects and the envelope they share (docs/library.md#the---json-envelope)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 
 import click
@@ -122,18 +124,81 @@ def print_copy(outcome) -> None:
                f"\n  review: sandbox diff {name}   apply: sandbox apply {name}   drop: sandbox discard {name}")
 
 
-def write_report(report: dict, path: str | None, as_json: bool) -> None:
-    """A run's JSON report: to --report's file, on stdout with --json, and into the CI's step summary."""
-    import json
-
+def write_report(result, path: str | None, as_json: bool) -> None:
+    """A run's JSON report in the envelope: to --report's file, on stdout with --json, and into the
+    CI's step summary. Its exit_code is the process's (an attestation record not written: 118)."""
     from launcher import host
     from launcher.targets import report as reports
     from launcher.targets import summary
 
+    data = envelope(result.report | details(result.error), exit_code=result.exit_code,
+                    error=result.report["error"] or result.attestation_problem or "",
+                    sandbox=result.planned.plan.container.name if result.planned else None)
     if path:
-        reports.write(path, report)
+        reports.write(path, data)
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        emit(data)
     summary_path = host.step_summary_path()
     if summary_path:
-        summary.append(summary_path, report)
+        summary.append(summary_path, data)
+
+
+# What options.json_option and options.name_argument leave in the click context (shared by the
+# group's and the command's contexts): the error handler answers in JSON with them.
+JSON_COMMAND = "sandbox.json"        # --json was given to this command
+JSON_LINES = "sandbox.json-lines"    # a stream (port): one object per line
+JSON_DONE = "sandbox.json-done"      # the command's object is out: an error after it adds none
+NAME = "sandbox.name"                # the sandbox or copy the command was given
+
+
+def envelope(fields: dict, *, exit_code: int = 0, error: str = "", sandbox: str | None = None,
+             command: str | None = None) -> dict:
+    """A command's --json object: command, ok, exit_code, sandbox, error first (they win over a
+    field of the same name), then the command's own fields."""
+    ctx = click.get_current_context()
+    head = {"command": command or ctx.command.name, "ok": exit_code == 0, "exit_code": exit_code,
+            "sandbox": sandbox if sandbox is not None else ctx.meta.get(NAME), "error": error}
+    return head | fields | head
+
+
+def said(exc: BaseException) -> str:
+    """An error's message as stderr says it, with any clean-up failure after it."""
+    from launcher.errors import SandboxError, Terminated, secondary_failures
+
+    if isinstance(exc, SandboxError):
+        text = str(exc)
+    elif isinstance(exc, click.exceptions.ClickException):
+        text = exc.format_message()
+    elif isinstance(exc, (KeyboardInterrupt, Terminated)):
+        text = "interrupted by " + ("SIGINT" if isinstance(exc, KeyboardInterrupt) else "SIGTERM")
+    else:
+        text = f"internal error: {type(exc).__name__}: {exc}"
+    return "\n".join([text, *(f"also: {m}" for m in secondary_failures(exc))])
+
+
+def details(exc: BaseException | None) -> dict:
+    """The envelope's fields beside `error` when there is one: what to do, and each problem."""
+    from dataclasses import asdict
+
+    from launcher.errors import EngineError, PolicyError
+
+    if exc is None:
+        return {}
+    return {"hint": exc.hint if isinstance(exc, EngineError) else "",
+            "problems": [asdict(p) for p in exc.problems] if isinstance(exc, PolicyError) else []}
+
+
+def emit(data, *, final: bool = True) -> None:
+    """A --json answer on stdout: indented, or one line in a stream; every control character
+    escaped (json.dumps leaves DEL as it is). `final`: the command's last object."""
+    meta = click.get_current_context().meta
+    click.echo(json.dumps(data, indent=None if meta.get(JSON_LINES) else 2).replace("\x7f", "\\u007f"))
+    meta[JSON_DONE] = meta.get(JSON_DONE) or final
+
+
+def failed(exc: BaseException, exit_code: int) -> None:
+    """Under --json, an error the command did not answer itself: its envelope on stdout (stderr
+    says it in words as well)."""
+    meta = click.get_current_context().meta
+    if meta.get(JSON_COMMAND) and not meta.get(JSON_DONE):
+        emit(envelope(details(exc), exit_code=exit_code, error=said(exc), command=meta[JSON_COMMAND]))

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import click
 
-from launcher.cli import complete, output
+from launcher.cli import output
+from launcher.cli.options import json_option, name_argument
 
 
 @click.command(short_help="Forward a host port into an `up` sandbox.")
-@click.argument("name", shell_complete=complete.names(complete.SANDBOXES))
+@name_argument()
 @click.argument("spec", metavar="PORT[:HOST_PORT]")
 @click.option("--address", default="127.0.0.1", show_default=True, metavar="IP",
               help="Listen on this host address instead. Anything but a loopback address lets every machine "
                    "that reaches it use the sandbox's port.")
-def port(name: str, spec: str, address: str) -> None:
+@json_option("One JSON line on stdout once it listens (the host port 0 picked), one when it stops.", lines=True)
+def port(name: str, spec: str, address: str, as_json: bool) -> None:
     """Forward the host's 127.0.0.1:HOST_PORT (default: PORT; 0 picks a free one) to
     127.0.0.1:PORT inside the running `up` sandbox NAME, until Ctrl-C (exit 0).
 
@@ -27,7 +29,8 @@ def port(name: str, spec: str, address: str) -> None:
     no interface and no published port, so every probe check still holds. A connection to a port
     nothing listens on inside is closed, and a line says so. Ctrl-C ends every relay.
     Exit 120: HOST_PORT in use, or NAME is not an `up` sandbox; 121: no such sandbox, it is not
-    running, or it stopped meanwhile.
+    running, or it stopped meanwhile. With --json, stdout is a stream of JSON lines: "listening"
+    (read host_port from it), then "stopped" with the connections served, or the error.
     """
     from launcher import engine, forward
 
@@ -47,11 +50,16 @@ def port(name: str, spec: str, address: str) -> None:
             output.status(f"warning: listening on {wanted.address}: whoever reaches this host on port "
                           f"{forwarder.port} reaches port {wanted.port} inside {name}")
         output.status(f"forwarding {host}:{forwarder.port} to 127.0.0.1:{wanted.port} inside {name}; Ctrl-C stops")
+        fields = {"address": wanted.address, "host_port": forwarder.port, "port": wanted.port}
+        if as_json:
+            output.emit(output.envelope(fields | {"state": "listening"}), final=False)
         try:
             forwarder.serve()
         except KeyboardInterrupt:
             pass
     output.status(f"stopped forwarding to {name} ({forwarder.served} connection{'s' * (forwarder.served != 1)})")
+    if as_json:
+        output.emit(output.envelope(fields | {"state": "stopped", "served": forwarder.served}))
 
 
 COMMANDS = (port,)

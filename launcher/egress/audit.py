@@ -49,6 +49,14 @@ def parse_log(text: str) -> tuple[EgressEvent, ...]:
     return tuple(events)
 
 
+def agents_own(events: tuple[EgressEvent, ...]) -> tuple[EgressEvent, ...]:
+    """The requests without the probe's own: the one for the name the proxy must refuse
+    (plan.PROBE_DENIED_HOST) is no request of the agent, never shown nor suggested."""
+    from launcher.plan import PROBE_DENIED_HOST
+
+    return tuple(e for e in events if e.host != PROBE_DENIED_HOST)
+
+
 def summarize(events: tuple[EgressEvent, ...]) -> tuple[EgressSummary, ...]:
     groups: dict[tuple[str, str, str], list[int]] = {}
     for event in events:
@@ -92,8 +100,9 @@ def suggestion_yaml(entries: list[str], skipped: list[str], requests: int) -> st
     return "\n".join(head + body + [f"# not suggested: {s}" for s in skipped])
 
 
-def from_report(path: str) -> tuple[EgressEvent, ...]:
-    """The requests a `sandbox run --report` file recorded; PolicyError for a file that is not one."""
+def from_report(path: str) -> tuple[EgressEvent, ...] | None:
+    """The requests a `sandbox run --report` file recorded (None: its sandbox had no network);
+    PolicyError for a file that is not one."""
     import json
 
     from launcher.errors import PolicyError, Problem
@@ -110,12 +119,14 @@ def from_report(path: str) -> tuple[EgressEvent, ...]:
         raise refuse(f"no JSON ({exc})") from None
     if not isinstance(report, dict) or "sandbox_version" not in report:
         raise refuse("JSON that is not a run report (no sandbox_version)")
-    egress = report.get("egress") or {"requests": []}    # none mode: no proxy, nothing recorded
+    if report.get("egress") is None and ((report.get("plan") or {}).get("container") or {}).get("network_mode") == "none":
+        return None
+    egress = report.get("egress") or {"requests": []}    # no plan: the run ended before its sandbox
     requests = egress.get("requests") if isinstance(egress, dict) else None
     if not isinstance(requests, list):
         raise refuse("a report without an egress.requests list")
     names = {f for f in EgressEvent.__dataclass_fields__}
     try:
-        return tuple(EgressEvent(**{k: v for k, v in r.items() if k in names}) for r in requests)
+        return agents_own(tuple(EgressEvent(**{k: v for k, v in r.items() if k in names}) for r in requests))
     except (AttributeError, TypeError):
         raise refuse("requests that are not egress records") from None

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 
 from launcher import host, subnets
 from launcher.engine import Engine
-from launcher.egress.audit import EgressEvent, parse_log
+from launcher.egress.audit import EgressEvent, agents_own, parse_log
 from launcher.errors import EngineError, NotFound
 from launcher.plan import LaunchPlan, pinned_proxy
 from launcher.timings import timed
@@ -109,5 +109,4 @@ def egress_events(engine: Engine, plan: LaunchPlan) -> tuple[EgressEvent, ...]:
         events = parse_log(engine.logs(plan.proxy.name))
     except NotFound:
         return ()
-    # The probe's own request for a name that must be refused is not the agent's doing.
-    return tuple(e for e in events if e.host != plan.probe.denyhost)
+    return agents_own(events)
