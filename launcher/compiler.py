@@ -16,6 +16,7 @@ from launcher import labels as label
 from launcher.errors import PolicyError, Problem
 from launcher.engineid import PODMAN
 from launcher.hostfacts import HostFacts
+from launcher.lifetime import up_main
 from launcher import inject
 from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime, SecretPolicy, WorkspaceMode
 from launcher.plan import (ARP_SYSCTLS, ContainerSpec, CopySpec, HOME_PROFILE, HomeSpec, INTERNAL_OPTIONS,
@@ -130,14 +131,19 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     env = _env(policy, host, proxy_env, ca_env)
     probe = _probe(policy, host, mounts, copy, proxy, volume, uid, gid)
     agent = tuple(command) or policy.command
-    main = up_main(policy.limits.timeout_seconds) if kind in LONG_LIVED else agent
+    long_lived = kind in LONG_LIVED
+    main = up_main(policy.limits.session_seconds, policy.limits.idle_seconds) if long_lived else agent
     labels[label.PLACEHOLDERS] = json.dumps(placeholders)
+    if long_lived:   # for `ls`: when it ends at the latest
+        labels[label.SESSION] = f"{policy.limits.session_seconds} {policy.limits.idle_seconds}"
     home_spec, copy, volume_labels = _volume_specs(policy, host, copy, volume, profile, trust, uid, gid)
     labels.update(volume_labels)
     container = _container(policy, container_name, probe, main, env, mounts, labels, proxy, uid, gid,
                            runtimes.security_opt(policy.runtime, host.seccomp_profile))
     return LaunchPlan(policy_name=policy.name, policy_digest=policy.digest, container=container, probe=probe,
-                      agent_command=agent, timeout_seconds=policy.limits.timeout_seconds,
+                      agent_command=agent,
+                      timeout_seconds=policy.limits.session_seconds if long_lived else policy.limits.timeout_seconds,
+                      idle_seconds=policy.limits.idle_seconds if long_lived else 0,
                       placeholders=tuple(placeholders), warnings=_warnings(policy, host), networks=networks, proxy=proxy,
                       copy=copy, home=home_spec)
 
@@ -345,20 +351,6 @@ def _warnings(policy: Policy, host: HostFacts) -> tuple[str, ...]:
     # A workspace the agent cannot read or write is not warned about here: the probe's ws.access
     # check proves access as the agent's uid, inside the container, and fails the start with a hint.
     return tuple(warnings)
-
-
-# The main process of a long-lived sandbox (`up`, a dev container): it ends the container when
-# limits.timeout is up, whoever is attached; a minute before (half-way for a short limit) it writes
-# a notice to every terminal of the sandbox (`sandbox up`'s shells). Only the probe's busybox runs,
-# and SIGTERM (`sandbox down`) ends it at once instead of after the grace period.
-UP_MAIN = (f'trap "exit 143" TERM; left=$1; warn=$((left / 2 < 60 ? left / 2 : 60)); bb={PROBE_BUSYBOX}; '
-           '"$bb" sleep $((left - warn)) & wait $!; '
-           'for t in /dev/pts/[0-9]*; do echo "sandbox: this sandbox stops in $warn s (limits.timeout)" >"$t"; '
-           'done 2>/dev/null; "$bb" sleep "$warn" & wait $!')
-
-
-def up_main(timeout_seconds: int) -> tuple[str, ...]:
-    return (PROBE_BUSYBOX, "sh", "-c", UP_MAIN, "sandbox-up", str(timeout_seconds))
 
 
 def _protected(policy: Policy, host: HostFacts) -> tuple[str, ...]:

@@ -72,6 +72,18 @@ class NotFound(EngineError):
     """A named sandbox or image does not exist."""
 
 
+class SessionEnded(SandboxError):
+    """`up` found its sandbox stopped (its session ended by time, or it was stopped): what `down`
+    reports comes first, then a new one starts on the kept copy and home."""
+
+    exit_code = ExitCode.POLICY_INVALID
+
+    def __init__(self, sandbox: str, state: str):
+        self.sandbox, self.state = sandbox, state
+        super().__init__(f"{sandbox} is not running ({state}): its session ended\n"
+                         f"    hint: `sandbox down {sandbox}` (its copy and home stay), then `sandbox up` again")
+
+
 class ProbeFailed(SandboxError):
     """The sandbox did not take effect as planned: the agent was not started."""
 

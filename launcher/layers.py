@@ -65,6 +65,8 @@ FIELDS: dict[str, tuple[tuple[str, ...], str]] = {
     "limits.memory": (("limits", "memory_bytes"), "minimum"),
     "limits.cpus": (("limits", "cpus"), "minimum"),
     "limits.timeout": (("limits", "timeout_seconds"), "minimum"),
+    "limits.session": (("limits", "session_seconds"), "minimum"),
+    "limits.idle": (("limits", "idle_seconds"), "minimum"),
     "user": (("user",), "fixed"),
     "capabilities": (("capabilities",), "intersect"),
     "command": (("command",), "replace"),

@@ -101,7 +101,9 @@ class Limits:
     pids: int
     memory_bytes: int
     cpus: float
-    timeout_seconds: int
+    timeout_seconds: int     # a `run`
+    session_seconds: int     # an `up` session, attached or not
+    idle_seconds: int        # an `up` session with no terminal input or output
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,7 +24,9 @@ class LayerOptions:
     """How the repository layer is treated, and what the command line adds."""
 
     allow: tuple[str, ...] = ()          # --allow: widens the base only; later layers still narrow it
-    timeout: str | None = None           # --timeout: a layer like any other (it can only shorten)
+    timeout: str | None = None           # run's --timeout: a layer like any other (it can only shorten)
+    session: str | None = None           # up's --timeout (limits.session), likewise
+    idle: str | None = None              # up's --idle (limits.idle), likewise
     pin: str | None = None               # --trust-repo-policy
     ignore_repo: bool = False            # --ignore-repo-policy
     ask: Callable[[str], bool] | None = None   # asked about an unapproved repository policy (a terminal)
@@ -104,7 +106,8 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions(),
         policy = with_agent(policy, choice.profile, choice.image(policy.image), key_env=choice.key_env,
                             key_file=choice.key_file, upstream=choice.upstream)
     with timed(timings, "layers"):
-        result = stack.build(policy, base, workspace, timeout=options.timeout, pin=options.pin,
+        result = stack.build(policy, base, workspace, timeout=options.timeout, session=options.session,
+                             idle=options.idle, pin=options.pin,
                              ignore_repo=options.ignore_repo, ask=options.ask, approved_only=options.approved_only,
                              strict=options.strict)
     if options.agent:

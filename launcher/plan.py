@@ -321,7 +321,8 @@ class LaunchPlan:
     container: ContainerSpec
     probe: ProbeExpectations
     agent_command: tuple[str, ...]
-    timeout_seconds: int
+    timeout_seconds: int     # a run's limits.timeout; up and a dev container: limits.session
+    idle_seconds: int = 0    # up and a dev container: limits.idle
     # Host paths Docker creates as mount points for protected paths that did not exist; the
     # launcher removes them (when still empty) together with the container.
     placeholders: tuple[str, ...] = field(default=())

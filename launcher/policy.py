@@ -167,11 +167,12 @@ def _semantic_problems(doc: dict, file: str) -> list[Problem]:
             bad(path, "a path without ':', ',' or blanks", repr(value), "the engine's tmpfs option list cannot carry them")
     if parse_size(doc["limits"]["memory"]) < 16 * 1024 ** 2:
         bad("limits.memory", "at least 16m", repr(doc["limits"]["memory"]))
-    if parse_duration(doc["limits"]["timeout"]) == 0:
-        bad("limits.timeout", "a duration above zero", repr(doc["limits"]["timeout"]))
-    elif parse_duration(doc["limits"]["timeout"]) > MAX_TIMEOUT_SECONDS:
-        bad("limits.timeout", "at most 168h (a week)", repr(doc["limits"]["timeout"]),
-            "a sandbox is not a server: for longer work, `sandbox up` again")
+    for key in ("timeout", "session", "idle"):
+        if parse_duration(doc["limits"][key]) == 0:
+            bad(f"limits.{key}", "a duration above zero", repr(doc["limits"][key]))
+        elif parse_duration(doc["limits"][key]) > MAX_TIMEOUT_SECONDS:
+            bad(f"limits.{key}", "at most 168h (a week)", repr(doc["limits"][key]),
+                "a sandbox is not a server: for longer work, `sandbox up` again")
     if doc["user"] != "auto" and (doc["user"].startswith("0:") or doc["user"].endswith(":0")):
         bad("user", "a non-root uid:gid", repr(doc["user"]), "the agent never runs as root or group 0")
     for i, cap in enumerate(doc["capabilities"]):
@@ -234,7 +235,9 @@ def _build(doc: dict, file: str, digest: str) -> Policy:
                               allow_ip_literals=doc["network"]["allow_ip_literals"], model=doc["network"]["model"]),
         env=EnvPolicy(pass_names=tuple(doc["env"]["pass"]), set_values=tuple(doc["env"]["set"].items())),
         limits=Limits(pids=doc["limits"]["pids"], memory_bytes=parse_size(doc["limits"]["memory"]),
-                      cpus=float(doc["limits"]["cpus"]), timeout_seconds=parse_duration(doc["limits"]["timeout"])),
+                      cpus=float(doc["limits"]["cpus"]), timeout_seconds=parse_duration(doc["limits"]["timeout"]),
+                      session_seconds=parse_duration(doc["limits"]["session"]),
+                      idle_seconds=parse_duration(doc["limits"]["idle"])),
         user=user,
         capabilities=tuple(sorted({c.removeprefix("CAP_") for c in doc["capabilities"]})),
         command=tuple(doc["command"]),

@@ -25,6 +25,8 @@ class SandboxInfo:
     changes: int | None = None      # copies: changes at the last checkpoint (None: not known, or not a copy)
     trust: str = "unkeyed"          # trustlevel.key of its policy (of the policy a copy or home was written under)
     keeps: tuple[str, ...] = ()     # what persists after it: a sandbox's home volume and copy; a copy or home itself
+    ends: int = 0                   # a running `up` sandbox: when limits.session ends it at the latest (epoch seconds)
+    idle: int = 0                   # and its limits.idle in seconds
 
 
 def _sandboxes(engine: Engine) -> list[ContainerSummary]:
@@ -53,6 +55,14 @@ def reuse_problem(item: ContainerSummary, plan) -> Problem | None:
                    hint=f"`sandbox down {item.name}` first, or choose another --name")
 
 
+def _session(item: ContainerSummary) -> dict[str, int]:
+    """ends and idle of a running `up` sandbox, from its label (none on one made before sessions)."""
+    limits = item.labels.get(label.SESSION, "").split()
+    if item.state != "running" or len(limits) != 2 or not all(v.isdigit() for v in limits):
+        return {}
+    return {"ends": item.created + int(limits[0]), "idle": int(limits[1])}
+
+
 def ls(engine: Engine) -> list[SandboxInfo]:
     """Sandboxes, then copies (copy mode's kept work: kind "copy", state "in use" or "kept"), then
     home volumes (kind "home", named by workspace, trust key and agent profile); each with its
@@ -65,7 +75,7 @@ def ls(engine: Engine) -> list[SandboxInfo]:
                          workspace=i.labels.get(label.WORKSPACE, "?"), created=i.created,
                          trust=i.labels.get(label.TRUST, "unkeyed"),
                          keeps=tuple(f"{what} {i.labels[key]}" for what, key in (("home", label.HOME), ("copy", label.COPY))
-                                     if i.labels.get(key)))
+                                     if i.labels.get(key)), **_session(i))
              for i in _sandboxes(engine)]
     return found + [SandboxInfo(name=c.name, kind="copy", state="in use" if c.users else "kept", policy=c.policy,
                                 workspace=c.workspace, created=0, changes=c.changes, trust=c.trust,

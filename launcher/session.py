@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 
 from launcher import baseline, engineid, host, images, launch, pipeline, proof, proven, sandboxes, statefiles
 from launcher.errors import AttestationInvalid, ExitCode, NotFound, PolicyError, ProbeFailed, Problem, SandboxError, \
-    Terminated, kept_copy, secondary_failures
+    SessionEnded, Terminated, kept_copy, secondary_failures
 from launcher.launch import Listener, Outcome
 from launcher.pipeline import LayerOptions, Planned
 from launcher.timings import timed
-from launcher.values import visible
+from launcher.values import show, visible
 
 if TYPE_CHECKING:
     from launcher.signing import Key
@@ -65,7 +65,7 @@ class UpResult:
     planned: Planned
     sandbox: str
     reused: bool                      # an equal sandbox was running: nothing was started
-    ends: float = 0.0                 # when limits.timeout stops it (epoch seconds; 0 when reused)
+    ends: float = 0.0                 # when limits.session ends it at the latest (epoch seconds; 0 when reused)
 
 
 def prepare(request: Request, listener: Listener, *, kind: str = "run", launched: bool = True,
@@ -214,6 +214,8 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
         problem = sandboxes.reuse_problem(found, plan)
         if problem:
             raise PolicyError([problem])
+        if found.state in ("exited", "dead"):
+            raise SessionEnded(sandbox, found.state)
         listener.status(f"{sandbox} is already running; proving it again before anything starts in it")
         report = proof.reprove(engine, plan, found.id)
         proven.save(sandbox, len(report.checks), "on attach")
@@ -246,7 +248,9 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
     if planned.facts.surfaces is not None:   # compared on `sandbox down`
         baseline.save(sandbox, planned.facts.workspace.real, dict(planned.facts.surfaces))
     ends = time.time() + plan.timeout_seconds
-    listener.status(f"{sandbox} is up until {time.strftime('%H:%M:%S', time.localtime(ends))} (limits.timeout); "
+    idle = show("limits.idle", plan.idle_seconds)
+    listener.status(f"{sandbox} is up until {time.strftime('%H:%M:%S', time.localtime(ends))} at the latest "
+                    f"(limits.session), or {idle} without terminal input or output (limits.idle); "
                     f"`sandbox down {sandbox}` removes it")
     return UpResult(planned=planned, sandbox=sandbox, reused=False, ends=ends)
 

@@ -195,8 +195,9 @@ def _git_layers(workspace: str, notes: list[str]) -> tuple[list[Layer], list[str
     return layers, at_root
 
 
-def build(base: Policy, prior: Effective, workspace: str, *, timeout: str | None = None, pin: str | None = None,
-          ignore_repo: bool = False, ask: Ask | None = None, approved_only: bool = False, strict: bool = False) -> Stack:
+def build(base: Policy, prior: Effective, workspace: str, *, timeout: str | None = None, session: str | None = None,
+          idle: str | None = None, pin: str | None = None, ignore_repo: bool = False, ask: Ask | None = None,
+          approved_only: bool = False, strict: bool = False) -> Stack:
     """Every layer after the base, applied to `base` (prior.policy, possibly amended by --allow)."""
     notes: list[str] = []
     layers: list[Layer] = []
@@ -210,9 +211,10 @@ def build(base: Policy, prior: Effective, workspace: str, *, timeout: str | None
         layers.append(repo)
     git_layers, at_root = _git_layers(ws, notes)
     layers += git_layers
-    if timeout:
-        layers.append(Layer(kind=LayerKind.FLAGS, file="--timeout", digest="",
-                            values=(("limits.timeout", parse_duration(timeout)),)))
+    for flag, field, value in (("--timeout", "limits.timeout", timeout), ("--timeout", "limits.session", session),
+                               ("--idle", "limits.idle", idle)):
+        if value:
+            layers.append(Layer(kind=LayerKind.FLAGS, file=flag, digest="", values=((field, parse_duration(value)),)))
     eff = effective(base, layers, prior=prior)
     taken = [n for n in eff.notes[len(prior.notes):] if n.kind != "widened"]
     explicit = [n for n in taken if n.explicit]

@@ -26,7 +26,7 @@ def show(field: str, value) -> str:
     """A value as a person writes it in a policy file."""
     if field in ("limits.memory", "home.size"):
         return _size(value)
-    if field == "limits.timeout":
+    if field in ("limits.timeout", "limits.session", "limits.idle"):
         return _duration(value)
     if field == "limits.cpus":
         return f"{value:g}"

@@ -236,7 +236,9 @@ def test_up_keeps_the_container_alive_after_the_probe_until_its_time_limit():
     plan = compile_policy(preset("untrusted"), fake_facts(), kind="up")
     assert plan.container.name == "sandbox-repo"
     main = plan.container.command[plan.container.command.index("--") + 1:]
-    assert main[:3] == (PROBE_BUSYBOX, "sh", "-c") and main[-1] == str(30 * 60)   # the preset's 30m
+    assert main[:3] == (PROBE_BUSYBOX, "sh", "-c") and main[-2:] == (str(10 * 3600), str(3600))   # 10h, 1h idle
+    assert plan.timeout_seconds == 10 * 3600 and plan.idle_seconds == 3600
+    assert compile_policy(preset("untrusted"), fake_facts()).timeout_seconds == 30 * 60   # a run: limits.timeout
 
 
 def test_paths_with_odd_characters_are_escaped_for_the_probe_and_quoted_for_docker():

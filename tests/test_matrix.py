@@ -14,7 +14,8 @@ from fakes import Recorder
 from launcher.enginefake import FakeEngine
 from launcher import explain, launch
 from launcher.cli import main
-from launcher.compiler import compile_policy, up_main
+from launcher.compiler import compile_policy
+from launcher.lifetime import up_main
 from launcher.errors import ProbeFailed
 from launcher.enforcement import Component
 from launcher.layers import FIELDS
@@ -90,7 +91,7 @@ def test_a_dev_container_ends_at_its_time_limit():
 
     plan = compile_policy(preset("devcontainer"), fake_facts(), kind="up")
     dockerfile = devcontainer.files(plan)["Dockerfile"]
-    assert json.dumps(list(up_main(12 * 3600))[-3:])[1:-1] in dockerfile   # the preset's 12h
+    assert json.dumps(list(up_main(12 * 3600, 3600))[-4:])[1:-1] in dockerfile   # the preset's 12h, 1h idle
 
 
 def _up_plan(**facts):

@@ -126,7 +126,7 @@ LAYERS = (
     ("policy", {"allowlist", "inject", "surfaces", "model", "schema", "policy", "layers"}),
     ("host facts", {"hostpaths", "hostfiles", "host", "cafiles", "statefiles", "hostgit", "gitdirs", "gitgraph", "gitscan",
                     "scan", "engineid", "hostfacts"}),
-    ("plan", {"plan", "squidconf", "checks", "runtimes", "trustfiles", "refusals", "compiler"}),
+    ("plan", {"plan", "squidconf", "checks", "runtimes", "trustfiles", "refusals", "lifetime", "compiler"}),
     ("engine", {"engineproto", "engineapi", "engine", "enginefake", "hostengines", "subnets", "images"}),
     ("egress", {"egress", "egress.audit", "egress.proxy"}),
 )

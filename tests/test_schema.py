@@ -9,6 +9,7 @@ from launcher.schema import policy_schema
 
 # Schema key -> model field, where the names differ.
 RENAMED = {"pass": "pass_names", "set": "set_values", "memory": "memory_bytes", "timeout": "timeout_seconds",
+           "session": "session_seconds", "idle": "idle_seconds",
            "size": "size_bytes", "version": None, "extends": None}  # version, extends: loader directives
 # Model fields that come from loading, not from the file.
 LOADER_ONLY = {"source", "digest"}

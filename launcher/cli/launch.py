@@ -14,7 +14,8 @@ from launcher.cli.attest import attest_arguments, attest_option, up_attest_optio
 from launcher.cli.options import (POLICY_HELP, agent_options, duration, egress_options, either, json_option,
                                   layer_options, request, sandbox_name, same_directory, session, strict_option, timeline,
                                   timings_option, workspace_flag)
-from launcher.errors import SandboxError, Terminated
+from launcher.cli.manage import take_down
+from launcher.errors import SandboxError, SessionEnded, Terminated
 
 
 @click.command(short_help="Run a command as the agent in a fresh sandbox.")
@@ -82,7 +83,11 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
               "kept one. A kept copy with changes stays (the new sandbox then gets a name of its own); one without "
               "goes.")
 @click.option("--timeout", callback=duration,
-              help="Stop the sandbox this long after it starts, whoever is attached (can only shorten the policy's).")
+              help="End the session this long after it starts, whoever is attached (limits.session; can only "
+                   "shorten the policy's).")
+@click.option("--idle", callback=duration,
+              help="End the session after this long without input or output on any of its terminals "
+                   "(limits.idle; can only shorten the policy's).")
 @json_option("What was started (or reused) and proven, as JSON on stdout before any shell opens.")
 @up_attest_option
 @egress_options
@@ -90,15 +95,18 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
 @layer_options
 @timings_option
 def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str | None, no_shell: bool, fresh: bool,
-       timeout: str | None, as_json: bool, attest_path: str | None, attest_key, allow: tuple[str, ...],
+       timeout: str | None, idle: str | None, as_json: bool, attest_path: str | None, attest_key, allow: tuple[str, ...],
        egress_network: str | None, timings: bool) -> None:
     """Start a long-lived sandbox on WORKSPACE and open an interactive shell in it.
 
     The sandbox stays after the shell ends: `sandbox ls`, `sandbox exec NAME -- CMD`,
     `sandbox down NAME`. Running `sandbox up` again proves the running sandbox again (the probe
     in it, exit 122 and nothing started if it no longer holds) and opens another shell in it, if it
-    has the same effective policy and workspace (otherwise exit 120). It stops when limits.timeout
-    (or --timeout) has passed since it started, attached or not; there is no idle timeout.
+    has the same effective policy and workspace (otherwise exit 120). The session ends when
+    limits.session (10h unless a policy says less; --timeout) has passed since it started, attached
+    or not, or after limits.idle (1h; --idle) without input or output on any of its terminals; its
+    terminals are warned first. Its copy and home stay: `sandbox up` again takes the ended sandbox
+    down (saying what `sandbox down` says) and starts a new one on them.
     With --json, what was started is said on stdout first; a shell opens only when stdin and stdout
     are a terminal (a script gets none).
 
@@ -109,9 +117,17 @@ def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str
     """
     workspace = either(workspace, workspace_flag, "workspace", ".", same=same_directory)
     line = timeline(timings)
-    started = session(line).up(request(policy, workspace, timeout=timeout, allow=allow, name=name, egress_network=egress_network,
-                                       fresh=fresh, **attest_arguments(attest_path, attest_key, workspace)),
-                               output.Console(timeline=line), timings=line)
+    asked = request(policy, workspace, session=timeout, idle=idle, allow=allow, name=name, egress_network=egress_network,
+                    fresh=fresh, **attest_arguments(attest_path, attest_key, workspace))
+    library = session(line)
+    try:
+        started = library.up(asked, output.Console(timeline=line), timings=line)
+    except SessionEnded as ended:   # its copy and home stay; what `down` reports is said first
+        output.status(f"{ended.sandbox}'s session ended ({ended.state}); taking it down before a new one starts")
+        code = take_down(ended.sandbox)
+        if code:
+            sys.exit(code)
+        started = library.up(asked, output.Console(timeline=line), timings=line)
     if line is not None:
         output.print_timings(line)
     if as_json:

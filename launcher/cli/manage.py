@@ -10,7 +10,7 @@ from launcher.cli import complete
 from launcher.cli.options import down_strict_option, json_option, name_argument
 from launcher.cli.output import Console, emit, envelope, error, print_blocked, print_changes
 from launcher.errors import ExitCode
-from launcher.values import visible
+from launcher.values import show, visible
 
 
 @click.command(name="exec", short_help="Run a command in a running sandbox.")
@@ -45,7 +45,8 @@ def ls_(as_json: bool) -> None:
     `diff`, `checkpoint`): read from the copies' volumes at once, without a tools container.
     TRUST is the key of the policy's reach that a home volume or copy was written under: state is
     only ever mounted into a sandbox of the same key ("unkeyed": made before keys, never mounted
-    again). KEEPS (with --json) names what persists after each sandbox.
+    again). KEEPS (with --json) names what persists after each sandbox. ENDS is when a running
+    `up` session ends at the latest (limits.session), and the idle time that ends it sooner.
 
     \b
     Example:
@@ -59,9 +60,20 @@ def ls_(as_json: bool) -> None:
     if as_json:
         emit([asdict(i) for i in items])
         return
-    click.echo(f"{'NAME':40} {'KIND':8} {'STATE':9} {'POLICY':12} {'CHANGES':10} {'TRUST':12} WORKSPACE")
+    click.echo(f"{'NAME':40} {'KIND':8} {'STATE':9} {'POLICY':12} {'CHANGES':10} {'TRUST':12} {'ENDS':14} WORKSPACE")
     for i in items:
-        click.echo(f"{i.name:40} {i.kind:8} {i.state:9} {i.policy:12} {_changes(i):10} {i.trust:12} {i.workspace}")
+        click.echo(f"{i.name:40} {i.kind:8} {i.state:9} {i.policy:12} {_changes(i):10} {i.trust:12} {_ends(i):14} "
+                   f"{i.workspace}")
+
+
+def _ends(item) -> str:
+    """A running session's latest end (local time; the date when not today) and its idle limit."""
+    import time
+
+    if not item.ends:
+        return "-"
+    shown = "%H:%M" if time.localtime(item.ends)[:3] == time.localtime()[:3] else "%d %b %H:%M"
+    return f"{time.strftime(shown, time.localtime(item.ends))}/{show('limits.idle', item.idle)}"
 
 
 def _changes(item) -> str:
@@ -110,6 +122,12 @@ def down(name: str, purge: bool, strict: bool, as_json: bool) -> None:
     Example:
       sandbox down sandbox-myrepo --purge
     """
+    _finish(as_json, *take_down(name, purge, strict))
+
+
+def take_down(name: str, purge: bool = False, strict: bool = False) -> tuple[dict, int]:
+    """`sandbox down NAME`'s work and what it says on stderr (also before `up` starts an ended
+    sandbox anew): its --json fields and its exit code."""
     from launcher import engine, host, records, sandboxes
 
     eng = engine.connect()
@@ -130,11 +148,11 @@ def down(name: str, purge: bool, strict: bool, as_json: bool) -> None:
     written = _write_record(name, "sandbox down", changed.get(name, []), egress)
     code = (ExitCode.SURFACES_CHANGED if failing and changed else
             ExitCode.ATTESTATION_INVALID if written and written.problem else 0)
-    _finish(as_json, {"removed": [name, *done.removed], "kept": list(done.kept),
-                      "copy": copy and {"name": copy, "changes": done.changes, "dropped": done.dropped},
-                      "workspace_changes": changed.get(name, []),
-                      "attestation": written and {"path": written.path, "signed": written.signed,
-                                                  "written": not written.problem, "error": written.problem}}, code)
+    return {"removed": [name, *done.removed], "kept": list(done.kept),
+            "copy": copy and {"name": copy, "changes": done.changes, "dropped": done.dropped},
+            "workspace_changes": changed.get(name, []),
+            "attestation": written and {"path": written.path, "signed": written.signed,
+                                        "written": not written.problem, "error": written.problem}}, code
 
 
 def _write_record(name: str, removed_by: str, changes: list[dict], egress: dict | None):

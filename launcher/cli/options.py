@@ -201,8 +201,8 @@ def _ask(text: str) -> bool:
         return False
 
 
-def layer_settings(*, allow: tuple[str, ...] = (), timeout: str | None = None, approved_only: bool = False,
-                   strict: bool = False):
+def layer_settings(*, allow: tuple[str, ...] = (), timeout: str | None = None, session: str | None = None,
+                   idle: str | None = None, approved_only: bool = False, strict: bool = False):
     """The pipeline's LayerOptions from this command's flags. An unapproved repository policy is
     asked about only in a terminal, never in CI."""
     from launcher import host
@@ -212,7 +212,7 @@ def layer_settings(*, allow: tuple[str, ...] = (), timeout: str | None = None, a
     if opts.get("pin") and opts.get("ignore_repo"):
         raise click.UsageError("--trust-repo-policy and --ignore-repo-policy exclude each other")
     ask = _ask if host.is_interactive() and not approved_only else None
-    return LayerOptions(allow=allow, timeout=timeout, pin=opts.get("pin"), ignore_repo=bool(opts.get("ignore_repo")),
+    return LayerOptions(allow=allow, timeout=timeout, session=session, idle=idle, pin=opts.get("pin"), ignore_repo=bool(opts.get("ignore_repo")),
                         ask=ask, approved_only=approved_only, strict=strict, workspace_mode=opts.get("workspace_mode"),
                         agent=agent_choice())
 
@@ -230,14 +230,16 @@ def tell(layered) -> None:
 
 
 def request(policy_ref: str, workspace: str, command: tuple[str, ...] = (), *, timeout: str | None = None,
-            allow: tuple[str, ...] = (), strict: bool = False, **how):
+            session: str | None = None, idle: str | None = None, allow: tuple[str, ...] = (), strict: bool = False,
+            **how):
     """The library's session.Request from this command's flags (`how`: name, egress_network,
     attest, fresh)."""
     from launcher.session import Request
 
     allow = tuple(allow) + click.get_current_context().meta.get(_PRIVATE, ())
     return Request(policy=policy_ref, workspace=workspace, command=tuple(command),
-                   options=layer_settings(allow=allow, timeout=timeout, strict=strict), **how)
+                   options=layer_settings(allow=allow, timeout=timeout, session=session, idle=idle, strict=strict),
+                   **how)
 
 
 def session(timings=None):

@@ -44,9 +44,9 @@ RUN = _cells(
     inspect=_COMPARED, binds=_RESOLVED,
     surfaces=Enforcement(mechanism="compared after the run (exit 123 under CI)", component=Component.LAUNCHER,
                          checks=()))
+_SESSION = "the main process ends the sandbox at limits.session or limits.idle (launcher/lifetime.py)"
 UP = _cells(
-    timeout=Enforcement(mechanism="the main process (busybox sleep) ends the sandbox", component=Component.PROCESS,
-                        checks=()),
+    timeout=Enforcement(mechanism=_SESSION, component=Component.PROCESS, checks=()),
     inspect=_COMPARED, binds=_RESOLVED,
     surfaces=Enforcement(mechanism="compared on `sandbox down` (exit 123 under CI)", component=Component.LAUNCHER,
                          checks=()))
@@ -73,8 +73,7 @@ AGENT_SANDBOX = _cells(
                                 "can see, and a namespace that enforces the restricted level refuses a laxer Pod"),
     binds=KUBERNETES[ROWS["binds"]], surfaces=KUBERNETES[ROWS["surfaces"]])
 DEVCONTAINER = _cells(
-    timeout=Enforcement(mechanism="the main process (busybox sleep) ends the container", component=Component.PROCESS,
-                        checks=()),
+    timeout=Enforcement(mechanism=_SESSION, component=Component.PROCESS, checks=()),
     **_FILES)
 
 CELLS = MappingProxyType({"run": RUN, "up": UP, "argv": ARGV, "compose": COMPOSE, "kubernetes": KUBERNETES,
