@@ -150,7 +150,9 @@ def test_a_rewind_or_a_later_change_invalidates_the_review(engine, tmp_path):
         assert sandbox("diff", name, "--stat").returncode == 0
         assert run_copy(ws, name, "bash", "-c", "echo three > b.txt").returncode == 0  # after the review
         again = sandbox("apply", name, "--json")
-        assert again.returncode == 120 and again.stdout == "" and not (ws / "b.txt").exists(), again.stderr
+        said = json.loads(again.stdout)   # --json: the envelope of a refusal (docs/library.md)
+        assert again.returncode == 120 and not said["ok"] and said["exit_code"] == 120, (again.stdout, again.stderr)
+        assert not (ws / "b.txt").exists()
         assert sandbox("diff", name).returncode == 0
         assert sandbox("apply", name).returncode == 0 and (ws / "b.txt").read_text() == "three\n"
     finally:
