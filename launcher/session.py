@@ -211,11 +211,11 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
     except NotFound:
         found = None
     if found is not None:
+        if found.state in ("exited", "dead"):   # whatever its policy (a --timeout changes it): down keeps its work
+            raise SessionEnded(sandbox, found.state)
         problem = sandboxes.reuse_problem(found, plan)
         if problem:
             raise PolicyError([problem])
-        if found.state in ("exited", "dead"):
-            raise SessionEnded(sandbox, found.state)
         listener.status(f"{sandbox} is already running; proving it again before anything starts in it")
         report = proof.reprove(engine, plan, found.id)
         proven.save(sandbox, len(report.checks), "on attach")

@@ -124,7 +124,7 @@ def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str
         started = library.up(asked, output.Console(timeline=line), timings=line)
     except SessionEnded as ended:   # its copy and home stay; what `down` reports is said first
         output.status(f"{ended.sandbox}'s session ended ({ended.state}); taking it down before a new one starts")
-        code = take_down(ended.sandbox)
+        code = take_down(ended.sandbox)[1]   # (its --json fields, its exit code)
         if code:
             sys.exit(code)
         started = library.up(asked, output.Console(timeline=line), timings=line)
