@@ -91,7 +91,7 @@ def test_a_dev_container_ends_at_its_time_limit():
 
     plan = compile_policy(preset("devcontainer"), fake_facts(), kind="up")
     dockerfile = devcontainer.files(plan)["Dockerfile"]
-    assert json.dumps(list(up_main(12 * 3600, 3600))[-4:])[1:-1] in dockerfile   # the preset's 12h, 1h idle
+    assert json.dumps(list(up_main(12 * 3600, 12 * 3600))[-4:])[1:-1] in dockerfile   # the preset: 12h, idle 12h
 
 
 def _up_plan(**facts):
