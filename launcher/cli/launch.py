@@ -103,8 +103,8 @@ def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str
     `sandbox down NAME`. Running `sandbox up` again proves the running sandbox again (the probe
     in it, exit 122 and nothing started if it no longer holds) and opens another shell in it, if it
     has the same effective policy and workspace (otherwise exit 120). The session ends when
-    limits.session (10h unless a policy says less; --timeout) has passed since it started, attached
-    or not, or after limits.idle (1h; --idle) without input or output on any of its terminals; its
+    limits.session (10h by default; --timeout) has passed since it started, attached
+    or not, or after limits.idle (1h by default; --idle) without input or output on any of its terminals; its
     terminals are warned first. Its copy and home stay: `sandbox up` again takes the ended sandbox
     down (saying what `sandbox down` says) and starts a new one on them.
     With --json, what was started is said on stdout first; a shell opens only when stdin and stdout
