@@ -10,6 +10,7 @@ class ExitCode:
 
     OK = 0
     USAGE = 2
+    NO_SANDBOX = 117         # no sandbox of that name (or none running for this workspace); the engine answered
     ATTESTATION_INVALID = 118   # verify-attestation: a digest or the signature does not match; --attest: not written
     COPY_CONFLICT = 119      # `sandbox apply`: the host tree changed where the agent's changes go; nothing written
     POLICY_INVALID = 120
@@ -70,6 +71,13 @@ def over_limit(path: str, limit: int):
 
 class NotFound(EngineError):
     """A named sandbox or image does not exist."""
+
+
+class NoSandbox(NotFound):
+    """No sandbox of that name, or none running where one was looked for: the engine answered, so
+    not 121 (a script can tell "start one" from "the engine is down")."""
+
+    exit_code = ExitCode.NO_SANDBOX
 
 
 class ProbeFailed(SandboxError):
