@@ -79,7 +79,7 @@ def relay(sock, resize: Callable[[int, int], None], stdin: int = 0, stdout: int 
                     inputs.remove(stdin)
     finally:
         termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
-        signal.signal(signal.SIGWINCH, previous)
+        signal.signal(signal.SIGWINCH, signal.SIG_DFL if previous is None else previous)   # None: set outside Python
         sock.shutdown()
         reader.join(timeout=2)
         os.close(wake_read)
