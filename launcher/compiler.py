@@ -329,8 +329,14 @@ def _container(policy: Policy, name: str, probe: ProbeExpectations, main: tuple[
         read_only_root=True, cap_drop=("ALL",), cap_add=policy.capabilities,
         security_opt=security_opt, pids_limit=runtimes.host_pids(policy.runtime, policy.limits.pids),
         memory_bytes=policy.limits.memory_bytes, nano_cpus=int(policy.limits.cpus * 1e9),
-        labels=tuple(sorted(labels.items())), hostname="sandbox",
+        labels=tuple(sorted(labels.items())), hostname=hostname(name),
     )
+
+
+def hostname(name: str) -> str:
+    """The sandbox's name as its hostname (the shell's prompt says where you are): a DNS label, as
+    Kubernetes requires of a Pod's (lowercase letters, digits and '-', at most 63)."""
+    return re.sub(r"[^a-z0-9-]+", "-", name.lower())[:63].strip("-") or "sandbox"
 
 
 def _sysctls(policy: Policy, proxy: ProxySpec | None) -> tuple[tuple[str, str], ...]:

@@ -157,10 +157,7 @@ class Engine:
             self.client.api.import_image_from_file(path, repository=ref)
 
     # volumes
-    def volume_labels(self, name: str) -> dict | None:
-        """The volume's labels, or None when there is no such volume."""
-        info = self.volume_info(name)
-        return None if info is None else info.labels
+    volume_labels = lambda self, name: None if (info := self.volume_info(name)) is None else info.labels  # noqa: E731
 
     def fill_volume(self, name: str, image: str, path: str, labels: dict) -> None:
         """Create a volume holding the content of `path` in `image` (the engine copies it on first use)."""
@@ -205,10 +202,8 @@ class Engine:
 
     def create_proxy(self, spec: ProxySpec, secrets: dict[str, str] | None = None,
                      egress_ready: Callable[[], None] = lambda: None, address: str = "") -> str:
-        """The egress proxy: unprivileged, read-only root, no capabilities, on both networks.
-        `secrets`: the injected secrets' values, for this container's environment only.
-        `egress_ready`: returns once the egress network exists (it is joined after the create).
-        `address`: its fixed address on the internal network, which then has no DNS for its alias."""
+        """The egress proxy (unprivileged, read-only root, no capabilities), `secrets` in its environment, on
+        both networks (egress joined once `egress_ready` returns); `address`: a fixed one, no DNS alias."""
         body = engineapi.proxy_body(spec, {**proxy_env(spec), **(secrets or {})}, address, podman=self.podman)
         ref = self._json(f"creating proxy {spec.name}", "POST", "/containers/create", {"name": spec.name},
                          body=body)["Id"]
@@ -226,9 +221,8 @@ class Engine:
 
     # networks
     def create_network(self, spec: NetworkSpec, subnet: str = "") -> str | None:
-        """The network's subnet (`subnet`, or podman's choice; "" for Docker's), or None when `subnet`
-        overlaps another network's (then nothing was created). podman: its own create
-        (engineapi.podman_network_body: an internal network without gateway or DNS)."""
+        """The network's subnet (`subnet`, or podman's choice; "" for Docker's); None when `subnet` overlaps
+        another's (nothing created). podman: engineapi.podman_network_body (no gateway or DNS)."""
         podman = self.podman
         path, body = (("/libpod/networks/create", engineapi.podman_network_body(spec, subnet)) if podman else
                       ("/networks/create", engineapi.network_body(spec, subnet)))
@@ -277,10 +271,8 @@ class Engine:
 
     @contextmanager
     def run_attached(self, spec: ContainerSpec, timeout: float) -> Iterator["Attached"]:
-        """Create and start a short-lived container and yield its output as it comes (attached, so
-        binary output arrives intact and unbounded by the log driver; nothing is buffered whole).
-        Killed once `timeout` seconds pass; always removed. After a block that ran to its end, the
-        yielded object has the exit code."""
+        """Create and start a short-lived container and yield its output as it comes (attached: intact,
+        unbuffered). Killed after `timeout` s; always removed; the exit code set after a full block."""
         ref = self.create(spec)
         try:
             run = Attached(self.output(ref), _mapped)
@@ -304,9 +296,8 @@ class Engine:
             self._post(f"killing {ref}", "/containers/{}/kill", ref)
 
     def read_file(self, ref: str, path: str, limit: int) -> bytes | None:
-        """The regular file at `path` of a container (created is enough: the engine mounts its
-        volumes for the archive API), None when there is none or it is not a regular file;
-        EngineError beyond `limit` bytes (nothing more is read)."""
+        """The regular file at `path` of a (created) container; None when there is none or it is not
+        a regular file; EngineError beyond `limit` bytes (nothing more is read)."""
         import tarfile
 
         def regular(info: dict) -> bool:   # no Go file type bits: not a directory, link, device...
@@ -329,8 +320,7 @@ class Engine:
                    raw=chunks).read()
 
     def archive_head(self, ref: str, path: str, limit: int, wanted: Callable[[dict], bool] = lambda _: True) -> bytes | None:
-        """The first `limit` bytes of the tar the engine makes of `path` (all of it if shorter),
-        None when there is no such path or `wanted` refuses its stat; nothing more is read."""
+        """The first `limit` bytes of the tar of `path` (all if shorter); None: no such path, or `wanted` refused its stat."""
         import base64
         import json
 
@@ -381,13 +371,24 @@ class Engine:
             return exec_id, self.client.api.exec_start(exec_id, stream=True, demux=True)
 
     def exec_socket(self, ref: str, argv: list[str], user: str) -> tuple[str, "ExecSocket"]:
-        """Start `argv` in the running container `ref` as `user`, unprivileged, with no terminal (bytes
-        pass unchanged), on a socket. Output written before it was sent anything may stay in the
-        HTTP reader's buffer and be lost: have it wait for input."""
+        """Start `argv` in the running container `ref` as `user`, unprivileged, with no terminal, on a socket.
+        Output written before it was sent anything may stay in the SDK's buffer and be lost."""
         with _mapped(f"starting a relay in {ref}"):
             exec_id = self.client.api.exec_create(ref, argv, stdin=True, stdout=True, stderr=True, tty=False,
                                                   privileged=False, user=user)["Id"]
             return exec_id, ExecSocket(self.client.api.exec_start(exec_id, socket=True))
+
+    def exec_tty(self, ref: str, argv: list[str], size: tuple[int, int] = (0, 0)) -> tuple[str, ExecSocket]:
+        """`argv` in the running container `ref` on a terminal of `size` (rows, columns), as `docker exec -it`
+        runs it (the container's user, directory and environment); the terminal's bytes on a socket."""
+        exec_id = self._json(f"starting {argv[0]} in {ref}", "POST", path_of("/containers/{}/exec", ref), body={
+            "Cmd": argv, "Tty": True, "AttachStdin": True, "AttachStdout": True, "AttachStderr": True,
+            **({"ConsoleSize": list(size)} if all(size) else {})})["Id"]
+        with _mapped(f"starting {argv[0]} in {ref}"):
+            return exec_id, self.http.exec_tty(exec_id)
+
+    def exec_resize(self, exec_id: str, rows: int, columns: int) -> None:   # the terminal of an exec_tty
+        self._post("resizing a terminal", "/exec/{}/resize", exec_id, {"h": rows, "w": columns})
 
     def exec_running(self, exec_id: str) -> bool:
         with _mapped("inspecting a relay"):

@@ -11,6 +11,7 @@ from typing import Iterator
 from urllib.parse import quote, urlencode
 
 from launcher.errors import EngineError, NotFound
+from launcher.execsocket import ExecSocket
 from launcher.plan import ContainerSpec, MountKind, NetworkSpec, ProxySpec
 
 Body = bytes | Iterator[bytes] | None
@@ -20,7 +21,7 @@ class Answer:
     """One response: its status, headers and body (read whole, or as it comes)."""
 
     def __init__(self, status: int, headers: dict[str, str], stream: Iterator[bytes], *conns):
-        self.status, self.headers, self._stream, self._conns = status, headers, _closing(stream, *conns), conns
+        self.status, self.headers, self._stream, self.connections = status, headers, _closing(stream, *conns), conns
 
     def chunks(self) -> Iterator[bytes]:
         return self._stream
@@ -31,7 +32,7 @@ class Answer:
     def close(self) -> None:
         """Drop what is left of the body, and the connection (also when none of it was read)."""
         self._stream.close()
-        for conn in self._conns:
+        for conn in self.connections:
             conn.close()
 
     def json(self):
@@ -131,6 +132,16 @@ class Unix:
             raise failed(f"attaching to {ref}", answer)
         return frames(answer.chunks())
 
+    def exec_tty(self, exec_id: str) -> ExecSocket:
+        """Start the exec `exec_id` (made with a terminal) on a hijacked connection; what came with
+        the answer's head stays in the reader that read it (the shell's first prompt)."""
+        answer = self.call("POST", path_of("/exec/{}/start", exec_id), body={"Detach": False, "Tty": True},
+                           upgrade=True, timeout=None)
+        if answer.status not in (101, 200):
+            raise failed(f"starting exec {exec_id}", answer)
+        reader, sock = answer.connections
+        return ExecSocket(sock, reader)
+
 
 class Sdk:
     """The same requests through the docker SDK's session (its transports: tcp, ssh, TLS)."""
@@ -149,6 +160,11 @@ class Sdk:
 
     def attach(self, ref: str) -> Iterator[tuple[bytes | None, bytes | None]]:
         return self.api.attach(ref, stdout=True, stderr=True, stream=True, logs=True, demux=True)
+
+    def exec_tty(self, exec_id: str) -> ExecSocket:
+        # The SDK's socket: output that came with the answer's head is lost (the shell draws its
+        # prompt again at the first key).
+        return ExecSocket(self.api.exec_start(exec_id, tty=True, socket=True))
 
 
 def _closing(chunks: Iterator[bytes], *conns) -> Iterator[bytes]:

@@ -10,6 +10,7 @@ class ExitCode:
 
     OK = 0
     USAGE = 2
+    NO_SANDBOX = 117         # no sandbox of that name (or none running for this workspace); the engine answered
     ATTESTATION_INVALID = 118   # verify-attestation: a digest or the signature does not match; --attest: not written
     COPY_CONFLICT = 119      # `sandbox apply`: the host tree changed where the agent's changes go; nothing written
     POLICY_INVALID = 120
@@ -82,6 +83,13 @@ class SessionEnded(SandboxError):
         self.sandbox, self.state = sandbox, state
         super().__init__(f"{sandbox} is not running ({state}): its session ended\n"
                          f"    hint: `sandbox down {sandbox}` (its copy and home stay), then `sandbox up` again")
+
+
+class NoSandbox(NotFound):
+    """No sandbox of that name, or none running where one was looked for: the engine answered, so
+    not 121 (a script can tell "start one" from "the engine is down")."""
+
+    exit_code = ExitCode.NO_SANDBOX
 
 
 class ProbeFailed(SandboxError):

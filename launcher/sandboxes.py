@@ -8,7 +8,7 @@ from launcher import labels as label
 from launcher import host, proven
 from launcher.egress.audit import EgressEvent, agents_own, parse_log
 from launcher.engineproto import ContainerSummary, Engine
-from launcher.errors import EngineError, NotFound, Problem, SandboxError
+from launcher.errors import EngineError, NoSandbox, NotFound, PolicyError, Problem, SandboxError
 from launcher.launch import Listener, remove_sandbox
 
 SANDBOX_KINDS = ("run", "up", "external")
@@ -37,7 +37,39 @@ def find(engine: Engine, name: str) -> ContainerSummary:
     for item in _sandboxes(engine):
         if item.name == name:
             return item
-    raise NotFound(f"no sandbox named {name!r}; `sandbox ls` lists them")
+    raise NoSandbox(f"no sandbox named {name!r}; `sandbox ls` lists them")
+
+
+def running(engine: Engine, name: str) -> ContainerSummary:
+    """The sandbox `name`, refused unless it is running (nothing can be started in it otherwise)."""
+    item = find(engine, name)
+    if item.state != "running":
+        raise NoSandbox(f"{name} is {item.state}, not running; `sandbox down {name}` and `sandbox up` start it again")
+    return item
+
+
+def chosen(engine: Engine, name: str | None, directory: str) -> ContainerSummary:
+    """The running sandbox `name`; without a name, the one running for the workspace that holds
+    `directory` (none: NoSandbox; several: refused, listed)."""
+    if name:
+        return running(engine, name)
+    found = of_workspace(engine, directory)
+    if not found:
+        raise NoSandbox(f"no sandbox is running for {directory}",
+                        hint="`sandbox up` starts one here; `sandbox ls` lists the others (give one's NAME)")
+    if len(found) > 1:
+        raise PolicyError([Problem(file="command line", path="NAME", expected="one sandbox's name",
+                                   found=f"{len(found)} running for {directory}: {', '.join(i.name for i in found)}",
+                                   hint="give NAME, one of them")])
+    return found[0]
+
+
+def of_workspace(engine: Engine, directory: str) -> list[ContainerSummary]:
+    """The running sandboxes whose workspace is `directory` (a real path) or holds it, by name."""
+    def holds(workspace: str) -> bool:
+        return bool(workspace) and (directory == workspace or directory.startswith(workspace.rstrip("/") + "/"))
+    return sorted((i for i in _sandboxes(engine) if i.state == "running" and holds(i.labels.get(label.WORKSPACE, ""))),
+                  key=lambda i: i.name)
 
 
 def reuse_problem(item: ContainerSummary, plan) -> Problem | None:

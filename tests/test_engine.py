@@ -111,7 +111,7 @@ def test_up_exec_ls_down(engine, workspace):
         assert sandbox("down", name).returncode == 0
     assert ours(engine, workspace) == [] and not (workspace / ".envrc").exists()
     missing = sandbox("down", name)
-    assert missing.returncode == ExitCode.ENGINE and "no sandbox named" in missing.stderr
+    assert missing.returncode == ExitCode.NO_SANDBOX and "no sandbox named" in missing.stderr
 
 
 def test_gc_removes_what_a_killed_launcher_left(engine, workspace):

@@ -47,7 +47,7 @@ def test_up_exec_port_logs_and_down_answer_in_the_envelope(engine, workspace):
         assert ran["error"] == "" and ran["argv"] == ["sh", "-c", "echo out; exit 3"] and ran["proven"]["checks"] > 10
         assert "out\n" in done.stderr   # its output on stderr: stdout is the JSON alone
         missing = answer(sandbox("exec", f"{name}-nope", "--json", "--", "true"), "exec", f"{name}-nope",
-                         code=ExitCode.ENGINE)
+                         code=ExitCode.NO_SANDBOX)
         assert "no sandbox named" in missing["error"]
 
         for args, said in (((), "no egress in this preset (network: none)\n"), (("--json",), "[]\n"),

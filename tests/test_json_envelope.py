@@ -49,7 +49,7 @@ def test_exec_json_is_the_commands_exit_code_and_its_last_proof_its_output_on_st
 
 def test_an_error_under_json_is_the_commands_object_and_keeps_its_exit_code(fake):
     result = invoke("exec", "nope", "--json", "--", "true")
-    data = answer(result, "exec", code=ExitCode.ENGINE, sandbox="nope")
+    data = answer(result, "exec", code=ExitCode.NO_SANDBOX, sandbox="nope")
     assert "no sandbox named 'nope'" in data["error"] and data["problems"] == [] and "hint" in data
     assert "no sandbox named 'nope'" in result.stderr   # the words stay on stderr
     assert invoke("exec", "nope", "--", "true").stdout == ""   # without --json, stdout stays empty

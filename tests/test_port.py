@@ -74,7 +74,7 @@ def test_the_target_is_a_running_up_sandbox_and_its_user():
     assert forward.target(engine, "box") == forward.Target(name="box", ref=engine.list()[0].id, user="1000:1000")
     with pytest.raises(NotFound, match="no sandbox named 'other'") as missing:
         forward.target(listed(), "other")
-    assert missing.value.exit_code == ExitCode.ENGINE
+    assert missing.value.exit_code == ExitCode.NO_SANDBOX
     with pytest.raises(PolicyError, match="box is a `run` sandbox") as run:
         forward.target(listed(kind="run"), "box")
     assert run.value.exit_code == ExitCode.POLICY_INVALID

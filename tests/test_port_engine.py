@@ -121,7 +121,7 @@ def test_a_server_inside_answers_on_the_host_loopback_and_the_sandbox_stays_offl
         taken = sandbox("port", name, f"8000:{host_port}")
         assert taken.returncode == ExitCode.POLICY_INVALID and f"{host_port} is in use" in taken.stderr, taken.stderr
         missing = sandbox("port", f"{name}-nope", "8000")
-        assert missing.returncode == ExitCode.ENGINE and "no sandbox named" in missing.stderr
+        assert missing.returncode == ExitCode.NO_SANDBOX and "no sandbox named" in missing.stderr
 
         forwarder.send_signal(signal.SIGINT)   # Ctrl-C, with the endless response still flowing
         assert forwarder.wait(timeout=30) == 0

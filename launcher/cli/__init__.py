@@ -94,6 +94,7 @@ def main() -> None:
 
     \b
     Exit codes: the agent's own code, or
+      117 no such sandbox (`shell`: none running for this workspace; the engine answered)
       118 `sandbox verify-attestation`: a digest or signature does not match (`--attest`: record not written)
       119 `sandbox apply`: the host tree changed where the agent's changes go (nothing written)
       120 policy or input refused   121 engine unavailable / launch failed

@@ -1,9 +1,8 @@
-"""Commands that launch a sandbox: run (one-shot, probed, removed) and up (long-lived, a shell)."""
+"""Commands that launch a sandbox: run (one-shot, probed, removed) and up (long-lived, a shell), and\nshell (another shell in a running one)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
 import click
@@ -12,8 +11,8 @@ from launcher.cli import complete
 from launcher.cli import output
 from launcher.cli.attest import attest_arguments, attest_option, up_attest_option
 from launcher.cli.options import (POLICY_HELP, agent_options, duration, egress_options, either, json_option,
-                                  layer_options, request, sandbox_name, same_directory, session, strict_option, timeline,
-                                  timings_option, workspace_flag)
+                                  layer_options, name_argument, request, sandbox_name, same_directory, session,
+                                  strict_option, timeline, timings_option, workspace_flag)
 from launcher.cli.manage import take_down
 from launcher.errors import SandboxError, SessionEnded, Terminated
 
@@ -99,8 +98,8 @@ def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str
        egress_network: str | None, timings: bool) -> None:
     """Start a long-lived sandbox on WORKSPACE and open an interactive shell in it.
 
-    The sandbox stays after the shell ends: `sandbox ls`, `sandbox exec NAME -- CMD`,
-    `sandbox down NAME`. Running `sandbox up` again proves the running sandbox again (the probe
+    The sandbox stays after the shell ends: `sandbox shell` (another shell), `sandbox ls`,
+    `sandbox exec NAME -- CMD`, `sandbox down NAME`. Running `sandbox up` again proves the running sandbox again (the probe
     in it, exit 122 and nothing started if it no longer holds) and opens another shell in it, if it
     has the same effective policy and workspace (otherwise exit 120). The session ends when
     limits.session (10h by default; --timeout) has passed since it started, attached
@@ -134,11 +133,49 @@ def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str
         output.emit(output.envelope(up_fields(started), sandbox=started.sandbox))
     if no_shell:
         return
-    if not (sys.stdin.isatty() and sys.stdout.isatty()) or shutil.which("docker") is None:
-        output.status(f"no terminal (or no docker CLI) for an interactive shell; use `sandbox exec {started.sandbox} -- CMD`")
+    if not on_terminal():
+        output.status(f"no terminal for an interactive shell; use `sandbox exec {started.sandbox} -- CMD`")
         return
-    # An interactive TTY needs raw-mode terminal plumbing the docker CLI already does well.
-    os.execvp("docker", ["docker", "exec", "-it", started.sandbox, *started.planned.policy.command])
+    from launcher import engine, terminal
+
+    sys.exit(terminal.attach(engine.connect(), started.sandbox, list(started.planned.policy.command)))
+
+
+def on_terminal() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def attach(name: str | None, argv: list[str], command: str) -> int:
+    """`argv` on a terminal in the running sandbox `name` (none: the current workspace's), after the
+    line on when it was last proven; its exit code."""
+    from launcher import engine, proven, sandboxes, terminal
+
+    connected = engine.connect()
+    item = sandboxes.chosen(connected, name, os.path.realpath("."))
+    if not on_terminal():
+        raise click.UsageError(f"{command} needs a terminal (stdin and stdout); "
+                               f"a script runs `sandbox exec {item.name} -- CMD`")
+    output.status(proven.said(item.name))
+    return terminal.attach(connected, item.id, argv)
+
+
+@click.command(short_help="Open a shell in a running sandbox.")
+@name_argument(required=False)
+def shell(name: str | None) -> None:
+    """Open an interactive shell in the running sandbox NAME as `sandbox up` opens it: the agent's
+    user, in the workspace, with the sandbox's environment (bash, else sh). Without NAME, the
+    sandbox running for the current directory's workspace; when several are, they are listed.
+    Ctrl-C and the terminal's size reach the shell. The exit code is the shell's; 117 when no such
+    sandbox runs, 121 when the engine is unreachable.
+
+    \b
+    Example:
+      sandbox shell
+      sandbox shell sandbox-myrepo
+    """
+    from launcher import terminal
+
+    sys.exit(attach(name, list(terminal.SHELL), "sandbox shell"))
 
 
 def up_fields(started) -> dict:
@@ -154,4 +191,4 @@ def up_fields(started) -> dict:
             "shell": list(started.planned.policy.command)}
 
 
-COMMANDS = (run, up)
+COMMANDS = (run, up, shell)

@@ -14,21 +14,30 @@ from launcher.values import show, visible
 
 
 @click.command(name="exec", short_help="Run a command in a running sandbox.")
+@click.option("--interactive", "-i", is_flag=True, help="With -t: COMMAND's stdin is yours, on a terminal (-it).")
+@click.option("--tty", "-t", is_flag=True, help="With -i: a terminal for COMMAND, resized with yours; Ctrl-C reaches it.")
 @name_argument()
 @click.argument("command", nargs=-1, required=True)
 @json_option("Its exit code and when NAME was last proven as JSON on stdout (COMMAND's output goes to stderr).")
-def exec_(name: str, command: tuple[str, ...], as_json: bool) -> None:
-    """Run COMMAND in the running sandbox NAME (non-interactive; streams output). It first says when
-    NAME was last proven (its start, or `sandbox up` attaching to it again). The exit code is
-    COMMAND's own.
+def exec_(interactive: bool, tty: bool, name: str, command: tuple[str, ...], as_json: bool) -> None:
+    """Run COMMAND in the running sandbox NAME, streaming its output (no stdin), or with -it on a
+    terminal of its own, as `sandbox shell` runs a shell. It first says when NAME was last proven
+    (its start, or `sandbox up` attaching to it again). The exit code is COMMAND's own.
 
     \b
     Example:
       sandbox exec sandbox-myrepo -- git status
       sandbox exec sandbox-myrepo --json -- make test 2>test.log
+      sandbox exec -it sandbox-myrepo -- python3
     """
     from launcher import engine, proven, sandboxes
 
+    if interactive or tty:
+        if not (interactive and tty) or as_json:
+            raise click.UsageError("-i and -t go together (-it: COMMAND on a terminal of its own), without --json")
+        from launcher.cli.launch import attach
+
+        sys.exit(attach(name, list(command), "sandbox exec -it"))
     code = sandboxes.exec_in(engine.connect(), name, list(command),
                              Console(agent_stdout=sys.stderr.buffer if as_json else None), say_proven=True)
     if as_json:
