@@ -19,6 +19,7 @@ TRUST = f"{PREFIX}.trust"                        # a home volume's or copy's tru
 PROTECTED = f"{PREFIX}.protected"                # a copy's volumes: JSON list of paths `apply` never carries back
 CONTEXT = f"{PREFIX}.context"                    # images with a fixed tag: the hash of the build context
 PLACEHOLDERS = f"{PREFIX}.placeholders"          # JSON list of mount points created in the workspace
+PORTS = f"{PREFIX}.ports"                        # `up --port`: HOST_PORT:PORT,… forwarded from the host's loopback
 PROBE_BUSYBOX = f"{PREFIX}.probe-busybox"        # the probe volume: sha256 of the busybox it was filled with
 
 MANAGED_SELECTOR = f"{MANAGED}=1"

@@ -45,7 +45,8 @@ def ls_(as_json: bool) -> None:
     `diff`, `checkpoint`): read from the copies' volumes at once, without a tools container.
     TRUST is the key of the policy's reach that a home volume or copy was written under: state is
     only ever mounted into a sandbox of the same key ("unkeyed": made before keys, never mounted
-    again). KEEPS (with --json) names what persists after each sandbox.
+    again). KEEPS (with --json) names what persists after each sandbox. PORTS are those `up --port`
+    forwards from the host's 127.0.0.1, HOST_PORT->PORT ("(stopped)" when its forwarding process ended).
 
     \b
     Example:
@@ -59,9 +60,14 @@ def ls_(as_json: bool) -> None:
     if as_json:
         emit([asdict(i) for i in items])
         return
-    click.echo(f"{'NAME':40} {'KIND':8} {'STATE':9} {'POLICY':12} {'CHANGES':10} {'TRUST':12} WORKSPACE")
+    click.echo(f"{'NAME':40} {'KIND':8} {'STATE':9} {'POLICY':12} {'CHANGES':10} {'TRUST':12} {'PORTS':16} WORKSPACE")
     for i in items:
-        click.echo(f"{i.name:40} {i.kind:8} {i.state:9} {i.policy:12} {_changes(i):10} {i.trust:12} {i.workspace}")
+        click.echo(f"{i.name:40} {i.kind:8} {i.state:9} {i.policy:12} {_changes(i):10} {i.trust:12} {_ports(i):16} "
+                   f"{i.workspace}")
+
+
+def _ports(item) -> str:
+    return ",".join(f"{p.host_port}->{p.port}" + ("" if p.forwarded else "(stopped)") for p in item.ports) or "-"
 
 
 def _changes(item) -> str:
