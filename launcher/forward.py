@@ -8,6 +8,7 @@ import ipaddress
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -269,6 +270,39 @@ class Forwarder:
             self.failure = EngineError(f"{self.where.name} is not running any more (`sandbox down`, or its "
                                        f"limits.timeout passed); stopped forwarding")
             self.stopping.set()
+
+
+@contextmanager
+def serving(engine: Engine, name: str, ref: str, specs: tuple[PortSpec, ...], held: list[socket.socket],
+            status: Callable[[str], None]):
+    """`run --port`: each held host port forwarded into the running sandbox `ref` (this process's
+    threads, not keepers: the launcher waits for the agent anyway) until the block ends."""
+    where = Target(name=name, ref=ref, user=engine.inspect(ref).user or "")
+    forwarders = [Forwarder(engine, where, spec, status, sock) for spec, sock in zip(specs, held)]
+    threads = []
+    for forwarder in forwarders:
+        forwarder.listen()
+        threads.append(threading.Thread(target=_serve_until_stopped, args=(forwarder,), daemon=True,
+                                        name=f"port {forwarder.spec}"))
+        threads[-1].start()
+        status(f"forwarding 127.0.0.1:{forwarder.port} to 127.0.0.1:{forwarder.spec.port} inside {name} while the "
+               f"agent runs")
+    try:
+        yield
+    finally:
+        for forwarder in forwarders:
+            forwarder.stop()
+        for thread in threads:
+            thread.join(STOP_WAIT)
+        for forwarder in forwarders:
+            forwarder.close()   # relays still running go with the sandbox, removed next
+
+
+def _serve_until_stopped(forwarder: Forwarder) -> None:
+    try:
+        forwarder.serve()
+    except EngineError:   # the agent ended and its sandbox stopped: the run's own end says so
+        pass
 
 
 def order_hint(spec: PortSpec) -> str:

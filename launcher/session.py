@@ -40,7 +40,7 @@ class Request:
     attest: str | None = None        # run: write the attestation record here (also when the run fails); up: at down
     attest_key: Key | None = None    # and sign it with this key (launcher.signing.signing_key(PATH))
     fresh: bool = False              # up, copy mode: a new copy instead of the kept one (see `_fresh`)
-    ports: tuple[PortSpec, ...] = ()  # up: host loopback ports forwarded while it lives (launcher.ports)
+    ports: tuple[PortSpec, ...] = ()  # host loopback ports forwarded while it lives (launcher.ports)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,7 +143,13 @@ def run(request: Request, listener: Listener, *, engine=None, timings=None) -> R
         engine = engine or connect(listener)
         planned = for_engine(request, planned, engine, timings=timings)
         ready(engine, planned, request.options.agent, listener)
-        outcome = launch.run(engine, planned.plan, recorder)
+        held = ports.hold(request.ports, planned.plan.container.name)   # before anything starts
+        try:
+            outcome = launch.run(engine, planned.plan, recorder,
+                                 forwarding=_forwarding(engine, planned, request, held, listener))
+        finally:
+            for sock in held:
+                sock.close()
         if outcome.timed_out:
             code, status = ExitCode.AGENT_TIMEOUT, "timeout"
         else:
@@ -173,6 +179,18 @@ def run(request: Request, listener: Listener, *, engine=None, timings=None) -> R
             code = ExitCode.ATTESTATION_INVALID
     return RunResult(status=status, exit_code=code, report=data, planned=planned, outcome=outcome, changes=changes,
                      error=error, attestation_problem=unwritten)
+
+
+def _forwarding(engine, planned: Planned, request: Request, held, listener: Listener):
+    """`run --port`: what forwards the held ports while the agent runs (None: no port)."""
+    if not held:
+        return None
+    from functools import partial
+
+    from launcher import forward
+
+    return partial(forward.serving, engine, planned.plan.container.name, specs=ports.taken(request.ports, held),
+                   held=held, status=listener.status)
 
 
 def _signed(key) -> str:

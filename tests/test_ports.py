@@ -215,3 +215,46 @@ def test_sandbox_port_warns_of_a_swapped_pair(monkeypatch):
     assert result.exit_code == 0, result.output
     assert f"nothing listens on port 8000 inside box, but something does on {port}" in result.output, result.output
     assert f"`sandbox port box 8000:{port}`" in result.output
+
+
+def a_free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_run_forwards_its_ports_while_the_agent_runs_and_not_after(tmp_path, monkeypatch):
+    from launcher.launch import Outcome
+
+    engine, port, seen = FakeEngine(), a_free_port(), []
+    ref = engine.http.add_container("agent", {label.MANAGED: "1", label.KIND: "run"}, user="1000:1000")
+
+    def fake_run(engine, plan, listener, forwarding=None):
+        with forwarding(ref):
+            seen.append(free(port))
+        seen.append(free(port))
+        return Outcome(container=plan.container.name, probe=PASSED, exit_code=0, timed_out=False)
+
+    monkeypatch.setattr(session, "ready", lambda engine, planned, agent, listener: None)
+    monkeypatch.setattr(launch, "run", fake_run)
+    request = session.Request(policy="read-only", workspace=str(tmp_path), command=("true",),
+                              ports=(ports.parse_spec(f"{port}:8000"),))
+    result = session.run(request, Recorder(), engine=engine)
+    assert result.exit_code == 0, result.report
+    assert seen == [False, True]   # listening while the agent ran; free once it ended
+
+
+def test_run_with_a_host_port_in_use_is_refused_with_120_before_anything(tmp_path, monkeypatch):
+    monkeypatch.setattr(session, "ready", lambda engine, planned, agent, listener: None)
+    monkeypatch.setattr(launch, "run", lambda *a, **k: pytest.fail("nothing may start"))
+    with taken_port() as taken:
+        request = session.Request(policy="read-only", workspace=str(tmp_path), command=("true",),
+                                  ports=(ports.parse_spec(f"{taken.getsockname()[1]}:8000"),))
+        result = session.run(request, Recorder(), engine=FakeEngine())
+    assert (result.status, result.exit_code) == ("policy-invalid", ExitCode.POLICY_INVALID)
+    assert "is in use" in result.report["error"]
+
+
+def test_run_refuses_a_malformed_port_with_exit_2(tmp_path):
+    result = CliRunner().invoke(main, ["run", "-w", str(tmp_path), "--port", "8000:", "--", "true"])
+    assert result.exit_code == ExitCode.USAGE and "found '8000:'" in result.output and "Traceback" not in result.output

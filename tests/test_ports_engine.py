@@ -91,3 +91,30 @@ def test_a_keeper_that_cannot_start_leaves_nothing_behind(engine, workspace, mon
         session.up(request, Recorder(), engine=engine)
     assert failed.value.exit_code == ExitCode.ENGINE
     assert engine.list(f"dev.sandbox.sandbox={name}") == [] and engine.list_networks(f"dev.sandbox.sandbox={name}") == []
+
+
+def test_run_port_forwards_while_the_agent_runs(engine, workspace):
+    """The agent is the server: it answers one request, then the run ends with 0 and the port is free."""
+    host_port = free_port()
+    (workspace / "hello.txt").write_text("hello from the agent\n")
+    serve_one = ("import http.server as h; s = h.HTTPServer(('127.0.0.1', 8000), h.SimpleHTTPRequestHandler); "
+                 "s.handle_request()")
+    run = subprocess.Popen(SANDBOX + ["run", "-p", "read-only", "-w", str(workspace), "--port", f"{host_port}:8000",
+                                      "--", "python3", "-c", serve_one],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, body = time.monotonic() + 120, None
+        while body is None:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{host_port}/hello.txt", timeout=30).read()
+            except (urllib.error.URLError, ConnectionError):
+                assert run.poll() is None, run.communicate()
+                assert time.monotonic() < deadline, "the agent's server never answered"
+                time.sleep(0.3)
+        assert body == b"hello from the agent\n"
+        out, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, err
+    assert f"forwarding 127.0.0.1:{host_port} to 127.0.0.1:8000 inside" in err and is_free(host_port)

@@ -26,6 +26,9 @@ from launcher.errors import SandboxError, Terminated
               "with the name of an existing copy continues its work.")
 @json_option("Print the JSON report on stdout (agent output goes to stderr).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the JSON report to this file.")
+@click.option("--port", "ports", multiple=True, metavar="[HOST_PORT:]PORT", callback=port_specs,
+              help="Forward the host's 127.0.0.1:HOST_PORT to port PORT inside while the agent runs (repeatable; "
+                   "as `up --port`). Taken before the sandbox starts: one in use is exit 120, nothing started.")
 @attest_option
 @strict_option
 @egress_options
@@ -34,7 +37,7 @@ from launcher.errors import SandboxError, Terminated
 @timings_option
 @click.argument("command", nargs=-1, required=True)
 def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_json: bool, report_path: str | None,
-        attest_path: str | None, attest_key, strict: bool, allow: tuple[str, ...], egress_network: str | None, timings: bool,
+        ports: tuple, attest_path: str | None, attest_key, strict: bool, allow: tuple[str, ...], egress_network: str | None, timings: bool,
         command: tuple[str, ...]) -> None:
     """Run COMMAND as the agent in a fresh sandbox, then remove it.
 
@@ -48,7 +51,7 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
     line = timeline(timings)
     console = output.Console(agent_stdout=sys.stderr.buffer if as_json else None, timeline=line)
     asked = request(policy, workspace, command, timeout=timeout, allow=allow, strict=strict, name=name,
-                    egress_network=egress_network, **attest_arguments(attest_path, attest_key, workspace))
+                    egress_network=egress_network, ports=ports, **attest_arguments(attest_path, attest_key, workspace))
     result = session(line).run(asked, console, timings=line)
     if result.attestation_problem:
         output.error(result.attestation_problem)
