@@ -8,11 +8,13 @@ import ipaddress
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
 from launcher import labels as label
 from launcher import sandboxes
+from launcher.ports import PortSpec, bind, parse_address, parse_spec  # noqa: F401 - `sandbox port`'s, from here too
 from launcher.engineproto import Engine
 from launcher.engineapi import Frames
 from launcher.execsocket import ExecSocket
@@ -32,34 +34,6 @@ REFUSED = "Connection refused"
 CHUNK = 1 << 16
 STOP_WAIT = 5.0         # seconds for relays to end after their streams closed
 LIVENESS_EVERY = 5.0    # seconds between checks that the sandbox still runs
-
-
-@dataclass(frozen=True, kw_only=True)
-class PortSpec:
-    port: int           # on the sandbox's loopback
-    host_port: int      # on the host; 0: any free one
-    address: str = "127.0.0.1"
-
-
-def parse_spec(text: str, address: str = "127.0.0.1") -> PortSpec:
-    """PORT[:HOST_PORT] (HOST_PORT defaults to PORT; 0 picks a free one); ValueError says why not."""
-    inside, colon, outside = text.partition(":")
-    port = _port(inside, "PORT", text, low=1)
-    return PortSpec(port=port, host_port=_port(outside, "HOST_PORT", text, low=0) if colon else port,
-                    address=parse_address(address))
-
-
-def parse_address(text: str) -> str:
-    try:
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        raise ValueError(f"expected an IP address such as 127.0.0.1 or ::1, found {text!r}") from None
-
-
-def _port(part: str, what: str, text: str, low: int) -> int:
-    if not (part.isascii() and part.isdigit()) or not low <= int(part) <= 65535:
-        raise ValueError(f"expected PORT[:HOST_PORT] with {what} a number from {low} to 65535, found {text!r}")
-    return int(part)
 
 
 def is_loopback(address: str) -> bool:
@@ -113,9 +87,10 @@ class Forwarder:
     """Listens on spec.address:spec.host_port; each connection gets its own relay (a thread).
     `status` is told what goes wrong with one connection; the caller prints it."""
 
-    def __init__(self, engine: Engine, where: Target, spec: PortSpec, status: Callable[[str], None]):
+    def __init__(self, engine: Engine, where: Target, spec: PortSpec, status: Callable[[str], None],
+                 listener: socket.socket | None = None):
         self.engine, self.where, self.spec, self.status = engine, where, spec, status
-        self.listener: socket.socket | None = None
+        self.listener = listener   # already listening (`up --port` took it before the sandbox started), or None
         self.relays: set[Relay] = set()
         self.threads: list[threading.Thread] = []
         self.lock = threading.Lock()
@@ -139,22 +114,10 @@ class Forwarder:
         return self.listener.getsockname()[1]
 
     def listen(self) -> None:
-        family = socket.AF_INET6 if ipaddress.ip_address(self.spec.address).version == 6 else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # a restart right after a stop; never shares
-        try:
-            sock.bind((self.spec.address, self.spec.host_port))
-            sock.listen(64)
-        except OSError as exc:
-            sock.close()
-            used = exc.errno == 98   # EADDRINUSE
-            raise PolicyError([Problem(
-                file="command line", path="HOST_PORT", expected=f"a port free on {self.spec.address}",
-                found=f"{self.spec.host_port} is in use" if used else f"{self.spec.host_port}: {exc.strerror}",
-                hint=f"another host port: `sandbox port {self.where.name} {self.spec.port}:PORT` (0 picks a free one)"
-                     if used else "a port above 1023 needs no privileges")]) from None
-        sock.settimeout(0.5)    # to notice stop() and a sandbox that went away
-        self.listener = sock
+        if self.listener is None:
+            self.listener = bind(self.spec, f"another host port: `sandbox port {self.where.name} "
+                                            f"HOST_PORT:{self.spec.port}` (0 picks a free one)")
+        self.listener.settimeout(0.5)    # to notice stop() and a sandbox that went away
 
     def serve(self) -> None:
         """Accept until stop(), Ctrl-C (KeyboardInterrupt), or the sandbox is gone (EngineError)."""
@@ -271,7 +234,7 @@ class Forwarder:
             return
         if REFUSED in text and not relay.sent:
             self.status(f"nothing is listening on 127.0.0.1:{self.spec.port} inside {self.where.name}: "
-                        f"closed the connection from {relay.peer}")
+                        f"closed the connection from {relay.peer}{order_hint(self.spec)}")
         else:
             self.status(f"relay for {relay.peer}: {visible(text.splitlines()[-1], keep_lines=False)}")
 
@@ -307,6 +270,76 @@ class Forwarder:
             self.failure = EngineError(f"{self.where.name} is not running any more (`sandbox down`, or its "
                                        f"limits.timeout passed); stopped forwarding")
             self.stopping.set()
+
+
+@contextmanager
+def serving(engine: Engine, name: str, ref: str, specs: tuple[PortSpec, ...], held: list[socket.socket],
+            status: Callable[[str], None]):
+    """`run --port`: each held host port forwarded into the running sandbox `ref` (this process's
+    threads, not keepers: the launcher waits for the agent anyway) until the block ends."""
+    where = Target(name=name, ref=ref, user=engine.inspect(ref).user or "")
+    forwarders = [Forwarder(engine, where, spec, status, sock) for spec, sock in zip(specs, held)]
+    threads = []
+    for forwarder in forwarders:
+        forwarder.listen()
+        threads.append(threading.Thread(target=_serve_until_stopped, args=(forwarder,), daemon=True,
+                                        name=f"port {forwarder.spec}"))
+        threads[-1].start()
+        status(f"forwarding 127.0.0.1:{forwarder.port} to 127.0.0.1:{forwarder.spec.port} inside {name} while the "
+               f"agent runs")
+    try:
+        yield
+    finally:
+        for forwarder in forwarders:
+            forwarder.stop()
+        for thread in threads:
+            thread.join(STOP_WAIT)
+        for forwarder in forwarders:
+            forwarder.close()   # relays still running go with the sandbox, removed next
+
+
+def _serve_until_stopped(forwarder: Forwarder) -> None:
+    try:
+        forwarder.serve()
+    except EngineError:   # the agent ended and its sandbox stopped: the run's own end says so
+        pass
+
+
+def order_hint(spec: PortSpec) -> str:
+    """Said with a refused connection when the pair may be written the old way round (PORT:HOST_PORT)."""
+    if spec.host_port in (0, spec.port):
+        return ""
+    return (f" (the order is HOST_PORT:PORT, as in docker run -p: {spec.host_port}:{spec.port} is port {spec.port} "
+            f"inside; for port {spec.host_port} inside, {spec.port}:{spec.host_port})")
+
+
+def listening_inside(engine: Engine, where: Target) -> set[int]:
+    """The TCP ports something listens on inside (from /proc/net/tcp and tcp6, read by the probe's
+    busybox as the sandbox's user); empty when they cannot be read."""
+    try:
+        _, stream = engine.exec_stream(where.ref, [PROBE_BUSYBOX, "cat", "/proc/net/tcp", "/proc/net/tcp6"],
+                                       user=where.user)
+        text = b"".join(out for out, _ in stream if out)[:1 << 20].decode(errors="replace")
+    except EngineError:   # only a warning hangs on it
+        return set()
+    found = set()
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == "0A" and ":" in fields[1]:   # 0A: LISTEN
+            try:
+                found.add(int(fields[1].rpartition(":")[2], 16))
+            except ValueError:
+                continue
+    return found
+
+
+def swapped(engine: Engine, where: Target, spec: PortSpec) -> bool:
+    """Whether the pair looks written the old way round: nothing listens on PORT inside, something
+    does on HOST_PORT."""
+    if spec.host_port in (0, spec.port):
+        return False
+    inside = listening_inside(engine, where)
+    return spec.port not in inside and spec.host_port in inside
 
 
 def _shutdown(sock: socket.socket, how: int = socket.SHUT_RDWR) -> None:

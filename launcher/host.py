@@ -157,6 +157,15 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def process_argv(pid: int) -> list[str]:
+    """A host process's argv ([] when it is gone, a zombie, or /proc is not there)."""
+    try:
+        with open(f"/proc/{int(pid)}/cmdline", "rb") as data:
+            return data.read(1 << 16).decode(errors="replace").split("\0")[:-1]
+    except (OSError, ValueError):
+        return []
+
+
 # ---- policy layers and trust store (read here: the one module that reads the host)
 
 ORG_POLICY = "/etc/sandbox/policy.yaml"

@@ -7,8 +7,9 @@ import json
 import queue
 import threading
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 from launcher import labels as label
 from launcher import checks, engineid, home, hostengines, hostpaths, overlap, proof, runtimes, workspaces
@@ -242,10 +243,12 @@ def require_runtime(engine: Engine, plan: LaunchPlan) -> None:
                           "/etc/docker/daemon.json and reloads dockerd (no restart); see `sandbox doctor`")
 
 
-def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
+def run(engine: Engine, plan: LaunchPlan, listener: Listener,
+        forwarding: Callable[[str], AbstractContextManager] | None = None) -> Outcome:
     """Run the agent to completion (or timeout) in a probed sandbox; always remove it. In copy
     mode the copy stays (with a checkpoint of the run's end) for `sandbox diff` and `apply`, unless
-    it holds no change and never did: then it goes too."""
+    it holds no change and never did: then it goes too. `forwarding(container id)` is entered once
+    the probe passed and left when the agent has ended, before anything is removed."""
     timed_out, code, started = False, None, False
     require_runtime(engine, plan)
     made_home = _prepare_home(engine, plan, listener)
@@ -259,17 +262,18 @@ def run(engine: Engine, plan: LaunchPlan, listener: Listener) -> Outcome:
         # Inside the try: a signal right after the probe passed must not leave the sandbox behind.
         ref, output, report, rest = _start_and_probe(engine, plan, listener, filling)
         started = True
-        if rest:
-            listener.output("stdout", rest)
-        deadline = time.monotonic() + plan.timeout_seconds
-        try:
-            with timed(listener, "agent"):
-                while (chunk := output.next(deadline)) is not None:
-                    listener.output(*chunk)
-                code = engine.wait(ref)
-        except TimeoutError:
-            listener.status(f"timeout after {plan.timeout_seconds} s: stopping the agent")
-            timed_out = True
+        with forwarding(ref) if forwarding else nullcontext():   # run --port: relays while the agent runs
+            if rest:
+                listener.output("stdout", rest)
+            deadline = time.monotonic() + plan.timeout_seconds
+            try:
+                with timed(listener, "agent"):
+                    while (chunk := output.next(deadline)) is not None:
+                        listener.output(*chunk)
+                    code = engine.wait(ref)
+            except TimeoutError:
+                listener.status(f"timeout after {plan.timeout_seconds} s: stopping the agent")
+                timed_out = True
         with timed(listener, "audit"):
             egress = proxy.egress_events(engine, plan)
     except BaseException as primary:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher import labels as label
-from launcher import host, proven
+from launcher import host, ports, proven
 from launcher.egress.audit import EgressEvent, agents_own, parse_log
 from launcher.engineproto import ContainerSummary, Engine
 from launcher.errors import EngineError, NoSandbox, NotFound, PolicyError, Problem, SandboxError
@@ -27,6 +27,7 @@ class SandboxInfo:
     keeps: tuple[str, ...] = ()     # what persists after it: a sandbox's home volume and copy; a copy or home itself
     ends: int = 0                   # a running `up` sandbox: when limits.session ends it at the latest (epoch seconds)
     idle: int = 0                   # and its limits.idle in seconds
+    ports: tuple[ports.Published, ...] = ()   # `up --port`: host loopback ports forwarded into it
 
 
 def _sandboxes(engine: Engine) -> list[ContainerSummary]:
@@ -107,7 +108,8 @@ def ls(engine: Engine) -> list[SandboxInfo]:
                          workspace=i.labels.get(label.WORKSPACE, "?"), created=i.created,
                          trust=i.labels.get(label.TRUST, "unkeyed"),
                          keeps=tuple(f"{what} {i.labels[key]}" for what, key in (("home", label.HOME), ("copy", label.COPY))
-                                     if i.labels.get(key)), **_session(i))
+                                     if i.labels.get(key)), **_session(i),
+                          ports=ports.published(i.name, i.labels) if i.state == "running" else ())
              for i in _sandboxes(engine)]
     return found + [SandboxInfo(name=c.name, kind="copy", state="in use" if c.users else "kept", policy=c.policy,
                                 workspace=c.workspace, created=0, changes=c.changes, trust=c.trust,
@@ -136,6 +138,7 @@ def down(engine: Engine, name: str, purge: bool = False) -> Down:
 
     labels = find(engine, name).labels
     copy = labels.get(label.COPY)
+    ports.stop(name)   # its host ports are free once `down` returns
     remove_sandbox(engine, name)
     proven.forget(name)
     changes, dropped = None, False

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from itertools import count
 from typing import TYPE_CHECKING
 
-from launcher import baseline, engineid, host, images, launch, pipeline, proof, proven, sandboxes, statefiles
+from launcher import baseline, engineid, host, images, launch, pipeline, ports, proof, proven, sandboxes, statefiles
 from launcher.errors import AttestationInvalid, ExitCode, NotFound, PolicyError, ProbeFailed, Problem, SandboxError, \
-    SessionEnded, Terminated, kept_copy, secondary_failures
+    SessionEnded, Terminated, also_failed, kept_copy, secondary_failures
 from launcher.launch import Listener, Outcome
 from launcher.pipeline import LayerOptions, Planned
+from launcher.ports import PortSpec
 from launcher.timings import timed
 from launcher.values import show, visible
 
@@ -39,6 +40,7 @@ class Request:
     attest: str | None = None        # run: write the attestation record here (also when the run fails); up: at down
     attest_key: Key | None = None    # and sign it with this key (launcher.signing.signing_key(PATH))
     fresh: bool = False              # up, copy mode: a new copy instead of the kept one (see `_fresh`)
+    ports: tuple[PortSpec, ...] = ()  # host loopback ports forwarded while it lives (launcher.ports)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +68,7 @@ class UpResult:
     sandbox: str
     reused: bool                      # an equal sandbox was running: nothing was started
     ends: float = 0.0                 # when limits.session ends it at the latest (epoch seconds; 0 when reused)
+    ports: tuple[PortSpec, ...] = ()  # forwarded from the host's loopback (the ports taken, 0 resolved)
 
 
 def prepare(request: Request, listener: Listener, *, kind: str = "run", launched: bool = True,
@@ -140,7 +143,13 @@ def run(request: Request, listener: Listener, *, engine=None, timings=None) -> R
         engine = engine or connect(listener)
         planned = for_engine(request, planned, engine, timings=timings)
         ready(engine, planned, request.options.agent, listener)
-        outcome = launch.run(engine, planned.plan, recorder)
+        held = ports.hold(request.ports, planned.plan.container.name)   # before anything starts
+        try:
+            outcome = launch.run(engine, planned.plan, recorder,
+                                 forwarding=_forwarding(engine, planned, request, held, listener))
+        finally:
+            for sock in held:
+                sock.close()
         if outcome.timed_out:
             code, status = ExitCode.AGENT_TIMEOUT, "timeout"
         else:
@@ -170,6 +179,18 @@ def run(request: Request, listener: Listener, *, engine=None, timings=None) -> R
             code = ExitCode.ATTESTATION_INVALID
     return RunResult(status=status, exit_code=code, report=data, planned=planned, outcome=outcome, changes=changes,
                      error=error, attestation_problem=unwritten)
+
+
+def _forwarding(engine, planned: Planned, request: Request, held, listener: Listener):
+    """`run --port`: what forwards the held ports while the agent runs (None: no port)."""
+    if not held:
+        return None
+    from functools import partial
+
+    from launcher import forward
+
+    return partial(forward.serving, engine, planned.plan.container.name, specs=ports.taken(request.ports, held),
+                   held=held, status=listener.status)
 
 
 def _signed(key) -> str:
@@ -213,7 +234,7 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
     if found is not None:
         if found.state in ("exited", "dead"):   # whatever its policy (a --timeout changes it): down keeps its work
             raise SessionEnded(sandbox, found.state)
-        problem = sandboxes.reuse_problem(found, plan)
+        problem = sandboxes.reuse_problem(found, plan) or ports.reuse_problem(found.name, found.labels, request.ports)
         if problem:
             raise PolicyError([problem])
         listener.status(f"{sandbox} is already running; proving it again before anything starts in it")
@@ -223,19 +244,30 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
         if request.attest:
             listener.status(f"note: --attest: no new record; {sandbox} was started earlier, and its record is the one "
                             "asked for then, if any (written at `sandbox down`)")
-        return UpResult(planned=planned, sandbox=sandbox, reused=True)
+        return UpResult(planned=planned, sandbox=sandbox, reused=True, ports=ports.labelled(found.labels))
     _stale_record(sandbox, listener)
     recorder = None
     if request.attest:
         from launcher import attest
 
         recorder = attest.Recorder(listener)
+    held = ports.hold(request.ports, sandbox)   # before anything starts: a port in use leaves nothing behind
     try:
-        probe = launch.up(engine, plan, recorder or listener)
-    except SandboxError as exc:   # a refused start is evidence too: its record is written now (no `down` follows)
-        if recorder is not None:
-            _refused_record(request, planned, engine, recorder, exc, started, listener)
-        raise
+        forwarded = ports.taken(request.ports, held)
+        if forwarded:
+            planned = ports.labelled_plan(planned, forwarded)
+            plan = planned.plan
+        try:
+            probe = launch.up(engine, plan, recorder or listener)
+            if forwarded:
+                _keep_ports(engine, sandbox, forwarded, held, listener)
+        except SandboxError as exc:   # a refused start is evidence too: its record is written now (no `down` follows)
+            if recorder is not None:
+                _refused_record(request, planned, engine, recorder, exc, started, listener)
+            raise
+    finally:
+        for sock in held:   # the keepers have their own
+            sock.close()
     proven.save(sandbox, len(probe.checks), "at its start")
     if recorder is not None:
         _keep_record(request, planned, engine, recorder, probe, started, listener)
@@ -252,7 +284,22 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
     listener.status(f"{sandbox} is up until {time.strftime('%H:%M:%S', time.localtime(ends))} at the latest "
                     f"(limits.session), or {idle} without terminal input or output (limits.idle); "
                     f"`sandbox down {sandbox}` removes it")
-    return UpResult(planned=planned, sandbox=sandbox, reused=False, ends=ends)
+    return UpResult(planned=planned, sandbox=sandbox, reused=False, ends=ends, ports=forwarded)
+
+
+def _keep_ports(engine, sandbox: str, forwarded: tuple[PortSpec, ...], held, listener: Listener) -> None:
+    """Hand each port to its keeper; when one cannot start, the sandbox goes again (nothing is left)."""
+    try:
+        ports.keep(sandbox, forwarded, held)
+    except BaseException as primary:
+        try:
+            sandboxes.down(engine, sandbox)
+        except Exception as exc:   # noqa: BLE001 - the keeper's failure stays the one reported
+            also_failed(primary, f"removing {sandbox}: {exc}")
+        raise
+    for spec in forwarded:
+        listener.status(f"forwarding 127.0.0.1:{spec.host_port} to 127.0.0.1:{spec.port} inside {sandbox} while it "
+                        f"runs (log: {ports.log_path(sandbox, spec)})")
 
 
 def _stale_record(sandbox: str, listener: Listener) -> None:

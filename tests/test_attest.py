@@ -301,7 +301,7 @@ def fake_run(monkeypatch, probe_ok=True):
                         finished=True, verdict_ok=probe_ok)
     monkeypatch.setattr(session, "connect", lambda listener: FakeEngine())
     monkeypatch.setattr(session, "ready", lambda engine, planned, agent, listener: None)
-    monkeypatch.setattr(launch, "run", lambda engine, plan, listener: launch.Outcome(
+    monkeypatch.setattr(launch, "run", lambda engine, plan, listener, forwarding=None: launch.Outcome(
         container=plan.container.name, probe=probe, exit_code=0, timed_out=False))
     monkeypatch.setattr(launch, "up", lambda engine, plan, listener: probe)
     return probe

@@ -96,7 +96,7 @@ def test_port_json_is_a_stream_of_lines_listening_then_stopped(monkeypatch):
 
     monkeypatch.setattr(engine, "connect", lambda: one_sandbox(network="none"))
     monkeypatch.setattr(forward.Forwarder, "serve", lambda self: (_ for _ in ()).throw(KeyboardInterrupt))
-    result = invoke("port", "box", "8000:0", "--json")
+    result = invoke("port", "box", "0:8000", "--json")
     assert result.exit_code == 0, result.stderr
     listening, stopped = (json.loads(line) for line in result.stdout.splitlines())
     assert listening["state"] == "listening" and listening["port"] == 8000 and listening["host_port"] > 0

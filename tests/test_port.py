@@ -29,16 +29,16 @@ from launcher.errors import EngineError, ExitCode, NotFound, PolicyError
 from launcher.plan import PROBE_BUSYBOX
 
 
-@pytest.mark.parametrize("text, port, host_port", [("8000", 8000, 8000), ("8000:18000", 8000, 18000),
-                                                   ("5173:0", 5173, 0), ("1:65535", 1, 65535)])
-def test_a_port_and_an_optional_host_port(text, port, host_port):
+@pytest.mark.parametrize("text, port, host_port", [("8000", 8000, 8000), ("18000:8000", 8000, 18000),
+                                                   ("0:5173", 5173, 0), ("65535:1", 1, 65535)])
+def test_an_optional_host_port_first_as_docker_run_p(text, port, host_port):
     assert forward.parse_spec(text) == forward.PortSpec(port=port, host_port=host_port, address="127.0.0.1")
 
 
-@pytest.mark.parametrize("text", ["", "0", "65536", "8000:", ":8000", "80:99999", "-1", "+80", " 80", "80:81:82",
-                                  "８０", "http"])
+@pytest.mark.parametrize("text", ["", "0", "65536", "8000:", ":8000", "99999:80", "80:0", "-1", "+80", " 80",
+                                  "80:81:82", "127.0.0.1:80:81", "８０", "http"])
 def test_anything_else_is_refused_with_what_was_expected(text):
-    with pytest.raises(ValueError, match=r"expected PORT\[:HOST_PORT\] with .* found"):
+    with pytest.raises(ValueError, match=r"expected \[HOST_PORT:\]PORT \(host first, as docker run -p\) with .* found"):
         forward.parse_spec(text)
 
 
@@ -49,7 +49,7 @@ def test_another_address_only_as_an_ip():
         forward.parse_spec("80", "localhost")
 
 
-@pytest.mark.parametrize("args, word", [(["box", "0"], "PORT[:HOST_PORT]"), (["box", "80", "--address", "x"], "--address"),
+@pytest.mark.parametrize("args, word", [(["box", "0"], "[HOST_PORT:]PORT"), (["box", "8000:0"], "PORT a number from 1"), (["box", "80", "--address", "x"], "--address"),
                                         (["box"], "Missing argument")])
 def test_the_command_line_says_what_is_wrong_with_exit_2(args, word):
     result = CliRunner().invoke(main, ["port", *args])
@@ -59,6 +59,8 @@ def test_the_command_line_says_what_is_wrong_with_exit_2(args, word):
 def test_help_says_how_it_reaches_the_sandbox():
     text = " ".join(CliRunner().invoke(main, ["port", "--help"]).output.split())
     assert "127.0.0.1:PORT inside the running `up` sandbox NAME" in text
+    assert "The host port comes first, as in `docker run -p`" in text and "18000:8000" in text
+    assert "Usage: main port [OPTIONS] NAME [HOST_PORT:]PORT" in text and "listen-fd" not in text
     assert "no network, no interface and no published port" in text and "Ctrl-C" in text
 
 
@@ -90,7 +92,7 @@ def test_a_host_port_in_use_is_refused_with_another_to_try():
     forwarder = forward.Forwarder(listed(), forward.Target(name="box", ref="cid", user=""), spec, lambda m: None)
     with pytest.raises(PolicyError, match=f"found {spec.host_port} is in use") as used:
         forwarder.listen()
-    assert used.value.exit_code == ExitCode.POLICY_INVALID and "sandbox port box 8000:PORT" in str(used.value)
+    assert used.value.exit_code == ExitCode.POLICY_INVALID and "sandbox port box HOST_PORT:8000" in str(used.value)
     taken.close()
 
 
@@ -308,14 +310,14 @@ def test_ctrl_c_stops_the_command_with_0_and_a_port_in_use_gives_120(monkeypatch
         raise KeyboardInterrupt
 
     monkeypatch.setattr(forward.Forwarder, "serve", interrupted)
-    stopped = CliRunner().invoke(main, ["port", "box", "8000:0"])
+    stopped = CliRunner().invoke(main, ["port", "box", "0:8000"])
     assert stopped.exit_code == 0, stopped.output
     assert "forwarding 127.0.0.1:" in stopped.output and "stopped forwarding to box (0 connections)" in stopped.output
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        used = CliRunner().invoke(main, ["port", "box", f"8000:{taken.getsockname()[1]}"])
+        used = CliRunner().invoke(main, ["port", "box", f"{taken.getsockname()[1]}:8000"])
     assert used.exit_code == ExitCode.POLICY_INVALID and "is in use" in used.output, used.output
     monkeypatch.setattr(forward, "is_loopback", lambda address: False)   # as if: never listens beyond loopback here
-    wide = CliRunner().invoke(main, ["port", "box", "8000:0", "--address", "127.0.0.2"])
+    wide = CliRunner().invoke(main, ["port", "box", "0:8000", "--address", "127.0.0.2"])
     assert wide.exit_code == 0 and "warning: listening on 127.0.0.2: whoever reaches" in wide.output, wide.output

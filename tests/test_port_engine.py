@@ -72,7 +72,7 @@ def test_a_server_inside_answers_on_the_host_loopback_and_the_sandbox_stays_offl
         logs = engine.logs(name)   # the probe ran before anything else, in the sandbox's own container
         assert "PROBE\tnet.interfaces\tpass\t" in logs and "PROBE\tnet.routes\tpass\t" in logs, logs
         host_port = free_port()
-        forwarder = subprocess.Popen(SANDBOX + ["port", name, f"8000:{host_port}"], stderr=subprocess.PIPE, text=True)
+        forwarder = subprocess.Popen(SANDBOX + ["port", name, f"{host_port}:8000"], stderr=subprocess.PIPE, text=True)
         said = lines_of(forwarder)
         wait_for(said, f"forwarding 127.0.0.1:{host_port} to 127.0.0.1:8000 inside {name}")
         url = f"http://127.0.0.1:{host_port}"
@@ -118,7 +118,7 @@ def test_a_server_inside_answers_on_the_host_loopback_and_the_sandbox_stays_offl
             time.sleep(0.2)
         assert relay[0].split()[1:] == ["1000"] * 4 and relay[1:] == ["CapEff:\t0000000000000000", "NoNewPrivs:\t1"], relay
 
-        taken = sandbox("port", name, f"8000:{host_port}")
+        taken = sandbox("port", name, f"{host_port}:8000")
         assert taken.returncode == ExitCode.POLICY_INVALID and f"{host_port} is in use" in taken.stderr, taken.stderr
         missing = sandbox("port", f"{name}-nope", "8000")
         assert missing.returncode == ExitCode.NO_SANDBOX and "no sandbox named" in missing.stderr

@@ -44,7 +44,7 @@ def test_a_run_reports_to_its_listener_and_returns_the_agents_status(tmp_path, m
                         finished=True, verdict_ok=True)
     ran = []
 
-    def fake_run(engine, plan, listener):
+    def fake_run(engine, plan, listener, forwarding=None):
         ran.append(plan)
         listener.output("stdout", b"agent says hi\n")
         return Outcome(container=plan.container.name, probe=probe, exit_code=3, timed_out=False)

@@ -11,8 +11,8 @@ from launcher.cli import complete
 from launcher.cli import output
 from launcher.cli.attest import attest_arguments, attest_option, up_attest_option
 from launcher.cli.options import (POLICY_HELP, agent_options, duration, egress_options, either, json_option,
-                                  layer_options, name_argument, request, sandbox_name, same_directory, session,
-                                  strict_option, timeline, timings_option, workspace_flag)
+                                  layer_options, name_argument, port_specs, request, sandbox_name, same_directory,
+                                  session, strict_option, timeline, timings_option, workspace_flag)
 from launcher.cli.manage import take_down
 from launcher.errors import SandboxError, SessionEnded, Terminated
 
@@ -26,6 +26,9 @@ from launcher.errors import SandboxError, SessionEnded, Terminated
               "with the name of an existing copy continues its work.")
 @json_option("Print the JSON report on stdout (agent output goes to stderr).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the JSON report to this file.")
+@click.option("--port", "ports", multiple=True, metavar="[HOST_PORT:]PORT", callback=port_specs,
+              help="Forward the host's 127.0.0.1:HOST_PORT to port PORT inside while the agent runs (repeatable; "
+                   "as `up --port`). Taken before the sandbox starts: one in use is exit 120, nothing started.")
 @attest_option
 @strict_option
 @egress_options
@@ -34,7 +37,7 @@ from launcher.errors import SandboxError, SessionEnded, Terminated
 @timings_option
 @click.argument("command", nargs=-1, required=True)
 def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_json: bool, report_path: str | None,
-        attest_path: str | None, attest_key, strict: bool, allow: tuple[str, ...], egress_network: str | None, timings: bool,
+        ports: tuple, attest_path: str | None, attest_key, strict: bool, allow: tuple[str, ...], egress_network: str | None, timings: bool,
         command: tuple[str, ...]) -> None:
     """Run COMMAND as the agent in a fresh sandbox, then remove it.
 
@@ -48,7 +51,7 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
     line = timeline(timings)
     console = output.Console(agent_stdout=sys.stderr.buffer if as_json else None, timeline=line)
     asked = request(policy, workspace, command, timeout=timeout, allow=allow, strict=strict, name=name,
-                    egress_network=egress_network, **attest_arguments(attest_path, attest_key, workspace))
+                    egress_network=egress_network, ports=ports, **attest_arguments(attest_path, attest_key, workspace))
     result = session(line).run(asked, console, timings=line)
     if result.attestation_problem:
         output.error(result.attestation_problem)
@@ -87,6 +90,10 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
 @click.option("--idle", callback=duration,
               help="End the session after this long without input or output on any of its terminals "
                    "(limits.idle; can only shorten the policy's).")
+@click.option("--port", "ports", multiple=True, metavar="[HOST_PORT:]PORT", callback=port_specs,
+              help="Forward the host's 127.0.0.1:HOST_PORT to port PORT inside while the sandbox runs (repeatable; "
+                   "host first, as docker run -p; a bare PORT is the same port on both sides, HOST_PORT 0 picks a "
+                   "free one). Taken before the sandbox starts: one in use is exit 120, nothing started.")
 @json_option("What was started (or reused) and proven, as JSON on stdout before any shell opens.")
 @up_attest_option
 @egress_options
@@ -94,7 +101,8 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
 @layer_options
 @timings_option
 def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str | None, no_shell: bool, fresh: bool,
-       timeout: str | None, idle: str | None, as_json: bool, attest_path: str | None, attest_key, allow: tuple[str, ...],
+       timeout: str | None, idle: str | None, ports: tuple, as_json: bool, attest_path: str | None, attest_key,
+       allow: tuple[str, ...],
        egress_network: str | None, timings: bool) -> None:
     """Start a long-lived sandbox on WORKSPACE and open an interactive shell in it.
 
@@ -109,15 +117,20 @@ def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str
     With --json, what was started is said on stdout first; a shell opens only when stdin and stdout
     are a terminal (a script gets none).
 
+    Each --port is forwarded as `sandbox port` does it (a relay over the engine's exec stream; no
+    network and no published port are added) by a process of its own on the host that ends with
+    the sandbox; `sandbox ls` lists them. A running sandbox keeps the ports it started with.
+
     \b
     Example:
       sandbox up ~/src/repo --timeout 2h
       sandbox up ~/src/repo --no-shell --json
+      sandbox up ~/src/repo --port 5173 --port 18000:8000
     """
     workspace = either(workspace, workspace_flag, "workspace", ".", same=same_directory)
     line = timeline(timings)
     asked = request(policy, workspace, session=timeout, idle=idle, allow=allow, name=name, egress_network=egress_network,
-                    fresh=fresh, **attest_arguments(attest_path, attest_key, workspace))
+                    fresh=fresh, ports=ports, **attest_arguments(attest_path, attest_key, workspace))
     library = session(line)
     try:
         started = library.up(asked, output.Console(timeline=line), timings=line)
@@ -188,7 +201,8 @@ def up_fields(started) -> dict:
             "workspace": started.planned.facts.workspace.real, "copy": dict(plan.container.labels).get(COPY),
             "network": plan.container.network_mode if plan.proxy is None else "proxy",
             "stops_at": started.ends or None, "proven": proven.last(started.sandbox),
-            "shell": list(started.planned.policy.command)}
+            "shell": list(started.planned.policy.command),
+            "ports": [{"address": p.address, "host_port": p.host_port, "port": p.port} for p in started.ports]}
 
 
 COMMANDS = (run, up, shell)

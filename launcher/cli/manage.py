@@ -55,7 +55,9 @@ def ls_(as_json: bool) -> None:
     TRUST is the key of the policy's reach that a home volume or copy was written under: state is
     only ever mounted into a sandbox of the same key ("unkeyed": made before keys, never mounted
     again). KEEPS (with --json) names what persists after each sandbox. ENDS is when a running
-    `up` session ends at the latest (limits.session), and the idle time that ends it sooner.
+    `up` session ends at the latest (limits.session), and the idle time that ends it sooner. PORTS are
+    those `up --port` forwards from the host's 127.0.0.1, HOST_PORT->PORT ("(stopped)" when its
+    forwarding process ended).
 
     \b
     Example:
@@ -69,10 +71,11 @@ def ls_(as_json: bool) -> None:
     if as_json:
         emit([asdict(i) for i in items])
         return
-    click.echo(f"{'NAME':40} {'KIND':8} {'STATE':9} {'POLICY':12} {'CHANGES':10} {'TRUST':12} {'ENDS':14} WORKSPACE")
+    click.echo(f"{'NAME':40} {'KIND':8} {'STATE':9} {'POLICY':12} {'CHANGES':10} {'TRUST':12} {'ENDS':14} "
+               f"{'PORTS':16} WORKSPACE")
     for i in items:
         click.echo(f"{i.name:40} {i.kind:8} {i.state:9} {i.policy:12} {_changes(i):10} {i.trust:12} {_ends(i):14} "
-                   f"{i.workspace}")
+                   f"{_ports(i):16} {i.workspace}")
 
 
 def _ends(item) -> str:
@@ -83,6 +86,10 @@ def _ends(item) -> str:
         return "-"
     shown = "%H:%M" if time.localtime(item.ends)[:3] == time.localtime()[:3] else "%d %b %H:%M"
     return f"{time.strftime(shown, time.localtime(item.ends))}/{show('limits.idle', item.idle)}"
+
+
+def _ports(item) -> str:
+    return ",".join(f"{p.host_port}->{p.port}" + ("" if p.forwarded else "(stopped)") for p in item.ports) or "-"
 
 
 def _changes(item) -> str:

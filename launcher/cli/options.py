@@ -193,6 +193,23 @@ def sandbox_name(ctx, param, value):
     return _named(ctx, param, value)
 
 
+def port_specs(ctx, param, values):
+    """--port: each [HOST_PORT:]PORT parsed (exit 2 when malformed), no host port twice."""
+    from launcher import ports
+
+    specs = []
+    for text in values:
+        try:
+            specs.append(ports.parse_spec(text))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    hosts = [s.host_port for s in specs if s.host_port]
+    twice = sorted({h for h in hosts if hosts.count(h) > 1})
+    if twice:
+        raise click.BadParameter(f"expected each host port once, found {', '.join(map(str, twice))} more than once")
+    return tuple(specs)
+
+
 def _ask(text: str) -> bool:
     click.echo(text, err=True)
     try:
