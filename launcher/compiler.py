@@ -19,7 +19,7 @@ from launcher.hostfacts import HostFacts
 from launcher import inject
 from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime, SecretPolicy, WorkspaceMode
 from launcher.plan import (ARP_SYSCTLS, ContainerSpec, CopySpec, HOME_PROFILE, HomeSpec, INTERNAL_OPTIONS,
-                           LaunchPlan, Mount, MountKind, NetworkSpec, PODMAN_NO_IPV6, PROBE_BUSYBOX,
+                           LaunchPlan, Mount, MountKind, NetworkSpec, PODMAN_NO_IPV6, PROBE_BUSYBOX, podman_ulimits,
                            PROBE_DENIED_HOST, PROBE_DIR, PROBE_GATE, PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ProbeExpectations,
                            ProxySpec, SecretEndpoint, home_volume_name)
 from launcher.policy import CAPABILITY_BITS
@@ -85,7 +85,7 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
                       config=render_squid(name, policy.network.allow, secrets=secrets), internal_network=internal,
                       egress_network=egress, alias=PROXY_ALIAS, port=PROXY_PORT,
                       labels=tuple(sorted({**labels, label.KIND: "proxy"}.items())), secrets=secrets,
-                      hosts_entry=host.engine.kind == PODMAN)
+                      hosts_entry=host.engine.kind == PODMAN, ulimits=_ulimits(host))
     url = f"http://{PROXY_ALIAS}:{PROXY_PORT}"
     # The endpoints are reached directly, not through the forward proxy (which would refuse the name).
     no_proxy = "localhost,127.0.0.1" + (f",{PROXY_ALIAS}" if secrets else "")
@@ -135,7 +135,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     home_spec, copy, volume_labels = _volume_specs(policy, host, copy, volume, profile, trust, uid, gid)
     labels.update(volume_labels)
     container = _container(policy, container_name, probe, main, env, mounts, labels, proxy, uid, gid,
-                           runtimes.security_opt(policy.runtime, host.seccomp_profile))
+                           runtimes.security_opt(policy.runtime, host.seccomp_profile), _ulimits(host))
     return LaunchPlan(policy_name=policy.name, policy_digest=policy.digest, container=container, probe=probe,
                       agent_command=agent, timeout_seconds=policy.limits.timeout_seconds,
                       placeholders=tuple(placeholders), warnings=_warnings(policy, host), networks=networks, proxy=proxy,
@@ -309,7 +309,7 @@ def _volume_specs(policy: Policy, host: HostFacts, copy: CopySpec | None, volume
 
 def _container(policy: Policy, name: str, probe: ProbeExpectations, main: tuple[str, ...], env: dict[str, str],
                mounts: list[Mount], labels: dict[str, str], proxy: ProxySpec | None, uid: int, gid: int,
-               security_opt: tuple[str, ...]) -> ContainerSpec:
+               security_opt: tuple[str, ...], ulimits: tuple[tuple[str, int, int], ...]) -> ContainerSpec:
     """The agent's container: the probe runs first, then `main`."""
     return ContainerSpec(
         name=name, image=policy.image, user=f"{uid}:{gid}",
@@ -323,8 +323,15 @@ def _container(policy: Policy, name: str, probe: ProbeExpectations, main: tuple[
         read_only_root=True, cap_drop=("ALL",), cap_add=policy.capabilities,
         security_opt=security_opt, pids_limit=runtimes.host_pids(policy.runtime, policy.limits.pids),
         memory_bytes=policy.limits.memory_bytes, nano_cpus=int(policy.limits.cpus * 1e9),
-        labels=tuple(sorted(labels.items())), hostname="sandbox",
+        labels=tuple(sorted(labels.items())), hostname="sandbox", ulimits=ulimits,
     )
+
+
+def _ulimits(host: HostFacts) -> tuple[tuple[str, int, int], ...]:
+    """podman's rlimits, fitted within the host's hard limits: its rootful defaults exceed them on a
+    host whose engine lacks CAP_SYS_RESOURCE, and every start fails ("error setting rlimit").
+    Docker's are left to it (dockerd's own limits, which its runtime never has to raise)."""
+    return podman_ulimits(host.rlimits) if host.engine.kind == PODMAN else ()
 
 
 def _sysctls(policy: Policy, proxy: ProxySpec | None) -> tuple[tuple[str, str], ...]:
