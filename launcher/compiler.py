@@ -20,7 +20,7 @@ from launcher.lifetime import up_main
 from launcher import inject
 from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime, SecretPolicy, WorkspaceMode
 from launcher.plan import (ARP_SYSCTLS, ContainerSpec, CopySpec, HOME_PROFILE, HomeSpec, INTERNAL_OPTIONS,
-                           LaunchPlan, Mount, MountKind, NetworkSpec, PODMAN_NO_IPV6, PROBE_BUSYBOX,
+                           LaunchPlan, Mount, MountKind, NetworkSpec, PODMAN_NO_IPV6, PROBE_BUSYBOX, podman_ulimits,
                            PROBE_DENIED_HOST, PROBE_DIR, PROBE_GATE, PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ProbeExpectations,
                            ProxySpec, SecretEndpoint, home_volume_name)
 from launcher.policy import CAPABILITY_BITS
@@ -86,7 +86,7 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
                       config=render_squid(name, policy.network.allow, secrets=secrets), internal_network=internal,
                       egress_network=egress, alias=PROXY_ALIAS, port=PROXY_PORT,
                       labels=tuple(sorted({**labels, label.KIND: "proxy"}.items())), secrets=secrets,
-                      hosts_entry=host.engine.kind == PODMAN)
+                      hosts_entry=host.engine.kind == PODMAN, ulimits=_ulimits(host))
     url = f"http://{PROXY_ALIAS}:{PROXY_PORT}"
     # The endpoints are reached directly, not through the forward proxy (which would refuse the name).
     no_proxy = "localhost,127.0.0.1" + (f",{PROXY_ALIAS}" if secrets else "")
@@ -139,7 +139,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     home_spec, copy, volume_labels = _volume_specs(policy, host, copy, volume, profile, trust, uid, gid)
     labels.update(volume_labels)
     container = _container(policy, container_name, probe, main, env, mounts, labels, proxy, uid, gid,
-                           runtimes.security_opt(policy.runtime, host.seccomp_profile))
+                           runtimes.security_opt(policy.runtime, host.seccomp_profile), _ulimits(host))
     return LaunchPlan(policy_name=policy.name, policy_digest=policy.digest, container=container, probe=probe,
                       agent_command=agent,
                       timeout_seconds=policy.limits.session_seconds if long_lived else policy.limits.timeout_seconds,
@@ -315,7 +315,7 @@ def _volume_specs(policy: Policy, host: HostFacts, copy: CopySpec | None, volume
 
 def _container(policy: Policy, name: str, probe: ProbeExpectations, main: tuple[str, ...], env: dict[str, str],
                mounts: list[Mount], labels: dict[str, str], proxy: ProxySpec | None, uid: int, gid: int,
-               security_opt: tuple[str, ...]) -> ContainerSpec:
+               security_opt: tuple[str, ...], ulimits: tuple[tuple[str, int, int], ...]) -> ContainerSpec:
     """The agent's container: the probe runs first, then `main`."""
     return ContainerSpec(
         name=name, image=policy.image, user=f"{uid}:{gid}",
@@ -329,7 +329,7 @@ def _container(policy: Policy, name: str, probe: ProbeExpectations, main: tuple[
         read_only_root=True, cap_drop=("ALL",), cap_add=policy.capabilities,
         security_opt=security_opt, pids_limit=runtimes.host_pids(policy.runtime, policy.limits.pids),
         memory_bytes=policy.limits.memory_bytes, nano_cpus=int(policy.limits.cpus * 1e9),
-        labels=tuple(sorted(labels.items())), hostname=hostname(name),
+        labels=tuple(sorted(labels.items())), hostname=hostname(name), ulimits=ulimits,
     )
 
 
@@ -337,6 +337,13 @@ def hostname(name: str) -> str:
     """The sandbox's name as its hostname (the shell's prompt says where you are): a DNS label, as
     Kubernetes requires of a Pod's (lowercase letters, digits and '-', at most 63)."""
     return re.sub(r"[^a-z0-9-]+", "-", name.lower())[:63].strip("-") or "sandbox"
+
+
+def _ulimits(host: HostFacts) -> tuple[tuple[str, int, int], ...]:
+    """podman's rlimits, fitted within the host's hard limits: its rootful defaults exceed them on a
+    host whose engine lacks CAP_SYS_RESOURCE, and every start fails ("error setting rlimit").
+    Docker's are left to it (dockerd's own limits, which its runtime never has to raise)."""
+    return podman_ulimits(host.rlimits) if host.engine.kind == PODMAN else ()
 
 
 def _sysctls(policy: Policy, proxy: ProxySpec | None) -> tuple[tuple[str, str], ...]:

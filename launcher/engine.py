@@ -166,7 +166,8 @@ class Engine:
         try:   # the filler is removed whatever happens; the volume too unless it was filled (Ctrl-C too)
             filler = self._json(f"filling volume {name}", "POST", "/containers/create", body={
                 "Image": image, "Cmd": [f"{path}/busybox", "true"], "Labels": labels, "HostConfig": {
-                    "NetworkMode": "none", "Mounts": [{"Type": "volume", "Source": name, "Target": path}]}})["Id"]
+                    "NetworkMode": "none", "Mounts": [{"Type": "volume", "Source": name, "Target": path}],
+                    **({"Ulimits": engineapi.ulimits(engineapi.host_ulimits())} if self.podman else {})}})["Id"]
             self.start(filler)
             if (code := self.wait(filler)) != 0:
                 raise EngineError(f"filling volume {name} from {image}: exit code {code}")
@@ -196,8 +197,8 @@ class Engine:
 
     # containers
     def create(self, spec: ContainerSpec) -> str:   # podman: its libpod create (compat adds /run, /tmp, /var/tmp)
-        path, params, body = (("/libpod/containers/create", None, engineapi.specgen_body(spec)) if self.podman else
-                              ("/containers/create", {"name": spec.name}, engineapi.create_body(spec)))
+        path, params, body = (("/libpod/containers/create", None, engineapi.specgen_body(spec, engineapi.host_ulimits()))
+                              if self.podman else ("/containers/create", {"name": spec.name}, engineapi.create_body(spec)))
         return self._json(f"creating container {spec.name}", "POST", path, params, body=body)["Id"]
 
     def create_proxy(self, spec: ProxySpec, secrets: dict[str, str] | None = None,

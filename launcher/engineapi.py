@@ -11,8 +11,9 @@ from typing import Iterator
 from urllib.parse import quote, urlencode
 
 from launcher.errors import EngineError, NotFound
+from launcher import hostfacts
 from launcher.execsocket import ExecSocket
-from launcher.plan import ContainerSpec, MountKind, NetworkSpec, ProxySpec
+from launcher.plan import ContainerSpec, MountKind, NetworkSpec, ProxySpec, podman_ulimits
 
 Body = bytes | Iterator[bytes] | None
 
@@ -261,6 +262,7 @@ def create_body(spec: ContainerSpec) -> dict:
         "CapAdd": list(spec.cap_add) or None, "Devices": [_device(d) for d in spec.devices] or None,
         "PidMode": spec.pid_mode or None, "Dns": list(spec.dns) or None, "Sysctls": dict(spec.sysctls) or None,
         "GroupAdd": [str(g) for g in spec.group_add] or None, "ExtraHosts": list(spec.extra_hosts) or None,
+        "Ulimits": ulimits(spec.ulimits) or None,
     }
     body = {
         "Image": spec.image, "Cmd": list(spec.command), "Entrypoint": list(spec.entrypoint), "User": spec.user,
@@ -270,6 +272,17 @@ def create_body(spec: ContainerSpec) -> dict:
         "HostConfig": {k: v for k, v in host.items() if v is not None},
     }
     return {k: v for k, v in body.items() if v is not None}
+
+
+def ulimits(limits: tuple[tuple[str, int, int], ...]) -> list[dict]:
+    """HostConfig.Ulimits for (name, soft, hard) rlimits."""
+    return [{"Name": name, "Soft": soft, "Hard": hard} for name, soft, hard in limits]
+
+
+def host_ulimits() -> tuple[tuple[str, int, int], ...]:
+    """podman's rlimits within this host's, as a plan's (compiler._ulimits), for a container no
+    plan describes: a tool's, the probe volume's filler."""
+    return podman_ulimits(hostfacts.hard_rlimits())
 
 
 def network_body(spec: NetworkSpec, subnet: str = "") -> dict:
@@ -322,7 +335,8 @@ def proxy_body(spec: ProxySpec, env: dict[str, str], address: str, podman: bool)
             "NetworkMode": spec.internal_network,
             "Tmpfs": {p: spec.podman_scratch_options() if podman else spec.scratch_options for p in spec.scratch_dirs},
             "PidsLimit": spec.pids_limit, "Memory": spec.memory_bytes, "MemorySwap": spec.memory_bytes,
-            "LogConfig": log_config(spec.log_options), **({"ExtraHosts": [f"{spec.alias}:{address}"]} if address else {})},
+            "LogConfig": log_config(spec.log_options), **({"ExtraHosts": [f"{spec.alias}:{address}"]} if address else {}),
+            **({"Ulimits": ulimits(spec.ulimits)} if spec.ulimits else {})},
         "NetworkingConfig": {"EndpointsConfig": {spec.internal_network: endpoint}},
     }
 
@@ -355,11 +369,12 @@ def _specgen_mount(m) -> dict:
     return {"destination": m.target, "type": "bind", "source": m.source, "options": ["ro" if m.read_only else "rw", "rprivate", "rbind"]}
 
 
-def specgen_body(spec: ContainerSpec) -> dict:
+def specgen_body(spec: ContainerSpec, ulimits: tuple[tuple[str, int, int], ...] = ()) -> dict:
     """podman's own create request (POST /libpod/containers/create, its SpecGenerator) for a
     plan's container: its compat create adds a writable tmpfs at /run, /tmp and /var/tmp to every
     read-only root (--read-only-tmpfs, which 4.3 cannot switch off), its libpod create adds none.
-    The same settings as create_body; inspect (compat and libpod) reads them back."""
+    The same settings as create_body; inspect (compat and libpod) reads them back. `ulimits`: for a
+    spec that sets none (a tool's container), else podman's rootful defaults would apply."""
     _podman_owners(spec)
     options = dict(spec.log_options)
     limits = {"pids": {"limit": spec.pids_limit} if spec.pids_limit else None,
@@ -387,5 +402,7 @@ def specgen_body(spec: ContainerSpec) -> dict:
         "devices": [{"path": d} for d in spec.devices] or None,
         "pidns": {"nsmode": spec.pid_mode} if spec.pid_mode else None,
         "groups": list(spec.group_add) or None,
+        # its type is the rlimit's short name: podman adds RLIMIT_ itself
+        "r_limits": [{"type": name, "soft": soft, "hard": hard} for name, soft, hard in spec.ulimits or ulimits] or None,
     }
     return {k: v for k, v in body.items() if v is not None}

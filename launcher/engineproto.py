@@ -65,6 +65,7 @@ class HostSettings:
     log_type: str | None = None
     log_options: dict = field(default_factory=dict)
     tmpfs: dict = field(default_factory=dict)   # target -> mount options
+    ulimits: dict = field(default_factory=dict)  # rlimit's short name (nofile) -> (soft, hard)
 
     @classmethod
     def of(cls, host: dict) -> "HostSettings":
@@ -81,7 +82,10 @@ class HostSettings:
             port_bindings=dict(host.get("PortBindings") or {}), publish_all=bool(host.get("PublishAllPorts")),
             binds=_tuple(host.get("Binds")), pids_limit=host.get("PidsLimit"), memory=host.get("Memory"),
             nano_cpus=host.get("NanoCpus"), log_type=log.get("Type"), log_options=dict(log.get("Config") or {}),
-            tmpfs=dict(host.get("Tmpfs") or {}))
+            tmpfs=dict(host.get("Tmpfs") or {}),
+            # podman names them as its OCI spec does (RLIMIT_NOFILE), Docker as asked (nofile)
+            ulimits={u["Name"].lower().removeprefix("rlimit_"): (u.get("Soft"), u.get("Hard"))
+                     for u in host.get("Ulimits") or []})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,7 +3,9 @@ environment for it); the compiler is a pure function of the policy and these fac
 
 from __future__ import annotations
 
+import functools
 import os
+import resource
 from dataclasses import dataclass
 
 from launcher import cafiles, host, hostpaths
@@ -43,6 +45,9 @@ class HostFacts:
     # podman's API takes a seccomp profile only as a file on the server: seccompfiles' state file
     # ("" unless the engine is podman; the compiler refuses a podman plan without it).
     seccomp_profile: str = ""
+    # This process's hard rlimits (nofile, nproc; -1 unlimited): the engine's runtime, without
+    # CAP_SYS_RESOURCE, cannot give a container more ("error setting rlimit"). () not read.
+    rlimits: tuple[tuple[str, int], ...] = ()
 
 
 def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str = "",
@@ -80,4 +85,12 @@ def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str =
         ca_files=tuple(cafiles.ca_file(given) for given in dict.fromkeys(s.ca_file for s in policy.secrets if s.ca_file)),
         git=git,
         surfaces=None if surfaces is None else tuple(sorted(surfaces.items())),
+        rlimits=hard_rlimits(),
     )
+
+
+@functools.cache   # a process's hard limits only ever go down, and the launcher lowers none
+def hard_rlimits() -> tuple[tuple[str, int], ...]:
+    """This process's hard limits of the rlimits a plan sets (-1: unlimited)."""
+    return tuple((name, resource.getrlimit(which)[1]) for name, which in
+                 (("nofile", resource.RLIMIT_NOFILE), ("nproc", resource.RLIMIT_NPROC)))

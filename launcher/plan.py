@@ -32,6 +32,18 @@ ARP_SYSCTLS = (("net.ipv4.neigh.eth0.mcast_solicit", "2"), ("net.ipv4.neigh.eth0
 # podman leaves the internal network's interface an IPv6 link-local address (Docker turns IPv6 off
 # there): off, as the probe's net.routes requires in proxy mode.
 PODMAN_NO_IPV6 = ("net.ipv6.conf.eth0.disable_ipv6", "1")
+# podman's rootful defaults for the rlimits it always sets (fs.nr_open, and conmon's nproc; 4.3.1
+# recorded), which it does not fit to the limits its runtime may raise to: the plan sets these, each
+# within the host's hard limit, instead (compiler._ulimits).
+PODMAN_RLIMITS = (("nofile", 1048576), ("nproc", 32768))
+
+
+def podman_ulimits(hard: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int, int], ...]:
+    """podman's default rlimits, each at most the host's hard limit (`hard`: name, limit; -1 or
+    absent: unlimited), soft and hard alike as podman's own."""
+    limits = dict(hard)
+    return tuple((name, value, value) for name, default in PODMAN_RLIMITS
+                 for value in [default if limits.get(name, -1) < 0 else min(default, limits[name])])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +98,7 @@ class ProxySpec:
     hosts_entry: bool = False
     # Its output is the egress audit: bounded (about a million requests), never unbounded.
     log_options: tuple[tuple[str, str], ...] = (("max-size", "50m"), ("max-file", "4"))
+    ulimits: tuple[tuple[str, int, int], ...] = ()   # as ContainerSpec.ulimits (podman: podman_ulimits)
 
     def podman_scratch_options(self) -> str:
         """scratch_options for podman 4 (no uid=/gid=: `U` chowns them to the proxy's user, which
@@ -193,6 +206,7 @@ class ContainerSpec:
     # internal network, which has no DNS server there (launcher.egress.proxy pins it at launch)
     extra_hosts: tuple[str, ...] = ()
     sysctls: tuple[tuple[str, str], ...] = ()   # the sandbox's own network namespace's (HostConfig.Sysctls)
+    ulimits: tuple[tuple[str, int, int], ...] = ()   # (name, soft, hard), HostConfig.Ulimits; () the engine's own
     runtime: str = "runc"           # the engine's name of the OCI runtime (HostConfig.Runtime), always explicit
     # The engine's copy of the output (json-file, rotated): the launcher streams it anyway, so a
     # small one bounds what an agent printing forever can leave on the host's disk.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 
 # The capabilities podman reports as dropped for a cap_drop of ALL (its default_capabilities).
+from launcher.plan import PODMAN_RLIMITS
 from launcher.verify import PODMAN_DEFAULT_CAPS, podman_local_name
 
 
@@ -38,6 +39,10 @@ def compat_inspect_of(spec: dict, ref: str, image: dict) -> dict:
         "Sysctls": None, "ExtraHosts": spec.get("hostadd") or [],   # its inspects report no sysctl
         "GroupAdd": spec.get("groups") or [],
         "Devices": [d["path"] for d in spec.get("devices") or []], "LogConfig": {"Type": "json-file", "Config": {}},
+        # named as its OCI spec names them; its rootful defaults for the ones the body does not set
+        "Ulimits": [{"Name": f"RLIMIT_{name.upper()}", "Soft": soft, "Hard": hard} for name, (soft, hard) in
+                    {**{n: (v, v) for n, v in PODMAN_RLIMITS},
+                     **{r["type"]: (r["soft"], r["hard"]) for r in spec.get("r_limits") or []}}.items()],
     }
     env = [f"{k}={v}" for k, v in (spec.get("env") or {}).items()] + ["HOSTNAME=x", "container=podman"]
     if "TERM" not in (spec.get("env") or {}):   # containers.conf's default env, where the plan has none

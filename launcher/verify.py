@@ -192,6 +192,10 @@ def compare_inspect(spec: ContainerSpec, info: ContainerInfo, image_env: list[st
     want("PidsLimit", spec.pids_limit, host.pids_limit)
     want("Memory", spec.memory_bytes, host.memory)
     want("NanoCpus", spec.nano_cpus, host.nano_cpus)
+    # The rlimits the plan sets (podman's, within the host's), exactly; one it leaves to the engine
+    # (all of Docker's, dockerd's defaults) is not the plan's to compare.
+    want("Ulimits", {name: (soft, hard) for name, soft, hard in spec.ulimits},
+         {name: value for name, value in host.ulimits.items() if name in {u[0] for u in spec.ulimits}})
     if podman:   # its one log file is cut at Size; max-file has no podman meaning
         want("LogConfig", ("json-file", _podman_size(dict(spec.log_options).get("max-size", ""))),
              (host.log_type, info.podman_log_size))

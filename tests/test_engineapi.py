@@ -54,6 +54,7 @@ def sdk_body(spec) -> dict:
         mem_limit=spec.memory_bytes, memswap_limit=spec.memory_bytes, nano_cpus=spec.nano_cpus,
         devices=list(spec.devices) or None, pid_mode=spec.pid_mode or None, dns=list(spec.dns) or None,
         group_add=list(spec.group_add) or None, sysctls=dict(spec.sysctls) or None,
+        ulimits=[docker.types.Ulimit(name=n, soft=s, hard=h) for n, s, h in spec.ulimits] or None,
         log_config=docker.types.LogConfig(type="json-file", config=dict(spec.log_options)),
         runtime=spec.runtime, stdin_open=False, tty=False)
     return sent
@@ -63,7 +64,8 @@ VARIANTS = {
     "untrusted bind": {},
     "tamper fields": {"devices": ("/dev/fuse", "/dev/sda:/dev/xda:r"), "pid_mode": "host", "group_add": ("0",),
                       "cap_add": ("SYS_ADMIN",), "dns": ("10.0.0.2",), "runtime": "runsc",
-                      "sysctls": (("net.ipv4.neigh.eth0.mcast_solicit", "2"),)},
+                      "sysctls": (("net.ipv4.neigh.eth0.mcast_solicit", "2"),),
+                      "ulimits": (("nofile", 1024, 4096), ("nproc", 512, 512))},
     "volumes and limits": {"mounts": (Mount(kind=MountKind.VOLUME, target="/home/agent", read_only=False,
                                             source="home", no_copy=True),
                                       Mount(kind=MountKind.VOLUME, target="/x", read_only=True, source="v"),

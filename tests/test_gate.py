@@ -24,6 +24,7 @@ from launcher.compiler import compile_policy
 from launcher.errors import ProbeFailed
 from launcher.model import HomeMode, WorkspaceMode
 from launcher.plan import unwatched
+from launcher.selftest import testnet
 
 pytestmark = pytest.mark.engine
 MARKER = "AGENT-RAN"
@@ -57,7 +58,8 @@ def probe_volume(engine):
         sdk.volumes.create(name, labels={label.MANAGED: "1", label.PROBE_BUSYBOX: busybox_sha})
         made.append(name)
         helper = sdk.containers.create(images.probe_image().tag, ["/src/busybox", "chmod", "555", "/p"], user="0:0",
-                                       network_mode="none", volumes={real.name: {"bind": "/src", "mode": "ro"},
+                                       network_mode="none", ulimits=testnet.podman_ulimits(engine),
+                                       volumes={real.name: {"bind": "/src", "mode": "ro"},
                                                                      name: {"bind": "/p", "mode": "rw"}})
         try:   # the real files first, then the changed ones over them; the directory as the launcher's
             helper.put_archive("/p", b"".join(sdk.api.get_archive(helper.id, "/src/busybox")[0]))

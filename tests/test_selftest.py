@@ -12,7 +12,7 @@ import pytest
 
 from conftest import docker_sdk
 from launcher import images, scan
-from launcher.selftest import scratch
+from launcher.selftest import scratch, testnet
 from launcher.selftest import runner as st
 from launcher.selftest import cases as sc
 
@@ -165,6 +165,7 @@ def _weak_run(engine, tmp_path, workspace, mode, network, extra_env=None, cases=
         host_config = api.create_host_config(
             network_mode=network, pid_mode="host", cap_add=["ALL"], cap_drop=["SYS_RESOURCE"], shm_size="600m",
             security_opt=["seccomp=unconfined", "apparmor=unconfined"], tmpfs={"/tmp": "size=8m"},
+            ulimits=testnet.podman_ulimits(engine),
             devices=["/dev/null:/dev/mem:r", "/dev/loop0:/dev/loop0:r"],
             binds={"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "ro"},
                    images.probe_volume_name(): {"bind": "/.sandbox/probe", "mode": "rw"},

@@ -7,7 +7,7 @@ import os
 import time
 
 from launcher import labels as label
-from launcher import images
+from launcher import engineapi, images
 from launcher.engine import Engine
 from launcher.errors import EngineError
 
@@ -23,6 +23,12 @@ def ensure_upstream(engine: Engine) -> str:
     if not engine.image_exists(image.tag):
         engine.build(str(image.context), image.tag, LABELS, lambda line: None)
     return image.tag
+
+
+def podman_ulimits(engine: Engine) -> list[dict] | None:
+    """A container's HostConfig.Ulimits that podman can set here (podman's defaults within this
+    host's hard limits, engineapi.host_ulimits); None on Docker, whose own always can."""
+    return engineapi.ulimits(engineapi.host_ulimits()) if engine.podman else None
 
 
 class Internet:
@@ -51,7 +57,7 @@ class Internet:
             self.image, name=f"{self.network}-{name}", labels=LABELS,
             environment={"UPSTREAM_NAME": name, "UPSTREAM_PAYLOAD": str(64 << 20),
                          "UPSTREAM_OPEN_PROXY": "1" if self.open_proxy and name == "upstream" else ""},
-            host_config=api.create_host_config(network_mode=self.network),
+            host_config=api.create_host_config(network_mode=self.network, ulimits=podman_ulimits(self.engine)),
             networking_config=api.create_networking_config({self.network: api.create_endpoint_config(aliases=list(aliases))}))["Id"]
         api.start(ref)
         deadline = time.monotonic() + 30
