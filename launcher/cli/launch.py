@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
@@ -146,30 +145,12 @@ def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str
         output.emit(output.envelope(up_fields(started), sandbox=started.sandbox))
     if no_shell:
         return
-    if not on_terminal():
+    if not output.on_terminal():
         output.status(f"no terminal for an interactive shell; use `sandbox exec {started.sandbox} -- CMD`")
         return
     from launcher import engine, terminal
 
     sys.exit(terminal.attach(engine.connect(), started.sandbox, list(started.planned.policy.command)))
-
-
-def on_terminal() -> bool:
-    return sys.stdin.isatty() and sys.stdout.isatty()
-
-
-def attach(name: str | None, argv: list[str], command: str) -> int:
-    """`argv` on a terminal in the running sandbox `name` (none: the current workspace's), after the
-    line on when it was last proven; its exit code."""
-    from launcher import engine, proven, sandboxes, terminal
-
-    connected = engine.connect()
-    item = sandboxes.chosen(connected, name, os.path.realpath("."))
-    if not on_terminal():
-        raise click.UsageError(f"{command} needs a terminal (stdin and stdout); "
-                               f"a script runs `sandbox exec {item.name} -- CMD`")
-    output.status(proven.said(item.name))
-    return terminal.attach(connected, item.id, argv)
 
 
 @click.command(short_help="Open a shell in a running sandbox.")
@@ -188,7 +169,7 @@ def shell(name: str | None) -> None:
     """
     from launcher import terminal
 
-    sys.exit(attach(name, list(terminal.SHELL), "sandbox shell"))
+    sys.exit(output.attach(name, list(terminal.SHELL), "sandbox shell"))
 
 
 def up_fields(started) -> dict:

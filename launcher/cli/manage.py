@@ -8,7 +8,7 @@ import click
 
 from launcher.cli import complete
 from launcher.cli.options import down_strict_option, json_option, name_argument
-from launcher.cli.output import Console, emit, envelope, error, print_blocked, print_changes
+from launcher.cli.output import Console, attach, emit, envelope, error, print_blocked, print_changes
 from launcher.errors import ExitCode
 from launcher.values import show, visible
 
@@ -35,8 +35,6 @@ def exec_(interactive: bool, tty: bool, name: str, command: tuple[str, ...], as_
     if interactive or tty:
         if not (interactive and tty) or as_json:
             raise click.UsageError("-i and -t go together (-it: COMMAND on a terminal of its own), without --json")
-        from launcher.cli.launch import attach
-
         sys.exit(attach(name, list(command), "sandbox exec -it"))
     code = sandboxes.exec_in(engine.connect(), name, list(command),
                              Console(agent_stdout=sys.stderr.buffer if as_json else None), say_proven=True)

@@ -1,11 +1,13 @@
 """What the CLI writes: for people, status lines, colour (only on a terminal, NO_COLOR unset or
 empty, TERM not dumb; --json, reports, step summaries and pipes stay plain), the launch listener;
-for programs, the --json objects and the envelope they share (docs/library.md#the---json-envelope)."""
+for programs, the --json objects and the envelope they share (docs/library.md#the---json-envelope);
+and the terminal `shell` and `exec -it` open in a running sandbox."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 
 import click
@@ -202,3 +204,22 @@ def failed(exc: BaseException, exit_code: int) -> None:
     meta = click.get_current_context().meta
     if meta.get(JSON_COMMAND) and not meta.get(JSON_DONE):
         emit(envelope(details(exc), exit_code=exit_code, error=said(exc), command=meta[JSON_COMMAND]))
+
+
+def on_terminal() -> bool:
+    """Whether stdin and stdout are both a terminal (an interactive shell needs both)."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def attach(name: str | None, argv: list[str], command: str) -> int:
+    """`argv` on a terminal in the running sandbox `name` (none: the current workspace's), after the
+    line on when it was last proven; its exit code."""
+    from launcher import engine, proven, sandboxes, terminal
+
+    connected = engine.connect()
+    item = sandboxes.chosen(connected, name, os.path.realpath("."))
+    if not on_terminal():
+        raise click.UsageError(f"{command} needs a terminal (stdin and stdout); "
+                               f"a script runs `sandbox exec {item.name} -- CMD`")
+    status(proven.said(item.name))
+    return terminal.attach(connected, item.id, argv)
