@@ -9,7 +9,7 @@ import threading
 from contextlib import contextmanager, suppress
 from typing import Callable, Iterator
 
-from launcher import engineapi, engineid, labels as label
+from launcher import enginebodies, engineapi, engineid, labels as label
 from launcher.engineapi import path_of
 from launcher.engineproto import ContainerInfo, ContainerSummary, NetworkInfo, VolumeInfo
 from launcher.errors import EngineError, NotFound, over_limit
@@ -167,7 +167,7 @@ class Engine:
             filler = self._json(f"filling volume {name}", "POST", "/containers/create", body={
                 "Image": image, "Cmd": [f"{path}/busybox", "true"], "Labels": labels, "HostConfig": {
                     "NetworkMode": "none", "Mounts": [{"Type": "volume", "Source": name, "Target": path}],
-                    **({"Ulimits": engineapi.ulimits(engineapi.host_ulimits())} if self.podman else {})}})["Id"]
+                    **({"Ulimits": enginebodies.ulimits(enginebodies.host_ulimits())} if self.podman else {})}})["Id"]
             self.start(filler)
             if (code := self.wait(filler)) != 0:
                 raise EngineError(f"filling volume {name} from {image}: exit code {code}")
@@ -197,15 +197,15 @@ class Engine:
 
     # containers
     def create(self, spec: ContainerSpec) -> str:   # podman: its libpod create (compat adds /run, /tmp, /var/tmp)
-        path, params, body = (("/libpod/containers/create", None, engineapi.specgen_body(spec, engineapi.host_ulimits()))
-                              if self.podman else ("/containers/create", {"name": spec.name}, engineapi.create_body(spec)))
+        path, params, body = (("/libpod/containers/create", None, enginebodies.specgen_body(spec, enginebodies.host_ulimits()))
+                              if self.podman else ("/containers/create", {"name": spec.name}, enginebodies.create_body(spec)))
         return self._json(f"creating container {spec.name}", "POST", path, params, body=body)["Id"]
 
     def create_proxy(self, spec: ProxySpec, secrets: dict[str, str] | None = None,
                      egress_ready: Callable[[], None] = lambda: None, address: str = "") -> str:
         """The egress proxy (unprivileged, read-only root, no capabilities), `secrets` in its environment, on
         both networks (egress joined once `egress_ready` returns); `address`: a fixed one, no DNS alias."""
-        body = engineapi.proxy_body(spec, {**proxy_env(spec), **(secrets or {})}, address, podman=self.podman)
+        body = enginebodies.proxy_body(spec, {**proxy_env(spec), **(secrets or {})}, address, podman=self.podman)
         ref = self._json(f"creating proxy {spec.name}", "POST", "/containers/create", {"name": spec.name},
                          body=body)["Id"]
         egress_ready()
@@ -223,10 +223,10 @@ class Engine:
     # networks
     def create_network(self, spec: NetworkSpec, subnet: str = "") -> str | None:
         """The network's subnet (`subnet`, or podman's choice; "" for Docker's); None when `subnet` overlaps
-        another's (nothing created). podman: engineapi.podman_network_body (no gateway or DNS)."""
+        another's (nothing created). podman: enginebodies.podman_network_body (no gateway or DNS)."""
         podman = self.podman
-        path, body = (("/libpod/networks/create", engineapi.podman_network_body(spec, subnet)) if podman else
-                      ("/networks/create", engineapi.network_body(spec, subnet)))
+        path, body = (("/libpod/networks/create", enginebodies.podman_network_body(spec, subnet)) if podman else
+                      ("/networks/create", enginebodies.network_body(spec, subnet)))
         try:
             made = self._json(f"creating network {spec.name}", "POST", path, body=body)
         except EngineError as exc:
@@ -236,7 +236,7 @@ class Engine:
         if not podman:
             return subnet
         try:
-            return engineapi.podman_network_subnet(spec, made, subnet)
+            return enginebodies.podman_network_subnet(spec, made, subnet)
         except EngineError:
             self.remove_network(spec.name)   # fail closed: never leave a network that is not as asked
             raise
@@ -392,9 +392,7 @@ class Engine:
         self._post("resizing a terminal", "/exec/{}/resize", exec_id, {"h": rows, "w": columns})
 
     def exec_running(self, exec_id: str) -> bool:
-        with _mapped("inspecting a relay"):
-            return bool(self.client.api.exec_inspect(exec_id)["Running"])
+        return bool(self._json("inspecting a relay", "GET", path_of("/exec/{}/json", exec_id))["Running"])
 
     def exec_exit_code(self, exec_id: str) -> int:
-        with _mapped("reading the exit code"):
-            return int(self.client.api.exec_inspect(exec_id)["ExitCode"] or 0)
+        return int(self._json("reading the exit code", "GET", path_of("/exec/{}/json", exec_id))["ExitCode"] or 0)

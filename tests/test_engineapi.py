@@ -14,7 +14,7 @@ from conftest import fake_facts, untrusted_bind
 from launcher import engineapi
 from launcher.compiler import compile_policy
 from launcher.engine import Engine
-from launcher.engineapi import create_body
+from launcher.enginebodies import create_body
 from launcher.errors import EngineError, NotFound
 from launcher.plan import Mount, MountKind
 

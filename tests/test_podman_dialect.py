@@ -10,7 +10,7 @@ import pytest
 
 from conftest import fake_facts, untrusted_bind
 from launcher.compiler import compile_policy
-from launcher.engineapi import specgen_body
+from launcher.enginebodies import specgen_body
 from launcher.enginefake import FakeEngine
 from launcher.errors import EngineError
 from launcher.plan import MountKind

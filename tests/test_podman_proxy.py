@@ -15,7 +15,7 @@ from conftest import fake_facts, preset
 from fakes import Recorder
 from launcher import checks, engineid, launch
 from launcher.compiler import compile_policy
-from launcher.engineapi import podman_network_body, podman_network_subnet
+from launcher.enginebodies import podman_network_body, podman_network_subnet
 from launcher.enginefake import FakeEngine, _answer
 from launcher.errors import EngineError
 from launcher.plan import PODMAN_NO_IPV6, pinned_proxy

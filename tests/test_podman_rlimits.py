@@ -13,7 +13,7 @@ import pytest
 from conftest import fake_facts, preset, untrusted_bind
 from launcher import engineid, hostfacts
 from launcher.compiler import compile_policy
-from launcher.engineapi import create_body, host_ulimits, proxy_body, specgen_body
+from launcher.enginebodies import create_body, host_ulimits, proxy_body, specgen_body
 from launcher.engineproto import HostSettings
 from launcher.plan import PODMAN_RLIMITS, podman_ulimits
 from test_podman_specgen import created

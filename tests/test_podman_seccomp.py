@@ -14,7 +14,7 @@ import pytest
 from conftest import fake_facts, preset, untrusted_bind
 from launcher import engineid, pipeline, runtimes, seccompfiles
 from launcher.compiler import PODMAN_MARKER, compile_policy
-from launcher.engineapi import specgen_body
+from launcher.enginebodies import specgen_body
 from launcher.errors import EngineError, PolicyError
 from launcher.model import Runtime
 from test_podman_specgen import created

@@ -127,7 +127,7 @@ LAYERS = (
     ("host facts", {"hostpaths", "hostfiles", "host", "cafiles", "statefiles", "hostgit", "gitdirs", "gitgraph", "gitscan",
                     "scan", "engineid", "hostfacts"}),
     ("plan", {"plan", "squidconf", "checks", "runtimes", "trustfiles", "refusals", "lifetime", "compiler"}),
-    ("engine", {"engineproto", "engineapi", "engine", "enginefake", "hostengines", "subnets", "images"}),
+    ("engine", {"engineproto", "engineapi", "enginebodies", "engine", "enginefake", "hostengines", "subnets", "images"}),
     ("egress", {"egress", "egress.audit", "egress.proxy"}),
 )
 

@@ -7,7 +7,7 @@ import os
 import time
 
 from launcher import labels as label
-from launcher import engineapi, images
+from launcher import enginebodies, images
 from launcher.engine import Engine
 from launcher.errors import EngineError
 
@@ -27,8 +27,8 @@ def ensure_upstream(engine: Engine) -> str:
 
 def podman_ulimits(engine: Engine) -> list[dict] | None:
     """A container's HostConfig.Ulimits that podman can set here (podman's defaults within this
-    host's hard limits, engineapi.host_ulimits); None on Docker, whose own always can."""
-    return engineapi.ulimits(engineapi.host_ulimits()) if engine.podman else None
+    host's hard limits, enginebodies.host_ulimits); None on Docker, whose own always can."""
+    return enginebodies.ulimits(enginebodies.host_ulimits()) if engine.podman else None
 
 
 class Internet:
