@@ -99,10 +99,23 @@ def _resize(resize: Callable[[int, int], None], fd: int, first: bool = False) ->
             time.sleep(0.01 * (attempt + 1))
 
 
+# Engines before API 1.42 (Docker 20.10) ignore an exec's ConsoleSize: its terminal is 0x0 until the
+# first resize, which races the command's start. The command waits for it (at most 2 s; none when
+# the image has no stty, whose `stty size` then prints nothing).
+_WAIT_FOR_SIZE = ('i=0; while [ "$(stty size 2>/dev/null)" = "0 0" ] && [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); '
+                  'done; exec "$@"')
+
+
+def sized(argv: list[str]) -> list[str]:
+    """`argv`, started once its terminal has the size the launcher sends."""
+    return ["sh", "-c", _WAIT_FOR_SIZE, "sh", *argv]
+
+
 def attach(engine: Engine, ref: str, argv: list[str], stdin: int = 0, stdout: int = 1) -> int:
     """Run `argv` in the running container `ref` on a terminal (its user, working directory and
     environment) relayed to the user's; its exit code."""
-    exec_id, sock = engine.exec_tty(ref, list(argv), size(stdin))
+    rows_columns = size(stdin)
+    exec_id, sock = engine.exec_tty(ref, sized(list(argv)) if all(rows_columns) else list(argv), rows_columns)
     try:
         relay(sock, lambda rows, columns: engine.exec_resize(exec_id, rows, columns), stdin, stdout)
     finally:

@@ -194,7 +194,7 @@ def test_the_relay_passes_keys_ctrl_c_and_the_size_and_returns_the_commands_code
         assert b"ready> " in seen["prompt"] and b"got hello" in seen["echo"]
         assert b"^C seen, still here" in seen["interrupt"]   # a byte to the command: no KeyboardInterrupt here
         assert fake.resizes[0] == (30, 100) and (50, 160) in fake.resizes
-        assert fake.argvs == [list(terminal.SHELL)] and b"bye" in seen["end"]
+        assert fake.argvs == [terminal.sized(list(terminal.SHELL))] and b"bye" in seen["end"]
         assert termios.tcgetattr(user_fd) == before   # raw mode undone
         assert signal.getsignal(signal.SIGWINCH) in (signal.SIG_DFL, None)
     finally:
