@@ -298,7 +298,7 @@ def checkpoint(name: str, message: str, max_copy_size: int | None, as_json: bool
 @_COPY
 @json_option("Every checkpoint as JSON on stdout (an array).")
 def checkpoints(name: str, as_json: bool) -> None:
-    """List the checkpoints of the copy NAME (0: the copy as made; one at the end of each run).
+    """List the checkpoints of the copy NAME (0: the copy as made, or a fork's start; one at the end of each run).
 
     \b
     Example:
