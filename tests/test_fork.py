@@ -20,8 +20,8 @@ ORIGIN = {label.MANAGED: "1", label.KIND: "copy", label.COPY: "a", label.WORKSPA
 TAKEN = json.dumps({"id": 3, "changes": 2, "clean": False}).encode()   # what the checkpoint and the fork tool say
 
 
-def engine(exit_code: int = 0, copies=("a",)) -> FakeEngine:
-    eng = FakeEngine(output=[(TAKEN, None)], exit_code=exit_code, images={"sandbox/agent:bookworm": {}})
+def engine(exit_code: int = 0, copies=("a",), said: bytes = TAKEN) -> FakeEngine:
+    eng = FakeEngine(output=[(said, None)], exit_code=exit_code, images={"sandbox/agent:bookworm": {}})
     for name in copies:
         for part in ("base", "upper", "tree"):
             eng.create_volume(f"{name}-{part}", {**ORIGIN, label.COPY: name})
@@ -41,7 +41,7 @@ def test_a_fork_is_a_copy_of_the_same_workspace_and_trust_with_volumes_of_its_ow
     for part in ("base", "upper", "tree"):
         labels = eng.volumes[f"b-{part}"]["Labels"]
         assert labels == {**ORIGIN, label.COPY: "b", label.OWNER_PID: labels[label.OWNER_PID], label.FORKED: "a@3"}
-    assert eng.created[-1]["Cmd"][-3:] == ["fork", "a", "3"] and eng.created[-1]["HostConfig"]["NetworkMode"] == "none"
+    assert eng.created[-1]["Cmd"][-5:] == ["fork", "a", "3", "--limit", str(8 << 30)] and eng.created[-1]["HostConfig"]["NetworkMode"] == "none"
     assert mounts(eng) == {"b-base": ("/base", False), "b-upper": ("/v", False),
                            "a-base": ("/from/base", True), "a-upper": ("/from/v", True)}
     tree = eng.volumes["b-tree"]["Options"]["o"]
@@ -89,6 +89,19 @@ def test_a_fork_that_fails_midway_removes_what_it_made_and_keeps_the_origin(monk
         fork.fork(eng, "a", "b", at=3)
     assert sorted(eng.removed_volumes) == ["b-base", "b-upper"]
     assert sorted(eng.volumes) == ["a-base", "a-tree", "a-upper"] and eng.containers == {}
+
+
+def test_a_fork_of_changes_over_the_copy_cap_makes_nothing(monkeypatch):
+    from launcher.copies import store
+    from launcher.copies.limits import Limits
+
+    monkeypatch.setattr(store, "checkpoints", lambda eng, name: [{"id": 3}])
+    eng = engine(said=json.dumps({"refused": {"usage": 5 << 20, "limit": 1 << 20}}).encode())
+    with pytest.raises(PolicyError, match="a fork copies them") as refused:
+        fork.fork(eng, "a", "b", at=3, limits=Limits(copy_bytes=1 << 20))
+    assert "5.0 MiB" in str(refused.value) and "nothing was made" in str(refused.value)
+    assert eng.created[-1]["Cmd"][-2:] == ["--limit", str(1 << 20)]
+    assert sorted(eng.removed_volumes) == ["b-base", "b-upper"] and sorted(eng.volumes) == ["a-base", "a-tree", "a-upper"]
 
 
 def test_a_forks_conflict_says_where_the_shared_work_came_from(monkeypatch):

@@ -77,6 +77,8 @@ def test_two_agents_on_two_forks_and_the_second_apply_refuses_what_both_changed(
         assert f"{b} is a fork of {a}@" in refused.stderr and "--to BRANCH" in refused.stderr
         assert "a-only.txt" not in refused.stderr   # what A wrote and B holds alike is no conflict
         assert snapshot(repo) == before              # all or nothing: b-only.txt did not arrive either
+        discard(a)                                   # the fork outlives its origin
+        assert set(changed(b)) == {"README.md", "a-only.txt", "b-only.txt"}
     finally:
         for name in (a, b, pristine):
             discard(name)

@@ -506,18 +506,22 @@ def rewind(number, limit=None):
     return before
 
 
-def fork(origin, number):
+def fork(origin, number, limit=None):
     """This copy (/base and /v, empty) as a fork of the copy `origin` (/from/base and /from/v,
     read-only) at its checkpoint `number`: the same base, whose changes are diffed against, and that
     checkpoint as its upper layer and its own checkpoint 0. Nothing is shared with the origin:
     cp -a copies owners, modes, the overlay's user.* markers and its whiteouts (--reflink=auto
-    shares a file's blocks copy-on-write where the filesystem can, btrfs or XFS; else it copies)."""
+    shares a file's blocks copy-on-write where the filesystem can, btrfs or XFS; else it copies).
+    `limit`: refuse, copying nothing, when the checkpoint takes more bytes on disk."""
     source = f"/from/v/checkpoints/{number}"
     try:
         with open(f"{source}/meta.json") as data:
             known = json.load(data).get("changes")
     except FileNotFoundError:
         sys.exit(f"{origin} has no checkpoint {number}")
+    usage = _usage(f"{source}/tree") if limit is not None else 0
+    if limit is not None and usage > limit:
+        return json.dump({"refused": {"usage": usage, "limit": limit}}, sys.stdout)
     subprocess.run(["cp", "-a", "--reflink=auto", "/from/base/.", "/base/"], check=True)
     root = os.stat("/from/base")   # the workspace root's owner and mode, as the copy was made
     os.chown("/base", root.st_uid, root.st_gid)
@@ -552,7 +556,7 @@ def main(argv):
     elif op == "checkpoints":
         json.dump(checkpoints(), sys.stdout)
     elif op == "fork":
-        fork(argv[1], int(argv[2]))
+        fork(argv[1], int(argv[2]), _option(argv[3:], "--limit"))
     elif op == "rewind":
         json.dump(rewind(int(argv[1]), _option(argv[2:], "--limit")), sys.stdout)
     else:

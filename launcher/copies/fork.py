@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from launcher import labels as label
 from launcher.copies import store
-from launcher.copies.limits import Limits
+from launcher.copies.limits import Limits, human
 from launcher.engineproto import Engine
 from launcher.errors import EngineError, NotFound, PolicyError, Problem
 from launcher.plan import Mount, MountKind
@@ -76,9 +76,16 @@ def fork(engine: Engine, name: str, new: str, at: int | None = None, limits: Lim
         mounts = [_volume(f"{new}-base", "/base", False), _volume(f"{new}-upper", "/v", False),
                   _volume(f"{name}-base", "/from/base", True), _volume(f"{name}-upper", "/from/v", True),
                   Mount(kind=MountKind.TMPFS, target="/tmp", read_only=False, size_bytes=64 << 20)]
-        answer = run_tool(engine, name=new, entrypoint=("python3", "-c", store.TOOL), argv=["fork", name, str(at)],
-                          mounts=mounts, caps=store.TOOL_CAPS, labels={label.COPY: new},
+        answer = run_tool(engine, name=new, entrypoint=("python3", "-c", store.TOOL),
+                          argv=["fork", name, str(at), "--limit", str(limits.copy_bytes)], mounts=mounts, caps=store.TOOL_CAPS, labels={label.COPY: new},
                           what=f"forking {name} at checkpoint {at} as {new}", timeout=store.COPY_SECONDS)
+        taken = json.loads(answer or b"{}")
+        if "refused" in taken:
+            usage = taken["refused"]["usage"]
+            raise PolicyError([Problem(
+                file=f"copy {name}", path=f"checkpoint {at}", found=f"{human(usage)} ({usage} bytes); nothing was made",
+                expected=f"changes of at most {human(limits.copy_bytes)} on disk (--max-copy-size: a fork copies them)",
+                hint="the same command with --max-copy-size SIZE, a larger SIZE")])
         base, upper = (engine.volume_info(f"{new}-{part}").mountpoint for part in ("base", "upper"))
         made.append(engine.create_volume(f"{new}-tree", labels, store.tree_options(base, upper)).name)
     except BaseException:
@@ -88,6 +95,5 @@ def fork(engine: Engine, name: str, new: str, at: int | None = None, limits: Lim
             except EngineError:
                 pass
         raise
-    taken = json.loads(answer or b"{}")
     return Forked(name=new, origin=name, checkpoint=at, workspace=copy.workspace, changes=taken.get("changes"),
                   seconds=time.monotonic() - started)
