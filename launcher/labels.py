@@ -17,6 +17,7 @@ HOME = f"{PREFIX}.home"                          # home.mode volume: the home vo
 PROFILE = f"{PREFIX}.profile"                    # a home volume's agent profile
 TRUST = f"{PREFIX}.trust"                        # a home volume's or copy's trust key (trustlevel.key)
 PROTECTED = f"{PREFIX}.protected"                # a copy's volumes: JSON list of paths `apply` never carries back
+FORKED = f"{PREFIX}.forked"                      # a fork's volumes (`sandbox fork`): "ORIGIN@CHECKPOINT" it was made from
 CONTEXT = f"{PREFIX}.context"                    # images with a fixed tag: the hash of the build context
 PLACEHOLDERS = f"{PREFIX}.placeholders"          # JSON list of mount points created in the workspace
 SESSION = f"{PREFIX}.session"                    # up: "SESSION IDLE", limits.session and limits.idle in seconds

@@ -129,6 +129,8 @@ LAYERS = (
     ("plan", {"plan", "squidconf", "checks", "runtimes", "trustfiles", "refusals", "lifetime", "compiler"}),
     ("engine", {"engineproto", "engineapi", "enginebodies", "engine", "enginefake", "hostengines", "subnets", "images"}),
     ("egress", {"egress", "egress.audit", "egress.proxy"}),
+    ("copies", {"copies", "copies.store", "copies.fill", "copies.review", "copies.export", "copies.finaltree",
+                "copies.apply", "copies.branch", "copies.limits", "copies.fork"}),
 )
 
 

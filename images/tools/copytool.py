@@ -304,9 +304,9 @@ def add_file(tar, arcname, data):
     tar.addfile(info, _Runs(data, runs))
 
 
-def _meta():
+def _meta(path="/v/meta.json"):
     try:
-        with open("/v/meta.json") as data:
+        with open(path) as data:
             return json.load(data)
     except FileNotFoundError:
         return {}
@@ -442,17 +442,18 @@ def _unknown():
     os.rename("/v/.state.tmp", "/v/state.json")
 
 
-def checkpoint(message, limit=None, reuse=False, reviewed=False):
+def checkpoint(message, limit=None, reuse=False, reviewed=False, known=None):
     """A copy of the upper layer as checkpoints/N (a quiet tree: the launcher paused its users).
     `limit`: refuse when the upper layer takes more bytes on disk (the copy would double them);
     `reuse`: an existing checkpoint of the same tree instead of a new one; `reviewed`: record it
-    as the one `diff` showed. Its answer says how many changes the copy holds ("changes") and
-    whether no checkpoint ever held one ("clean"); v/state.json keeps both."""
+    as the one `diff` showed; `known`: the change count, counted already (a fork's first). Its answer
+    says how many changes the copy holds ("changes") and whether no checkpoint ever held one
+    ("clean"); v/state.json keeps both."""
     usage = _usage("/v/upper") if limit is not None else 0
     if limit is not None and usage > limit:
         return {"refused": {"usage": usage, "limit": limit}}
     _unknown()   # until this checkpoint has counted: a tool that fails now leaves "not known", not a stale count
-    count = _count()
+    count = _count() if known is None else known
     digest = _digest("/v/upper") if reuse else None
     same = [c for c in checkpoints() if c.get("digest") == digest] if reuse else []
     if same:
@@ -505,6 +506,34 @@ def rewind(number, limit=None):
     return before
 
 
+def fork(origin, number, limit=None):
+    """This copy (/base and /v, empty) as a fork of the copy `origin` (/from/base and /from/v,
+    read-only) at its checkpoint `number`: the same base, whose changes are diffed against, and that
+    checkpoint as its upper layer and its own checkpoint 0. Nothing is shared with the origin:
+    cp -a copies owners, modes, the overlay's user.* markers and its whiteouts (--reflink=auto
+    shares a file's blocks copy-on-write where the filesystem can, btrfs or XFS; else it copies).
+    `limit`: refuse, copying nothing, when the checkpoint takes more bytes on disk."""
+    source = f"/from/v/checkpoints/{number}"
+    try:
+        with open(f"{source}/meta.json") as data:
+            known = json.load(data).get("changes")
+    except FileNotFoundError:
+        sys.exit(f"{origin} has no checkpoint {number}")
+    usage = _usage(f"{source}/tree") if limit is not None else 0
+    if limit is not None and usage > limit:
+        return json.dump({"refused": {"usage": usage, "limit": limit}}, sys.stdout)
+    subprocess.run(["cp", "-a", "--reflink=auto", "/from/base/.", "/base/"], check=True)
+    root = os.stat("/from/base")   # the workspace root's owner and mode, as the copy was made
+    os.chown("/base", root.st_uid, root.st_gid)
+    os.chmod("/base", stat.S_IMODE(root.st_mode))
+    subprocess.run(["cp", "-a", "--reflink=auto", f"{source}/tree", "/v/upper"], check=True)
+    for name in ("work", "checkpoints"):
+        os.makedirs(f"/v/{name}")
+    with open("/v/meta.json", "w") as out:   # "head": what `apply --to` commits on top of, the origin's
+        json.dump(dict(_meta("/from/v/meta.json"), forked={"from": origin, "checkpoint": number}), out)
+    json.dump(checkpoint(f"forked from {origin} at its checkpoint {number}", known=known), sys.stdout)
+
+
 def _option(argv, name, default=None):
     """--name N of the options (after the operation's positional arguments)."""
     return int(argv[argv.index(name) + 1]) if name in argv else default
@@ -526,6 +555,8 @@ def main(argv):
         json.dump(checkpoint(argv[1], _option(flags, "--limit"), "--reuse" in flags, "--reviewed" in flags), sys.stdout)
     elif op == "checkpoints":
         json.dump(checkpoints(), sys.stdout)
+    elif op == "fork":
+        fork(argv[1], int(argv[2]), _option(argv[3:], "--limit"))
     elif op == "rewind":
         json.dump(rewind(int(argv[1]), _option(argv[2:], "--limit")), sys.stdout)
     else:

@@ -1,4 +1,4 @@
-"""Copy mode's commands: diff, apply, discard, checkpoint, checkpoints, rewind."""
+"""Copy mode's commands: diff, apply, discard, checkpoint, checkpoints, rewind, fork."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 import click
 
 from launcher.cli import complete
-from launcher.cli.options import json_option, name_argument
+from launcher.cli.options import json_option, name_argument, new_name
 from launcher.cli.output import Console, emit, envelope
 
 _COPY = name_argument(complete.COPIES)
@@ -162,12 +162,30 @@ def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...
             if as_json:
                 emit(envelope(done | {"branch": branch, "commit": commit, "committed": len(exported.applicable)}))
             return
-        written, already = apply.apply_to_tree(copy.workspace, exported)
+        written, already = _forks_told(eng, name, lambda: apply.apply_to_tree(copy.workspace, exported))
     click.echo(f"sandbox: applied {written} changes of checkpoint {number} to {copy.workspace}"
                + (f" ({already} were there already)" if already else "")
                + (f"; {len(refused) - len(remaining)} refused" if len(refused) > len(remaining) else "") + left, err=True)
     if as_json:
         emit(envelope(done | {"written": written, "already": already}))
+
+
+def _forks_told(eng, name: str, write):
+    """write(); a conflict of a fork says where the work it shares with its origin can come from."""
+    from launcher.copies import fork
+    from launcher.errors import CopyConflict
+
+    try:
+        return write()
+    except CopyConflict as exc:
+        made = fork.origin(eng, name)
+        if not made or not exc.conflicts:
+            raise
+        of = made.rpartition("@")[0]
+        raise CopyConflict(f"{exc}\n    {name} is a fork of {made} (`sandbox fork`): an `apply` of {of}, or of "
+                           f"another fork of it, may have written these paths\n    hint: `sandbox diff {name}` and "
+                           f"choose, or `sandbox apply {name} --to BRANCH` to commit its changes on a new branch "
+                           "and merge that with git", exc.conflicts) from None
 
 
 def _to_apply(eng, name: str, number: int | None, cap) -> int:
@@ -280,7 +298,7 @@ def checkpoint(name: str, message: str, max_copy_size: int | None, as_json: bool
 @_COPY
 @json_option("Every checkpoint as JSON on stdout (an array).")
 def checkpoints(name: str, as_json: bool) -> None:
-    """List the checkpoints of the copy NAME (0: the copy as made; one at the end of each run).
+    """List the checkpoints of the copy NAME (0: the copy as made, or a fork's start; one at the end of each run).
 
     \b
     Example:
@@ -321,4 +339,36 @@ def rewind(name: str, checkpoint_id: int, max_copy_size: int | None, as_json: bo
         emit(envelope({"checkpoint": checkpoint_id, "before": before}))
 
 
-COMMANDS = (diff, apply_, discard, checkpoint, checkpoints, rewind)
+@click.command(name="fork", short_help="Make an independent copy of a copy, as it is or at a checkpoint.")
+@_COPY
+@click.argument("new", metavar="NEW", callback=new_name)
+@click.option("--at", "number", type=int, metavar="CHECKPOINT",
+              help="Fork checkpoint CHECKPOINT (`sandbox checkpoints NAME`) instead of the copy as it is now.")
+@_MAX_COPY
+@json_option("The new copy, its origin and the checkpoint it was made from, as JSON on stdout.")
+def fork_(name: str, new: str, number: int | None, max_copy_size: int | None, as_json: bool) -> None:
+    """Make the copy NEW from the copy NAME as it is now (frozen into a checkpoint first, a running
+    sandbox paused meanwhile) or at --at CHECKPOINT, so that two agents can try two approaches.
+
+    NEW has the same workspace, base and trust key as NAME, and volumes of its own: what one agent
+    does never reaches the other. `sandbox diff NEW` shows NAME's changes up to the fork and NEW's
+    own; `sandbox up --name NEW` or `sandbox run --name NEW` works on it. After one of them is
+    applied, `sandbox apply` of the other refuses where both changed a path differently (exit 119).
+
+    \b
+    Example:
+      sandbox fork sandbox-myrepo sandbox-myrepo-b --at 2
+    """
+    from launcher.copies import fork
+
+    made = fork.fork(_engine(), name, new, number, _limits(None, max_copy_size))
+    held = "no changes" if made.changes == 0 else "changes not counted" if made.changes is None else \
+        f"{made.changes} change{'s' if made.changes != 1 else ''}"
+    click.echo(f"sandbox: forked {name} at checkpoint {made.checkpoint} as {new} in {made.seconds:.1f} s ({held}); "
+               f"work on it: sandbox up --name {new} {made.workspace}", err=True)
+    if as_json:
+        emit(envelope({"copy": new, "origin": name, "checkpoint": made.checkpoint, "workspace": made.workspace,
+                       "changes": made.changes, "seconds": round(made.seconds, 3)}))
+
+
+COMMANDS = (diff, apply_, discard, checkpoint, checkpoints, rewind, fork_)

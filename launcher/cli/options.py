@@ -185,12 +185,17 @@ def duration(ctx, param, value):
 _SANDBOX_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+")
 
 
-def sandbox_name(ctx, param, value):
-    """--name of a sandbox to create, checked before anything is: the engine would refuse it halfway."""
+def new_name(ctx, param, value):
+    """The name of a sandbox or copy to create, checked before anything is: the engine would refuse it halfway."""
     if value is not None and not _SANDBOX_NAME.fullmatch(value):
         raise click.BadParameter(f"expected a letter or digit, then at least one more of letters, digits, '_', '.' "
                                  f"and '-' (as Docker names containers); found {value!r}")
-    return _named(ctx, param, value)
+    return value
+
+
+def sandbox_name(ctx, param, value):
+    """--name of a sandbox to create (new_name), kept for the envelope of an error."""
+    return _named(ctx, param, new_name(ctx, param, value))
 
 
 def port_specs(ctx, param, values):

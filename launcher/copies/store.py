@@ -117,10 +117,7 @@ def begin(engine: Engine, spec: CopySpec, progress: Progress, phase: fill.Phase 
                      (spec.base_volume, spec.upper_volume))
         base, upper = (made[v].mountpoint for v in (spec.base_volume, spec.upper_volume))
         # mounted when a sandbox starts (its mount is no_copy: not at its create), once the fill made upper/, work/
-        engine.create_volume(spec.tree_volume, labels, {
-            "type": "overlay", "device": "overlay",
-            # userxattr: the overlay's own markers are user.* attributes, so copying a checkpoint keeps them
-            "o": f"lowerdir={base},upperdir={upper}/upper,workdir={upper}/work,userxattr"})
+        engine.create_volume(spec.tree_volume, labels, tree_options(base, upper))
     except BaseException:
         _remove_new(engine, spec)
         raise
@@ -131,12 +128,16 @@ def begin(engine: Engine, spec: CopySpec, progress: Progress, phase: fill.Phase 
     return fill.Filling(lambda: _fill(engine, spec), copied, phase)
 
 
+def tree_options(base: str, upper: str) -> dict:
+    """The NAME-tree volume's overlay of the copy (mountpoint `base`) and its changes (`upper`);
+    userxattr: the overlay's own markers are user.* attributes, so copying a checkpoint keeps them."""
+    return {"type": "overlay", "device": "overlay", "o": f"lowerdir={base},upperdir={upper}/upper,workdir={upper}/work,userxattr"}
+
+
 def _remove_new(engine: Engine, spec: CopySpec) -> None:
     for volume in (spec.tree_volume, spec.upper_volume, spec.base_volume):   # nothing of the user's is in a
-        try:                                                                   # copy that was never used
+        with contextlib.suppress(EngineError):                                 # copy that was never used
             engine.remove_volume(volume)
-        except EngineError:
-            pass
 
 
 def _fill(engine: Engine, spec: CopySpec) -> str:
@@ -390,10 +391,8 @@ def drop(engine: Engine, name: str) -> None:
     views = [v.name for v in engine.list_volumes(label.selector(label.COPY, name))
              if v.labels.get(label.KIND) == "copy-view"]   # a killed diff's or apply's
     def remove(volume: str) -> None:
-        try:
+        with contextlib.suppress(NotFound):
             engine.remove_volume(volume)
-        except NotFound:
-            pass
     for volume in views + [f"{name}-tree"]:   # the overlays first: they hold the other two
         remove(volume)
     overlap.each(remove, [f"{name}-upper", f"{name}-base"])
