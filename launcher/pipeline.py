@@ -34,6 +34,9 @@ class LayerOptions:
     strict: bool = False                 # like CI=true: an explicit request a ceiling removed is an error
     workspace_mode: str | None = None    # --workspace-mode: the base's workspace.mode (layers may still say copy)
     agent: "AgentChoice | None" = None   # --agent and the model key's reference
+    # (timeout|session|idle, source, file) of a limit above that a settings file gave (settings.py):
+    # a ceiling of that file's kind, not an explicit request of the command line
+    origins: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,7 +112,7 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions(),
         result = stack.build(policy, base, workspace, timeout=options.timeout, session=options.session,
                              idle=options.idle, pin=options.pin,
                              ignore_repo=options.ignore_repo, ask=options.ask, approved_only=options.approved_only,
-                             strict=options.strict)
+                             strict=options.strict, origins=options.origins)
     if options.agent:
         from launcher.agents.wiring import model_key_kept
 
