@@ -46,6 +46,7 @@ class AgentChoice:
     key_file: str = ""       # --model-key-file
     upstream: str = ""       # --model-upstream: instead of the profile's API (a gateway, a test's stand-in)
     kind: str = ""           # --model-key-kind: api-key or a subscription login; "" recognises it by its shape
+    ca_files: tuple[str, ...] = ()   # trusted while its image is built when missing (settings' ca_files; else the host's)
 
     @functools.cached_property   # once: it reads the key to tell its kind (frozen: written to __dict__ directly)
     def profile(self):

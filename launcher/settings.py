@@ -28,6 +28,7 @@ class Key:
     env: str           # the environment variable that sets it
     builtin: str       # what applies when nothing sets it, in words
     repository: bool   # whether a repository's `defaults:` may set it
+    also: str = ""     # what else takes it, besides the options `sandbox config` lists
 
 
 KEYS = (
@@ -38,7 +39,8 @@ KEYS = (
     Key(name="idle", kind="duration", env="SANDBOX_IDLE", builtin="the policy's limits.idle", repository=True),
     Key(name="ports", kind="ports", env="SANDBOX_PORTS", builtin="none", repository=True),
     Key(name="ca_files", kind="paths", env="SANDBOX_CA_FILES",
-        builtin="the host's extra CAs (/usr/local/share/ca-certificates)", repository=False),
+        builtin="the host's extra CAs (/usr/local/share/ca-certificates)", repository=False,
+        also="the agent image run and up build when it is missing"),
 )
 BY_NAME = {k.name: k for k in KEYS}
 

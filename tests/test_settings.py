@@ -201,7 +201,7 @@ def test_sandbox_config_shows_each_key_its_value_and_its_source(place, monkeypat
     assert (by_key["agent"]["value"], by_key["agent"]["source"]) == (None, "built-in")
     assert by_key["policy"]["options"] == "--policy of check, compile, explain, run, up"
     assert by_key["session"]["options"] == "--timeout of up" and by_key["timeout"]["options"] == "--timeout of run"
-    assert by_key["ca_files"]["options"] == "--ca-bundle of images build"
+    assert by_key["ca_files"]["options"] == "--ca-bundle of images build; the agent image run and up build when it is missing"
     text = invoke("config", "-w", "ws")
     assert text.exit_code == 0
     assert any(line.split()[:3] == ["policy", "ci", "user"] for line in text.stdout.splitlines()), text.stdout
@@ -282,11 +282,12 @@ def test_run_takes_the_user_files_defaults_into_its_request(place, monkeypatch):
             raise Stop
 
     monkeypatch.setattr(launch, "session", lambda timings=None: Library())
-    path = user_file(place, "policy: read-only\ntimeout: 2h\nagent: neo\n")
+    path = user_file(place, "policy: read-only\ntimeout: 2h\nagent: neo\nca_files: [corp.pem]\n")
     assert invoke("run", "-w", "ws", "--", "true").exit_code == 125   # Stop: an internal error to the CLI
     (request,) = asked
     assert (request.policy, request.options.timeout, request.options.agent.name) == ("read-only", "2h", "neo")
     assert request.options.origins == (("timeout", "user", path),)
+    assert request.options.agent.ca_files == (f"{place}/config/sandbox/corp.pem",)   # for a build of its image
     invoke("run", "-w", "ws", "--timeout", "5m", "-p", "ci", "--", "true")
     assert (asked[1].policy, asked[1].options.timeout, asked[1].options.origins) == ("ci", "5m", ())
 
@@ -315,3 +316,20 @@ def test_a_ca_file_that_is_missing_is_named_with_its_file_and_key_before_the_eng
     assert result.exit_code == 120, result.stderr
     assert f"{path}: ca_files: expected a value --ca-bundle takes" in result.stderr
     assert "corp.pem' does not exist" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_agent_image_a_run_builds_trusts_the_settings_ca_files(monkeypatch):
+    """session.ready builds a missing agent image with the AgentChoice's CA files, else the host's."""
+    from types import SimpleNamespace
+
+    from launcher import images, pipeline, session
+
+    built = []
+    monkeypatch.setattr(images, "build_agent", lambda engine, name, status, cas: built.append([str(p) for p in cas]))
+    monkeypatch.setattr(images, "ensure_for", lambda *a, **k: None)
+    monkeypatch.setattr(images, "extra_ca_files", lambda: ["host.crt"])
+    planned = SimpleNamespace(plan=SimpleNamespace(container=SimpleNamespace(image="img"), proxy=None, copy=None, home=None))
+    listener = SimpleNamespace(status=lambda message: None)
+    session.ready(None, planned, pipeline.AgentChoice(name="claude-code", ca_files=("/corp.pem",)), listener)
+    session.ready(None, planned, pipeline.AgentChoice(name="claude-code"), listener)
+    assert built == [["/corp.pem"], ["host.crt"]]

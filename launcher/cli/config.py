@@ -63,8 +63,9 @@ def defaulted(group: click.Group, prefix: str = "") -> dict[str, str]:
     walk(group, prefix)
     from launcher import settings
 
-    return {key.name: "; ".join(f"{flag} of {', '.join(names)}" for flag, names in found[key.name].items())
-            if key.name in found else "nothing in this version (no command has the option yet)" for key in settings.KEYS}
+    return {key.name: "; ".join([*(f"{flag} of {', '.join(names)}" for flag, names in found[key.name].items()), *(
+            [key.also] if key.also else [])]) if key.name in found
+            else "nothing in this version (no command has the option yet)" for key in settings.KEYS}
 
 
 COMMANDS = (config,)

@@ -184,7 +184,10 @@ def agent_choice():
         raise click.UsageError("--model-key-env and --model-key-file exclude each other")
     if opts.get("kind") and not (opts.get("key_env") or opts.get("key_file")):
         raise click.UsageError("--model-key-kind goes with --model-key-env or --model-key-file")
+    resolved = click.get_current_context().meta.get(SETTINGS)   # ca_files: the user's, for a build of its image
+    cas = resolved.get("ca_files").value if resolved is not None else None
     return AgentChoice(name=opts["agent"], key_env=opts.get("key_env") or "", key_file=opts.get("key_file") or "",
+                       ca_files=tuple(cas or ()),
                        upstream=opts.get("upstream") or "", kind=opts.get("kind") or "")
 
 
