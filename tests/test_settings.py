@@ -333,3 +333,23 @@ def test_the_agent_image_a_run_builds_trusts_the_settings_ca_files(monkeypatch):
     session.ready(None, planned, pipeline.AgentChoice(name="claude-code", ca_files=("/corp.pem",)), listener)
     session.ready(None, planned, pipeline.AgentChoice(name="claude-code"), listener)
     assert built == [["/corp.pem"], ["host.crt"]]
+
+
+def test_ports_reach_a_port_option_once_a_command_has_one(place):
+    """`up --port` (another branch) is `--port`, named `ports`, repeatable: the key fills it as given."""
+    import click
+
+    from launcher.cli.options import Defaulted
+
+    seen = []
+
+    @click.command(cls=Defaulted, defaults={"ports": "--port", "idle": "--idle"})
+    @click.option("--workspace", "-w", default=".")
+    @click.option("--port", "ports", multiple=True)
+    def up(workspace, ports):
+        seen.append(ports)
+
+    user_file(place, "ports: [8080, \"3000:80\"]\nidle: 5m\n")   # idle: this command has no --idle, skipped
+    assert CliRunner().invoke(up, ["-w", "ws"], catch_exceptions=False).exit_code == 0
+    assert CliRunner().invoke(up, ["-w", "ws", "--port", "9000"], catch_exceptions=False).exit_code == 0
+    assert seen == [("8080", "3000:80"), ("9000",)]
