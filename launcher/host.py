@@ -189,6 +189,27 @@ def user_policy_file() -> LayerFile | None:
     return None if data is None else LayerFile(path=path, data=data)
 
 
+def user_config_file() -> LayerFile | None:
+    """$XDG_CONFIG_HOME/sandbox/config.yaml (default ~/.config): the user's defaults (settings.py)."""
+    path = user_config_path()
+    data = read_regular(path, required=False, follow=True)
+    return None if data is None else LayerFile(path=path, data=data)
+
+
+def user_config_path() -> str:
+    return os.path.join(_xdg_dir("XDG_CONFIG_HOME", ".config"), "sandbox", "config.yaml")
+
+
+def settings_environment(names) -> dict[str, str]:
+    """The SANDBOX_* variables of settings.py that are set (the defaults' environment source)."""
+    return {name: os.environ[name] for name in names if name in os.environ}
+
+
+def home_dir() -> str:
+    """The user's home, for `~` in the user's config file."""
+    return os.path.expanduser("~")
+
+
 def state_dir() -> str:
     return os.path.join(_xdg_dir("XDG_STATE_HOME", os.path.join(".local", "state")), "sandbox")
 

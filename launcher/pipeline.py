@@ -34,6 +34,9 @@ class LayerOptions:
     strict: bool = False                 # like CI=true: an explicit request a ceiling removed is an error
     workspace_mode: str | None = None    # --workspace-mode: the base's workspace.mode (layers may still say copy)
     agent: "AgentChoice | None" = None   # --agent and the model key's reference
+    # (timeout|session|idle, source, file) of a limit above that a settings file gave (settings.py):
+    # a ceiling of that file's kind, not an explicit request of the command line
+    origins: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +46,7 @@ class AgentChoice:
     key_file: str = ""       # --model-key-file
     upstream: str = ""       # --model-upstream: instead of the profile's API (a gateway, a test's stand-in)
     kind: str = ""           # --model-key-kind: api-key or a subscription login; "" recognises it by its shape
+    ca_files: tuple[str, ...] = ()   # trusted while its image is built when missing (settings' ca_files; else the host's)
 
     @functools.cached_property   # once: it reads the key to tell its kind (frozen: written to __dict__ directly)
     def profile(self):
@@ -109,7 +113,7 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions(),
         result = stack.build(policy, base, workspace, timeout=options.timeout, session=options.session,
                              idle=options.idle, pin=options.pin,
                              ignore_repo=options.ignore_repo, ask=options.ask, approved_only=options.approved_only,
-                             strict=options.strict)
+                             strict=options.strict, origins=options.origins)
     if options.agent:
         from launcher.agents.wiring import model_key_kept
 

@@ -114,7 +114,10 @@ def ready(engine, planned: Planned, agent, listener: Listener) -> None:
     plan = planned.plan
     with timed(listener, "images"):
         if agent and agent.profile.image:   # the CLI's image, on ours
-            images.build_agent(engine, agent.profile.image, listener.status, images.extra_ca_files())
+            from pathlib import Path
+
+            images.build_agent(engine, agent.profile.image, listener.status,
+                               [Path(p) for p in agent.ca_files] or images.extra_ca_files())
         images.ensure_for(engine, plan.container.image, listener.status, proxy=plan.proxy is not None)
         if plan.copy or plan.home:   # their tools run in our agent image, whatever the policy's image
             images.build(engine, images.agent_image(), listener.status)

@@ -8,7 +8,7 @@ import posixpath
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from launcher import approvals, host, hostfiles, hostpaths, trust
+from launcher import approvals, host, hostfiles, hostpaths, settings, trust
 from launcher.errors import PolicyError, Problem
 from launcher.layers import FIELDS, Effective, Layer, LayerKind, combine, effective, full_layer, get
 from launcher.model import BUILTIN_PROTECTED, Access, Policy
@@ -82,8 +82,61 @@ def _partial(raw, data: bytes, file: str, kind: LayerKind, *, named: bool) -> tu
 
 
 def parse_layer(data: bytes, file: str, kind: LayerKind) -> Layer:
-    """A partial policy document (org, user or repository layer): `version: 1` and the fields it narrows."""
-    return _partial(load_yaml(data, file), data, file, kind, named=False)[1]
+    """A partial policy document (org, user or repository layer): `version: 1` and the fields it narrows.
+    A repository's `defaults:` is validated here too (settings.py), so no file with bad defaults is
+    applied or approved; they are not part of the layer."""
+    raw = load_yaml(data, file)
+    if kind is LayerKind.REPO:
+        raw = settings.split_repository(raw, file, **_known())[0]
+    return _partial(raw, data, file, kind, named=False)[1]
+
+
+def _known() -> dict:
+    """What a settings value may name: the bundled presets and the agent profiles (those imported
+    only when an agent key asks)."""
+    from launcher import resources
+
+    def agent_names() -> tuple[str, ...]:
+        from launcher import agents
+
+        return tuple(sorted(agents.PROFILES))
+    return {"presets": tuple(resources.preset_names()), "agents": agent_names}
+
+
+def defaults_effect(data: bytes, file: str, when: str) -> str:
+    """What a repository's `defaults:` would choose, for the review before its approval ("" without)."""
+    values = settings.split_repository(load_yaml(data, file), file, **_known())[1].values
+    if not values:
+        return ""
+    return (f"\n  and its defaults: choose this workspace's defaults ({when}), which may be wider than yours: "
+            + "; ".join(f"{k} {', '.join(v) if isinstance(v, tuple) else v}" for k, v in values))
+
+
+def defaults(workspace: str | None, *, flags: dict, pin: str | None = None, ignore_repo: bool = False) -> settings.Resolved:
+    """The commands' defaults (settings.py): the flags given, the SANDBOX_* variables, the workspace's
+    repository `defaults:` (applied only when its approval covers the file: approved before, or
+    pinned by --trust-repo-policy; never asked about here) and the user's config.yaml."""
+    known, home = _known(), host.home_dir()
+    env = settings.parse_environment(host.settings_environment([k.env for k in settings.KEYS]), home=home, **known)
+    source = host.user_config_file()
+    user = settings.parse_file(source.data, source.path, home=home, **known) if source else settings.Defaults()
+    repository = None
+    if workspace is not None and not ignore_repo:
+        ws = hostpaths.workspace_real(workspace)
+        found = hostfiles.repo_policy_file(ws) if os.path.isdir(ws) else None
+        if found is not None:
+            raw = load_yaml(found.data, found.path)
+            _, values = settings.split_repository(raw, found.path, **known)
+            digest = trust.sha256(found.data)
+            if pin is not None:
+                approved, why = pin == digest, f"--trust-repo-policy names other content (this file: sha256 {digest})"
+            else:
+                store_path, text = host.read_trust_store()
+                approved = trust.status(trust.parse_store(text, store_path), ws, found.data, None) is trust.Status.APPROVED
+                why = (f"the file is not approved (sha256 {digest}); review it, then `{trust.approve_command(found.path)}` "
+                       "or --trust-repo-policy (a repository widens nothing without its approval)")
+            repository = settings.Repository(defaults=values, approved=approved, why="" if approved else why)
+    return settings.resolve(flags=flags, env=env, repository=repository, user=user)
 
 
 def load_base(ref: str, *, _seen: tuple[str, ...] = ()) -> Effective:
@@ -156,6 +209,7 @@ def _repo_layer(workspace: str, base: Policy, prior: Effective, so_far: list[Lay
     before = combine(base, so_far, prior=prior)[0]
     effect = "\n".join(f"  {a.field}: {b.value} -> {a.value}" for a, b in zip(after.decisions, before.decisions)
                        if a.value != b.value) or "  nothing (it repeats what is allowed)"
+    effect += defaults_effect(source.data, source.path, "from the next command on; this one started without them")
     if not ask(trust.review_text(source.path, source.data, store.get(workspace), effect)):
         raise trust.declined(source.path)
     approvals.record(workspace, source.data)
@@ -197,8 +251,9 @@ def _git_layers(workspace: str, notes: list[str]) -> tuple[list[Layer], list[str
 
 def build(base: Policy, prior: Effective, workspace: str, *, timeout: str | None = None, session: str | None = None,
           idle: str | None = None, pin: str | None = None, ignore_repo: bool = False, ask: Ask | None = None,
-          approved_only: bool = False, strict: bool = False) -> Stack:
-    """Every layer after the base, applied to `base` (prior.policy, possibly amended by --allow)."""
+          approved_only: bool = False, strict: bool = False, origins: tuple[tuple[str, str, str], ...] = ()) -> Stack:
+    """Every layer after the base, applied to `base` (prior.policy, possibly amended by --allow).
+    `origins`: (timeout|session|idle, settings source, file) of a limit that came from a settings file."""
     notes: list[str] = []
     layers: list[Layer] = []
     for kind, source in ((LayerKind.ORG, host.org_policy_file()), (LayerKind.USER, host.user_policy_file())):
@@ -211,10 +266,13 @@ def build(base: Policy, prior: Effective, workspace: str, *, timeout: str | None
         layers.append(repo)
     git_layers, at_root = _git_layers(ws, notes)
     layers += git_layers
-    for flag, field, value in (("--timeout", "limits.timeout", timeout), ("--timeout", "limits.session", session),
-                               ("--idle", "limits.idle", idle)):
-        if value:
-            layers.append(Layer(kind=LayerKind.FLAGS, file=flag, digest="", values=((field, parse_duration(value)),)))
+    kinds = {settings.USER: LayerKind.USER, settings.REPOSITORY: LayerKind.REPO}
+    for flag, field, value, option in (("--timeout", "limits.timeout", timeout, "timeout"),
+                                       ("--timeout", "limits.session", session, "session"), ("--idle", "limits.idle", idle, "idle")):
+        if value:   # a default from a settings file is a ceiling of that file's kind: not the command line's request
+            source, where = dict((o, (s, w)) for o, s, w in origins).get(option, (settings.FLAG, flag))
+            layers.append(Layer(kind=kinds.get(source, LayerKind.FLAGS), file=where, digest="",
+                                values=((field, parse_duration(value)),)))
     eff = effective(base, layers, prior=prior)
     taken = [n for n in eff.notes[len(prior.notes):] if n.kind != "widened"]
     explicit = [n for n in taken if n.explicit]

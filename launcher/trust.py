@@ -84,7 +84,8 @@ def review_text(path: str, data: bytes, previous: Approval | None, effect: str) 
     text = data.decode("utf-8")
     head = [f"The repository policy {path} (sha256 {sha256(data)})"]
     if previous is None:
-        head[0] += " has not been approved on this machine. It can only narrow the policy. Content:"
+        head[0] += (" has not been approved on this machine. Its policy fields can only narrow the policy"
+                    + ("; its defaults: choose defaults (see below)" if effect.count("its defaults:") else "") + ". Content:")
         body = [f"  | {line}" for line in text.splitlines()]
     else:
         head[0] += f" changed since you approved it ({previous.approved_at}). Changes:"

@@ -62,7 +62,8 @@ def isolated_host(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SANDBOX_ORG_POLICY", str(org))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
     monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
-    for name in ("GITHUB_STEP_SUMMARY", "NO_COLOR", "SANDBOX_TIMINGS"):
+    for name in ("GITHUB_STEP_SUMMARY", "NO_COLOR", "SANDBOX_TIMINGS", "SANDBOX_POLICY", "SANDBOX_AGENT", "SANDBOX_TIMEOUT",
+                 "SANDBOX_SESSION", "SANDBOX_IDLE", "SANDBOX_PORTS", "SANDBOX_CA_FILES"):
         monkeypatch.delenv(name, raising=False)
 
 

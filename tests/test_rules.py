@@ -123,7 +123,7 @@ def test_no_import_circle_through_imports_inside_functions_either():
 # plan and the engine; the compiler, which renders the proxy's configuration, sits below it.
 LAYERS = (
     ("basics", {"errors", "names", "values", "paths", "labels", "secrets", "resources", "timings", "yamlsafe"}),
-    ("policy", {"allowlist", "inject", "surfaces", "model", "schema", "policy", "layers"}),
+    ("policy", {"allowlist", "inject", "surfaces", "model", "schema", "policy", "layers", "settings"}),
     ("host facts", {"hostpaths", "hostfiles", "host", "cafiles", "statefiles", "hostgit", "gitdirs", "gitgraph", "gitscan",
                     "scan", "engineid", "hostfacts"}),
     ("plan", {"plan", "squidconf", "checks", "runtimes", "trustfiles", "refusals", "lifetime", "compiler"}),

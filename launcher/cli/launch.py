@@ -9,14 +9,15 @@ import click
 from launcher.cli import complete
 from launcher.cli import output
 from launcher.cli.attest import attest_arguments, attest_option, up_attest_option
-from launcher.cli.options import (POLICY_HELP, agent_options, duration, egress_options, either, json_option,
+from launcher.cli.options import (POLICY_HELP, Defaulted, agent_options, duration, egress_options, either, json_option,
                                   layer_options, name_argument, port_specs, request, sandbox_name, same_directory,
                                   session, strict_option, timeline, timings_option, workspace_flag)
 from launcher.cli.manage import take_down
 from launcher.errors import SandboxError, SessionEnded, Terminated
 
 
-@click.command(short_help="Run a command as the agent in a fresh sandbox.")
+@click.command(cls=Defaulted, short_help="Run a command as the agent in a fresh sandbox.",
+               defaults={"policy": "--policy", "agent": "--agent", "timeout": "--timeout", "ports": "--port"})
 @click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP, shell_complete=complete.presets)
 @click.option("--workspace", "-w", default=".", show_default=True, type=click.Path(file_okay=False),
               help="Host directory the agent works on.")
@@ -74,7 +75,9 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
     sys.exit(result.exit_code)
 
 
-@click.command(short_help="Start a long-lived sandbox and open a shell in it.")
+@click.command(cls=Defaulted, short_help="Start a long-lived sandbox and open a shell in it.",
+               defaults={"policy": "--policy", "agent": "--agent", "session": "--timeout", "idle": "--idle",
+                         "ports": "--port"})
 @click.argument("workspace", required=False, type=click.Path(file_okay=False))
 @workspace_flag
 @click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP, shell_complete=complete.presets)

@@ -7,7 +7,7 @@ import sys
 import click
 
 from launcher.cli import complete
-from launcher.cli.options import down_strict_option, json_option, name_argument
+from launcher.cli.options import Defaulted, down_strict_option, json_option, name_argument
 from launcher.cli.output import Console, attach, emit, envelope, error, print_blocked, print_changes
 from launcher.errors import ExitCode
 from launcher.values import show, visible
@@ -305,7 +305,7 @@ def images() -> None:
     """
 
 
-@images.command(short_help="Build the bundled images that are missing.")
+@images.command(cls=Defaulted, short_help="Build the bundled images that are missing.", defaults={"ca_files": "--ca-bundle"})
 @click.option("--force", is_flag=True, help="Rebuild even if present.")
 @click.option("--agent", "agent_names", multiple=True, metavar="NAME", shell_complete=complete.agents,
               help="Also build this agent's image (`sandbox agents`); repeatable.")

@@ -31,10 +31,90 @@ def layer_options(command):
                            callback=_layer_option,
                            help="The base policy's workspace.mode: bind (the host directory itself) or copy (a copy; "
                                 "changes come back by `sandbox apply`). Later layers can still choose copy.")(command)
+    return repo_trust_options(command)
+
+
+def repo_trust_options(command):
+    """--trust-repo-policy and --ignore-repo-policy alone (`sandbox config`: whose repository defaults apply)."""
     command = click.option("--ignore-repo-policy", "ignore_repo", is_flag=True, expose_value=False, callback=_layer_option,
                            help="Do not apply the workspace's .sandbox.yaml (it stays read-only inside).")(command)
     return click.option("--trust-repo-policy", "pin", metavar="SHA256", expose_value=False, callback=_layer_option,
                         help="Apply the workspace's .sandbox.yaml only if its SHA-256 is this (no prompt; CI).")(command)
+
+
+SETTINGS = "sandbox.settings"   # the resolved defaults (settings.Resolved) of the command being run
+
+
+class Defaulted(click.Command):
+    """A command whose options take their defaults from settings.py (`defaults`: key -> the
+    option's flag). Applied once the command line is parsed: the repository's `defaults:` depend on
+    the workspace it names, which a default_map, fixed before parsing, cannot know. A flag of this
+    version that the command lacks (`up --port` before it exists) is skipped. `instead`: key -> an
+    argument that, when given, stands for the flag (explain POLICY, check POLICIES)."""
+
+    def __init__(self, *args, defaults: dict[str, str] | None = None, instead: dict[str, str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.defaults, self.instead = defaults or {}, instead or {}
+
+    def parse_args(self, ctx, args):
+        rest = super().parse_args(ctx, args)
+        if not ctx.resilient_parsing:
+            settle(ctx, self)
+        return rest
+
+
+def _flag_given(ctx, param, instead: str | None) -> bool:
+    from click.core import ParameterSource
+
+    if instead and ctx.params.get(instead) not in (None, ()):
+        return True   # given as the argument instead
+    return ctx.get_parameter_source(param.name) not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+
+
+def settle(ctx, command: Defaulted) -> None:
+    """Resolve the defaults (flag > environment > repository, approved only > user > built-in),
+    put each into its option, and say on stderr which came from where and what was not applied."""
+    from launcher import settings, stack
+    from launcher.errors import PolicyError, Problem
+    from launcher.values import visible
+
+    params = {key: next((p for p in command.params if flag in p.opts), None) for key, flag in command.defaults.items()}
+    params = {key: p for key, p in params.items() if p is not None}
+    given = {key: (command.defaults[key], ctx.params.get(p.name, ctx.meta.get(_AGENT, {}).get(p.name)))
+             for key, p in params.items() if _flag_given(ctx, p, command.instead.get(key))}
+    names = {p.name for p in command.params}
+    workspace = (ctx.params.get("workspace_flag") or ctx.params.get("workspace") or ".") if "workspace" in names else None
+    opts = ctx.meta.get(_LAYER_OPTIONS, {})
+    resolved = stack.defaults(workspace, flags=given, pin=opts.get("pin"), ignore_repo=bool(opts.get("ignore_repo")))
+    ctx.meta[SETTINGS] = resolved
+    used = []
+    for key, param in params.items():
+        setting = resolved.get(key)
+        if setting.source in (settings.FLAG, settings.BUILTIN):
+            continue
+        try:
+            value = param.process_value(ctx, setting.value)
+        except click.BadParameter as exc:
+            raise PolicyError([Problem(file=setting.where, path=key, expected=f"a value {command.defaults[key]} takes",
+                                       found=repr(settings.shown(setting)), hint=exc.format_message())]) from None
+        if param.expose_value:
+            ctx.params[param.name] = value
+        used.append(f"{key} {settings.shown(setting)} ({setting.source} {setting.where})")
+    for note in resolved.ignored:   # values from a repository's file: never raw on the terminal
+        output.status(f"warning: {visible(note, keep_lines=False)}")
+    if used:
+        output.status(visible("defaults: " + "; ".join(used), keep_lines=False))
+
+
+def origins() -> tuple[tuple[str, str, str], ...]:
+    """(timeout|session|idle, source, file) of each limit a settings file or variable gave this command."""
+    from launcher import settings
+
+    resolved = click.get_current_context().meta.get(SETTINGS)
+    if resolved is None:
+        return ()
+    return tuple((s.key, s.source, s.where) for s in resolved.settings
+                 if s.key in ("timeout", "session", "idle") and s.source not in (settings.FLAG, settings.BUILTIN))
 
 
 def show_layers_option(command):
@@ -104,7 +184,10 @@ def agent_choice():
         raise click.UsageError("--model-key-env and --model-key-file exclude each other")
     if opts.get("kind") and not (opts.get("key_env") or opts.get("key_file")):
         raise click.UsageError("--model-key-kind goes with --model-key-env or --model-key-file")
+    resolved = click.get_current_context().meta.get(SETTINGS)   # ca_files: the user's, for a build of its image
+    cas = resolved.get("ca_files").value if resolved is not None else None
     return AgentChoice(name=opts["agent"], key_env=opts.get("key_env") or "", key_file=opts.get("key_file") or "",
+                       ca_files=tuple(cas or ()),
                        upstream=opts.get("upstream") or "", kind=opts.get("kind") or "")
 
 
@@ -236,7 +319,7 @@ def layer_settings(*, allow: tuple[str, ...] = (), timeout: str | None = None, s
     ask = _ask if host.is_interactive() and not approved_only else None
     return LayerOptions(allow=allow, timeout=timeout, session=session, idle=idle, pin=opts.get("pin"), ignore_repo=bool(opts.get("ignore_repo")),
                         ask=ask, approved_only=approved_only, strict=strict, workspace_mode=opts.get("workspace_mode"),
-                        agent=agent_choice())
+                        agent=agent_choice(), origins=origins())
 
 
 def tell(layered) -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from launcher.cli import complete, output
-from launcher.cli.options import (POLICY_HELP, agent_options, egress_options, either, layer_options, plan, policy_flag,
+from launcher.cli.options import (POLICY_HELP, Defaulted, agent_options, egress_options, either, layer_options, plan, policy_flag,
                                   show_layers_option)
 from launcher.errors import ExitCode, PolicyError
 from launcher.targets import FORMATS, TARGETS, Target
@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from launcher.plan import LaunchPlan
 
 
-@click.command(short_help="Compile a policy into a launch plan (no engine).")
+@click.command(cls=Defaulted, short_help="Compile a policy into a launch plan (no engine).",
+               defaults={"policy": "--policy", "agent": "--agent"})
 @click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP,
               shell_complete=complete.presets)
 @click.option("--workspace", "-w", default=".", show_default=True, type=click.Path(file_okay=False),
@@ -93,7 +94,8 @@ def warn_losses(target: Target, launch_plan: LaunchPlan, **options) -> None:
         output.status(f"warning: {target.name} does not enforce {name}: {why}")
 
 
-@click.command(short_help="Lint policies and layers without running anything.")
+@click.command(cls=Defaulted, short_help="Lint policies and layers without running anything.",
+               defaults={"policy": "--policy"}, instead={"policy": "policies"})
 @click.argument("policies", nargs=-1, shell_complete=complete.presets)
 @policy_flag(text=POLICY_HELP + " The base: with it, every POLICIES argument is a layer after it.")
 @click.option("--workspace", "-w", default=".", show_default=True, help="Workspace whose .sandbox.yaml and git config count.")
@@ -120,7 +122,8 @@ def check(policies: tuple[str, ...], policy_flag: str | None, workspace: str, fm
     sys.exit(ExitCode.POLICY_INVALID if any(f.severity is lint.Severity.ERROR for f in findings) else ExitCode.OK)
 
 
-@click.command(short_help="Show what enforces and proves each policy field.")
+@click.command(cls=Defaulted, short_help="Show what enforces and proves each policy field.",
+               defaults={"policy": "--policy", "agent": "--agent"}, instead={"policy": "policy"})
 @click.argument("policy", required=False, shell_complete=complete.presets)
 @policy_flag()
 @click.option("--workspace", "-w", default=".", show_default=True, help="Workspace whose layers count.")

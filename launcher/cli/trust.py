@@ -96,7 +96,7 @@ def approve(workspace: str, yes: bool, pin: str | None) -> None:
     Example:
       sandbox trust approve -w ~/src/repo --sha256 SHA256   # without a terminal: only this content
     """
-    from launcher import approvals, host, trust as tofu
+    from launcher import approvals, host, stack, trust as tofu
 
     wanted = None if pin is None else tofu.normalise_pin(pin)
     if pin is not None and wanted is None:
@@ -108,6 +108,7 @@ def approve(workspace: str, yes: bool, pin: str | None) -> None:
         output.status(f"{source.path} is approved already (sha256 {digest}, {last.approved_at})")
         return
     effect = f"  it can only narrow; `sandbox check -w {shlex.quote(ws)}` says what, on your base policy"
+    effect += stack.defaults_effect(source.data, source.path, "`sandbox config -w` shows them")
     click.echo(tofu.review_text(source.path, source.data, last, effect), err=True)
     if wanted is not None and wanted != digest:
         raise tofu.refusal(source.path, source.data, tofu.Status.NEW, wanted, flag="--sha256")
