@@ -130,6 +130,17 @@ def _rootless_copy(policy: Policy, host: HostFacts) -> list[Problem]:
                          "then works on the tree itself), or use a rootful engine")]
 
 
+def _copy_alternatives(kind: str, name: str) -> str:
+    """The nearest working commands to a copy-mode policy another tool would launch. The copy lives in
+    volumes the launcher fills before the start and reads back for `sandbox diff`/`apply`: nothing
+    a committed file could do on its own."""
+    command = "sandbox devcontainer" if kind == "devcontainer" else "sandbox compile"
+    return (f"copy mode needs the launcher, which makes the copy and brings changes back: (1) keep copy mode with "
+            f"`sandbox up -p {name}` and `sandbox exec` (then `sandbox diff`, `sandbox apply`); (2) add --workspace-mode bind "
+            f"to the same command (the same sandbox, but the agent writes the checkout itself: "
+            f"review with git); (3) `{command} -p read-only` (the agent cannot change the tree)")
+
+
 def _launched_elsewhere(policy: Policy, kind: str) -> list[Problem]:
     """What only the launcher can prepare, refused for a sandbox another tool launches."""
     problems, file = [], policy.source
@@ -137,9 +148,7 @@ def _launched_elsewhere(policy: Policy, kind: str) -> list[Problem]:
         return problems
     if policy.workspace.mode is WorkspaceMode.COPY:
         problems.append(Problem(file=file, path="workspace.mode", expected="bind for a sandbox another tool launches",
-                                found="copy", hint="copy mode needs `sandbox run` or `sandbox up` (they make the copy "
-                                "and keep it for `sandbox diff`); add --workspace-mode bind, or use a policy "
-                                "with workspace: {mode: bind}"))
+                                found="copy", hint=_copy_alternatives(kind, policy.name)))
     if policy.home.mode is HomeMode.VOLUME:
         problems.append(Problem(file=file, path="home.mode", expected="tmpfs for a sandbox another tool launches",
                                 found="volume", hint="the launcher makes the home volume and hands it to the agent's "

@@ -16,6 +16,7 @@ from launcher import hostfacts, images, sandboxes, workspaces
 from launcher.compiler import compile_policy
 from launcher.plan import unwatched
 from launcher.targets.compose import compose_text, to_compose
+from launcher.targets.portable import probe_start
 from launcher.policy import parse_policy, with_allowed
 from launcher.verify import compare_inspect, parse_probe
 from test_secrets_engine import model_api  # noqa: F401 - the recorder upstream fixture
@@ -29,7 +30,12 @@ def test_compose_for_none_mode_uses_no_network_and_the_probe_volume():
     sandbox = doc["services"]["sandbox"]
     assert doc["version"] == "2.4" and list(doc["services"]) == ["sandbox"]
     assert sandbox["network_mode"] == "none" and sandbox["read_only"] and sandbox["cap_drop"] == ["ALL"]
-    assert sandbox["entrypoint"] == list(plan.container.entrypoint) and sandbox["command"] == list(unwatched(plan).container.command)   # gate=-: compose starts it
+    entrypoint, command = probe_start(unwatched(plan))   # gate=-: compose starts it
+    assert sandbox["entrypoint"] == [a.replace("$", "$$") for a in entrypoint] and sandbox["command"] == command
+    # no host path: the workspace is the project directory, the probe's wsroot its $PWD
+    assert sandbox["environment"]["SANDBOX_WSROOT"] == "${PWD}" == sandbox["labels"]["dev.sandbox.workspace"]
+    assert {"type": "bind", "target": "/workspace", "read_only": False, "source": "."} in sandbox["volumes"]
+    assert "/home/dev" not in compose_text(plan)
     assert doc["volumes"]["sandbox-probe"] == {"external": True, "name": "sandbox-probe-test"}
     assert {"type": "tmpfs", "target": "/workspace/.git", "read_only": True, "tmpfs": {"size": 4096}} in sandbox["volumes"]
     # compose's short tmpfs syntax carries the owner and mode the long one cannot

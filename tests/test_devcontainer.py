@@ -16,7 +16,9 @@ from conftest import BIND, external_tool, fake_facts, untrusted_bind, preset
 from launcher import images, launch
 from launcher.targets import devcontainer
 from launcher.compiler import compile_policy
+from launcher.plan import unwatched
 from launcher.policy import with_allowed
+from launcher.targets.portable import probe_start
 from launcher.verify import parse_probe
 
 SANDBOX = [sys.executable, "-m", "launcher"]
@@ -33,7 +35,9 @@ def test_none_mode_puts_every_protection_into_run_arguments_and_mounts():
     for flag in ("--read-only", "--cap-drop=ALL", "--security-opt=no-new-privileges", "--network=none",
                  "--pids-limit=256", "--user=1000:1000", "--memory=2147483648", "--memory-swap=2147483648"):
         assert flag in args
-    assert config["workspaceMount"] == "type=bind,src=/home/dev/repo,dst=/workspace" and config["workspaceFolder"] == "/workspace"
+    # no host path: the checkout as the Dev Containers tools name it
+    assert config["workspaceMount"] == "type=bind,src=${localWorkspaceFolder},dst=/workspace" and config["workspaceFolder"] == "/workspace"
+    assert "/home/dev" not in json.dumps(files)
     assert "type=tmpfs,dst=/workspace/.git,readonly,tmpfs-size=4096" in config["mounts"]
     assert "type=volume,src=sandbox-probe-test,dst=/.sandbox/probe,readonly" in config["mounts"]
     # the writable tmpfs are the agent's (the Mount API, so "mounts", cannot set an owner)
@@ -41,9 +45,11 @@ def test_none_mode_puts_every_protection_into_run_arguments_and_mounts():
     assert "--tmpfs=/tmp:rw,size=268435456,uid=1000,gid=1000,mode=0700" in args
     assert not any("dst=/home/agent" in m or "dst=/tmp," in m for m in config["mounts"])
     assert config["overrideCommand"] is False and config["updateRemoteUserUID"] is False
-    assert config["containerEnv"] == dict(plan.container.env)
-    assert 'ENTRYPOINT ["/.sandbox/probe/busybox", "sh", "/.sandbox/probe/probe.sh"]' in files["Dockerfile"]
-    assert json.dumps(list(plan.container.command)) in files["Dockerfile"]   # probe expectations, then sleep
+    assert config["containerEnv"] == dict(plan.container.env) | {"SANDBOX_WSROOT": "${localWorkspaceFolder}"}
+    assert "--label=dev.sandbox.workspace=${localWorkspaceFolder}" in args
+    entrypoint, command = probe_start(plan)
+    assert f"ENTRYPOINT {json.dumps(entrypoint)}" in files["Dockerfile"]
+    assert f"CMD {json.dumps(command)}" in files["Dockerfile"]   # probe expectations but wsroot, then sleep
 
 
 def test_proxy_mode_uses_compose_with_the_proxy_and_builds_the_probe_image():
@@ -52,8 +58,79 @@ def test_proxy_mode_uses_compose_with_the_proxy_and_builds_the_probe_image():
     config, compose = json.loads(files["devcontainer.json"]), yaml.safe_load(files["compose.yaml"])
     assert config["dockerComposeFile"] == ["compose.yaml"] and config["service"] == "sandbox"
     assert config["runServices"] == ["proxy", "sandbox"] and not set(HOOKS) & set(config)
-    assert compose["services"]["sandbox"]["build"] == {"context": ".", "dockerfile": "Dockerfile"}
+    sandbox = compose["services"]["sandbox"]
+    assert sandbox["build"] == {"context": ".", "dockerfile": "Dockerfile"}
     assert compose["services"]["proxy"]["networks"]["internal"]["aliases"] == ["sandbox-proxy"]
+    # the checkout is the compose file's parent; $SANDBOX_WSROOT comes from containerEnv (the tools'
+    # override file), and no label names a host path the file cannot know
+    assert {"type": "bind", "target": "/workspace", "read_only": False, "source": ".."} in sandbox["volumes"]
+    assert config["containerEnv"]["SANDBOX_WSROOT"] == "${localWorkspaceFolder}"
+    assert "SANDBOX_WSROOT" not in sandbox["environment"] and "dev.sandbox.workspace" not in sandbox["labels"]
+    assert "/home/dev" not in json.dumps(files)
+
+
+def test_the_probe_gets_the_same_arguments_with_wsroot_from_the_environment(tmp_path):
+    """The entrypoint's shell adds wsroot=$SANDBOX_WSROOT and execs the probe: run it with a stand-in
+    busybox that is a shell the first time and prints its arguments the second."""
+    plan = unwatched(compile_policy(preset("devcontainer"), fake_facts(), kind="up"))
+    entrypoint, command = probe_start(plan)
+    fake = tmp_path / "busybox"
+    fake.write_text('#!/bin/sh\nif [ "$1 $2" = "sh -c" ]; then shift; exec /bin/sh "$@"; fi\nprintf "%s\\n" "$@"\n')
+    fake.chmod(0o755)
+    argv = [str(fake) if a == entrypoint[0] else a for a in entrypoint] + command
+    done = subprocess.run(argv, capture_output=True, text=True, env={"SANDBOX_WSROOT": "/home/dev/repo"})
+    said = done.stdout.splitlines()
+    assert said[:2] == ["sh", "/.sandbox/probe/probe.sh"]
+    cut = said.index("--")
+    want = list(plan.container.command)
+    assert sorted(said[2:cut]) == sorted(want[:want.index("--")]) and said[cut:] == want[want.index("--"):]
+    # unset: an empty wsroot, which the probe refuses (exit 97) before it checks anything
+    bare = subprocess.run(argv, capture_output=True, text=True, env={}).stdout.splitlines()
+    assert "wsroot=" in bare
+
+
+def _write_in(checkout, home, *argv):
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("XDG_STATE_HOME", None)
+    done = subprocess.run(SANDBOX + list(argv), capture_output=True, text=True, cwd=checkout, env=env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("policy", ["devcontainer", "read-only", "ci"])
+def test_the_files_are_the_same_bytes_in_any_checkout_and_name_no_host_path(tmp_path, policy):
+    """Two checkouts at different paths, two users' homes: `sandbox devcontainer` and `compile
+    --format compose` write the same bytes, and neither path nor home is in them."""
+    written = []
+    for side in ("one", "two"):
+        checkout, home = tmp_path / f"{side}-place" / "repo", tmp_path / f"{side}-home"
+        checkout.mkdir(parents=True)
+        home.mkdir()
+        subprocess.run(["git", "init", "-q", str(checkout)], check=True)
+        _write_in(checkout, home, "devcontainer", "-p", policy, ".")
+        out = {p.name: p.read_bytes() for p in sorted((checkout / ".devcontainer").iterdir())}
+        out["compose"] = _write_in(checkout, home, "compile", "-p", policy, "--format", "compose").encode()
+        for name, data in out.items():
+            assert b"-place" not in data and b"-home" not in data and str(tmp_path).encode() not in data, name
+        written.append(out)
+    assert written[0] == written[1]
+    if policy == "devcontainer":
+        assert written[0]["empty-config.json"] == b"{}\n"   # what missing config files are bound from
+        config = json.loads(written[0]["devcontainer.json"])
+        compose = yaml.safe_load(written[0]["compose.yaml"])
+        assert config["dockerComposeFile"] == ["compose.yaml"]
+        assert {"type": "bind", "target": "/workspace/.mcp.json", "read_only": True,
+                "source": "./empty-config.json"} in compose["services"]["sandbox"]["volumes"]
+        assert "source: ${HOME}/.local/state/sandbox/empty-config.json" in written[0]["compose"].decode()
+
+
+def test_a_copy_mode_policy_is_refused_with_the_nearest_commands_that_work(tmp_path):
+    done = subprocess.run(SANDBOX + ["devcontainer", "-p", "untrusted", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 120 and not (tmp_path / ".devcontainer").exists()
+    hint = " ".join(done.stderr.split())
+    for said in ("`sandbox up -p untrusted`", "`sandbox diff`, `sandbox apply`", "add --workspace-mode bind",
+                 "`sandbox devcontainer -p read-only`"):
+        assert said in hint, done.stderr
 
 
 def test_the_command_writes_the_files_and_never_overwrites_without_force(tmp_path):
