@@ -180,6 +180,11 @@ def user_policy_file() -> LayerFile | None:
     return None if data is None else LayerFile(path=path, data=data)
 
 
+def home_dir() -> str:
+    """The user's home directory ($HOME), where a committable compose file says ${HOME}."""
+    return os.path.expanduser("~")
+
+
 def state_dir() -> str:
     return os.path.join(_xdg_dir("XDG_STATE_HOME", os.path.join(".local", "state")), "sandbox")
 

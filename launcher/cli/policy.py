@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -92,7 +91,9 @@ def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: s
 def home_relative(files) -> dict[str, str]:
     """The launcher's files by host path, as ${HOME}/... where they are under the home directory
     (the state directory's default): a compose file names no user's home."""
-    home = os.path.expanduser("~").rstrip("/") + "/"
+    from launcher import host
+
+    home = host.home_dir().rstrip("/") + "/"
     return {f.path: "${HOME}/" + f.path[len(home):] for f in files if f.path.startswith(home)}
 
 
