@@ -8,14 +8,16 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 import yaml
 
-from conftest import BIND, external_tool, fake_facts, untrusted_bind, preset
+from conftest import BIND, ROOT, external_tool, fake_facts, untrusted_bind, preset
 from launcher import images, launch
 from launcher.targets import devcontainer
 from launcher.compiler import compile_policy
+from launcher.model import WorkspaceMode
 from launcher.plan import unwatched
 from launcher.policy import with_allowed
 from launcher.targets.portable import probe_start
@@ -50,6 +52,17 @@ def test_none_mode_puts_every_protection_into_run_arguments_and_mounts():
     entrypoint, command = probe_start(plan)
     assert f"ENTRYPOINT {json.dumps(entrypoint)}" in files["Dockerfile"]
     assert f"CMD {json.dumps(command)}" in files["Dockerfile"]   # probe expectations but wsroot, then sleep
+
+
+def test_gvisor_seccomp_profile_is_copied_beside_devcontainer_json_and_named_from_there():
+    policy = preset("untrusted-gvisor")
+    policy = replace(policy, workspace=replace(policy.workspace, mode=WorkspaceMode.BIND))
+    plan = compile_policy(policy, fake_facts(), kind="up")
+    files = devcontainer.files(plan)
+    args = json.loads(files["devcontainer.json"])["runArgs"]
+    assert "--security-opt=seccomp=${localWorkspaceFolder}/.devcontainer/gvisor-seccomp.json" in args
+    assert files["gvisor-seccomp.json"] == (ROOT / "launcher" / "gvisor-seccomp.json").read_text()
+    assert str(ROOT) not in json.dumps(files)
 
 
 def test_proxy_mode_uses_compose_with_the_proxy_and_builds_the_probe_image():

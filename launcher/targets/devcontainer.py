@@ -17,10 +17,11 @@ import yaml
 from launcher.targets.compose import to_compose
 from launcher.plan import LaunchPlan, MountKind
 from launcher.targets.argv import log_flags, mount_flag, tmpfs_flag
-from launcher.runtimes import as_file
+from launcher.runtimes import GVISOR_SECCOMP, as_file
 from launcher.targets.portable import WSROOT_ENV, Places, launcher_files, portable_labels, probe_start, workspace_of
 
 LOCAL = "${localWorkspaceFolder}"   # the Dev Containers tools put the checkout's host path there
+SECCOMP_FILE = "gvisor-seccomp.json"   # gVisor's profile beside devcontainer.json (the docker CLI reads it)
 
 # Remote settings the editor honours inside the container. The host-side ones (credential helper,
 # ssh/gpg agent forwarding, copying .gitconfig) are user settings of the editor: docs/targets.md, "Dev containers".
@@ -45,10 +46,15 @@ def dockerfile(plan: LaunchPlan) -> str:
             f"CMD {json.dumps(command)}\n")
 
 
+def _security_opt(option: str) -> str:
+    """An inline seccomp profile by the copy in .devcontainer/, not by the launcher's own path."""
+    return f"seccomp={LOCAL}/.devcontainer/{SECCOMP_FILE}" if option == f"seccomp={GVISOR_SECCOMP}" else as_file(option)
+
+
 def _run_args(plan: LaunchPlan) -> list[str]:
     c = plan.container
     args = ["--read-only", *[f"--cap-drop={x}" for x in c.cap_drop], *[f"--cap-add={x}" for x in c.cap_add],
-            *[f"--security-opt={as_file(x)}" for x in c.security_opt], f"--pids-limit={c.pids_limit}",
+            *[f"--security-opt={_security_opt(x)}" for x in c.security_opt], f"--pids-limit={c.pids_limit}",
             f"--memory={c.memory_bytes}", f"--memory-swap={c.memory_bytes}", f"--cpus={c.nano_cpus / 1e9:g}",
             f"--network={c.network_mode}", f"--hostname={c.hostname}", f"--user={c.user}"]
     args += [f"--dns={d}" for d in c.dns] + [f"--sysctl={k}={v}" for k, v in c.sysctls] + log_flags(c.log_options)
@@ -88,6 +94,8 @@ def files(plan: LaunchPlan, state: dict[str, str] | None = None) -> dict[str, st
             "mounts": [flag(m) for m in c.mounts if m is not workspace and not m.owned_tmpfs],
             "runArgs": _run_args(plan),
         })
+        if f"seccomp={GVISOR_SECCOMP}" in c.security_opt:
+            out[SECCOMP_FILE] = GVISOR_SECCOMP + "\n"
     else:
         # compose.yaml sits in .devcontainer/: the checkout is its parent, our files its neighbours.
         doc = to_compose(plan, base="..", files={path: f"./{name}" for path, name in ours.items()}, workspace=None)
