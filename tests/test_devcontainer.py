@@ -141,9 +141,16 @@ def test_a_copy_mode_policy_is_refused_with_the_nearest_commands_that_work(tmp_p
     done = subprocess.run(SANDBOX + ["devcontainer", "-p", "untrusted", str(tmp_path)], capture_output=True, text=True)
     assert done.returncode == 120 and not (tmp_path / ".devcontainer").exists()
     hint = " ".join(done.stderr.split())
-    for said in ("`sandbox up -p untrusted`", "`sandbox diff`, `sandbox apply`", "add --workspace-mode bind",
-                 "`sandbox devcontainer -p read-only`"):
+    for said in ("`sandbox up -p untrusted`", "`sandbox diff` to review, `sandbox apply` to bring the changes",
+                 "add --workspace-mode bind", "`sandbox devcontainer -p read-only`"):
         assert said in hint, done.stderr
+    # a policy file: the commands name the file (its name is no preset)
+    own = tmp_path / "mine.yaml"
+    own.write_text((ROOT / "policies" / "untrusted.yaml").read_text().replace("name: untrusted", "name: mine"))
+    done = subprocess.run(SANDBOX + ["compile", "-p", str(own), "-w", str(tmp_path), "--format", "compose"],
+                          capture_output=True, text=True)
+    hint = " ".join(done.stderr.split())
+    assert done.returncode == 120 and f"`sandbox up -p {own}`" in hint and "the same command with `-p read-only`" in hint, hint
 
 
 def test_the_command_writes_the_files_and_never_overwrites_without_force(tmp_path):
