@@ -208,3 +208,67 @@ def test_devcontainer_up_with_the_real_cli_yields_a_probed_sandbox_that_cannot_r
         subprocess.run(["docker", "image", "rm", "-f", f"{workspace.name}_devcontainer_sandbox"], capture_output=True)
     label = f"dev.sandbox.workspace={os.path.realpath(workspace)}"
     assert engine.list(label) == [] and engine.list_networks(label) == []
+
+
+def _checkout(at):
+    """A clone of the example repository at `at` (owned by uid 1000, as the agent runs)."""
+    from conftest import make_workspace
+
+    at.mkdir(parents=True)
+    return make_workspace(at)
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("policy", ["read-only", "devcontainer", "untrusted-gvisor"])   # runArgs; compose; runsc
+def test_files_written_in_one_checkout_open_from_another_with_the_probe_passing(engine, cli, tmp_path, policy):
+    """Issue 44: what `sandbox devcontainer` and `compile --format compose` write in two checkouts at
+    different paths is the same bytes, and the second checkout opens it with the real Dev Containers
+    CLI: the probe's every check passes there (mounts.workspace: the bind is the second checkout)."""
+    from launcher.selftest.testnet import Internet
+
+    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
+    internet = Internet(engine, f"sandbox-test-dc-portable-{os.getpid()}") if policy == "devcontainer" else None
+    flags = ["--egress-network", internet.network] if internet else []
+    flags += ["--workspace-mode", "bind"] if policy == "untrusted-gvisor" else []   # copy mode is refused
+    first, second = _checkout(tmp_path / "alice"), _checkout(tmp_path / "bob" / "src" / "work")
+    written = []
+    for checkout in (first, second):
+        made = subprocess.run(SANDBOX + ["devcontainer", "-p", policy, *flags, str(checkout)], capture_output=True, text=True)
+        assert made.returncode == 0, made.stderr
+        out = {p.name: p.read_bytes() for p in sorted((checkout / ".devcontainer").iterdir())}
+        composed = subprocess.run(SANDBOX + ["compile", "-p", policy, *flags, "-w", str(checkout), "--format", "compose"],
+                                  capture_output=True, text=True, cwd=checkout)
+        assert composed.returncode == 0, composed.stderr
+        out["compose (compile)"] = composed.stdout.encode()
+        assert not [name for name, data in out.items() if str(tmp_path).encode() in data]
+        assert not [name for name, data in out.items() if name != "compose (compile)" and str(ROOT).encode() in data]
+        written.append(out)
+    assert written[0] == written[1] and "devcontainer.json" in written[0]
+    (second / "SECOND-CHECKOUT").write_text("bob\n")
+    os.chown(second / "SECOND-CHECKOUT", 1000, 1000)
+    label = f"dev.sandbox.sandbox=sandbox-{second.name}"
+    built = set()
+    try:
+        up = subprocess.run([cli, "up", "--workspace-folder", str(second)], capture_output=True, text=True, timeout=600)
+        assert json.loads(up.stdout.strip().splitlines()[-1])["outcome"] == "success", up.stderr[-3000:]
+        [box] = [c for c in engine.list(label) if c.labels.get("dev.sandbox.kind") != "proxy"]
+        built.add(engine.inspect(box.id).image)
+        deadline = time.monotonic() + 60   # `devcontainer up` may return before the probe has finished
+        while "PROBE-END" not in engine.logs(box.id) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        # what the probe was told it cannot observe (gVisor: nnp, mounts.workspace, limits.pids)
+        told = next((a[3:] for a in engine.inspect(box.id).command if a.startswith("na=")), "")
+        report = parse_probe(engine.logs(box.id).splitlines(), tuple(x for x in told.split(",") if x))
+        assert report.ok, [c for c in report.checks if not c.ok]
+        want = {"fs.protected", "kernel.runtime"} if policy == "untrusted-gvisor" else {"fs.protected", "mounts.workspace"}
+        assert want <= {c.id for c in report.checks if c.verdict == "pass"}
+        inside = subprocess.run([cli, "exec", "--workspace-folder", str(second), "cat", "/workspace/SECOND-CHECKOUT"],
+                                capture_output=True, text=True, timeout=120)
+        assert inside.stdout == "bob\n", inside.stderr
+    finally:
+        launch.remove_sandbox(engine, f"sandbox-{second.name}")
+        if internet:
+            internet.close()
+        for image in built:
+            subprocess.run(["docker", "image", "rm", "-f", image], capture_output=True)
+    assert engine.list(label) == [] and engine.list_networks(label) == []
