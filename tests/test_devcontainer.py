@@ -206,7 +206,8 @@ def test_devcontainer_up_with_the_real_cli_yields_a_probed_sandbox_that_cannot_r
         launch.remove_sandbox(engine, name)
         internet.close()
         subprocess.run(["docker", "image", "rm", "-f", f"{workspace.name}_devcontainer_sandbox"], capture_output=True)
-    label = f"dev.sandbox.workspace={os.path.realpath(workspace)}"
+    # by the sandbox's name: in compose mode no label names the workspace (the file cannot know it)
+    label = f"dev.sandbox.sandbox={name}"
     assert engine.list(label) == [] and engine.list_networks(label) == []
 
 
