@@ -212,11 +212,13 @@ def test_devcontainer_up_with_the_real_cli_yields_a_probed_sandbox_that_cannot_r
 
 
 def _checkout(at):
-    """A clone of the example repository at `at` (owned by uid 1000, as the agent runs)."""
+    """A clone of the example repository in `at` (owned by uid 1000, as the agent runs), named for this
+    process: the same folder name in both checkouts, but not another test run's `repo` on this engine."""
     from conftest import make_workspace
 
     at.mkdir(parents=True)
-    return make_workspace(at)
+    made = make_workspace(at)
+    return made.rename(made.with_name(f"repo-{os.getpid()}"))
 
 
 @pytest.mark.engine
