@@ -221,14 +221,29 @@ def _checkout(at):
     return made.rename(made.with_name(f"repo-{os.getpid()}"))
 
 
+def _probe_passed(engine, ref: str, policy: str) -> None:
+    """The probe's report in container `ref`: every check passes but what it was told it cannot
+    observe (gVisor: nnp, mounts.workspace, limits.pids), and the workspace check is among them."""
+    deadline = time.monotonic() + 60   # `devcontainer up` may return before the probe has finished
+    while "PROBE-END" not in engine.logs(ref) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    told = next((a[3:] for a in engine.inspect(ref).command if a.startswith("na=")), "")
+    report = parse_probe(engine.logs(ref).splitlines(), tuple(x for x in told.split(",") if x))
+    assert report.ok, [c for c in report.checks if not c.ok]
+    want = {"fs.protected", "kernel.runtime"} if policy == "untrusted-gvisor" else {"fs.protected", "mounts.workspace"}
+    assert want <= {c.id for c in report.checks if c.verdict == "pass"}
+
+
 @pytest.mark.engine
 @pytest.mark.parametrize("policy", ["read-only", "devcontainer", "untrusted-gvisor"])   # runArgs; compose; runsc
 def test_files_written_in_one_checkout_open_from_another_with_the_probe_passing(engine, cli, tmp_path, policy):
     """Issue 44: what `sandbox devcontainer` and `compile --format compose` write in two checkouts at
-    different paths is the same bytes, and the second checkout opens it with the real Dev Containers
-    CLI: the probe's every check passes there (mounts.workspace: the bind is the second checkout)."""
+    different paths is the same bytes, and the second checkout opens both, with the real Dev
+    Containers CLI and docker-compose: the probe's every check passes (mounts.workspace: the bind is
+    the second checkout, as $SANDBOX_WSROOT says)."""
     from launcher.selftest.testnet import Internet
 
+    compose_bin = external_tool("docker-compose", "apt-get install docker-compose")
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
     internet = Internet(engine, f"sandbox-test-dc-portable-{os.getpid()}") if policy == "devcontainer" else None
     flags = ["--egress-network", internet.network] if internet else []
@@ -239,8 +254,8 @@ def test_files_written_in_one_checkout_open_from_another_with_the_probe_passing(
         made = subprocess.run(SANDBOX + ["devcontainer", "-p", policy, *flags, str(checkout)], capture_output=True, text=True)
         assert made.returncode == 0, made.stderr
         out = {p.name: p.read_bytes() for p in sorted((checkout / ".devcontainer").iterdir())}
-        composed = subprocess.run(SANDBOX + ["compile", "-p", policy, *flags, "-w", str(checkout), "--format", "compose"],
-                                  capture_output=True, text=True, cwd=checkout)
+        composed = subprocess.run(SANDBOX + ["compile", "-p", policy, *flags, "-w", str(checkout), "--format", "compose",
+                                             "--", "/.sandbox/probe/busybox", "true"], capture_output=True, text=True, cwd=checkout)
         assert composed.returncode == 0, composed.stderr
         out["compose (compile)"] = composed.stdout.encode()
         assert not [name for name, data in out.items() if str(tmp_path).encode() in data]
@@ -249,29 +264,33 @@ def test_files_written_in_one_checkout_open_from_another_with_the_probe_passing(
     assert written[0] == written[1] and "devcontainer.json" in written[0]
     (second / "SECOND-CHECKOUT").write_text("bob\n")
     os.chown(second / "SECOND-CHECKOUT", 1000, 1000)
-    label = f"dev.sandbox.sandbox=sandbox-{second.name}"
+    # compose as a developer runs it: the committed file in the checkout, docker-compose run there
+    (second / "compose.yaml").write_bytes(written[0]["compose (compile)"])
+    composed_name = yaml.safe_load(written[0]["compose (compile)"])["services"]["sandbox"]["container_name"]
+    project = [compose_bin, "-p", f"sandbox-test-portable-{os.getpid()}", "-f", "compose.yaml"]
+    in_second = {"cwd": second, "env": {**os.environ, "PWD": str(second)}, "capture_output": True, "text": True}
+    names = (f"sandbox-{second.name}", composed_name)
     built = set()
     try:
         up = subprocess.run([cli, "up", "--workspace-folder", str(second)], capture_output=True, text=True, timeout=600)
         assert json.loads(up.stdout.strip().splitlines()[-1])["outcome"] == "success", up.stderr[-3000:]
-        [box] = [c for c in engine.list(label) if c.labels.get("dev.sandbox.kind") != "proxy"]
+        [box] = [c for c in engine.list(f"dev.sandbox.sandbox={names[0]}") if c.labels.get("dev.sandbox.kind") != "proxy"]
         built.add(engine.inspect(box.id).image)
-        deadline = time.monotonic() + 60   # `devcontainer up` may return before the probe has finished
-        while "PROBE-END" not in engine.logs(box.id) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        # what the probe was told it cannot observe (gVisor: nnp, mounts.workspace, limits.pids)
-        told = next((a[3:] for a in engine.inspect(box.id).command if a.startswith("na=")), "")
-        report = parse_probe(engine.logs(box.id).splitlines(), tuple(x for x in told.split(",") if x))
-        assert report.ok, [c for c in report.checks if not c.ok]
-        want = {"fs.protected", "kernel.runtime"} if policy == "untrusted-gvisor" else {"fs.protected", "mounts.workspace"}
-        assert want <= {c.id for c in report.checks if c.verdict == "pass"}
+        _probe_passed(engine, box.id, policy)
         inside = subprocess.run([cli, "exec", "--workspace-folder", str(second), "cat", "/workspace/SECOND-CHECKOUT"],
                                 capture_output=True, text=True, timeout=120)
         assert inside.stdout == "bob\n", inside.stderr
+        started = subprocess.run(project + ["up", "-d"], timeout=300, **in_second)
+        assert started.returncode == 0, started.stderr
+        assert engine.wait(composed_name) == 0   # the probe passed and exec'd the command
+        _probe_passed(engine, composed_name, policy)
     finally:
-        launch.remove_sandbox(engine, f"sandbox-{second.name}")
+        down = subprocess.run(project + ["down", "--timeout", "1"], timeout=120, **in_second)
+        launch.remove_sandbox(engine, names[0])
         if internet:
             internet.close()
         for image in built:
             subprocess.run(["docker", "image", "rm", "-f", image], capture_output=True)
-    assert engine.list(label) == [] and engine.list_networks(label) == []
+    assert down.returncode == 0, down.stderr
+    for name in names:
+        assert engine.list(f"dev.sandbox.sandbox={name}") == [] and engine.list_networks(f"dev.sandbox.sandbox={name}") == []
