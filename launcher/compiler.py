@@ -51,8 +51,9 @@ def _container_name(policy: Policy, host: HostFacts, kind: str, name: str | None
     base = re.sub(r"[^a-z0-9-]+", "-", posixpath.basename(host.workspace.real).lower()).strip("-") or "ws"
     if kind in LONG_LIVED:
         return f"sandbox-{base[:40]}"
-    # Files for another tool are named by what they launch, so compiling twice gives the same bytes.
-    suffix = host.nonce or hashlib.sha256(f"{effective_digest(policy)}\0{host.workspace.real}".encode()).hexdigest()[:6]
+    # Files for another tool are named by what they launch, never by where: the same bytes from any
+    # checkout (they are committed); two checkouts of one name collide, and the engine refuses the second.
+    suffix = host.nonce or hashlib.sha256(effective_digest(policy).encode()).hexdigest()[:6]
     return f"sandbox-{policy.name}-{base[:30]}-{suffix}"
 
 

@@ -206,7 +206,7 @@ def settings_environment(names) -> dict[str, str]:
 
 
 def home_dir() -> str:
-    """The user's home, for `~` in the user's config file."""
+    """The user's home ($HOME): `~` in the user's config file; ${HOME} in a committable compose file."""
     return os.path.expanduser("~")
 
 

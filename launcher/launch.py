@@ -4,6 +4,7 @@ this run created on the way out (normal exit, error, Ctrl-C or SIGTERM)."""
 from __future__ import annotations
 
 import json
+import os
 import queue
 import threading
 import time
@@ -195,8 +196,10 @@ def remove_sandbox(engine: Engine, name: str) -> None:
     made: dict[str, tuple[str, ...]] = {}
     for item in containers:
         labels = item.labels
-        made.setdefault(labels.get(label.WORKSPACE, ""), ())
-        made[labels.get(label.WORKSPACE, "")] += tuple(json.loads(labels.get(label.PLACEHOLDERS, "[]")))
+        workspace = labels.get(label.WORKSPACE, "")
+        # compose and dev container files list them relative to the workspace (targets/portable.py)
+        made[workspace] = made.get(workspace, ()) + tuple(
+            os.path.join(workspace, p) for p in json.loads(labels.get(label.PLACEHOLDERS, "[]")))
     # Only a running agent's container holds work worth a graceful stop (the proxy does not), and
     # it goes first, so its work is flushed before anything else goes; the rest go at once.
     running = [c.id for c in containers if c.state == "running" and c.labels.get(label.KIND) != "proxy"]

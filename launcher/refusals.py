@@ -4,7 +4,7 @@ passed in, what another tool cannot launch, what host git would run. Pure, over 
 
 from __future__ import annotations
 
-from launcher import runtimes, trustfiles
+from launcher import resources, runtimes, trustfiles
 from launcher.engineid import LIMIT_CONTROLLERS, PODMAN
 from launcher.errors import PolicyError, Problem
 from launcher.hostfacts import HostFacts
@@ -130,6 +130,20 @@ def _rootless_copy(policy: Policy, host: HostFacts) -> list[Problem]:
                          "then works on the tree itself), or use a rootful engine")]
 
 
+def _copy_alternatives(policy: Policy, kind: str) -> str:
+    """The nearest working commands to a copy-mode policy another tool would launch. The copy lives in
+    volumes the launcher fills before the start and reads back for `sandbox diff`/`apply`: nothing
+    a committed file could do on its own."""
+    preset = resources.preset_path(policy.name)
+    ref = policy.name if preset is not None and str(preset) == policy.source else (policy.source or policy.name)
+    read_only = "`sandbox devcontainer -p read-only`" if kind == "devcontainer" else "the same command with `-p read-only`"
+    return (f"copy mode needs the launcher, which makes the copy and brings the changes back: (1) keep copy mode "
+            f"with `sandbox up -p {ref}` and `sandbox exec` (then `sandbox diff` to review, `sandbox apply` to bring "
+            f"the changes into the checkout); (2) add --workspace-mode bind to the same command (the same sandbox, "
+            f"but the agent writes the checkout itself: review with git); (3) {read_only} (the agent cannot change "
+            f"the tree)")
+
+
 def _launched_elsewhere(policy: Policy, kind: str) -> list[Problem]:
     """What only the launcher can prepare, refused for a sandbox another tool launches."""
     problems, file = [], policy.source
@@ -137,9 +151,7 @@ def _launched_elsewhere(policy: Policy, kind: str) -> list[Problem]:
         return problems
     if policy.workspace.mode is WorkspaceMode.COPY:
         problems.append(Problem(file=file, path="workspace.mode", expected="bind for a sandbox another tool launches",
-                                found="copy", hint="copy mode needs `sandbox run` or `sandbox up` (they make the copy "
-                                "and keep it for `sandbox diff`); add --workspace-mode bind, or use a policy "
-                                "with workspace: {mode: bind}"))
+                                found="copy", hint=_copy_alternatives(policy, kind)))
     if policy.home.mode is HomeMode.VOLUME:
         problems.append(Problem(file=file, path="home.mode", expected="tmpfs for a sandbox another tool launches",
                                 found="volume", hint="the launcher makes the home volume and hands it to the agent's "

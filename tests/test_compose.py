@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -16,6 +17,7 @@ from launcher import hostfacts, images, sandboxes, workspaces
 from launcher.compiler import compile_policy
 from launcher.plan import unwatched
 from launcher.targets.compose import compose_text, to_compose
+from launcher.targets.portable import WSROOT_ENV, probe_start, without_host
 from launcher.policy import parse_policy, with_allowed
 from launcher.verify import compare_inspect, parse_probe
 from test_secrets_engine import model_api  # noqa: F401 - the recorder upstream fixture
@@ -29,7 +31,12 @@ def test_compose_for_none_mode_uses_no_network_and_the_probe_volume():
     sandbox = doc["services"]["sandbox"]
     assert doc["version"] == "2.4" and list(doc["services"]) == ["sandbox"]
     assert sandbox["network_mode"] == "none" and sandbox["read_only"] and sandbox["cap_drop"] == ["ALL"]
-    assert sandbox["entrypoint"] == list(plan.container.entrypoint) and sandbox["command"] == list(unwatched(plan).container.command)   # gate=-: compose starts it
+    entrypoint, command = probe_start(unwatched(plan))   # gate=-: compose starts it
+    assert sandbox["entrypoint"] == [a.replace("$", "$$") for a in entrypoint] and sandbox["command"] == command
+    # no host path: the workspace is the project directory, the probe's wsroot its $PWD
+    assert sandbox["environment"]["SANDBOX_WSROOT"] == "${PWD}" == sandbox["labels"]["dev.sandbox.workspace"]
+    assert {"type": "bind", "target": "/workspace", "read_only": False, "source": "."} in sandbox["volumes"]
+    assert "/home/dev" not in compose_text(plan)
     assert doc["volumes"]["sandbox-probe"] == {"external": True, "name": "sandbox-probe-test"}
     assert {"type": "tmpfs", "target": "/workspace/.git", "read_only": True, "tmpfs": {"size": 4096}} in sandbox["volumes"]
     # compose's short tmpfs syntax carries the owner and mode the long one cannot
@@ -75,6 +82,21 @@ def compose_bin():
     return external_tool("docker-compose", "apt-get install docker-compose")
 
 
+def compose_in(workspace, path, project: str, env: dict | None = None) -> tuple[list[str], dict]:
+    """docker-compose as a developer runs it in the checkout: the project directory (what '.' in the
+    file is) and $PWD (the probe's wsroot) are the workspace."""
+    where = os.path.realpath(workspace)
+    return (["docker-compose", "-p", project, "--project-directory", where, "-f", str(path)],
+            {**(env or os.environ), "PWD": where})
+
+
+def as_composed(plan, workspace):
+    """The container compose creates from the file: the probe's wsroot from $PWD by its entrypoint's
+    shell, and $SANDBOX_WSROOT in the environment."""
+    c = without_host(unwatched(plan)).container
+    return replace(c, env=c.env + ((WSROOT_ENV, os.path.realpath(workspace)),))
+
+
 @pytest.mark.engine
 def test_docker_compose_brings_up_a_probed_sandbox_equal_to_the_plan(engine, compose_bin, workspace, tmp_path):
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
@@ -87,9 +109,9 @@ def test_docker_compose_brings_up_a_probed_sandbox_equal_to_the_plan(engine, com
                           command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
     path = tmp_path / "compose.yaml"
     path.write_text(compose_text(plan))
-    project = ["docker-compose", "-p", f"sandbox-test-compose-{os.getpid()}", "-f", str(path)]
+    project, env = compose_in(workspace, path, f"sandbox-test-compose-{os.getpid()}")
     try:
-        up = subprocess.run(project + ["up", "-d"], capture_output=True, text=True, timeout=300)
+        up = subprocess.run(project + ["up", "-d"], capture_output=True, text=True, timeout=300, env=env)
         assert up.returncode == 0, up.stderr
         name = plan.container.name
         assert engine.wait(name) == 0
@@ -97,7 +119,7 @@ def test_docker_compose_brings_up_a_probed_sandbox_equal_to_the_plan(engine, com
         assert report.ok, [c for c in report.checks if not c.ok]
         assert {"egress.proxy", "egress.denied", "egress.direct", "egress.dns", "fs.protected"} <= {c.id for c in report.checks}
         assert (workspace / "AGENT-RAN").exists()
-        assert compare_inspect(plan.container, engine.inspect(name), engine.image_env(plan.container.image)) == []
+        assert compare_inspect(as_composed(plan, workspace), engine.inspect(name), engine.image_env(plan.container.image)) == []
         assert set(to_compose(plan)["services"]) == {"proxy", "sandbox"}
         # compose owns these containers: `sandbox gc` must not take them, though no launcher of ours lives.
         label = f"dev.sandbox.sandbox={name}"
@@ -105,7 +127,7 @@ def test_docker_compose_brings_up_a_probed_sandbox_equal_to_the_plan(engine, com
         sandboxes.gc(engine, everything=False)
         assert sorted(c.id for c in engine.list(label)) == before and len(before) == 2
     finally:
-        down = subprocess.run(project + ["down", "--timeout", "1"], capture_output=True, text=True, timeout=120)
+        down = subprocess.run(project + ["down", "--timeout", "1"], capture_output=True, text=True, timeout=120, env=env)
         workspaces.remove_placeholders(plan.placeholders)
         api.remove_network(egress)
     assert down.returncode == 0, down.stderr
@@ -137,8 +159,8 @@ secrets:
     assert env_value not in text and file_value not in text
     path = tmp_path / "compose.yaml"
     path.write_text(text)
-    project = ["docker-compose", "-p", f"sandbox-test-compose-s-{os.getpid()}", "-f", str(path)]
-    env = {**os.environ, "SANDBOX_TEST_COMPOSE_KEY": env_value}   # compose interpolates it for `down` too
+    project, env = compose_in(workspace, path, f"sandbox-test-compose-s-{os.getpid()}",
+                              {**os.environ, "SANDBOX_TEST_COMPOSE_KEY": env_value})   # compose interpolates it for `down` too
     try:
         up = subprocess.run(project + ["up", "-d"], capture_output=True, text=True, timeout=300, env=env)
         assert up.returncode == 0, up.stderr

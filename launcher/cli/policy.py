@@ -82,10 +82,20 @@ def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: s
                                         "cannot do: start it with sandbox run or sandbox up")])
     options = dict(claim=claim, workspace_root=workspace_root, proxy_ip=proxy_ip, node=node, warm=warm,
                    host_firewall=host_firewall or "", **({"forbidden": forbidden} if forbidden else {}))   # each its own
+    options["files"] = home_relative(planned.files)
     text = target.write(launch_plan, **options)
     warn_losses(target, launch_plan, **options)
     statefiles.write(planned.files)   # what the files for another tool bind from (compiling wrote nothing)
     click.echo(text, nl=False)
+
+
+def home_relative(files) -> dict[str, str]:
+    """The launcher's files by host path, as ${HOME}/... where they are under the home directory
+    (the state directory's default): a compose file names no user's home."""
+    from launcher import host
+
+    home = host.home_dir().rstrip("/") + "/"
+    return {f.path: "${HOME}/" + f.path[len(home):] for f in files if f.path.startswith(home)}
 
 
 def warn_losses(target: Target, launch_plan: LaunchPlan, **options) -> None:

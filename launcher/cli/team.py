@@ -86,7 +86,6 @@ def devcontainer(workspace: str | None, workspace_flag: str | None, policy: str,
     Example:
       sandbox devcontainer -p devcontainer ~/src/repo
     """
-    from launcher import statefiles
     from launcher.targets import TARGETS, devcontainer as dc
 
     from launcher.cli.policy import warn_losses
@@ -98,8 +97,8 @@ def devcontainer(workspace: str | None, workspace_flag: str | None, policy: str,
                        launched=False)
         launch_plan = planned.plan
         warn_losses(target, launch_plan)
-        written = dc.write(workspace, target.write(launch_plan), force)
-        statefiles.write(planned.files)   # what the dev container binds from (compiling wrote nothing)
+        # The launcher's files it binds from go into .devcontainer/ too: no host path in what is written.
+        written = dc.write(workspace, target.write(launch_plan, state={f.path: f.text for f in planned.files}), force)
     for path in written:
         click.echo(f"sandbox: wrote {path}", err=True)
 

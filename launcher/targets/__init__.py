@@ -73,10 +73,10 @@ def _argv(plan: "LaunchPlan") -> str:
     return argv_text(plan) + "\n"
 
 
-def _compose(plan: "LaunchPlan") -> str:
+def _compose(plan: "LaunchPlan", *, files: dict[str, str] | None = None) -> str:
     from launcher.targets.compose import compose_text
 
-    return compose_text(plan)
+    return compose_text(plan, files)
 
 
 def _kubernetes(plan: "LaunchPlan", **options) -> str:
@@ -105,10 +105,10 @@ def _agent_sandbox_losses(plan: "LaunchPlan", *, warm: int | None = None, node: 
     return losses(plan, warm=warm, node=node, host_firewall=host_firewall)
 
 
-def _devcontainer(plan: "LaunchPlan") -> dict[str, str]:
+def _devcontainer(plan: "LaunchPlan", *, state: dict[str, str] | None = None) -> dict[str, str]:
     from launcher.targets.devcontainer import files
 
-    return files(plan)
+    return files(plan, state or {})
 
 
 HOST_FIREWALL = ("--host-firewall cilium|calico", "the network plugin's cluster-wide objects that deny the agent Pod "
@@ -120,7 +120,7 @@ TARGETS: Mapping[str, Target] = MappingProxyType({t.name: t for t in (
     Target(name="run", kind="run", external=False, formats=("json",), writer=_json),
     Target(name="up", kind="up", external=False),
     Target(name="argv", kind="external", external=True, formats=("argv",), writer=_argv),
-    Target(name="compose", kind="external", external=True, formats=("compose",), writer=_compose),
+    Target(name="compose", kind="external", external=True, formats=("compose",), options=("files",), writer=_compose),
     # A Pod's workspace is a claim, so copy mode (the claim is the copy) is not refused as for compose.
     Target(name="kubernetes", kind="kubernetes", external=True, formats=("kubernetes",),
            options=("claim", "workspace_root", "proxy_ip", "node", "forbidden", "host_firewall"), writer=_kubernetes,
@@ -129,7 +129,7 @@ TARGETS: Mapping[str, Target] = MappingProxyType({t.name: t for t in (
     Target(name="agent-sandbox", kind="kubernetes", external=True, formats=("agent-sandbox",),
            options=("claim", "workspace_root", "proxy_ip", "node", "forbidden", "warm", "host_firewall"),
            writer=_agent_sandbox, report=_agent_sandbox_losses, opt_ins=(HOST_FIREWALL,)),
-    Target(name="devcontainer", kind="devcontainer", external=True, writer=_devcontainer),
+    Target(name="devcontainer", kind="devcontainer", external=True, options=("state",), writer=_devcontainer),
 )})
 # What `compile --format` offers, and the target each format writes.
 FORMATS: Mapping[str, Target] = MappingProxyType({fmt: t for t in TARGETS.values() for fmt in t.formats})
