@@ -122,6 +122,43 @@ def down_strict_option(command):
     return click.option("--strict", is_flag=True, help=f"{_SURFACES}. On by default under CI=true.")(command)
 
 
+_COMMAND = "sandbox.command"
+# up's option (click's parameter name) for each option a sandbox stores (launcher/upoptions.py FIELDS)
+_STORED = {"policy": "policy", "workspace_mode": "workspace_mode", "pin": "pin", "ignore_repo": "ignore_repo",
+           "allow": "allow", "allow_private": "allow_private", "egress_network": "egress_network", "timeout": "session",
+           "idle": "idle", "ports": "ports", "agent": "agent", "key_env": "key_env", "key_file": "key_file",
+           "kind": "kind", "upstream": "upstream"}
+
+
+class WithCommand(click.Command):
+    """A command that takes `-- CMD ARGS` after its own arguments (up: WORKSPACE is optional, so click
+    alone would take CMD for it): what follows `--` is kept aside for trailing_command."""
+
+    def parse_args(self, ctx, args):
+        if "--" in args:
+            at = args.index("--")
+            ctx.meta[_COMMAND], args = tuple(args[at + 1:]), args[:at]
+        return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx):
+        return super().collect_usage_pieces(ctx) + ["[-- CMD [ARGS]...]"]
+
+
+def trailing_command() -> tuple[str, ...]:
+    return click.get_current_context().meta.get(_COMMAND, ())
+
+
+def given_options() -> frozenset[str]:
+    """The stored options (upoptions.FIELDS) this command line gives, and "workspace" when it gives one;
+    a running sandbox's own fill the rest."""
+    ctx = click.get_current_context()
+    defaulted = (click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP, None)
+    given = {field for param, field in _STORED.items() if ctx.get_parameter_source(param) not in defaulted}
+    if any(ctx.get_parameter_source(p) not in defaulted for p in ("workspace", "workspace_flag")):
+        given.add("workspace")   # not stored, but without it `up --name N` attaches to N's own
+    return frozenset(given)
+
+
 def either(argument, flag, name: str, default, same=lambda a, b: False):
     """A value that may be given as an argument or as its --flag (`name`), not both (unless `same`
     says the two mean one thing): a usage error, exit 2."""
