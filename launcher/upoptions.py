@@ -59,7 +59,8 @@ def _ref(policy: str) -> str:
 
 
 def of_request(request) -> UpOptions:
-    """The storable options of a session.Request."""
+    """The storable options of a session.Request; the model key's kind as recognised (a later `up`
+    attaching from a shell without the key's variable wires the agent the same way)."""
     o, agent = request.options, request.options.agent
     return UpOptions(policy=_ref(request.policy), workspace_mode=o.workspace_mode, pin=o.pin,
                      ignore_repo=o.ignore_repo, allow=tuple(a for a in o.allow if isinstance(a, str)),
@@ -68,7 +69,7 @@ def of_request(request) -> UpOptions:
                      ports=tuple(str(p) for p in request.ports), agent=agent.name if agent else None,
                      key_env=agent.key_env if agent else "",
                      key_file=os.path.abspath(os.path.expanduser(agent.key_file)) if agent and agent.key_file else "",
-                     kind=agent.kind if agent else "", upstream=agent.upstream if agent else "")
+                     kind=agent.login_kind if agent else "", upstream=agent.upstream if agent else "")
 
 
 def shown(options: UpOptions) -> str:

@@ -59,7 +59,7 @@ def test_the_label_reads_back_and_says_the_command_line(tmp_path):
     assert options.policy == str(tmp_path.cwd() / "mine.yaml") and options.ports == ("3000:3000",)
     assert upoptions.parse(upoptions.label_value(options)) == options
     assert upoptions.shown(options) == (f"--policy {options.policy} --allow pypi.org --port 3000:3000 --agent codex "
-                                        "--model-key-env K")
+                                        "--model-key-env K --model-key-kind api-key")   # the kind as recognised
     assert json.loads(upoptions.label_value(upoptions.UpOptions())) == {"v": 1, "policy": "untrusted"}
     for text in ("", "{", "[]", '{"v": 2, "policy": "ci"}', '{"v": 1, "policy": 3}', '{"v": 1, "allow": [1]}',
                  '{"v": 1, "surprise": true}'):
@@ -160,3 +160,17 @@ def test_the_command_line_attaches_with_none_of_the_options_and_opens_no_termina
         in other.stderr, other.stderr
     both = CliRunner().invoke(main, ["up", str(tmp_path), "--no-shell", "--", "true"])
     assert both.exit_code == ExitCode.USAGE and "give one or the other" in both.stderr
+
+
+def test_attaching_needs_no_key_the_kind_it_was_recognised_as_is_stored(tmp_path, started, monkeypatch):
+    """A subscription token's kind is told by its shape at the start; a later `up` from a shell
+    without the variable wires the agent the same way (the proxy holds the token already)."""
+    engine = FakeEngine()
+    monkeypatch.setenv("TOKEN_VAR", "sk-ant-oat01-" + "a" * 40)
+    agent = LayerOptions(agent=AgentChoice(name="claude-code", key_env="TOKEN_VAR"))
+    first = up(engine, tmp_path, given=ALL, policy="read-only", options=agent)
+    assert first.options.kind == "oauth" and "sk-ant" not in dict(started[0][0].container.labels)[label.UP_OPTIONS]
+    monkeypatch.delenv("TOKEN_VAR")
+    again = up(engine, tmp_path)
+    digest = dict(started[0][0].container.labels)[label.EFFECTIVE_DIGEST]
+    assert again.reused and dict(again.planned.plan.container.labels)[label.EFFECTIVE_DIGEST] == digest
