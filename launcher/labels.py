@@ -22,6 +22,7 @@ CONTEXT = f"{PREFIX}.context"                    # images with a fixed tag: the 
 PLACEHOLDERS = f"{PREFIX}.placeholders"          # JSON list of mount points created in the workspace
 SESSION = f"{PREFIX}.session"                    # up: "SESSION IDLE", limits.session and limits.idle in seconds
 PORTS = f"{PREFIX}.ports"                        # `up --port`: HOST_PORT:PORT,… forwarded from the host's loopback
+UP_OPTIONS = f"{PREFIX}.up-options"              # up: the options it was started with, as JSON (launcher/upoptions.py)
 PROBE_BUSYBOX = f"{PREFIX}.probe-busybox"        # the probe volume: sha256 of the busybox it was filled with
 
 MANAGED_SELECTOR = f"{MANAGED}=1"

@@ -61,16 +61,27 @@ class AgentChoice:
                                        found=repr(self.name), hint=str(exc).strip("'\""))]) from None
         if not self.keyed:
             return profile
-        try:   # the value only tells its kind (never kept); not there yet: the launch says so
-            value = host.read_secret("model", self.key_env, self.key_file) if not self.kind else None
-        except PolicyError:
-            value = None
-        kind = self.kind or logins.recognise(profile, value)
+        kind = self.login_kind
         try:
             return logins.applied(profile, kind)
         except ValueError as exc:
             raise PolicyError([Problem(file="command line", path="--model-key-kind", expected="a login the proxy can broker",
                                        found=repr(kind), hint=str(exc))]) from None
+
+    @functools.cached_property
+    def login_kind(self) -> str:
+        """--model-key-kind's, else the kind the key's shape says ("" without a key): what `up` stores,
+        so that attaching needs no key."""
+        from launcher import agents
+        from launcher.agents import logins
+
+        if not self.keyed or self.kind:
+            return self.kind
+        try:   # the value only tells its kind (never kept); not there yet: the launch says so
+            value = host.read_secret("model", self.key_env, self.key_file)
+        except PolicyError:
+            value = None
+        return logins.recognise(agents.get(self.name), value)
 
     @property
     def keyed(self) -> bool:

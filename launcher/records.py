@@ -102,3 +102,17 @@ def finish(name: str, removed_by: str, changes: list[dict], egress: dict | None)
                        problem=f"the attestation record was not written to {path}: {exc}")
     drop(name)
     return Written(path=path, signed=bool(asked))
+
+
+def stale(sandbox: str, say) -> None:
+    """A kept `up --attest` record of an earlier sandbox of this name, removed behind our back (no
+    `down`, no `gc` since): written now, before this start could be taken for its end."""
+    if pending(sandbox) is None:
+        return
+    written = finish(sandbox, "found removed by `sandbox up`", [], None)
+    if written.problem:   # not kept: the new sandbox's `down` must not write it as its own
+        drop(sandbox)
+        say(f"warning: the earlier {sandbox} was removed without `sandbox down`, and {written.problem}; dropped")
+    else:
+        say(f"the attestation record of the earlier {sandbox} (removed without `sandbox down`) was written to "
+            f"{written.path}")

@@ -5,12 +5,13 @@ progress goes to the listener (status lines, the agent's output, timed phases)."
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from itertools import count
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from launcher import baseline, engineid, host, images, launch, pipeline, ports, proof, proven, sandboxes, statefiles
-from launcher.errors import AttestationInvalid, ExitCode, NotFound, PolicyError, ProbeFailed, Problem, SandboxError, \
+from launcher import baseline, engineid, host, images, launch, pipeline, ports, proof, proven, sandboxes, statefiles, \
+    upoptions
+from launcher import labels
+from launcher.errors import AttestationInvalid, EngineError, ExitCode, NotFound, PolicyError, ProbeFailed, Problem, SandboxError, \
     SessionEnded, Terminated, also_failed, kept_copy, secondary_failures
 from launcher.launch import Listener, Outcome
 from launcher.pipeline import LayerOptions, Planned
@@ -41,6 +42,9 @@ class Request:
     attest_key: Key | None = None    # and sign it with this key (launcher.signing.signing_key(PATH))
     fresh: bool = False              # up, copy mode: a new copy instead of the kept one (see `_fresh`)
     ports: tuple[PortSpec, ...] = ()  # host loopback ports forwarded while it lives (launcher.ports)
+    new: bool = False                # up: a second sandbox on the workspace, never the running one
+    given: frozenset[str] | None = None   # up: the upoptions.FIELDS chosen (and "workspace"): the rest from a
+                                          # running one (None: all)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +73,8 @@ class UpResult:
     reused: bool                      # an equal sandbox was running: nothing was started
     ends: float = 0.0                 # when limits.session ends it at the latest (epoch seconds; 0 when reused)
     ports: tuple[PortSpec, ...] = ()  # forwarded from the host's loopback (the ports taken, 0 resolved)
+    runs: tuple[str, ...] = ()        # what its terminal runs: the command, the agent's CLI or the shell
+    options: upoptions.UpOptions | None = None   # what it was started with (None: before they were stored)
 
 
 def prepare(request: Request, listener: Listener, *, kind: str = "run", launched: bool = True,
@@ -219,8 +225,17 @@ def _said(error: BaseException | None) -> str:
 
 
 def up(request: Request, listener: Listener, *, engine=None, timings=None) -> UpResult:
-    """Start a long-lived sandbox (or find the running one with the same effective policy and
-    workspace: exit 120 if it differs); raises SandboxError when it cannot."""
+    """Start a long-lived sandbox, or attach to the running one of the workspace (or of --name) with
+    the options it was started with where the request gives none (exit 120 if it gives others, or the
+    effective policy differs; `new`: a second one); raises SandboxError when it cannot."""
+    if not request.new:
+        try:
+            engine = engine or connect(listener)
+        except EngineError:   # nothing to attach to: the policy is checked first, the engine's error comes after
+            pass
+        else:
+            request = upoptions.completed(engine, request)
+    command, request = request.command, replace(request, command=())   # the terminal's, per attach: not the plan's
     planned = prepare(request, listener, kind="up", timings=timings)
     engine = engine or connect(listener)
     planned = for_engine(request, planned, engine, kind="up", timings=timings)
@@ -228,6 +243,8 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
     ready(engine, planned, agent, listener)
     if request.fresh and planned.plan.copy:
         planned = _fresh(engine, planned, request, listener, timings)
+    if request.new:
+        planned = upoptions.second(engine, planned, request, listener, timings)
     plan, sandbox = planned.plan, planned.plan.container.name
     started = time.monotonic()
     try:
@@ -237,7 +254,10 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
     if found is not None:
         if found.state in ("exited", "dead"):   # whatever its policy (a --timeout changes it): down keeps its work
             raise SessionEnded(sandbox, found.state)
-        problem = sandboxes.reuse_problem(found, plan) or ports.reuse_problem(found.name, found.labels, request.ports)
+        stored = upoptions.parse(found.labels.get(labels.UP_OPTIONS))
+        differ = upoptions.differing(request, stored, ports.labelled(found.labels)) if stored else []
+        problem = (upoptions.refusal(sandbox, request, stored, differ) if differ else sandboxes.reuse_problem(found, plan)
+                   or ports.reuse_problem(found.name, found.labels, request.ports))
         if problem:
             raise PolicyError([problem])
         listener.status(f"{sandbox} is already running; proving it again before anything starts in it")
@@ -247,8 +267,13 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
         if request.attest:
             listener.status(f"note: --attest: no new record; {sandbox} was started earlier, and its record is the one "
                             "asked for then, if any (written at `sandbox down`)")
-        return UpResult(planned=planned, sandbox=sandbox, reused=True, ports=ports.labelled(found.labels))
-    _stale_record(sandbox, listener)
+        return UpResult(planned=planned, sandbox=sandbox, reused=True, ports=ports.labelled(found.labels),
+                        runs=upoptions.terminal(request, planned, command), options=stored)
+    planned = upoptions.labelled(planned, request)   # refused here if they cannot be stored
+    plan = planned.plan
+    from launcher import records
+
+    records.stale(sandbox, listener.status)
     recorder = None
     if request.attest:
         from launcher import attest
@@ -287,7 +312,8 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
     listener.status(f"{sandbox} is up until {time.strftime('%H:%M:%S', time.localtime(ends))} at the latest "
                     f"(limits.session), or {idle} without terminal input or output (limits.idle); "
                     f"`sandbox down {sandbox}` removes it")
-    return UpResult(planned=planned, sandbox=sandbox, reused=False, ends=ends, ports=forwarded)
+    return UpResult(planned=planned, sandbox=sandbox, reused=False, ends=ends, ports=forwarded,
+                    runs=upoptions.terminal(request, planned, command), options=upoptions.of_request(request))
 
 
 def _keep_ports(engine, sandbox: str, forwarded: tuple[PortSpec, ...], held, listener: Listener) -> None:
@@ -303,23 +329,6 @@ def _keep_ports(engine, sandbox: str, forwarded: tuple[PortSpec, ...], held, lis
     for spec in forwarded:
         listener.status(f"forwarding 127.0.0.1:{spec.host_port} to 127.0.0.1:{spec.port} inside {sandbox} while it "
                         f"runs (log: {ports.log_path(sandbox, spec)})")
-
-
-def _stale_record(sandbox: str, listener: Listener) -> None:
-    """A kept `up --attest` record of an earlier sandbox of this name, removed behind our back (no
-    `down`, no `gc` since): written now, before this start could be taken for its end."""
-    from launcher import records
-
-    if records.pending(sandbox) is None:
-        return
-    written = records.finish(sandbox, "found removed by `sandbox up`", [], None)
-    if written.problem:   # not kept: the new sandbox's `down` must not write it as its own
-        records.drop(sandbox)
-        listener.status(f"warning: the earlier {sandbox} was removed without `sandbox down`, and {written.problem}; "
-                        "dropped")
-    else:
-        listener.status(f"the attestation record of the earlier {sandbox} (removed without `sandbox down`) was "
-                        f"written to {written.path}")
 
 
 def _refused_record(request: Request, planned: Planned, engine, recorder, error: SandboxError, started: float,
@@ -380,20 +389,8 @@ def _fresh(engine, planned: Planned, request: Request, listener: Listener, timin
     if store.drop_if_clean(engine, name, taken):
         listener.status(f"--fresh: the copy {name} held no changes: dropped")
         return planned
-
-    def free(candidate: str) -> bool:
-        try:
-            sandboxes.find(engine, candidate)
-            return False
-        except NotFound:
-            return all(engine.volume_info(f"{candidate}-{part}") is None for part in ("base", "upper", "tree"))
-
-    new = next(f"{name}-{n}" for n in count(2) if free(f"{name}-{n}"))
+    new = upoptions.next_free(engine, name)
     held = f"{taken['changes']} changes" if taken.get("changes") else "checkpoints with changes"
     listener.status(f"--fresh: the copy {name} holds {held} and stays (`sandbox diff {name}`, `sandbox apply {name}`, "
                     f"`sandbox discard {name}`); the new sandbox and its copy are {new}")
-    fresh = pipeline.compiled(planned.layered, request.workspace, (), kind="up", name=new,
-                              egress_network=request.egress_network, agent=request.options.agent, timings=timings,
-                              engine=planned.facts.engine)   # the engine's own facts (podman's dialect, id maps)
-    statefiles.write(fresh.files)
-    return fresh
+    return upoptions.renamed(planned, request, new, timings)

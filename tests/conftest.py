@@ -320,11 +320,13 @@ def up_in_a_pty(command: list[str], env: dict[str, str]):
         os.close(fd)
 
 
-def claude_tui_task(fd: int, workspace: Path, shown: bytes, marked=None) -> bytes:
-    """In an `up` shell on `fd`: start Claude's TUI, type the stand-in's task, wait for its marker
-    (in `workspace`, or until `marked()` says it is there: a copy's marker is in the sandbox)."""
+def claude_tui_task(fd: int, workspace: Path, shown: bytes, marked=None, started: bool = False) -> bytes:
+    """In an `up` shell on `fd`: start Claude's TUI (`started`: `up --agent` opened it already), type
+    the stand-in's task, wait for its marker (in `workspace`, or until `marked()` says it is there: a
+    copy's marker is in the sandbox)."""
     time.sleep(2)
-    os.write(fd, b"claude --dangerously-skip-permissions\r")
+    if not started:
+        os.write(fd, b"claude --dangerously-skip-permissions\r")
     shown += read_until(fd, b"agents", 60)
     assert b"agents" in shown, shown[-3000:].decode(errors="replace")
     time.sleep(1)

@@ -112,6 +112,11 @@ def test_sandbox_agents_lists_every_profile(tmp_path):
 
     listed = subprocess.run([sys.executable, "-m", "launcher", "agents", "--json"], capture_output=True, text=True)
     assert {r["name"] for r in json.loads(listed.stdout)} == set(agents.PROFILES)
+    rows = {r["name"]: r for r in json.loads(listed.stdout)}   # what `sandbox up --agent NAME` opens
+    assert rows["claude-code"]["interactive"] == "claude --dangerously-skip-permissions" and rows["neo"]["interactive"] == ""
+    text = subprocess.run([sys.executable, "-m", "launcher", "agents"], capture_output=True, text=True).stdout
+    assert "  up      codex --no-daemon --sandbox danger-full-access (sandbox up --agent codex)" in text
+    assert "  up      - (sandbox up --agent neo opens a shell)" in text
     wrong = subprocess.run([sys.executable, "-m", "launcher", "compile", "--agent", "nope", "-w", str(tmp_path)],
                            capture_output=True, text=True)
     assert wrong.returncode == 120 and "no agent profile 'nope'" in wrong.stderr

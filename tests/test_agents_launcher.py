@@ -13,11 +13,12 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
 
-from conftest import owned_workspace
+from conftest import owned_workspace, read_until
 from launcher import agents, images
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -212,10 +213,11 @@ def test_the_github_workflow_runs_a_real_cli_headless_step_by_step(name, engine,
         assert key not in text
 
 
-def test_up_with_the_agent_flag_gives_a_shell_where_claude_works(engine, upstream, tmp_path):
+def test_up_with_the_agent_flag_opens_claudes_tui_where_a_task_gets_done(engine, upstream, tmp_path):
     """`sandbox up --agent claude-code --model-key-env VAR` in the default preset, through a pty: the
-    shell has the CLI, its home files and its endpoint; its TUI starts without a dialog and a typed
-    task gets done in the copy, the key only in the proxy."""
+    terminal is the CLI's own TUI (its interactive form, behind the wrapper that gives it its home
+    files and endpoint), started without a dialog; a typed task gets done in the copy, the key only
+    in the proxy. Leaving it leaves the sandbox, and `up` with no option attaches with the stored ones."""
     from conftest import claude_tui_task, up_in_a_pty
 
     network, key, log, reset = upstream
@@ -229,13 +231,26 @@ def test_up_with_the_agent_flag_gives_a_shell_where_claude_works(engine, upstrea
             return subprocess.run(["docker", "exec", name, "test", "-f", "/workspace/marker-claude-code.txt"]).returncode == 0
 
         with up_in_a_pty(command, {"MODEL_KEY": key}) as (fd, shown):
-            shown = claude_tui_task(fd, workspace, shown, marked)
+            shown = claude_tui_task(fd, workspace, shown, marked, started=True)
+            assert b"opening claude-code's CLI in " + name.encode() in shown, shown[-3000:]
             assert not (workspace / "marker-claude-code.txt").exists()
             assert any(r["headers"].get("x-api-key") == key for r in log() if r["method"] == "POST")
             inspect = subprocess.run(["docker", "inspect", name], capture_output=True, text=True).stdout
             environ = subprocess.run(["docker", "exec", name, "sh", "-c", "cat /proc/*/environ; cat ~/.claude.json "
                                       "~/.claude/settings.json"], capture_output=True, text=True).stdout
             assert key not in inspect and key not in environ and key not in shown.decode(errors="replace")
+            # Leave it as a user does: while Claude's TUI runs it holds a socket in /tmp (/tmp/cc-socks/N.sock),
+            # which a re-probe refuses (sockets.mounts); /exit removes it.
+            os.write(fd, b"/exit")
+            time.sleep(1)
+            os.write(fd, b"\r")
+            shown += read_until(fd, b"\x00never", 5)
+        again = subprocess.run([*SANDBOX, "up", "--no-shell", "--json", "--name", name], capture_output=True, text=True,
+                               timeout=300, env={**os.environ, "MODEL_KEY": key})   # from elsewhere: by its name
+        assert again.returncode == 0 and "probe passed again" in again.stderr, again.stderr
+        attached = json.loads(again.stdout)
+        assert attached["reused"] and attached["options"]["agent"] == "claude-code", attached
+        assert attached["options"]["key_env"] == "MODEL_KEY" and key not in again.stdout + again.stderr
     finally:
         subprocess.run([*SANDBOX, "down", name], capture_output=True, timeout=120)
         subprocess.run([*SANDBOX, "discard", "--yes", name], capture_output=True, timeout=120)

@@ -217,7 +217,8 @@ def test_up_with_a_setup_token_gives_claudes_tui_signed_in_as_a_subscriber(engin
         try:
             with up_in_a_pty(command, {"CLAUDE_CODE_OAUTH_TOKEN": token}) as (fd, shown):
                 shown = claude_tui_task(fd, workspace, shown, lambda: docker(   # the default preset: a copy
-                    "exec", name, "test", "-f", "/workspace/marker-claude-code.txt", check=False).returncode == 0)
+                    "exec", name, "test", "-f", "/workspace/marker-claude-code.txt", check=False).returncode == 0,
+                    started=True)   # `up --agent` opened the TUI
                 assert b"Not logged in" not in shown and b"/login" not in shown
                 api = [r for r in log() if r["method"] == "POST"]
                 assert api and all(r["headers"].get("authorization") == f"Bearer {token}" for r in api)

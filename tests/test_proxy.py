@@ -308,7 +308,7 @@ def test_up_never_reuses_a_sandbox_of_another_policy(internet, workspace):
         other = subprocess.run(SANDBOX + ["up", "-p", "untrusted", "--name", name, "--no-shell", str(workspace)],
                                capture_output=True, text=True, timeout=120)
         assert other.returncode == ExitCode.POLICY_INVALID, other.stderr
-        assert "policy untrusted" in other.stderr and "running with policy ci" in other.stderr
+        assert "found --policy untrusted" in other.stderr and f"{name} was started with: --policy ci" in other.stderr
         assert f"sandbox down {name}" in other.stderr and "opening a shell" not in other.stderr
         same = subprocess.run(SANDBOX + ["up", "-p", "ci", "--egress-network", internet.network, "--name", name,
                                          "--no-shell", str(workspace)], capture_output=True, text=True, timeout=120)

@@ -35,7 +35,8 @@ def agents(as_json: bool) -> None:
                      "image": images.agent_profile_image(p.image).tag if p.image else images.AGENT_IMAGE,
                      "home": list(p.home_paths), "env": sorted(p.environment("$ENDPOINT", key_in_file=True)),
                      "model": asdict(p.model) if p.model else None, "hosts": list(p.hosts),
-                     "headless": " ".join(p.headless), "resume": " ".join(p.resume), "verified": p.verified,
+                     "headless": " ".join(p.headless), "interactive": " ".join(p.interactive),
+                     "resume": " ".join(p.resume), "verified": p.verified,
                      "logins": signins})
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
@@ -52,6 +53,7 @@ def agents(as_json: bool) -> None:
             click.echo(f"  login   {s['kind']}: {s['summary']}" if s["brokered"] else
                        f"  login   {s['kind']}: not brokered: {s['summary']}: {s['why']}")
         click.echo(f"  hosts   {', '.join(r['hosts']) or '-'}   run: {r['headless']}")
+        click.echo(f"  up      {r['interactive'] + ' (sandbox up --agent ' + r['name'] + ')' if r['interactive'] else '- (sandbox up --agent ' + r['name'] + ' opens a shell)'}")
         if r["resume"]:
             click.echo(f"  resume  {r['resume']} (home: {{mode: volume}} keeps the session)")
         click.echo(f"  checked {r['verified'] or '-'}")

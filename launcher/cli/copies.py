@@ -8,7 +8,8 @@ import time
 import click
 
 from launcher.cli import complete
-from launcher.cli.options import json_option, name_argument, new_name
+from launcher.cli.checked import new_name
+from launcher.cli.options import json_option, name_argument
 from launcher.cli.output import Console, emit, envelope
 
 _COPY = name_argument(complete.COPIES)

@@ -9,9 +9,11 @@ import click
 from launcher.cli import complete
 from launcher.cli import output
 from launcher.cli.attest import attest_arguments, attest_option, up_attest_option
-from launcher.cli.options import (POLICY_HELP, Defaulted, agent_options, duration, egress_options, either, json_option,
-                                  layer_options, name_argument, port_specs, request, sandbox_name, same_directory,
-                                  session, strict_option, timeline, timings_option, workspace_flag)
+from launcher.cli.checked import duration, port_specs
+from launcher.cli.options import (POLICY_HELP, Defaulted, WithCommand, agent_options, egress_options,
+                                  either, given_options, json_option, layer_options, name_argument,
+                                  request, sandbox_name, same_directory, session, strict_option, timeline,
+                                  timings_option, trailing_command, workspace_flag)
 from launcher.cli.manage import take_down
 from launcher.errors import SandboxError, SessionEnded, Terminated
 
@@ -75,14 +77,17 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
     sys.exit(result.exit_code)
 
 
-@click.command(cls=Defaulted, short_help="Start a long-lived sandbox and open a shell in it.",
+@click.command(cls=WithCommand, short_help="Start a long-lived sandbox (or attach to it) and open a terminal in it.",
                defaults={"policy": "--policy", "agent": "--agent", "session": "--timeout", "idle": "--idle",
                          "ports": "--port"})
 @click.argument("workspace", required=False, type=click.Path(file_okay=False))
 @workspace_flag
 @click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP, shell_complete=complete.presets)
-@click.option("--name", callback=sandbox_name, help="Sandbox name (default: sandbox-<directory name>).")
-@click.option("--no-shell", is_flag=True, help="Start the sandbox but do not open a shell in it.")
+@click.option("--name", callback=sandbox_name, help="Sandbox name (default: sandbox-<directory name>; with --new, "
+              "the next free sandbox-<directory name>-N).")
+@click.option("--new", is_flag=True, help="Start another sandbox on WORKSPACE even when one runs for it (a name "
+              "and, in copy mode, a copy of its own).")
+@click.option("--no-shell", is_flag=True, help="Start the sandbox (or attach) but open no terminal in it.")
 @click.option("--fresh", is_flag=True, help="Copy mode: start on a new copy of WORKSPACE instead of continuing the "
               "kept one. A kept copy with changes stays (the new sandbox then gets a name of its own); one without "
               "goes.")
@@ -102,22 +107,29 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
 @agent_options
 @layer_options
 @timings_option
-def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str | None, no_shell: bool, fresh: bool,
+def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str | None, new: bool, no_shell: bool,
+       fresh: bool,
        timeout: str | None, idle: str | None, ports: tuple, as_json: bool, attest_path: str | None, attest_key,
        allow: tuple[str, ...],
        egress_network: str | None, timings: bool) -> None:
-    """Start a long-lived sandbox on WORKSPACE and open an interactive shell in it.
+    """Start a long-lived sandbox on WORKSPACE and open a terminal in it: a shell, the agent's own CLI
+    with --agent NAME (its interactive form), or CMD after `--`; the exit code is theirs.
 
-    The sandbox stays after the shell ends: `sandbox shell` (another shell), `sandbox ls`,
-    `sandbox exec NAME -- CMD`, `sandbox down NAME`. Running `sandbox up` again proves the running sandbox again (the probe
-    in it, exit 122 and nothing started if it no longer holds) and opens another shell in it, if it
-    has the same effective policy and workspace (otherwise exit 120). The session ends when
+    The sandbox stays after the terminal ends: `sandbox shell` (another shell), `sandbox ls`,
+    `sandbox exec NAME -- CMD`, `sandbox down NAME`. The options it was started with (policy, agent,
+    ports, layer flags, limits) are stored with it: `sandbox up` again in the workspace, with none
+    of them, attaches to it with its own, proves it again (the probe in it, exit 122 and nothing
+    started if it no longer holds) and opens the terminal asked for (--agent NAME or `-- CMD`: per
+    attach, never stored). Options that differ from the stored ones are refused (exit 120, both
+    shown); --new starts a second sandbox on the workspace instead. The session ends when
     limits.session (10h by default; --timeout) has passed since it started, attached
     or not, or after limits.idle (1h by default; --idle) without input or output on any of its terminals; its
     terminals are warned first. Its copy and home stay: `sandbox up` again takes the ended sandbox
     down (saying what `sandbox down` says) and starts a new one on them.
     With --json, what was started is said on stdout first; a shell opens only when stdin and stdout
     are a terminal (a script gets none).
+
+    Without a terminal (a script) nothing opens: it says what to run.
 
     Each --port is forwarded as `sandbox port` does it (a relay over the engine's exec stream; no
     network and no published port are added) by a process of its own on the host that ends with
@@ -126,13 +138,21 @@ def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str
     \b
     Example:
       sandbox up ~/src/repo --timeout 2h
+      sandbox up -p ci --agent codex --model-key-env OPENAI_API_KEY --port 3000
+      sandbox up                      # later, in the same directory: attaches, a shell
+      sandbox up -- make test         # attaches, runs make test on the terminal
+      sandbox up --new                # a second sandbox on this workspace
       sandbox up ~/src/repo --no-shell --json
       sandbox up ~/src/repo --port 5173 --port 18000:8000
     """
     workspace = either(workspace, workspace_flag, "workspace", ".", same=same_directory)
+    command = trailing_command()
+    if no_shell and command:
+        raise click.UsageError("--no-shell opens no terminal; CMD after `--` runs on one: give one or the other")
     line = timeline(timings)
-    asked = request(policy, workspace, session=timeout, idle=idle, allow=allow, name=name, egress_network=egress_network,
-                    fresh=fresh, ports=ports, **attest_arguments(attest_path, attest_key, workspace))
+    asked = request(policy, workspace, command, session=timeout, idle=idle, allow=allow, name=name,
+                    egress_network=egress_network, fresh=fresh, ports=ports, new=new, given=given_options(),
+                    **attest_arguments(attest_path, attest_key, workspace))
     library = session(line)
     try:
         started = library.up(asked, output.Console(timeline=line), timings=line)
@@ -145,15 +165,22 @@ def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str
     if line is not None:
         output.print_timings(line)
     if as_json:
-        output.emit(output.envelope(up_fields(started), sandbox=started.sandbox))
+        output.emit(output.envelope(up_fields(started, command), sandbox=started.sandbox))
     if no_shell:
         return
+    import shlex
+
+    what = shlex.join(command) if command else f"{_agent(started, command)}'s CLI" if _agent(started, command) \
+        else "an interactive shell"
     if not output.on_terminal():
-        output.status(f"no terminal for an interactive shell; use `sandbox exec {started.sandbox} -- CMD`")
+        output.status(f"no terminal for {what}; use `sandbox exec {started.sandbox} -- "
+                      f"{shlex.join(command) if command else 'CMD'}`")
         return
     from launcher import engine, terminal
 
-    sys.exit(terminal.attach(engine.connect(), started.sandbox, list(started.planned.policy.command)))
+    if command or _agent(started, command):
+        output.status(f"opening {what} in {started.sandbox}")
+    sys.exit(terminal.attach(engine.connect(), started.sandbox, list(started.runs)))
 
 
 @click.command(short_help="Open a shell in a running sandbox.")
@@ -175,9 +202,16 @@ def shell(name: str | None) -> None:
     sys.exit(output.attach(name, list(terminal.SHELL), "sandbox shell"))
 
 
-def up_fields(started) -> dict:
+def _agent(started, command: tuple[str, ...]) -> str | None:
+    """The agent whose own CLI the terminal runs, or None (a shell, or a command)."""
+    if command or tuple(started.runs) == tuple(started.planned.policy.command):
+        return None
+    return started.options.agent if started.options else None
+
+
+def up_fields(started, command: tuple[str, ...] = ()) -> dict:
     """`up --json`'s own fields."""
-    from launcher import proven
+    from launcher import proven, upoptions
     from launcher.labels import COPY
 
     plan = started.planned.plan
@@ -185,7 +219,9 @@ def up_fields(started) -> dict:
             "workspace": started.planned.facts.workspace.real, "copy": dict(plan.container.labels).get(COPY),
             "network": plan.container.network_mode if plan.proxy is None else "proxy",
             "stops_at": started.ends or None, "proven": proven.last(started.sandbox),
-            "shell": list(started.planned.policy.command),
+            "shell": list(started.planned.policy.command), "runs": list(started.runs),
+            "agent": _agent(started, command),
+            "options": upoptions.as_dict(started.options) if started.options else None,
             "ports": [{"address": p.address, "host_port": p.host_port, "port": p.port} for p in started.ports]}
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import gc
-import re
 
 import click
 
 from launcher.cli import complete, output
+from launcher.cli.checked import new_name
 from launcher.errors import ExitCode
 
 POLICY_HELP = "Preset name (`sandbox presets` lists them) or path to a policy file."
@@ -205,6 +205,44 @@ def down_strict_option(command):
     return click.option("--strict", is_flag=True, help=f"{_SURFACES}. On by default under CI=true.")(command)
 
 
+_COMMAND = "sandbox.command"
+# up's option (click's parameter name) for each option a sandbox stores (launcher/upoptions.py FIELDS)
+_STORED = {"policy": "policy", "workspace_mode": "workspace_mode", "pin": "pin", "ignore_repo": "ignore_repo",
+           "allow": "allow", "allow_private": "allow_private", "egress_network": "egress_network", "timeout": "session",
+           "idle": "idle", "ports": "ports", "agent": "agent", "key_env": "key_env", "key_file": "key_file",
+           "kind": "kind", "upstream": "upstream"}
+
+
+class WithCommand(Defaulted):
+    """A command that takes `-- CMD ARGS` after its own arguments (up: WORKSPACE is optional, so click
+    alone would take CMD for it): what follows `--` is kept aside for trailing_command. Its options'
+    defaults come from settings.py, as Defaulted's."""
+
+    def parse_args(self, ctx, args):
+        if "--" in args:
+            at = args.index("--")
+            ctx.meta[_COMMAND], args = tuple(args[at + 1:]), args[:at]
+        return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx):
+        return super().collect_usage_pieces(ctx) + ["[-- CMD [ARGS]...]"]
+
+
+def trailing_command() -> tuple[str, ...]:
+    return click.get_current_context().meta.get(_COMMAND, ())
+
+
+def given_options() -> frozenset[str]:
+    """The stored options (upoptions.FIELDS) this command line gives, and "workspace" when it gives one;
+    a running sandbox's own fill the rest."""
+    ctx = click.get_current_context()
+    defaulted = (click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP, None)
+    given = {field for param, field in _STORED.items() if ctx.get_parameter_source(param) not in defaulted}
+    if any(ctx.get_parameter_source(p) not in defaulted for p in ("workspace", "workspace_flag")):
+        given.add("workspace")   # not stored, but without it `up --name N` attaches to N's own
+    return frozenset(given)
+
+
 def either(argument, flag, name: str, default, same=lambda a, b: False):
     """A value that may be given as an argument or as its --flag (`name`), not both (unless `same`
     says the two mean one thing): a usage error, exit 2."""
@@ -254,48 +292,9 @@ def workspace_flag(command):
                         show_default=".", help="Host directory the agent works on (or give it as WORKSPACE).")(command)
 
 
-def duration(ctx, param, value):
-    from launcher.policy import MAX_TIMEOUT_SECONDS, parse_duration
-
-    if value is not None and not re.fullmatch(r"[0-9]+[smh]?", value):
-        raise click.BadParameter("expected seconds, or a number with s, m or h (for example 90s, 10m)")
-    if value is not None and not 0 < parse_duration(value) <= MAX_TIMEOUT_SECONDS:
-        raise click.BadParameter("expected a duration above zero and at most 168h (a week)")
-    return value
-
-
-# Docker's (and podman's) rule for a container name; the sandbox's volumes and networks are named after it.
-_SANDBOX_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+")
-
-
-def new_name(ctx, param, value):
-    """The name of a sandbox or copy to create, checked before anything is: the engine would refuse it halfway."""
-    if value is not None and not _SANDBOX_NAME.fullmatch(value):
-        raise click.BadParameter(f"expected a letter or digit, then at least one more of letters, digits, '_', '.' "
-                                 f"and '-' (as Docker names containers); found {value!r}")
-    return value
-
-
 def sandbox_name(ctx, param, value):
     """--name of a sandbox to create (new_name), kept for the envelope of an error."""
     return _named(ctx, param, new_name(ctx, param, value))
-
-
-def port_specs(ctx, param, values):
-    """--port: each [HOST_PORT:]PORT parsed (exit 2 when malformed), no host port twice."""
-    from launcher import ports
-
-    specs = []
-    for text in values:
-        try:
-            specs.append(ports.parse_spec(text))
-        except ValueError as exc:
-            raise click.BadParameter(str(exc)) from None
-    hosts = [s.host_port for s in specs if s.host_port]
-    twice = sorted({h for h in hosts if hosts.count(h) > 1})
-    if twice:
-        raise click.BadParameter(f"expected each host port once, found {', '.join(map(str, twice))} more than once")
-    return tuple(specs)
 
 
 def _ask(text: str) -> bool:
