@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from launcher import cafiles, host, hostpaths
+from launcher import cafiles, host, hostpaths, imagebuild
 from launcher.engineid import EngineFacts
 from launcher.gitdirs import GitFacts
 from launcher.hostpaths import PathFact
@@ -43,6 +43,8 @@ class HostFacts:
     # podman's API takes a seccomp profile only as a file on the server: seccompfiles' state file
     # ("" unless the engine is podman; the compiler refuses a podman plan without it).
     seccomp_profile: str = ""
+    # packages: / build: (imagebuild.gather): the image the plan builds and runs instead of policy.image
+    image_build: imagebuild.ImageBuild | None = None
 
 
 def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str = "",
@@ -80,4 +82,5 @@ def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str =
         ca_files=tuple(cafiles.ca_file(given) for given in dict.fromkeys(s.ca_file for s in policy.secrets if s.ca_file)),
         git=git,
         surfaces=None if surfaces is None else tuple(sorted(surfaces.items())),
+        image_build=imagebuild.gather(policy, ws.real),
     )

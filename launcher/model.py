@@ -123,6 +123,14 @@ class SecretPolicy:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BuildPolicy:
+    """A repository's Dockerfile that extends the agent image (paths relative to the workspace)."""
+
+    dockerfile: str = ""   # "": no build
+    context: str = "."
+
+
+@dataclass(frozen=True, kw_only=True)
 class Policy:
     name: str
     description: str
@@ -142,3 +150,5 @@ class Policy:
     ca_certificates: tuple[str, ...] = ()    # host PEM files the sandbox's tools trust too
     home: HomePolicy = HomePolicy()
     runtime: Runtime = Runtime.RUNC
+    packages: tuple[str, ...] = ()           # Debian packages built on top of the image (launcher/extend.py)
+    build: BuildPolicy = BuildPolicy()       # a repository Dockerfile FROM our agent image, before the packages

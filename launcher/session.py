@@ -112,7 +112,12 @@ def ready(engine, planned: Planned, agent, listener: Listener) -> None:
     with timed(listener, "images"):
         if agent and agent.profile.image:   # the CLI's image, on ours
             images.build_agent(engine, agent.profile.image, listener.status, images.extra_ca_files())
-        images.ensure_for(engine, plan.container.image, listener.status, proxy=plan.proxy is not None)
+        built = plan.image_build   # packages: / build: the policy's image first, then the extension on it
+        images.ensure_for(engine, built.base if built else plan.container.image, listener.status, proxy=plan.proxy is not None)
+        if built:
+            from launcher import imageext
+
+            imageext.ensure(engine, built, listener.status, images.extra_ca_files())
         if plan.copy or plan.home:   # their tools run in our agent image, whatever the policy's image
             images.build(engine, images.agent_image(), listener.status)
 

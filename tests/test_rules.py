@@ -124,10 +124,10 @@ def test_no_import_circle_through_imports_inside_functions_either():
 LAYERS = (
     ("basics", {"errors", "names", "values", "paths", "labels", "secrets", "resources", "timings", "yamlsafe"}),
     ("policy", {"allowlist", "inject", "surfaces", "model", "schema", "policy", "layers"}),
-    ("host facts", {"hostpaths", "hostfiles", "host", "cafiles", "statefiles", "hostgit", "gitdirs", "gitgraph", "gitscan",
+    ("host facts", {"hostpaths", "hostfiles", "host", "cafiles", "imagebuild", "statefiles", "hostgit", "gitdirs", "gitgraph", "gitscan",
                     "scan", "engineid", "hostfacts"}),
     ("plan", {"plan", "squidconf", "checks", "runtimes", "trustfiles", "refusals", "lifetime", "compiler"}),
-    ("engine", {"engineproto", "engineapi", "engine", "enginefake", "hostengines", "subnets", "images"}),
+    ("engine", {"engineproto", "engineapi", "engine", "enginefake", "hostengines", "subnets", "images", "imageext"}),
     ("egress", {"egress", "egress.audit", "egress.proxy"}),
 )
 

