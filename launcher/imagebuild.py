@@ -116,7 +116,8 @@ def gather(policy: Policy, workspace: str) -> ImageBuild | None:
         context = os.path.realpath(os.path.join(root, policy.build.context))
 
         def refuse(path: str, expected: str, found: str, hint: str) -> PolicyError:
-            return PolicyError([Problem(file=policy.source, path=path, expected=expected, found=found, hint=hint)])
+            return PolicyError([Problem(file=policy.build.source or policy.source, path=path, expected=expected,
+                                        found=found, hint=hint)])
 
         for key, path in (("build.dockerfile", dockerfile), ("build.context", context)):
             if path != root and not path.startswith(root + "/"):

