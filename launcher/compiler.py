@@ -43,7 +43,7 @@ def effective_digest(policy: Policy) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-_UNEXTENDED = ", packages=(), build=BuildPolicy(dockerfile='', context='.')"
+_UNEXTENDED = ", packages=(), build=BuildPolicy(dockerfile='', context='.', devcontainer='')"
 
 
 # The main process only waits and the agent comes by `exec`; both are labelled up (`sandbox exec`, `ls`).

@@ -6,6 +6,7 @@ image. The engine side (building, caching by tag) is launcher/imageext.py."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -102,41 +103,99 @@ def tag_for(base: str, packages: tuple[str, ...], digest: str) -> str:
 
 def gather(policy: Policy, workspace: str) -> ImageBuild | None:
     """The plan's image build, or None when the policy extends nothing. Reads the repository's
-    Dockerfile and context; refuses (PolicyError) a missing one or another base, before any build."""
-    if not policy.packages and not policy.build.dockerfile:
+    Dockerfile (or devcontainer.json) and context; refuses (PolicyError) a missing one or another
+    base, before any build."""
+    build = policy.build
+    if not policy.packages and not build.dockerfile and not build.devcontainer:
         return None
     bad = [n for n in policy.packages if not PACKAGE.match(n)]
     if bad:   # the schema refuses them already; a policy made in code passes here too
         raise PolicyError([Problem(file=policy.source, path="packages", expected="Debian package names",
                                    found=repr(bad[0]), hint="lower-case letters, digits, + - . only")])
+
+    def refuse(path: str, expected: str, found: str, hint: str) -> PolicyError:
+        return PolicyError([Problem(file=build.source or policy.source, path=path, expected=expected,
+                                    found=found, hint=hint)])
+
+    root = os.path.realpath(workspace)
+
+    def inside(key: str, rel: str) -> str:
+        path = os.path.realpath(os.path.join(root, rel))
+        if path != root and not path.startswith(root + "/"):
+            raise refuse(key, "a path inside the workspace", f"{path} (a link out of {root})",
+                         "name the file itself, inside the repository")
+        return path
+
+    base, key = policy.image, "build.dockerfile"
+    wanted = (build.dockerfile, build.context) if build.dockerfile else ("", "")
+    if build.devcontainer:
+        key = "build.devcontainer"
+        wanted, image = _devcontainer(inside(key, build.devcontainer), refuse)
+        base = image or base
     dockerfile = context = digest = ""
-    if policy.build.dockerfile:
-        root = os.path.realpath(workspace)
-        dockerfile = os.path.realpath(os.path.join(root, policy.build.dockerfile))
-        context = os.path.realpath(os.path.join(root, policy.build.context))
-
-        def refuse(path: str, expected: str, found: str, hint: str) -> PolicyError:
-            return PolicyError([Problem(file=policy.build.source or policy.source, path=path, expected=expected,
-                                        found=found, hint=hint)])
-
-        for key, path in (("build.dockerfile", dockerfile), ("build.context", context)):
-            if path != root and not path.startswith(root + "/"):
-                raise refuse(key, "a path inside the workspace", f"{path} (a link out of {root})",
-                             "name the file itself, inside the repository")
+    if wanted[0]:
+        dockerfile, context = inside(key, wanted[0]), inside(key.replace("dockerfile", "context"), wanted[1])
         if not os.path.isfile(dockerfile):
-            raise refuse("build.dockerfile", "a Dockerfile in the workspace", f"no file {dockerfile}",
-                         "the path is relative to the workspace, e.g. .sandbox/Dockerfile")
+            raise refuse(key, "a Dockerfile in the workspace", f"no file {dockerfile}",
+                         "the path is relative to the workspace (in a devcontainer.json, to its directory)")
         if not os.path.isdir(context):
-            raise refuse("build.context", "a directory in the workspace", f"no directory {context}", "for example .")
+            raise refuse(key, "a build context directory in the workspace", f"no directory {context}", "for example .")
         with open(dockerfile, "rb") as handle:
             problem = base_problem(handle.read().decode("utf-8", "replace"))
         if problem:
-            raise refuse("build.dockerfile", "a Dockerfile whose every FROM is " + " or ".join(AGENT_BASES)
+            raise refuse(key, "a Dockerfile whose every FROM is " + " or ".join(AGENT_BASES)
                          + " (or an earlier stage)", f"{problem} in {dockerfile}",
                          "start it with FROM sandbox/agent:bookworm: the sandbox's guarantees are built on it")
         digest = context_digest(dockerfile, context)
-    return ImageBuild(base=policy.image, packages=policy.packages, dockerfile=dockerfile, context=context,
-                      digest=digest, tag=tag_for(policy.image, policy.packages, digest))
+    return ImageBuild(base=base, packages=policy.packages, dockerfile=dockerfile, context=context,
+                      digest=digest, tag=tag_for(base, policy.packages, digest))
+
+
+def _jsonc(text: str) -> str:
+    """JSON with comments (devcontainer.json): // and /* */ comments and trailing commas dropped."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        if text[i] == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i:j + 1])
+            i = j + 1
+        elif text.startswith("//", i):
+            i = n if text.find("\n", i) < 0 else text.find("\n", i)
+        elif text.startswith("/*", i):
+            i = n if text.find("*/", i + 2) < 0 else text.find("*/", i + 2) + 2
+        else:
+            if not (text[i] == "," and re.match(r"\s*[}\]]", text[i + 1:])):
+                out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _devcontainer(path: str, refuse) -> tuple[tuple[str, str], str]:
+    """((Dockerfile, context) as host paths, or ("", ""); image or "") from a devcontainer.json: its
+    build.dockerfile (legacy dockerFile) relative to its directory, else its image, which must be ours."""
+    hint = "build.dockerfile naming a Dockerfile FROM sandbox/agent:bookworm, or image: sandbox/agent:bookworm"
+    try:
+        with open(path, "rb") as handle:
+            doc = json.loads(_jsonc(handle.read().decode("utf-8", "replace")))
+    except OSError as exc:
+        raise refuse("build.devcontainer", "a devcontainer.json in the workspace", f"{path}: {exc.strerror}",
+                     "the path is relative to the workspace, e.g. .devcontainer/devcontainer.json") from None
+    except ValueError as exc:
+        raise refuse("build.devcontainer", "a devcontainer.json (JSON with comments)", f"{path}: {exc}", hint) from None
+    spec = doc.get("build") if isinstance(doc, dict) and isinstance(doc.get("build"), dict) else {}
+    dockerfile = spec.get("dockerfile") or (doc.get("dockerFile") if isinstance(doc, dict) else None)
+    context = spec.get("context") or (doc.get("context") if isinstance(doc, dict) else None) or "."
+    here = os.path.dirname(path)
+    if isinstance(dockerfile, str) and isinstance(context, str) and dockerfile:
+        return (os.path.join(here, dockerfile), os.path.join(here, context)), ""
+    image = doc.get("image") if isinstance(doc, dict) else None
+    if image in AGENT_BASES:
+        return ("", ""), image
+    raise refuse("build.devcontainer", "a devcontainer.json whose build.dockerfile starts FROM our agent image, or whose "
+                 "image is " + " or ".join(AGENT_BASES), f"image {image!r} in {path}" if image else f"neither in {path}",
+                 hint)
 
 
 def recipe(packages: tuple[str, ...]) -> str:

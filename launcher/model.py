@@ -128,6 +128,7 @@ class BuildPolicy:
 
     dockerfile: str = ""   # "": no build
     context: str = "."
+    devcontainer: str = ""   # instead of dockerfile: a devcontainer.json (its build.dockerfile or image)
     source: str = field(default="", compare=False, repr=False)   # the policy file that named it (for errors)
 
 

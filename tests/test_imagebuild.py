@@ -53,7 +53,7 @@ def test_a_build_path_outside_the_workspace_is_refused(key, value):
 
 def test_an_unextended_policy_keeps_its_effective_digest():
     policy = untrusted_bind()
-    text = repr(replace(policy, source="", digest="")).replace(", packages=(), build=BuildPolicy(dockerfile='', context='.')", "")
+    text = repr(replace(policy, source="", digest="")).replace(", packages=(), build=BuildPolicy(dockerfile='', context='.', devcontainer='')", "")
     import hashlib
     assert effective_digest(policy) == hashlib.sha256(text.encode()).hexdigest()
     assert effective_digest(replace(policy, packages=("jq",))) != effective_digest(policy)
@@ -198,3 +198,54 @@ def test_the_fake_engine_builds_each_step_from_an_id_and_reuses_it_until_its_bas
     built.clear()
     imageext.ensure(engine, only, lambda line: None, ())
     assert built == [(only.tag, {"BASE": images.image_id(engine, images.AGENT_IMAGE)}, None)]
+
+
+def test_jsonc_drops_comments_and_trailing_commas_but_not_inside_strings():
+    text = '{\n // a "comment"\n "a": "x // y, }", /* b */ "b": [1, 2,],\n "c": "q\\" /* ",\n}'
+    assert imagebuild.json.loads(imagebuild._jsonc(text)) == {"a": "x // y, }", "b": [1, 2], "c": 'q" /* '}
+
+
+def devcontainer(tmp_path, text: str) -> tuple[Path, object]:
+    ws = repo(tmp_path)
+    (ws / ".devcontainer").mkdir()
+    (ws / ".devcontainer" / "devcontainer.json").write_text(text)
+    policy = replace(untrusted_bind(), build=BuildPolicy(devcontainer=".devcontainer/devcontainer.json", source="r.yaml"))
+    return ws, policy
+
+
+def test_a_devcontainer_json_names_its_dockerfile_relative_to_itself_or_our_image(tmp_path):
+    ws, policy = devcontainer(tmp_path, '{\n  // the repository\'s dev container\n  "name": "x",\n'
+                                        '  "build": {"dockerfile": "../Dockerfile", "context": "..",},\n}')
+    built = imagebuild.gather(policy, str(ws))
+    assert (built.dockerfile, built.context, built.base) == (str(ws / "Dockerfile"), str(ws), policy.image)
+    assert built.tag == imagebuild.gather(replace(policy, build=BuildPolicy(dockerfile="Dockerfile")), str(ws)).tag
+    (ws / ".devcontainer" / "devcontainer.json").write_text('{"image": "sandbox/agent:bookworm-full"}')
+    built = imagebuild.gather(policy, str(ws))
+    assert (built.base, built.dockerfile) == (images.FULL_IMAGE, "") and built.tag.startswith("sandbox/agent-ext:")
+
+
+@pytest.mark.parametrize("text, said", [
+    ('{"image": "mcr.microsoft.com/devcontainers/python:3"}', "image 'mcr.microsoft.com/devcontainers/python:3'"),
+    ('{"name": "x"}', "neither"),
+    ('{"build": {"dockerfile": "D2"}}', "no file"),
+    ('{"dockerFile": "../Dockerfile", "context": ".."', "delimiter"),   # unclosed
+    ('{"build": {"dockerfile": "../../outside"}}', "a link out of"),
+])
+def test_a_devcontainer_json_that_is_not_ours_is_refused_naming_the_layer(tmp_path, text, said):
+    ws, policy = devcontainer(tmp_path, text)
+    with pytest.raises(PolicyError) as exc:
+        imagebuild.gather(policy, str(ws))
+    (p,) = exc.value.problems
+    assert p.file == "r.yaml" and p.path == "build.devcontainer" and said in p.found, p
+
+
+def test_a_devcontainer_dockerfile_with_another_base_is_refused(tmp_path):
+    ws, policy = devcontainer(tmp_path, '{"dockerFile": "Dockerfile"}')
+    (ws / ".devcontainer" / "Dockerfile").write_text("ARG VARIANT=3\nFROM mcr.microsoft.com/devcontainers/python:${VARIANT}\n")
+    with pytest.raises(PolicyError, match="a build argument in FROM"):
+        imagebuild.gather(policy, str(ws))
+
+
+def test_dockerfile_and_devcontainer_together_are_refused():
+    found = problems("build: {dockerfile: Dockerfile, devcontainer: .devcontainer/devcontainer.json}\n")
+    assert [p.path for p in found] == ["build.devcontainer"] and found[0].found == "both"
