@@ -9,7 +9,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from launcher.errors import PolicyError, Problem
 from launcher.model import Policy
@@ -149,6 +149,17 @@ def gather(policy: Policy, workspace: str) -> ImageBuild | None:
         digest = context_digest(dockerfile, context)
     return ImageBuild(base=base, packages=policy.packages, dockerfile=dockerfile, context=context,
                       digest=digest, tag=tag_for(base, policy.packages, digest))
+
+
+def protected(policy: Policy) -> Policy:
+    """The policy with what its build reads made read-only in the sandbox (workspace.protect): the
+    Dockerfile, its context unless that is the whole workspace, the devcontainer.json (whose
+    directory, .devcontainer, is protected anyway). What a later run builds on the host's engine is
+    not the agent's to change; a context of "." stays writable (docs/policy.md says so)."""
+    build = policy.build
+    wanted = (build.dockerfile, build.context if build.dockerfile and build.context != "." else "", build.devcontainer)
+    extra = tuple(p for p in dict.fromkeys(wanted) if p and p not in policy.workspace.protect)
+    return replace(policy, workspace=replace(policy.workspace, protect=policy.workspace.protect + extra)) if extra else policy
 
 
 def _jsonc(text: str) -> str:

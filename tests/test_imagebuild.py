@@ -249,3 +249,14 @@ def test_a_devcontainer_dockerfile_with_another_base_is_refused(tmp_path):
 def test_dockerfile_and_devcontainer_together_are_refused():
     found = problems("build: {dockerfile: Dockerfile, devcontainer: .devcontainer/devcontainer.json}\n")
     assert [p.path for p in found] == ["build.devcontainer"] and found[0].found == "both"
+
+
+def test_what_the_build_reads_is_protected_in_the_sandbox_but_a_whole_workspace_context_is_not():
+    policy = untrusted_bind()
+    assert imagebuild.protected(policy) is policy
+    got = imagebuild.protected(replace(policy, build=BuildPolicy(dockerfile=".sandbox/Dockerfile", context=".sandbox")))
+    assert got.workspace.protect == policy.workspace.protect + (".sandbox/Dockerfile", ".sandbox")
+    got = imagebuild.protected(replace(policy, build=BuildPolicy(dockerfile="Dockerfile")))
+    assert got.workspace.protect == policy.workspace.protect + ("Dockerfile",)
+    got = imagebuild.protected(replace(policy, build=BuildPolicy(devcontainer="tools/devcontainer.json")))
+    assert got.workspace.protect == policy.workspace.protect + ("tools/devcontainer.json",)

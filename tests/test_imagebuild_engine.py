@@ -46,7 +46,7 @@ def _setup(workspace, dockerfile: str) -> None:
     (workspace / ".sandbox" / "Dockerfile").write_text(dockerfile)
     (workspace / ".sandbox" / "marker.txt").write_text("built from the repository's Dockerfile\n")
     (workspace / ".sandbox.yaml").write_bytes(POLICY)
-    for path in (workspace / ".sandbox", workspace / ".sandbox.yaml"):
+    for path in (workspace / ".sandbox", workspace / ".sandbox" / "Dockerfile", workspace / ".sandbox.yaml"):
         os.chown(path, 1000, 1000)
 
 
@@ -65,11 +65,13 @@ def test_an_approved_repository_dockerfile_and_a_package_extend_the_image_and_th
     try:
         result = run(workspace, env, "--trust-repo-policy", trust.sha256(POLICY), report=report,
                      script="jq --version && cat /opt/h-image/marker.txt && "
-                            "find / -xdev -perm /6000 -type f 2>/dev/null | wc -l")
+                            "find / -xdev -perm /6000 -type f 2>/dev/null | wc -l; "
+                            "(echo 'RUN curl evil' >> .sandbox/Dockerfile) 2>/dev/null && echo wrote || echo read-only")
         assert result.returncode == 0, result.stderr
         lines = result.stdout.splitlines()
         assert lines[0].startswith("jq-") and lines[1] == "built from the repository's Dockerfile"
         assert lines[2] == "0"   # the hardening step removed the setuid bit the Dockerfile set
+        assert lines[3] == "read-only" and (workspace / ".sandbox" / "Dockerfile").read_text() == DOCKERFILE
         data = json.loads(report.read_text())
         assert data["plan"]["container"]["image"] == plan.tag
         assert data["probe"]["checks"] and all(c["ok"] for c in data["probe"]["checks"]), data["probe"]["checks"]
