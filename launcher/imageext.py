@@ -11,7 +11,8 @@ from pathlib import Path
 
 from launcher import images
 from launcher.engineproto import Engine
-from launcher.imagebuild import ImageBuild, recipe
+from launcher.errors import PolicyError, Problem
+from launcher.imagebuild import ImageBuild, base_problem, recipe
 
 
 def _key(*parts: str) -> str:
@@ -27,6 +28,10 @@ def ensure(engine: Engine, build: ImageBuild, progress: images.Progress, ca_file
     if build.dockerfile:
         # Our agent images the Dockerfile may start FROM (imagebuild.AGENT_BASES), built first.
         text = Path(build.dockerfile).read_text(errors="replace")
+        problem = base_problem(text)   # again, as it is now: it may have changed since the compile checked it
+        if problem:
+            raise PolicyError([Problem(file=build.dockerfile, path="FROM", expected="the Dockerfile as it was checked: "
+                                       "every FROM our agent image", found=problem, hint="run again")])
         images.build(engine, images.agent_image(), progress)
         if images.FULL_IMAGE in text:
             images.build(engine, images.full_image(), progress)

@@ -260,3 +260,13 @@ def test_what_the_build_reads_is_protected_in_the_sandbox_but_a_whole_workspace_
     assert got.workspace.protect == policy.workspace.protect + ("Dockerfile",)
     got = imagebuild.protected(replace(policy, build=BuildPolicy(devcontainer="tools/devcontainer.json")))
     assert got.workspace.protect == policy.workspace.protect + ("tools/devcontainer.json",)
+
+
+def test_a_dockerfile_changed_to_another_base_after_the_check_is_refused_before_the_build(tmp_path):
+    ws = repo(tmp_path)
+    plan = imagebuild.gather(extended(tmp_path), str(ws))
+    (ws / "Dockerfile").write_text("FROM alpine\n")
+    engine = FakeEngine(images={images.BASE_IMAGE: {}})
+    with pytest.raises(PolicyError, match="FROM alpine"):
+        imageext.ensure(engine, plan, lambda line: None, ())
+    assert not engine.image_exists(f"{plan.tag}-build")
