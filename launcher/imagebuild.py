@@ -133,6 +133,10 @@ def gather(policy: Policy, workspace: str) -> ImageBuild | None:
         wanted, image = _devcontainer(inside(key, build.devcontainer), refuse)
         base = image or base
     dockerfile = context = digest = ""
+    if wanted[0] and policy.image not in AGENT_BASES:   # the build replaces the image: it is never dropped unsaid
+        raise refuse(key, f"a build on {' or '.join(AGENT_BASES)} (the build replaces the policy's image)",
+                     f"the image {policy.image}", "drop build:, or the image (and --agent: an agent's image "
+                     "carries its CLI, a repository Dockerfile does not); packages: extend any Debian image")
     if wanted[0]:
         dockerfile, context = inside(key, wanted[0]), inside(key.replace("dockerfile", "context"), wanted[1])
         if not os.path.isfile(dockerfile):

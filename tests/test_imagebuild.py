@@ -270,3 +270,12 @@ def test_a_dockerfile_changed_to_another_base_after_the_check_is_refused_before_
     with pytest.raises(PolicyError, match="FROM alpine"):
         imageext.ensure(engine, plan, lambda line: None, ())
     assert not engine.image_exists(f"{plan.tag}-build")
+
+
+def test_a_build_on_another_image_than_ours_is_refused_not_dropped(tmp_path):
+    ws = repo(tmp_path)
+    policy = extended(tmp_path, image="sandbox/agent-codex:0123456789ab")   # as --agent codex makes it
+    with pytest.raises(PolicyError, match="the build replaces the policy's image"):
+        imagebuild.gather(policy, str(ws))
+    only = imagebuild.gather(replace(policy, build=BuildPolicy(), packages=("jq",)), str(ws))
+    assert only.base == "sandbox/agent-codex:0123456789ab" and only.dockerfile == ""
