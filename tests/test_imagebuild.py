@@ -279,3 +279,13 @@ def test_a_build_on_another_image_than_ours_is_refused_not_dropped(tmp_path):
         imagebuild.gather(policy, str(ws))
     only = imagebuild.gather(replace(policy, build=BuildPolicy(), packages=("jq",)), str(ws))
     assert only.base == "sandbox/agent-codex:0123456789ab" and only.dockerfile == ""
+
+
+def test_explain_and_show_layers_write_build_as_a_policy_file_does():
+    from launcher.values import show
+
+    assert show("build", BuildPolicy(dockerfile=".sandbox/Dockerfile", context=".sandbox")) == \
+        "{dockerfile: .sandbox/Dockerfile, context: .sandbox}"
+    assert show("build", BuildPolicy(devcontainer=".devcontainer/devcontainer.json")) == \
+        "{devcontainer: .devcontainer/devcontainer.json}"
+    assert show("build", BuildPolicy()) == "(none)" and show("packages", ("jq", "make")) == "jq, make"
