@@ -289,3 +289,23 @@ def test_explain_and_show_layers_write_build_as_a_policy_file_does():
     assert show("build", BuildPolicy(devcontainer=".devcontainer/devcontainer.json")) == \
         "{devcontainer: .devcontainer/devcontainer.json}"
     assert show("build", BuildPolicy()) == "(none)" and show("packages", ("jq", "make")) == "jq, make"
+
+
+def test_the_full_image_builds_on_the_agent_image_with_the_everyday_tools_and_its_guarantees(monkeypatch):
+    text = (images.full_image().context / "Dockerfile").read_text()
+    for tool in ("git", "make", "gcc", "python3-pip", "python3-venv", "nodejs", "npm", "jq", "ripgrep", "curl",
+                 "unzip", "less"):
+        assert f" {tool} " in text.replace("\\\n", " ").replace(";", " "), tool
+    assert "chmod a-s" in text and "setcap -r" in text and text.rstrip().endswith("USER 1000:1000")
+    full = images.full_image()
+    assert full.tag == images.FULL_IMAGE and full.base == images.AGENT_IMAGE and full.context_hash
+    built: list[tuple[str, dict | None]] = []
+    engine = FakeEngine(images={images.BASE_IMAGE: {}})
+    real = engine.build
+    monkeypatch.setattr(engine, "build", lambda context, tag, labels, on_line, buildargs=None: (
+        built.append((tag, buildargs)), real(context, tag, labels, on_line, buildargs))[1])
+    monkeypatch.setattr(images, "_busybox_digest", lambda engine, tag: "0" * 64)
+    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None)
+    assert images.FULL_IMAGE not in [t for t, _ in built]   # the presets' (and CI's) image does not build it
+    images.ensure_for(engine, images.FULL_IMAGE, lambda line: None)
+    assert built[-1] == (images.FULL_IMAGE, {"BASE": images.image_id(engine, images.AGENT_IMAGE)})
