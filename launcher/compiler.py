@@ -37,8 +37,13 @@ from launcher.surfaces import FILE_PLACEHOLDERS, GIT_BY_EXISTENCE, GIT_READS
 _ROOT_DIRS = ("/", "/etc", "/usr", "/var", "/home")
 def effective_digest(policy: Policy) -> str:
     """sha256 of every effective value (flags and layers included, not where it was read from):
-    equal digests mean the same envelope."""
-    return hashlib.sha256(repr(replace(policy, source="", digest="")).encode()).hexdigest()
+    equal digests mean the same envelope. A policy that extends no image keeps the digest it had
+    before packages: and build: were fields (a running `up` sandbox is still the same one)."""
+    text = repr(replace(policy, source="", digest="")).replace(_UNEXTENDED, "")
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+_UNEXTENDED = ", packages=(), build=BuildPolicy(dockerfile='', context='.', devcontainer='')"
 
 
 # The main process only waits and the agent comes by `exec`; both are labelled up (`sandbox exec`, `ls`).
@@ -141,12 +146,14 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     labels.update(volume_labels)
     container = _container(policy, container_name, probe, main, env, mounts, labels, proxy, uid, gid,
                            runtimes.security_opt(policy.runtime, host.seccomp_profile), _ulimits(host))
+    if host.image_build:   # packages: / build: the extended image, built on the policy's (imageext)
+        container = replace(container, image=host.image_build.tag)
     return LaunchPlan(policy_name=policy.name, policy_digest=policy.digest, container=container, probe=probe,
                       agent_command=agent,
                       timeout_seconds=policy.limits.session_seconds if long_lived else policy.limits.timeout_seconds,
                       idle_seconds=policy.limits.idle_seconds if long_lived else 0,
                       placeholders=tuple(placeholders), warnings=_warnings(policy, host), networks=networks, proxy=proxy,
-                      copy=copy, home=home_spec)
+                      copy=copy, home=home_spec, image_build=host.image_build)
 
 
 def _copy_spec(policy: Policy, host: HostFacts, name: str, uid: int, gid: int) -> CopySpec | None:

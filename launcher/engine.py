@@ -141,9 +141,9 @@ class Engine:
             self.client.images.pull(ref)
 
     def build(self, context: str, tag: str, labels: dict, on_line: Callable[[str], None],
-              buildargs: dict[str, str] | None = None) -> None:
-        with _mapped(f"building {tag}"):
-            for chunk in self.client.api.build(path=context, tag=tag, labels=labels, rm=True,
+              buildargs: dict[str, str] | None = None, dockerfile: str | None = None) -> None:
+        with _mapped(f"building {tag}"):   # dockerfile: a path, else context/Dockerfile
+            for chunk in self.client.api.build(path=context, tag=tag, labels=labels, rm=True, dockerfile=dockerfile,
                                                forcerm=True, pull=False, decode=True,
                                                buildargs=buildargs or None):
                 if "error" in chunk:

@@ -356,7 +356,7 @@ class FakeEngine(Engine):
             raise EngineError(f"pulling {ref}: the fake engine reaches no registry")
 
     def build(self, context: str, tag: str, labels: dict, on_line: Callable[[str], None],
-              buildargs: dict[str, str] | None = None) -> None:
+              buildargs: dict[str, str] | None = None, dockerfile: str | None = None) -> None:
         for line in self.builds(context, tag):
             on_line(line)
         self.http.add_image(tag, Labels=labels)

@@ -21,6 +21,12 @@ E = Enforcement
 ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
     ("image", ""): E(mechanism="the container's image", component=Component.NOTHING, checks=(),
                      note="not a boundary: the image is untrusted and the probe never runs its programs"),
+    ("packages", ""): E(mechanism="apt-get install on top of the image, built once per content (sandbox/agent-ext:HASH)",
+                        component=Component.NOTHING, checks=(),
+                        note="not a boundary: the extended image is as untrusted as the image; the probe proves it as before"),
+    ("build", ""): E(mechanism="the repository's Dockerfile, FROM sandbox/agent:bookworm (checked), built on the host's "
+                               "engine before the sandbox", component=Component.NOTHING, checks=(),
+                     note="not a boundary; a repository layer's build applies only once its .sandbox.yaml was approved"),
     ("runtime", "runc"): E(mechanism="--runtime runc: the host kernel runs the agent", component=Component.NAMESPACE,
                            checks=("kernel.runtime",),
                            note="namespaces, seccomp, capabilities and cgroups of the host kernel are the boundary"),

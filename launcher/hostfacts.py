@@ -8,7 +8,7 @@ import os
 import resource
 from dataclasses import dataclass
 
-from launcher import cafiles, host, hostpaths
+from launcher import cafiles, host, hostpaths, imagebuild
 from launcher.engineid import EngineFacts
 from launcher.gitdirs import GitFacts
 from launcher.hostpaths import PathFact
@@ -48,6 +48,8 @@ class HostFacts:
     # This process's hard rlimits (nofile, nproc; -1 unlimited): the engine's runtime, without
     # CAP_SYS_RESOURCE, cannot give a container more ("error setting rlimit"). () not read.
     rlimits: tuple[tuple[str, int], ...] = ()
+    # packages: / build: (imagebuild.gather): the image the plan builds and runs instead of policy.image
+    image_build: imagebuild.ImageBuild | None = None
 
 
 def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str = "",
@@ -86,6 +88,7 @@ def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str =
         git=git,
         surfaces=None if surfaces is None else tuple(sorted(surfaces.items())),
         rlimits=hard_rlimits(),
+        image_build=imagebuild.gather(policy, ws.real),
     )
 
 

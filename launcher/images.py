@@ -23,7 +23,8 @@ from launcher.errors import EngineError
 from launcher.plan import ContainerSpec
 
 BASE_IMAGE = "debian:bookworm-slim"
-AGENT_IMAGE = "sandbox/agent:bookworm"
+AGENT_IMAGE = "sandbox/agent:bookworm"        # slim: CI's tests, the presets, the tools container
+FULL_IMAGE = "sandbox/agent:bookworm-full"    # plus a coding agent's everyday tools (images/agent-full)
 LABELS = {label.MANAGED: "1"}
 
 Progress = Callable[[str], None]
@@ -61,6 +62,7 @@ class BundledImage:
     # never the name: engines resolve a short name differently (podman reads `debian` as an alias
     # of docker.io/library/debian and may go to a registry for it), an id means the same everywhere.
     base: str = BASE_IMAGE
+    dockerfile: str = ""   # a Dockerfile elsewhere than context/Dockerfile (a repository's, imageext)
 
 
 def _context_hash(context: Path) -> str:
@@ -96,6 +98,13 @@ def model_api_image() -> BundledImage:
 def agent_image() -> BundledImage:
     context = resources.images_dir() / "agent"
     return BundledImage(key="agent", tag=AGENT_IMAGE, context=context, context_hash=_context_hash(context))
+
+
+def full_image() -> BundledImage:
+    """The agent image plus git, make, gcc, pip and venv, Node and npm, jq, ripgrep, curl, unzip, less."""
+    context = resources.images_dir() / "agent-full"
+    return BundledImage(key="agent-full", tag=FULL_IMAGE, context=context, context_hash=_chained(context, agent_image()),
+                        base=AGENT_IMAGE)
 
 
 def _chained(context: Path, *under: BundledImage) -> str:
@@ -328,7 +337,7 @@ def build(engine: Engine, image: BundledImage, progress: Progress, force: bool =
     with _heartbeat(ticker, lambda: f"step {step[0]} still running"):
         engine.build(str(image.context), image.tag,
                      {**LABELS, **({label.CONTEXT: image.context_hash} if image.context_hash else {})}, on_line,
-                     buildargs)
+                     buildargs, **({"dockerfile": image.dockerfile} if image.dockerfile else {}))
     progress(f"built {image.tag} in {ticker.elapsed()} s")
     return True
 
@@ -371,8 +380,10 @@ def ensure_for(engine: Engine, policy_image: str, progress: Progress, proxy: boo
         # launch compares the container's copy with it and with its own probe.sh (probefiles).
         engine.fill_volume(volume, probe.tag, "/probe",   # image path, see images/probe
                            {**LABELS, label.PROBE_BUSYBOX: _busybox_digest(engine, probe.tag)})
-    if policy_image == AGENT_IMAGE:
+    if policy_image in (AGENT_IMAGE, FULL_IMAGE):
         build(engine, agent_image(), progress)
+        if policy_image == FULL_IMAGE:
+            build(engine, full_image(), progress)
     elif not engine.image_exists(policy_image):
         progress(f"image {policy_image} is missing; pulling it")
         engine.pull(policy_image)

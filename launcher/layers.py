@@ -43,6 +43,8 @@ class Layer:
 # layer setting a field that is not is refused, so a new field cannot be silently ignored.
 FIELDS: dict[str, tuple[tuple[str, ...], str]] = {
     "image": (("image",), "pin"),
+    "packages": (("packages",), "union"),   # the image's, not a boundary: the probe proves the result
+    "build": (("build",), "replace"),
     "runtime": (("runtime",), "gvisor-wins"),
     "workspace.target": (("workspace", "target"), "fixed"),
     "workspace.access": (("workspace", "access"), "read-only-wins"),
@@ -79,7 +81,7 @@ RULES = {
     "fixed": "decided by the base; a later layer's value is ignored",
     "read-only-wins": "read-only beats read-write",
     "copy-wins": "copy beats bind (nothing reaches the host tree before review)",
-    "union": "entries add up (protected paths, exclusions); none can be removed",
+    "union": "entries add up (protected paths, exclusions, packages); none can be removed",
     "intersect": "allow-lists intersect: what every layer allows",
     "tmpfs-wins": "tmpfs beats volume (nothing persists to the next run)",
     "none-wins": "network none beats proxy",

@@ -177,6 +177,11 @@ def _per_file(report: Report, doc: Doc, layer: Layer, policy: Policy) -> None:
     if doc.kind is LayerKind.REPO and "image" in values and "@sha256:" not in values["image"]:
         report.add(Severity.WARNING, "image-digest", doc, "image", f"{values['image']} is not pinned to a digest",
                    "a repository layer may only pin the image (image@sha256:…); without one it does nothing")
+    if doc.kind is LayerKind.REPO and "build" in values and (values["build"].dockerfile or values["build"].devcontainer):
+        named = values["build"].dockerfile or values["build"].devcontainer
+        report.add(Severity.WARNING, "repository-build", doc, "build", f"builds the repository's {named} "
+                   "on the host's engine: its RUN steps run there, outside the sandbox, when approved",
+                   "review the Dockerfile (and what it copies) with this file before approving it")
     if "home.size" in values and "home.size" not in layer.defaulted and policy.home.mode is HomeMode.VOLUME:
         report.add(Severity.WARNING, "ignored", doc, "home.size", "ignored: a home volume has no size limit",
                    "drop home.size, or use home: {mode: tmpfs}")

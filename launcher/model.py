@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from launcher.allowlist import AllowRule
 from launcher.surfaces import GIT_CONTROL, PROTECTED
@@ -123,6 +123,16 @@ class SecretPolicy:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BuildPolicy:
+    """A repository's Dockerfile that extends the agent image (paths relative to the workspace)."""
+
+    dockerfile: str = ""   # "": no build
+    context: str = "."
+    devcontainer: str = ""   # instead of dockerfile: a devcontainer.json (its build.dockerfile or image)
+    source: str = field(default="", compare=False, repr=False)   # the policy file that named it (for errors)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Policy:
     name: str
     description: str
@@ -142,3 +152,5 @@ class Policy:
     ca_certificates: tuple[str, ...] = ()    # host PEM files the sandbox's tools trust too
     home: HomePolicy = HomePolicy()
     runtime: Runtime = Runtime.RUNC
+    packages: tuple[str, ...] = ()           # Debian packages built on top of the image (launcher/extend.py)
+    build: BuildPolicy = BuildPolicy()       # a repository Dockerfile FROM our agent image, before the packages

@@ -8,7 +8,7 @@ import functools
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from launcher import compiler, host, hostfacts, hostpaths, images, stack, workspaces
+from launcher import compiler, host, hostfacts, hostpaths, imagebuild, images, stack, workspaces
 from launcher.engineid import PODMAN, EngineFacts
 from launcher.errors import PolicyError, Problem
 from launcher.hostfacts import HostFacts
@@ -183,15 +183,16 @@ def compiled(result: stack.Stack, workspace: str, command: tuple[str, ...] = (),
     `engine`: the facts of the engine that runs it (None: not asked; a rootful engine assumed).
     With `agent`, the command runs behind the profile's start-up wrapper (its home files).
     launched=False: files for another tool, the same bytes on every compile (no nonce, no pid)."""
+    policy = imagebuild.protected(result.effective.policy)   # a build's Dockerfile: read-only inside
     with timed(timings, "host facts"):
-        facts, files = facts_and_files(result.effective.policy, workspace, launched, engine)
+        facts, files = facts_and_files(policy, workspace, launched, engine)
     if agent and command:
         from launcher.agents.wiring import wrapped
 
         command = wrapped(agent.profile, command, agent.keyed)[1]
     with timed(timings, "compile"):
         return Planned(layered=result, facts=facts, files=files, plan=compiler.compile_policy(
-            result.effective.policy, facts, command=command, kind=kind, name=name, egress_network=egress_network,
+            policy, facts, command=command, kind=kind, name=name, egress_network=egress_network,
             **({"profile": agent.name} if agent else {})))
 
 

@@ -7,6 +7,7 @@ import hashlib
 import ipaddress
 from dataclasses import asdict, dataclass, field, replace
 
+from launcher.imagebuild import ImageBuild
 from launcher.inject import CA_VAR
 
 # The egress proxy: its name on the sandbox's network and its port; the name the probe expects it to refuse.
@@ -345,6 +346,7 @@ class LaunchPlan:
     proxy: ProxySpec | None = None
     copy: CopySpec | None = None        # copy mode: made (or reused) before the container
     home: HomeSpec | None = None        # home.mode volume: made (or reused) before the container
+    image_build: ImageBuild | None = None   # packages: / build: the container's image, built before it
 
 
 PROBE_DIR = "/.sandbox/probe"

@@ -12,7 +12,7 @@ from launcher import resources
 from launcher.errors import PolicyError, Problem
 from launcher.allowlist import parse_rule
 from launcher import inject
-from launcher.model import (BUILTIN_PROTECTED, Access, EnvPolicy, HomeMode, HomePolicy, Limits, MountPolicy,
+from launcher.model import (BUILTIN_PROTECTED, Access, BuildPolicy, EnvPolicy, HomeMode, HomePolicy, Limits, MountPolicy,
                             NetworkMode, NetworkPolicy, Policy, Runtime, SecretPolicy, TmpfsPolicy, WorkspaceMode,
                             WorkspacePolicy)
 from launcher.schema import check, policy_schema
@@ -201,6 +201,16 @@ def _semantic_problems(doc: dict, file: str) -> list[Problem]:
                 "secrets never enter the sandbox (the value is not shown)")
         elif "\n" in value or "\0" in value:
             bad(f"env.set.{name}", "a single-line value", "a newline or NUL in the value")
+    for key in ("dockerfile", "context", "devcontainer"):
+        rel = doc["build"][key]
+        if rel and (posixpath.normpath(rel).startswith("../") or posixpath.normpath(rel) == ".."):
+            bad(f"build.{key}", "a path inside the workspace, relative to it", repr(rel), "for example .sandbox/Dockerfile")
+    for key in ("dockerfile", "devcontainer"):
+        if doc["build"][key] and posixpath.normpath(doc["build"][key]) == ".":
+            bad(f"build.{key}", "a file in the workspace", repr(doc["build"][key]), "for example .sandbox/Dockerfile")
+    if doc["build"]["dockerfile"] and doc["build"]["devcontainer"]:
+        bad("build.devcontainer", "either build.dockerfile or build.devcontainer", "both",
+            "a devcontainer.json names its Dockerfile itself (build.dockerfile in it)")
     for path, expected, found, hint in inject.problems(doc["secrets"], net):
         bad(path, expected, found, hint)
     return problems
@@ -246,4 +256,9 @@ def _build(doc: dict, file: str, digest: str) -> Policy:
                                    ca_file=_host_path(e["ca_file"], file)) for e in doc["secrets"]),
         ca_certificates=tuple(dict.fromkeys(_host_path(c, file) for c in doc["ca_certificates"])),
         runtime=Runtime(doc["runtime"]),
+        packages=tuple(dict.fromkeys(doc["packages"])),
+        build=BuildPolicy(dockerfile=posixpath.normpath(doc["build"]["dockerfile"]) if doc["build"]["dockerfile"] else "",
+                          context=posixpath.normpath(doc["build"]["context"] or "."),
+                          devcontainer=posixpath.normpath(doc["build"]["devcontainer"]) if doc["build"]["devcontainer"] else "",
+                          source=file if doc["build"]["dockerfile"] or doc["build"]["devcontainer"] else ""),
     )

@@ -116,3 +116,25 @@ def stale(sandbox: str, say) -> None:
     else:
         say(f"the attestation record of the earlier {sandbox} (removed without `sandbox down`) was written to "
             f"{written.path}")
+
+
+def keep_start(planned, engine, recorder, probe, started: float, path: str, key) -> None:
+    """up --attest: the record of the start (its plan, layers, images, engine, probe) kept on the
+    host until `sandbox down` writes it to `path`."""
+    from launcher.errors import AttestationInvalid
+    from launcher.targets import report
+
+    plan = planned.plan
+    data = report.build(status="ok", exit_code=0, started=started, plan=plan, probe=probe,
+                        layer_notes=planned.layered.effective.notes)
+    if plan.proxy:   # replaced by the proxy's log at `sandbox down`; `gc` finds the proxy gone
+        data["egress"] = {"blocked": [], "requests": [], "error": "not read: the sandbox was removed without "
+                          "`sandbox down` (its proxy's log went with it)"}
+    statement = attest.build(recorder=recorder, plan=plan, policy=planned.policy,
+                             layers=planned.layered.effective.layers, engine=engine, report=data, signer=key)
+    try:
+        save(plan.container.name, path, statement, key)
+    except OSError as exc:
+        name = plan.container.name
+        raise AttestationInvalid(f"the attestation record cannot be kept until `sandbox down`: {exc}; {name} is up: "
+                                 f"`sandbox down {name}` removes it") from None

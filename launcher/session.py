@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from launcher import baseline, engineid, host, images, launch, pipeline, ports, proof, proven, sandboxes, statefiles, \
     upoptions
 from launcher import labels
-from launcher.errors import AttestationInvalid, EngineError, ExitCode, NotFound, PolicyError, ProbeFailed, Problem, SandboxError, \
+from launcher.errors import EngineError, ExitCode, NotFound, PolicyError, ProbeFailed, Problem, SandboxError, \
     SessionEnded, Terminated, also_failed, kept_copy, secondary_failures
 from launcher.launch import Listener, Outcome
 from launcher.pipeline import LayerOptions, Planned
@@ -124,7 +124,12 @@ def ready(engine, planned: Planned, agent, listener: Listener) -> None:
 
             images.build_agent(engine, agent.profile.image, listener.status,
                                [Path(p) for p in agent.ca_files] or images.extra_ca_files())
-        images.ensure_for(engine, plan.container.image, listener.status, proxy=plan.proxy is not None)
+        built = plan.image_build   # packages: / build: the policy's image first, then the extension on it
+        images.ensure_for(engine, built.base if built else plan.container.image, listener.status, proxy=plan.proxy is not None)
+        if built:
+            from launcher import imageext
+
+            imageext.ensure(engine, built, listener.status, images.extra_ca_files())
         if plan.copy or plan.home:   # their tools run in our agent image, whatever the policy's image
             images.build(engine, images.agent_image(), listener.status)
 
@@ -298,7 +303,11 @@ def up(request: Request, listener: Listener, *, engine=None, timings=None) -> Up
             sock.close()
     proven.save(sandbox, len(probe.checks), "at its start")
     if recorder is not None:
-        _keep_record(request, planned, engine, recorder, probe, started, listener)
+        from launcher import records
+
+        records.keep_start(planned, engine, recorder, probe, started, request.attest, request.attest_key)
+        listener.status(f"the attestation record goes to {request.attest} ({_signed(request.attest_key)}) when "
+                        f"`sandbox down {sandbox}` removes it")
     if agent:   # the profile's home files (and, for its shells, its variables)
         from launcher.agents.wiring import wrapped
 
@@ -344,30 +353,6 @@ def _refused_record(request: Request, planned: Planned, engine, recorder, error:
     unwritten = attest.record(request.attest, recorder, planned, engine, data, request.attest_key)
     listener.status(f"warning: {unwritten}" if unwritten else f"attestation record of the refused start written to "
                     f"{request.attest} ({_signed(request.attest_key)})")
-
-
-def _keep_record(request: Request, planned: Planned, engine, recorder, probe, started: float, listener) -> None:
-    """up --attest: the record of the start, kept on the host until `sandbox down` writes it."""
-    from launcher import attest, records
-    from launcher.targets import report
-
-    plan = planned.plan
-    data = report.build(status="ok", exit_code=0, started=started, plan=plan, probe=probe,
-                        layer_notes=planned.layered.effective.notes)
-    if plan.proxy:   # replaced by the proxy's log at `sandbox down`; `gc` finds the proxy gone
-        data["egress"] = {"blocked": [], "requests": [], "error": "not read: the sandbox was removed without "
-                          "`sandbox down` (its proxy's log went with it)"}
-    statement = attest.build(recorder=recorder, plan=plan, policy=planned.policy,
-                             layers=planned.layered.effective.layers, engine=engine, report=data,
-                             signer=request.attest_key)
-    try:
-        records.save(plan.container.name, request.attest, statement, request.attest_key)
-    except OSError as exc:
-        name = plan.container.name
-        raise AttestationInvalid(f"the attestation record cannot be kept until `sandbox down`: {exc}; {name} is up: "
-                                 f"`sandbox down {name}` removes it") from None
-    listener.status(f"the attestation record goes to {request.attest} ({_signed(request.attest_key)}) when "
-                    f"`sandbox down {plan.container.name}` removes it")
 
 
 def _fresh(engine, planned: Planned, request: Request, listener: Listener, timings) -> Planned:

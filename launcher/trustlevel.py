@@ -31,6 +31,9 @@ def parts(policy: Policy) -> dict:
         "user": list(policy.user) if policy.user else "auto",
         "capabilities": sorted(policy.capabilities),
         "image": policy.image,
+        # packages: / build: another image (only when set: the key of a policy without them is unchanged)
+        **({"packages": sorted(policy.packages)} if policy.packages else {}),
+        **({"build": [policy.build.dockerfile, policy.build.context]} if policy.build.dockerfile else {}),
         "runtime": policy.runtime.value,
     }
 

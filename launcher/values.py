@@ -34,6 +34,10 @@ def show(field: str, value) -> str:
         return "auto" if value is None else f"{value[0]}:{value[1]}"
     if field == "command":
         return shlex.join(value)
+    if field == "build":   # as a policy file writes it
+        parts = [f"dockerfile: {value.dockerfile}", f"context: {value.context}"] if value.dockerfile else \
+            [f"devcontainer: {value.devcontainer}"] if value.devcontainer else []
+        return "{" + ", ".join(parts) + "}" if parts else "(none)"
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, bool):

@@ -64,7 +64,7 @@ def test_cli_text_json_and_markdown(env, tmp_path):
     assert text.returncode == 0, text.stderr
     row = next(line for line in text.stdout.splitlines() if line.startswith("limits.pids"))
     assert "100" in row and "--pids-limit" in row and "cgroup" in row and "limits.pids" in row
-    assert "not probed: image, workspace.exclude, home.size, limits.cpus, limits.timeout, limits.session, limits.idle, command" in text.stdout
+    assert "not probed: image, packages, build, workspace.exclude, home.size, limits.cpus, limits.timeout, limits.session, limits.idle, command" in text.stdout
     data = json.loads(explain_cli("untrusted", "-w", str(tmp_path), "--format", "json", env=env).stdout)
     assert [f["field"] for f in data["fields"]] == list(FIELDS) and data["layers"][1]["kind"] == "org"
     pids = next(f for f in data["fields"] if f["field"] == "limits.pids")

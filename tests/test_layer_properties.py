@@ -73,6 +73,8 @@ def documents(draw, base: bool):
         "command": draw(st.sampled_from([["bash"], ["sh", "-c", "true"]])),
         "secrets": [_secret(n) for n in draw(subset(SECRETS))] if mode == "proxy" else [],
         "ca_certificates": [],   # host files: the compiler needs them prepared (tests/test_compiler.py)
+        "packages": draw(subset(["jq", "make", "ripgrep"])),
+        "build": {},   # a repository file: tests/test_imagebuild.py
     }
     if not base:
         keep = draw(st.sets(st.sampled_from(list(FIELDS)), max_size=6))
@@ -131,7 +133,7 @@ def no_wider(field: str, got, earlier) -> bool:
         return not got or earlier
     if field in ("env.pass", "env.set", "capabilities", "secrets", "ca_certificates"):
         return set(got) <= set(earlier)
-    if field == "command":
+    if field in ("command", "packages", "build"):   # what runs inside, or the (untrusted) image's content
         return True
     return got <= earlier   # limits, home.size
 

@@ -94,6 +94,13 @@ def test_a_repository_layer_asking_for_more_is_capped_not_refused_and_an_unpinne
     assert "not approved on this machine" in trust_note.message and "--trust-repo-policy" in trust_note.message
 
 
+def test_a_repository_layer_that_builds_a_dockerfile_is_a_warning_naming_it(place):
+    (place / "ws" / "Dockerfile").write_text("FROM sandbox/agent:bookworm\n")
+    (place / "ws" / ".sandbox.yaml").write_text("version: 1\npackages: [jq]\nbuild: {dockerfile: Dockerfile}\n")
+    found = one(findings(place, "untrusted"), "repository-build")
+    assert found.severity is lint.Severity.WARNING and found.line == 3 and "RUN steps run there" in found.message
+
+
 def test_rules_another_layer_takes_away_are_unreachable(place):
     os.makedirs(place / "config" / "sandbox")
     write(place, "config/sandbox/policy.yaml", "version: 1\nenv: {pass: [TERM]}\n")

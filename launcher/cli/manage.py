@@ -307,13 +307,15 @@ def images() -> None:
 
 @images.command(cls=Defaulted, short_help="Build the bundled images that are missing.", defaults={"ca_files": "--ca-bundle"})
 @click.option("--force", is_flag=True, help="Rebuild even if present.")
+@click.option("--full", is_flag=True, help="Also build the full agent image (sandbox/agent:bookworm-full: git, make, "
+                                            "gcc, pip and venv, Node and npm, jq, ripgrep, curl, unzip, less).")
 @click.option("--agent", "agent_names", multiple=True, metavar="NAME", shell_complete=complete.agents,
               help="Also build this agent's image (`sandbox agents`); repeatable.")
 @click.option("--ca-bundle", "ca_bundles", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Trust these CA certificates (PEM) while an agent image downloads its CLI, e.g. behind a "
                    "TLS-intercepting proxy (default: the host's extra CAs in /usr/local/share/ca-certificates). "
                    "Certificates only: a private key is refused.")
-def build(force: bool, agent_names: tuple[str, ...], ca_bundles: tuple[str, ...]) -> None:
+def build(force: bool, full: bool, agent_names: tuple[str, ...], ca_bundles: tuple[str, ...]) -> None:
     """Build the bundled images that are missing (makes the base image if needed).
 
     \b
@@ -326,7 +328,7 @@ def build(force: bool, agent_names: tuple[str, ...], ca_bundles: tuple[str, ...]
 
     console = Console()
     eng = engine.connect()
-    for image in (imgs.probe_image(), imgs.proxy_image(), imgs.agent_image()):
+    for image in (imgs.probe_image(), imgs.proxy_image(), imgs.agent_image()) + ((imgs.full_image(),) if full else ()):
         if not imgs.build(eng, image, console.status, force=force):
             console.status(f"{image.tag} is present")
     cas = [Path(p) for p in ca_bundles] or imgs.extra_ca_files()
