@@ -23,7 +23,7 @@ from launcher.errors import EngineError
 from launcher.plan import ContainerSpec
 
 BASE_IMAGE = "debian:bookworm-slim"
-AGENT_IMAGE = "sandbox/agent:bookworm"        # slim: CI's tests, the presets, the tools container
+AGENT_IMAGE = "sandbox/agent:bookworm"        # slim: the ci and read-only presets, the tools container
 FULL_IMAGE = "sandbox/agent:bookworm-full"    # plus a coding agent's everyday tools (images/agent-full)
 LABELS = {label.MANAGED: "1"}
 

@@ -93,7 +93,8 @@ def repo(tmp_path: Path, dockerfile: str = "FROM sandbox/agent:bookworm\nRUN tru
 
 
 def extended(tmp_path, **changes):
-    return replace(untrusted_bind(), build=BuildPolicy(dockerfile="Dockerfile"), **changes)
+    """The untrusted preset in bind mode, on the slim image, with a repository Dockerfile."""
+    return replace(untrusted_bind(), **{"image": images.AGENT_IMAGE, "build": BuildPolicy(dockerfile="Dockerfile"), **changes})
 
 
 def test_the_tag_follows_the_dockerfile_the_context_and_the_packages_not_git_nor_order(tmp_path):
@@ -194,7 +195,7 @@ def test_the_fake_engine_builds_each_step_from_an_id_and_reuses_it_until_its_bas
     new_id(f"{plan.tag}-build")
     imageext.ensure(engine, plan, lambda line: None, ())
     assert [t for t, _, _ in built] == [f"{plan.tag}-build", plan.tag]
-    only = imagebuild.gather(replace(untrusted_bind(), packages=("jq",)), str(ws))
+    only = imagebuild.gather(replace(untrusted_bind(), image=images.AGENT_IMAGE, packages=("jq",)), str(ws))
     built.clear()
     imageext.ensure(engine, only, lambda line: None, ())
     assert built == [(only.tag, {"BASE": images.image_id(engine, images.AGENT_IMAGE)}, None)]

@@ -70,7 +70,7 @@ def test_the_same_words_from_docker_are_differences():
     ("PidMode", lambda d: d["HostConfig"].update(PidMode="host"), "the container has 'host'"),
     ("UTSMode", lambda d: d["HostConfig"].update(UTSMode="host"), "the container has 'host'"),
     ("Image", lambda d: d["Config"].update(Image="localhost/other/agent:bookworm"),
-     "the plan says 'docker.io/sandbox/agent:bookworm'"),
+     "the plan says 'docker.io/sandbox/agent:bookworm-full'"),
     ("Image", lambda d: d["Config"].update(Image="quay.io/sandbox/agent:bookworm"), "the container has 'quay.io/"),
     ("Env names", lambda d: d["Config"]["Env"].append("DOCKER_HOST=tcp://x"), "DOCKER_HOST added"),
     ("CapDrop", lambda d: d["HostConfig"]["CapDrop"].remove("NET_RAW"), "NET_RAW not dropped"),
