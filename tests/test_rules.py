@@ -125,7 +125,7 @@ LAYERS = (
     ("basics", {"errors", "names", "values", "paths", "labels", "secrets", "resources", "timings", "yamlsafe"}),
     ("policy", {"allowlist", "inject", "surfaces", "model", "schema", "policy", "layers"}),
     ("host facts", {"hostpaths", "hostfiles", "host", "cafiles", "statefiles", "hostgit", "gitdirs", "gitgraph", "gitscan",
-                    "scan", "engineid", "hostfacts"}),
+                    "scan", "engineid", "hostfacts", "extensions"}),
     ("plan", {"plan", "squidconf", "checks", "runtimes", "trustfiles", "refusals", "lifetime", "compiler"}),
     ("engine", {"engineproto", "engineapi", "enginebodies", "engine", "enginefake", "hostengines", "subnets", "images"}),
     ("egress", {"egress", "egress.audit", "egress.proxy"}),
