@@ -115,6 +115,7 @@ def extended_end(*, now: int, end: int, start: int, add: int, limit: Ceiling, na
     latest = start + limit.seconds
     if new > latest:
         room = max(0, latest - max(now, end))
+        room = room - room % 60 if room >= 60 else room   # whole minutes, as people ask
         raise PolicyError([Problem(
             file=limit.source, path="limits.session",
             expected=f"an end within its ceiling, {show('limits.session', limit.seconds)} after {name} started "

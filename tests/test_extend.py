@@ -43,6 +43,13 @@ def test_an_end_exactly_at_the_ceiling_is_allowed_one_second_more_is_not():
     assert "extend by 100m at most" in said and "--timeout only shortens" in said
 
 
+def test_the_room_left_is_said_in_whole_minutes():
+    with pytest.raises(PolicyError, match="extend by 599m at most"):
+        extended_end(now=0, end=50, start=0, add=36000, limit=TEN_H)   # 35950 s left
+    with pytest.raises(PolicyError, match="extend by 50s at most"):
+        extended_end(now=0, end=35950, start=0, add=60, limit=TEN_H)
+
+
 def test_a_session_at_its_ceiling_already_says_so():
     with pytest.raises(PolicyError, match="it runs until its ceiling already"):
         extended_end(now=0, end=36000, start=0, add=1, limit=TEN_H)
