@@ -16,7 +16,7 @@ from launcher import labels as label
 from launcher.errors import PolicyError, Problem
 from launcher.engineid import PODMAN
 from launcher.hostfacts import HostFacts
-from launcher.lifetime import up_main
+from launcher.lifetime import Ceiling, up_main
 from launcher import inject
 from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime, SecretPolicy, WorkspaceMode
 from launcher.plan import (ARP_SYSCTLS, ContainerSpec, CopySpec, HOME_PROFILE, HomeSpec, INTERNAL_OPTIONS,
@@ -114,12 +114,13 @@ def _endpoint(index: int, secret: SecretPolicy, ip_literals: bool, cas: dict[str
 
 def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] = (),
                    kind: str = "run", name: str | None = None, egress_network: str | None = None,
-                   profile: str = HOME_PROFILE) -> LaunchPlan:
+                   profile: str = HOME_PROFILE, ceiling: Ceiling | None = None) -> LaunchPlan:
     """Compile the effective policy for this host into a LaunchPlan, or raise PolicyError.
     kind: "run" (we launch it and wait), "up" (kept alive for `exec`), "external" (another tool
     such as docker-compose or plain `docker run` launches it; `gc` leaves it alone) or "devcontainer"
     (another tool launches it and keeps it alive, like `up`). profile: the
-    agent profile whose home volume a `home.mode: volume` policy uses.
+    agent profile whose home volume a `home.mode: volume` policy uses. ceiling: how far `sandbox
+    extend` may take a long-lived session (lifetime.ceiling; none: limits.session, no further).
 
     The stages, in order: the refusals, the names, the mounts, the labels, the network, the
     environment, the probe's expectations, the volumes the launcher makes, the container."""
@@ -138,10 +139,13 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     probe = _probe(policy, host, mounts, copy, proxy, volume, uid, gid)
     agent = tuple(command) or policy.command
     long_lived = kind in LONG_LIVED
-    main = up_main(policy.limits.session_seconds, policy.limits.idle_seconds) if long_lived else agent
+    limits = policy.limits
+    ceiling = ceiling or Ceiling(seconds=limits.session_seconds, source="limits.session")
+    main = up_main(limits.session_seconds, limits.idle_seconds, ceiling.seconds) if long_lived else agent
     labels[label.PLACEHOLDERS] = json.dumps(placeholders)
-    if long_lived:   # for `ls`: when it ends at the latest
-        labels[label.SESSION] = f"{policy.limits.session_seconds} {policy.limits.idle_seconds}"
+    if long_lived:   # for `ls`: when it ends at the latest; for `extend`: how far it may go
+        labels[label.SESSION] = f"{limits.session_seconds} {limits.idle_seconds}"
+        labels[label.SESSION_CEILING] = ceiling.label()
     home_spec, copy, volume_labels = _volume_specs(policy, host, copy, volume, profile, trust, uid, gid)
     labels.update(volume_labels)
     container = _container(policy, container_name, probe, main, env, mounts, labels, proxy, uid, gid,

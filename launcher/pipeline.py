@@ -8,7 +8,7 @@ import functools
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from launcher import compiler, host, hostfacts, hostpaths, imagebuild, images, stack, workspaces
+from launcher import compiler, host, hostfacts, hostpaths, imagebuild, images, lifetime, stack, workspaces
 from launcher.engineid import PODMAN, EngineFacts
 from launcher.errors import PolicyError, Problem
 from launcher.hostfacts import HostFacts
@@ -193,7 +193,7 @@ def compiled(result: stack.Stack, workspace: str, command: tuple[str, ...] = (),
     with timed(timings, "compile"):
         return Planned(layered=result, facts=facts, files=files, plan=compiler.compile_policy(
             policy, facts, command=command, kind=kind, name=name, egress_network=egress_network,
-            **({"profile": agent.name} if agent else {})))
+            ceiling=lifetime.ceiling(result.effective), **({"profile": agent.name} if agent else {})))
 
 
 def plan(ref: str, workspace: str, command: tuple[str, ...] = (), options: LayerOptions = LayerOptions(),

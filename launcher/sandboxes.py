@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher import labels as label
-from launcher import host, ports, proven
+from launcher import extensions, host, lifetime, ports, proven
 from launcher.egress.audit import EgressEvent, agents_own, parse_log
 from launcher.engineproto import ContainerSummary, Engine
 from launcher.errors import EngineError, NoSandbox, NotFound, PolicyError, Problem, SandboxError
@@ -88,12 +88,58 @@ def reuse_problem(item: ContainerSummary, plan) -> Problem | None:
                    hint=f"`sandbox down {item.name}` first, or choose another --name")
 
 
-def _session(item: ContainerSummary) -> dict[str, int]:
-    """ends and idle of a running `up` sandbox, from its label (none on one made before sessions)."""
+def _limits(item: ContainerSummary) -> tuple[int, int] | None:
+    """limits.session and limits.idle of an `up` sandbox, from its label (none before sessions)."""
     limits = item.labels.get(label.SESSION, "").split()
-    if item.state != "running" or len(limits) != 2 or not all(v.isdigit() for v in limits):
+    if len(limits) != 2 or not all(v.isdigit() for v in limits):
+        return None
+    return int(limits[0]), int(limits[1])
+
+
+def _session(item: ContainerSummary) -> dict[str, int]:
+    """ends and idle of a running `up` sandbox: its label's end, or the one `sandbox extend` gave."""
+    limits = _limits(item)
+    if item.state != "running" or limits is None:
         return {}
-    return {"ends": item.created + int(limits[0]), "idle": int(limits[1])}
+    return {"ends": extensions.end_of(item.name, item.id) or item.created + limits[0], "idle": limits[1]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Extension:
+    name: str
+    ends: int          # the session's new end (epoch seconds)
+    was: int           # its end before
+    latest: int        # the latest end its ceiling allows: its start + limits.session before --timeout
+    ceiling: lifetime.Ceiling
+    idle: int          # limits.idle, which can still end it sooner
+
+
+def extend(engine: Engine, name: str | None, directory: str, seconds: int, now: int | None = None) -> Extension:
+    """Move the end of the running `up` session `name` (none: this workspace's) `seconds` past its
+    current end (or now, once that passed), within its ceiling (PolicyError past it, exit 120).
+    The sandbox learns it from a root exec (lifetime.write_end); `ls` from extensions."""
+    import time
+
+    item = chosen(engine, name, directory)
+    limits = _limits(item)
+    limit = lifetime.Ceiling.of_label(item.labels.get(label.SESSION_CEILING, ""))
+    if limits is None or limit is None:
+        raise PolicyError([Problem(file="command line", path="NAME", expected="a sandbox that `sandbox up` started",
+                                   found=f"{item.name} has no session that can be extended "
+                                         f"({'a sandbox run' if limits is None else 'made before sandbox extend'})",
+                                   hint=f"`sandbox down {item.name}` and `sandbox up` again for a session of its own")])
+    was = extensions.end_of(item.name, item.id) or item.created + limits[0]
+    ends = lifetime.extended_end(now=int(time.time()) if now is None else now, end=was, start=item.created,
+                                 add=seconds, limit=limit, name=item.name)
+    exec_id, stream = engine.exec_stream(item.id, lifetime.write_end(ends), user="0")
+    said = b"".join(b"".join(p for p in pair if p) for pair in stream)
+    if engine.exec_exit_code(exec_id) != 0:
+        raise EngineError(f"{item.name}: the new end could not be written inside: "
+                          f"{said.decode(errors='replace').strip() or 'no output'}",
+                          hint="`sandbox ls` says whether it still runs")
+    extensions.save(item.name, item.id, ends)
+    return Extension(name=item.name, ends=ends, was=was, latest=item.created + limit.seconds, ceiling=limit,
+                     idle=limits[1])
 
 
 def ls(engine: Engine) -> list[SandboxInfo]:
@@ -141,6 +187,7 @@ def down(engine: Engine, name: str, purge: bool = False) -> Down:
     ports.stop(name)   # its host ports are free once `down` returns
     remove_sandbox(engine, name)
     proven.forget(name)
+    extensions.forget(name)
     changes, dropped = None, False
     if copy:
         taken = store.checkpoint(engine, copy, "sandbox down")

@@ -236,7 +236,7 @@ def test_up_keeps_the_container_alive_after_the_probe_until_its_time_limit():
     plan = compile_policy(preset("untrusted"), fake_facts(), kind="up")
     assert plan.container.name == "sandbox-repo"
     main = plan.container.command[plan.container.command.index("--") + 1:]
-    assert main[:3] == (PROBE_BUSYBOX, "sh", "-c") and main[-2:] == (str(10 * 3600), str(3600))   # 10h, 1h idle
+    assert main[:3] == (PROBE_BUSYBOX, "sh", "-c") and main[-3:] == (str(10 * 3600), str(3600), str(10 * 3600))   # 10h, 1h idle, its ceiling
     assert plan.timeout_seconds == 10 * 3600 and plan.idle_seconds == 3600
     assert compile_policy(preset("untrusted"), fake_facts()).timeout_seconds == 30 * 60   # a run: limits.timeout
 

@@ -125,7 +125,7 @@ LAYERS = (
     ("basics", {"errors", "names", "values", "paths", "labels", "secrets", "resources", "timings", "yamlsafe"}),
     ("policy", {"allowlist", "inject", "surfaces", "model", "schema", "policy", "layers", "settings"}),
     ("host facts", {"hostpaths", "hostfiles", "host", "cafiles", "imagebuild", "statefiles", "hostgit", "gitdirs",
-                    "gitgraph", "gitscan", "scan", "engineid", "hostfacts"}),
+                    "gitgraph", "gitscan", "scan", "engineid", "hostfacts", "extensions"}),
     ("plan", {"plan", "squidconf", "checks", "runtimes", "trustfiles", "refusals", "lifetime", "compiler"}),
     ("engine", {"engineproto", "engineapi", "enginebodies", "engine", "enginefake", "hostengines", "subnets", "images",
                 "imageext"}),

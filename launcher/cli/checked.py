@@ -8,13 +8,14 @@ import re
 import click
 
 
-def duration(ctx, param, value):
+def duration(ctx, param, value, *, hint: str | None = None):
+    """A duration option's callback (`hint`: the name of an argument checked by hand)."""
     from launcher.policy import MAX_TIMEOUT_SECONDS, parse_duration
 
     if value is not None and not re.fullmatch(r"[0-9]+[smh]?", value):
-        raise click.BadParameter("expected seconds, or a number with s, m or h (for example 90s, 10m)")
+        raise click.BadParameter("expected seconds, or a number with s, m or h (for example 90s, 10m)", param_hint=hint)
     if value is not None and not 0 < parse_duration(value) <= MAX_TIMEOUT_SECONDS:
-        raise click.BadParameter("expected a duration above zero and at most 168h (a week)")
+        raise click.BadParameter("expected a duration above zero and at most 168h (a week)", param_hint=hint)
     return value
 
 

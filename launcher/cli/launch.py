@@ -16,6 +16,7 @@ from launcher.cli.options import (POLICY_HELP, Defaulted, WithCommand, agent_opt
                                   timings_option, trailing_command, workspace_flag)
 from launcher.cli.manage import take_down
 from launcher.errors import SandboxError, SessionEnded, Terminated
+from launcher.values import show
 
 
 @click.command(cls=Defaulted, short_help="Run a command as the agent in a fresh sandbox.",
@@ -209,6 +210,53 @@ def _agent(started, command: tuple[str, ...]) -> str | None:
     return started.options.agent if started.options else None
 
 
+@click.command(short_help="Give a running sandbox's session more time, within its ceiling.")
+@click.argument("words", nargs=-1, metavar="[NAME] DURATION", shell_complete=complete.names(complete.SANDBOXES))
+@json_option("The new end, the one before and the latest the ceiling allows (epoch seconds) as JSON on stdout.")
+def extend(words: tuple[str, ...], as_json: bool) -> None:
+    """Move the end of the running `sandbox up` session NAME (without NAME: this workspace's, as
+    `sandbox shell` chooses it) DURATION (90s, 30m, 2h) past its current end, or past now once
+    that passed; the sandbox's terminals are warned again before the new end. The ceiling is
+    limits.session as the policy and its layers allow it (10h by default) counted from the
+    sandbox's start: `up --timeout` shortened only that session, so extend may go back up to
+    the ceiling, never past it (exit 120, with the ceiling, where it comes from and the latest
+    end). limits.idle still ends a session without terminal activity sooner. 117: no such
+    sandbox running.
+
+    \b
+    Example:
+      sandbox extend 2h
+      sandbox extend sandbox-myrepo 30m --json
+    """
+    import os
+
+    from launcher import engine, policy, sandboxes
+
+    if len(words) not in (1, 2):
+        raise click.UsageError("expected [NAME] DURATION, for example `sandbox extend 2h` or `sandbox extend NAME 30m`")
+    name, amount = (words[0] if len(words) == 2 else None), words[-1]
+    if name:
+        click.get_current_context().meta[output.NAME] = name
+    duration(None, None, amount, hint="'DURATION'")
+    done = sandboxes.extend(engine.connect(), name, os.path.realpath("."), policy.parse_duration(amount))
+    if as_json:
+        output.emit(output.envelope({"ends": done.ends, "was": done.was, "latest": done.latest,
+                                     "ceiling": done.ceiling.seconds, "ceiling_source": done.ceiling.source,
+                                     "idle": done.idle}, sandbox=done.name))
+        return
+    output.status(f"{done.name} now ends at {_when(done.ends)} (was {_when(done.was)}); its ceiling allows "
+                  f"{_when(done.latest)} at the latest (limits.session {show('limits.session', done.ceiling.seconds)}, "
+                  f"{done.ceiling.source}); {show('limits.idle', done.idle)} without terminal activity ends it sooner")
+
+
+def _when(epoch: int) -> str:
+    """Local time of day, with the date when not today."""
+    import time
+
+    same_day = time.localtime(epoch)[:3] == time.localtime()[:3]
+    return time.strftime("%H:%M:%S" if same_day else "%d %b %H:%M:%S", time.localtime(epoch))
+
+
 def up_fields(started, command: tuple[str, ...] = ()) -> dict:
     """`up --json`'s own fields."""
     from launcher import proven, upoptions
@@ -225,4 +273,4 @@ def up_fields(started, command: tuple[str, ...] = ()) -> dict:
             "ports": [{"address": p.address, "host_port": p.host_port, "port": p.port} for p in started.ports]}
 
 
-COMMANDS = (run, up, shell)
+COMMANDS = (run, up, shell, extend)

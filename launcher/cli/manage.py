@@ -53,7 +53,8 @@ def ls_(as_json: bool) -> None:
     TRUST is the key of the policy's reach that a home volume or copy was written under: state is
     only ever mounted into a sandbox of the same key ("unkeyed": made before keys, never mounted
     again). KEEPS (with --json) names what persists after each sandbox. ENDS is when a running
-    `up` session ends at the latest (limits.session), and the idle time that ends it sooner. PORTS are
+    `up` session ends at the latest (limits.session, or as `sandbox extend` moved it), and the idle
+    time that ends it sooner. PORTS are
     those `up --port` forwards from the host's 127.0.0.1, HOST_PORT->PORT ("(stopped)" when its
     forwarding process ended).
 
