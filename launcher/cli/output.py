@@ -10,10 +10,11 @@ import sys
 
 import click
 
-from launcher.style import BAD, GOOD, WARN, Mark, plain
+from launcher.style import ADDED, BAD, GOOD, HEADER, HUNK, REMOVED, WARN, Mark, plain
 from launcher.values import visible
 
-_LOOK = {GOOD: {"fg": "green"}, WARN: {"fg": "yellow"}, BAD: {"fg": "red", "bold": True}}
+_LOOK = {GOOD: {"fg": "green"}, WARN: {"fg": "yellow"}, BAD: {"fg": "red", "bold": True},
+         ADDED: {"fg": "green"}, REMOVED: {"fg": "red"}, HEADER: {"bold": True}, HUNK: {"fg": "cyan"}}
 # Status lines that open with a verdict; only that word is coloured, the message stays as it is.
 _STATUS = (("probe passed", GOOD), ("error:", BAD), ("warning:", WARN), ("egress blocked", WARN),
            ("agent timed out", WARN), ("built", GOOD), ("created", GOOD))
@@ -40,6 +41,40 @@ def columns() -> int | None:
     import shutil
 
     return shutil.get_terminal_size(fallback=(0, 0)).columns or None
+
+
+def page(lines: list[str], pager: bool = True) -> None:
+    """lines on stdout; on a terminal (and with `pager`) through $PAGER, by default `less -FRX`
+    (short text just prints, colour passes, the screen is left as it was). PAGER set empty or to
+    `cat` prints directly; so does a pager that cannot start, after a warning. A pipe or a file
+    never gets a pager."""
+    import shlex
+    import subprocess
+
+    from launcher import host
+
+    text = "\n".join(lines)
+    command, env = host.pager()
+    if not (pager and sys.stdout.isatty()) or command.strip() in ("", "cat"):
+        click.echo(text)
+        return
+    try:
+        proc = subprocess.Popen(shlex.split(command), stdin=subprocess.PIPE, env=env)
+    except (OSError, ValueError) as exc:
+        status(f"warning: the pager {visible(command, keep_lines=False)} did not start ({exc}); printed directly")
+        click.echo(text)
+        return
+    data = (text + "\n").encode(sys.stdout.encoding or "utf-8", errors="replace")
+    try:
+        proc.stdin.write(data)
+    except (BrokenPipeError, KeyboardInterrupt):   # the reader quit the pager early, or pressed Ctrl-C in it
+        pass
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
+        while proc.poll() is None:   # the pager owns the terminal until it ends; Ctrl-C is its own
+            with contextlib.suppress(KeyboardInterrupt):
+                proc.wait()
 
 
 def status(message: str) -> None:
