@@ -10,7 +10,7 @@ import os
 import pytest
 
 from conftest import owned_workspace
-from test_copy import SANDBOX, run_copy, sandbox, snapshot
+from test_copy import SANDBOX, repo, run_copy, sandbox, snapshot  # noqa: F401 - repo: a fixture
 from test_copy_view import ESC, on_pty, pager  # noqa: F401 - pager: a fixture
 from test_copy_wayback import tree
 
