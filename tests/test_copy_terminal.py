@@ -20,9 +20,12 @@ RED_BOLD = f"{ESC}31m{ESC}1m"
 
 @pytest.fixture
 def terminal(tmp_path):
-    """The test's environment (its engine, state and config) on a colour terminal, no NO_COLOR or CI."""
+    """The test's environment (its engine, state and config) on a colour terminal, no NO_COLOR or CI;
+    TMPDIR of its own, so that what apply spools can be seen gone."""
     values = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "CI", "PAGER", "LESS")}
-    return values | {"TERM": "xterm-256color", "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
+    (tmp_path / "tmp").mkdir()
+    return values | {"TERM": "xterm-256color", "PYTHONPATH": os.path.dirname(os.path.dirname(__file__)),
+                     "TMPDIR": str(tmp_path / "tmp")}
 
 
 def test_diff_is_coloured_and_paged_on_a_terminal_and_plain_on_a_pipe(engine, tmp_path, terminal, pager):
@@ -104,25 +107,41 @@ AGENT = "echo A > a.txt && echo B > b.txt && echo new > c.txt && mkdir -p pkg &&
 def test_apply_i_writes_the_paths_answered_yes_and_leaves_the_rest_in_the_copy(engine, tmp_path, terminal):
     ws, name = owned_workspace(tmp_path), f"ask-{os.getpid()}"
     tree(ws, {"a.txt": "a\n", "b.txt": "b\n"})
+    spool = tmp_path / "tmp"
     try:
         assert run_copy(ws, name, "bash", "-c", AGENT).returncode == 0
         before = snapshot(ws)
-        code, shown, _ = on_pty(SANDBOX + ["apply", name, "-i"], terminal, tmp_path, answers=("\x03",))
-        assert code == 130 and "nothing was written" in shown and snapshot(ws) == before, shown
+        # Ctrl-C at the second question (a SIGINT: the pty is the launcher's controlling terminal)
+        code, shown, piped = on_pty(SANDBOX + ["apply", name, "-i", "--json"], terminal, tmp_path,
+                                    answers=("y", "\x03"), stdout_is_tty=False)
+        assert code == 130 and "interrupted: nothing was written" in shown and snapshot(ws) == before, shown
+        assert json.loads(piped)["exit_code"] == 130 and not list(spool.iterdir())   # nothing half-written either
+        # the end of input (Ctrl-D) is no answer: nothing is written
+        code, shown, _ = on_pty(SANDBOX + ["apply", name, "-i"], terminal, tmp_path, answers=("y", "\x04"))
+        assert code == 120 and "the end of input at change 2; nothing was written" in shown, shown
+        assert snapshot(ws) == before and not list(spool.iterdir())
 
         # asked in path order: a.txt, b.txt, c.txt, pkg/.npmrc (.envrc is refused: never asked)
         code, shown, piped = on_pty(SANDBOX + ["apply", name, "-i", "--json"], terminal, tmp_path,
                                     answers=("y", "n", "n", "y"), stdout_is_tty=False)
         assert code == 0, shown
-        assert shown.count("write it? [y/N]") == 4 and "NEEDS --allow-surface" in shown and ".envrc  " not in shown
+        assert shown.count("write it? [y/N/q]: ") == 4 and "NEEDS --allow-surface" in shown and ".envrc  " not in shown
         assert (ws / "a.txt").read_text() == "A\n" and (ws / "b.txt").read_text() == "b\n"
         assert not (ws / "c.txt").exists() and (ws / "pkg" / ".npmrc").read_text() == "x=1\n"
         assert not (ws / ".envrc").exists() and "not applied: .envrc" in shown
         last = shown.strip().splitlines()[-1]
         assert "applied 2 changes" in last and "2 answered no: work remains in the copy" in last, last
-        assert json.loads(piped)["remaining"] == ["b.txt", "c.txt"]
+        assert json.loads(piped)["remaining"] == ["b.txt", "c.txt"] and not list(spool.iterdir())
+
+        # q: that path and the rest stay in the copy; what was answered yes before it is written
+        # (a.txt is asked again, though the host holds it now: a yes or no to it changes nothing)
+        code, shown, _ = on_pty(SANDBOX + ["apply", name, "-i"], terminal, tmp_path, answers=("n", "y", "q"))
+        assert code == 0 and shown.count("write it? [y/N/q]: ") == 3, shown
+        assert (ws / "b.txt").read_text() == "B\n" and not (ws / "c.txt").exists()
+        assert "q: this change and the 1 after it stay in the copy" in shown and "3 answered no" in shown, shown
 
         again = sandbox("apply", name)                                # what was answered no is still there
-        assert again.returncode == 0 and (ws / "b.txt").read_text() == "B\n" and (ws / "c.txt").read_text() == "new\n"
+        assert again.returncode == 0 and (ws / "c.txt").read_text() == "new\n"
     finally:
         sandbox("discard", "--yes", name)
+

@@ -5,11 +5,14 @@ pseudo-terminal, and -i refused without a terminal."""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import pty
 import select
 import subprocess
 import sys
+import termios
 import time
 
 import pytest
@@ -116,29 +119,43 @@ def test_apply_i_asks_about_what_it_writes_or_a_yes_lets_through_and_a_yes_is_th
 
 
 def on_pty(argv: list[str], env: dict, cwd, answers: tuple[str, ...] = (), stdout_is_tty: bool = True,
-           prompt: bytes = b"write it? [y/N]: ") -> tuple[int, str, str]:
+           prompt: bytes = b"write it? [y/N/q]: ", seconds: float = 300) -> tuple[int, str, str]:
     """Run argv with stdin and stderr (and stdout unless piped) on a pseudo-terminal, typing the
-    next of `answers` at each `prompt`. (exit code, what the terminal showed, what the pipe got)."""
+    next of `answers` at each `prompt`. (exit code, what the terminal showed, what the pipe got)
+
+    The pty is the process's controlling terminal, in a session of its own, as a shell's terminal
+    is: only then is a typed Ctrl-C a SIGINT (on a pty that controls no one, the line discipline
+    drops it and the process reads an empty line). A prompt beyond the answers ends the run at
+    once (killed: exit -9), so a test that answered too few fails at once, not at a timeout; one
+    still running after `seconds` (a prompt that never came) is killed too."""
     master, slave = pty.openpty()
     proc = subprocess.Popen(argv, stdin=slave, stdout=slave if stdout_is_tty else subprocess.PIPE, stderr=slave,
-                            env=env, cwd=cwd)
+                            env=env, cwd=cwd, start_new_session=True,
+                            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
     os.close(slave)
-    shown, typed, deadline = b"", 0, time.monotonic() + 300
+    shown, typed, deadline, stuck = b"", 0, time.monotonic() + seconds, True
     try:
         while time.monotonic() < deadline:
-            if select.select([master], [], [], 0.2)[0]:
-                try:
-                    chunk = os.read(master, 4096)
-                except OSError:   # EIO: the process ended and closed the terminal
+            if not select.select([master], [], [], 0.2)[0]:
+                if proc.poll() is not None:
+                    stuck = False
                     break
-                if not chunk:
-                    break
-                shown += chunk
-                if shown.count(prompt) > typed and typed < len(answers):
-                    os.write(master, answers[typed].encode() + b"\r")
-                    typed += 1
-            elif proc.poll() is not None:
+                continue
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:   # EIO: the process ended and closed the terminal
+                chunk = b""
+            if not chunk:
+                stuck = False
                 break
+            shown += chunk
+            if shown.count(prompt) > len(answers):
+                break
+            if shown.count(prompt) > typed:
+                os.write(master, answers[typed].encode() + b"\r")
+                typed += 1
+        if stuck:
+            proc.kill()
         piped = proc.stdout.read() if proc.stdout else b""
         proc.wait(timeout=30)
     finally:
@@ -192,3 +209,58 @@ def test_apply_i_is_refused_without_a_terminal_before_an_engine_is_needed(env, t
                             text=True, env=env, cwd=tmp_path)
     assert result.returncode == 120 and "-i: expected a terminal on stdin" in result.stderr and not result.stdout
     assert "nothing was written" in result.stderr and "docker" not in result.stderr.lower()
+    result = subprocess.run(SANDBOX + ["apply", "mycopy", "-i", "--json"], stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, env=env, cwd=tmp_path)
+    answer = json.loads(result.stdout)                    # --json: the refusal is the envelope on stdout
+    assert result.returncode == 120 and answer["exit_code"] == 120 and not answer["ok"] and answer["command"] == "apply"
+    assert answer["sandbox"] == "mycopy" and "-i: expected a terminal on stdin" in answer["error"]
+
+
+QUESTION = [sys.executable, "-c", "import sys\nfrom launcher.cli.output import question\n"
+            "try:\n    while True:\n        answer = question('write it?', 'ynq')\n        print(answer)\n"
+            "        if answer is None:\n            break\nexcept KeyboardInterrupt:\n    sys.exit(130)"]
+
+
+def test_a_question_is_asked_on_stderr_and_answered_on_stdin_never_stdout(env, tmp_path):
+    # one prompt per answer: "maybe" is asked again; Ctrl-D (at a line's start) is the end of input
+    code, shown, piped = on_pty(QUESTION, env, tmp_path, answers=("yes", "", "maybe", "n", "Q", "\x04"),
+                                stdout_is_tty=False, seconds=60)
+    assert code == 0 and piped == "y\nn\nn\nq\nNone\n", (shown, piped)
+    assert shown.count("write it? [y/N/q]: ") == 6 and "answer y (yes), n (no), q (quit)" in shown
+    code, shown, piped = on_pty(QUESTION, env, tmp_path, answers=("\x03",), stdout_is_tty=False, seconds=60)
+    assert code == 130 and piped == "", (shown, piped)
+
+
+ASK = [sys.executable, "-c", """import json, sys
+from types import SimpleNamespace
+from launcher.cli import copies
+from launcher.copies import apply, review
+from launcher.errors import SandboxError
+from tests.test_copy_view import PROTECTED, modified
+changes = tuple(modified(p) for p in (".envrc", "a.txt", "b.txt", "c.txt", "pkg/.npmrc"))
+copy = SimpleNamespace(workspace="/nonexistent", protected=PROTECTED)
+try:
+    kept, allowed, skipped = copies._ask(copy, apply.Exported(changes=changes, meta={}), review.Allowed())
+except SandboxError as exc:
+    print(exc, file=sys.stderr)
+    sys.exit(exc.exit_code)
+except KeyboardInterrupt:
+    sys.exit(130)
+print(json.dumps({"kept": [c["path"] for c in kept.changes], "surfaces": sorted(allowed.surfaces),
+                  "skipped": skipped}))
+"""]
+
+
+def test_apply_i_q_leaves_that_path_and_the_rest_and_ctrl_c_or_the_end_of_input_write_nothing(env, tmp_path):
+    # asked in order: a.txt, b.txt, c.txt, pkg/.npmrc (.envrc is refused, never asked)
+    code, shown, piped = on_pty(ASK, env, tmp_path, answers=("y", "q"), stdout_is_tty=False, seconds=60)
+    assert code == 0, shown
+    assert json.loads(piped) == {"kept": [".envrc", "a.txt"], "surfaces": [], "skipped": ["b.txt", "c.txt", "pkg/.npmrc"]}
+    assert "q: this change and the 2 after it stay in the copy" in shown
+    code, shown, piped = on_pty(ASK, env, tmp_path, answers=("y", "n", "n", "y"), stdout_is_tty=False, seconds=60)
+    assert code == 0 and json.loads(piped) == {"kept": [".envrc", "a.txt", "pkg/.npmrc"], "surfaces": ["pkg/.npmrc"],
+                                 "skipped": ["b.txt", "c.txt"]}, shown
+    code, shown, piped = on_pty(ASK, env, tmp_path, answers=("y", "\x04"), stdout_is_tty=False, seconds=60)
+    assert code == 120 and piped == "" and "the end of input at change 2; nothing was written" in shown, shown
+    code, shown, piped = on_pty(ASK, env, tmp_path, answers=("y", "\x03"), stdout_is_tty=False, seconds=60)
+    assert code == 130 and piped == "" and "interrupted: nothing was written" in shown, shown

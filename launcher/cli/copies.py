@@ -115,7 +115,8 @@ def diff(name: str, as_stat: bool, as_json: bool, no_pager: bool, max_file_size:
 @click.option("--message", "-m", default="Changes made in sandbox copy", show_default=True,
               help="Commit message for --to.")
 @click.option("--interactive", "-i", is_flag=True,
-              help="Ask yes or no for each changed path (on a terminal only) and write only those answered yes; "
+              help="Ask yes or no for each changed path (on a terminal only; q: no to it and the rest) and write only "
+                   "those answered yes; "
                    "a yes to a path `sandbox diff` marks NEEDS is its --allow-surface or --allow-symlink.")
 @click.option("--allow-surface", "surfaces", metavar="PATH", multiple=True,
               help="Also write this file that host tools run or trust (a surface `sandbox diff` marks NEEDS "
@@ -142,7 +143,8 @@ def apply_(name: str, branch: str | None, message: str, interactive: bool, surfa
     never leave the copy; surfaces and symlinks only with a per-path --allow-surface /
     --allow-symlink (or a yes to -i), and a yes that cannot be honoured writes nothing (exit 120), nor
     do files over the size limits (exit 120). -i asks before anything is written and writes the paths
-    answered yes, all or nothing as ever; without a terminal on stdin it is refused (exit 120).
+    answered yes, all or nothing as ever (q: no to that path and the rest; Ctrl-C or the end of input:
+    nothing is written, exit 130 or 120); without a terminal on stdin it is refused (exit 120).
     The last line (and "remaining" in --json) says how many changes wait for a per-path yes or were
     answered no. The copy stays until `sandbox discard NAME`; applying again is a no-op.
 
@@ -206,25 +208,36 @@ def apply_(name: str, branch: str | None, message: str, interactive: bool, surfa
 
 def _ask(copy, received, allowed):
     """apply -i: a yes or no per path apply would write or a yes would let through (as diff judges
-    them), asked on the terminal before anything is written. (the export without the paths answered
-    no, the yeses given with those answered yes, the paths answered no.)"""
+    them), asked on the terminal before anything is written; q leaves that path and the rest in the
+    copy. Ctrl-C or the end of input (Ctrl-D) writes nothing. (the export without the paths
+    answered no, the yeses given with those answered yes, the paths answered no.)"""
     from dataclasses import replace
 
-    from launcher.cli.output import marker, status
+    from launcher.cli.output import marker, question, status
     from launcher.copies import apply, review
+    from launcher.errors import PolicyError, Problem
 
     candidates = review.asked(apply.judged(copy.workspace, list(received.changes), copy.protected, allowed,
                                            preview=True))
     if candidates:
-        status(f"{len(candidates)} changes to answer (y: write it, n: leave it in the copy; Ctrl-C: write nothing)")
+        status(f"{len(candidates)} changes to answer (y: write it, n: leave it in the copy, q: leave it and the "
+               "rest; Ctrl-C or Ctrl-D: write nothing)")
     mark, yes, no = marker(err=True), [], []
-    for change in candidates:
+    for index, change in enumerate(candidates):
         try:
-            answer = click.confirm(f"{review.stat_line(change, mark)}\n  write it?", default=False, err=True)
-        except click.exceptions.Abort:
+            answer = question(f"{review.stat_line(change, mark)}\n  write it?", "ynq")
+        except KeyboardInterrupt:
             status("interrupted: nothing was written")
-            raise click.exceptions.Exit(130) from None
-        (yes if answer else no).append(change)
+            raise
+        if answer is None:
+            raise PolicyError([Problem(file="command line", path="-i", expected=f"an answer for {len(candidates)} "
+                                       "changes", found=f"the end of input at change {index + 1}; nothing was written",
+                                       hint="answer q to write what was answered yes and leave the rest")])
+        if answer == "q":
+            no += candidates[index:]
+            status(f"q: this change and the {len(candidates) - index - 1} after it stay in the copy")
+            break
+        (yes if answer == "y" else no).append(change)
     skipped = {c["path"] for c in no}
     kept = replace(received, changes=tuple(c for c in received.changes if c["path"] not in skipped))
     return kept, allowed.adding(yes), sorted(skipped)

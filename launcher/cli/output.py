@@ -77,6 +77,29 @@ def page(lines: list[str], pager: bool = True) -> None:
                 proc.wait()
 
 
+_WORDS = {"y": "yes", "n": "no", "q": "quit"}
+
+
+def question(text: str, answers: str = "yn", default: str = "n") -> str | None:
+    """A question on the terminal: `text [y/N]: ` on stderr, its answer one line read from stdin
+    (never stdout: that is --json's, or a pipe). The answer's letter (a letter of `answers`, or its
+    word: yes, no, quit), `default` for an empty line, None at the end of input (Ctrl-D); anything
+    else is asked again. Ctrl-C raises KeyboardInterrupt, as everywhere."""
+    choices = "/".join(a.upper() if a == default else a for a in answers)
+    while True:
+        click.echo(f"{text} [{choices}]: ", nl=False, err=True)   # echo flushes: the prompt is out before the read
+        line = sys.stdin.readline()
+        if not line:
+            click.echo(err=True)
+            return None
+        word = line.strip().lower()
+        if not word:
+            return default
+        if word[0] in answers and word in (word[0], _WORDS.get(word[0])):
+            return word[0]
+        click.echo("  answer " + ", ".join(f"{a} ({_WORDS.get(a, a)})" for a in answers), err=True)
+
+
 def status(message: str) -> None:
     """`sandbox: MESSAGE` on stderr, its opening verdict word coloured on a terminal."""
     mark = marker(err=True)
