@@ -61,6 +61,13 @@ def colour_allowed() -> bool:
     return not os.environ.get("NO_COLOR") and os.environ.get("TERM", "") != "dumb"
 
 
+def pager() -> tuple[str, dict[str, str]]:
+    """$PAGER (default `less -FRX`, none on a dumb terminal) and the environment to start it in:
+    as git does, less and lv without options of the user's own get LESS=FRX and LV=-c."""
+    command = os.environ.get("PAGER", "less -FRX" if os.environ.get("TERM") != "dumb" else "")
+    return command, {"LESS": "FRX", "LV": "-c"} | dict(os.environ)
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true")
 

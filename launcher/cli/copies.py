@@ -8,6 +8,7 @@ import time
 import click
 
 from launcher.cli import complete
+from launcher.cli.applying import ask, forks_told, to_apply
 from launcher.cli.checked import new_name
 from launcher.cli.options import json_option, name_argument
 from launcher.cli.output import Console, emit, envelope
@@ -57,8 +58,11 @@ def _engine():
 @_COPY
 @click.option("--stat", "as_stat", is_flag=True, help="One line per changed file, then the totals.")
 @json_option("Every change as JSON on stdout (paths, status, hashes, patch).")
+@click.option("--no-pager", "no_pager", is_flag=True,
+              help="Print to the terminal directly, not through $PAGER (a pipe or a file never gets one).")
 @limit_options
-def diff(name: str, as_stat: bool, as_json: bool, max_file_size: int | None, max_copy_size: int | None) -> None:
+def diff(name: str, as_stat: bool, as_json: bool, no_pager: bool, max_file_size: int | None,
+         max_copy_size: int | None) -> None:
     """Show what the agent changed in the copy NAME, against the tree it was copied from.
 
     What is shown is frozen first: a checkpoint of the copy (a running sandbox is paused while it
@@ -69,11 +73,17 @@ def diff(name: str, as_stat: bool, as_json: bool, max_file_size: int | None, max
     never carries back (git directories and protected paths on any case or Unicode spelling, setuid
     files, case collisions, symlinks that resolve outside or into those) are marked REFUSED;
     surfaces at any depth and symlinks are marked NEEDS with the flag that lets `apply` write them.
+    What git itself writes into the workspace's .git while the agent uses it (the index, objects,
+    reflogs) is refused too, counted in one line rather than listed (--json lists it).
+
+    On a terminal the diff is coloured and shown through $PAGER (default `less -FRX`: short output
+    just prints); --no-pager, PAGER=cat or a pipe print it directly; NO_COLOR turns colour off.
 
     \b
     Example:
       sandbox diff sandbox-myrepo --stat
     """
+    from launcher.cli.output import marker, page, status
     from launcher.copies import apply, limits, review, store
 
     eng = _engine()
@@ -82,19 +92,22 @@ def diff(name: str, as_stat: bool, as_json: bool, max_file_size: int | None, max
     frozen = store.checkpoint(eng, name, "shown by diff", cap, reuse=True, reviewed=True)["id"]
     found = apply.judged(copy.workspace, store.changes(eng, name, patch=True, checkpoint=frozen)["changes"],
                          copy.protected, review.Allowed(), preview=True)
-    click.echo(f"sandbox: changes of {name} at checkpoint {frozen} (`sandbox apply {name}` writes exactly these)",
-               err=True)
+    status(f"changes of {name} at checkpoint {frozen} (`sandbox apply {name}` writes exactly these)")
     too_large = {c["path"]: c["new"] for c in found if (not c["refused"] or c.get("needs"))
                  and (c["new"] or {}).get("type") == "file"}
     for problem in limits.problems(name, too_large, cap):
-        click.echo(f"sandbox: apply will refuse: {problem.path}: {problem.found}, over {problem.expected}", err=True)
+        status(f"apply will refuse: {problem.path}: {problem.found}, over {problem.expected}")
     if as_json:
         emit(envelope({"copy": name, "workspace": copy.workspace, "checkpoint": frozen, "changes": found}))
         return
-    if not found:
-        click.echo(f"sandbox: no changes in {name}", err=True)
+    records = review.git_records_line(found)
+    if records:
+        status(records)
+    if not any(not review.git_record(c) for c in found):
+        status(f"no changes in {name}" + (" that apply could write" if records else ""))
         return
-    click.echo("\n".join(review.stat_lines(found) if as_stat else review.patch_lines(found)))
+    mark = marker()
+    page(review.stat_lines(found, mark) if as_stat else review.patch_lines(found, mark), pager=not no_pager)
 
 
 @click.command(name="apply", short_help="Write the changes in a copy to the host tree.")
@@ -103,6 +116,10 @@ def diff(name: str, as_stat: bool, as_json: bool, max_file_size: int | None, max
               "repository instead (from the commit the copy was taken from); the work tree stays as it is.")
 @click.option("--message", "-m", default="Changes made in sandbox copy", show_default=True,
               help="Commit message for --to.")
+@click.option("--interactive", "-i", is_flag=True,
+              help="Ask yes or no for each changed path (on a terminal only; q: no to it and the rest) and write only "
+                   "those answered yes; "
+                   "a yes to a path `sandbox diff` marks NEEDS is its --allow-surface or --allow-symlink.")
 @click.option("--allow-surface", "surfaces", metavar="PATH", multiple=True,
               help="Also write this file that host tools run or trust (a surface `sandbox diff` marks NEEDS "
                    "--allow-surface, e.g. packages/x/.npmrc), or everything below this surface directory. "
@@ -114,8 +131,9 @@ def diff(name: str, as_stat: bool, as_json: bool, max_file_size: int | None, max
               help="Apply checkpoint N (`sandbox checkpoints NAME`) instead of the one `sandbox diff` showed last.")
 @json_option("What was written (or committed) and refused, as JSON on stdout.")
 @limit_options
-def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...], symlinks: tuple[str, ...],
-           number: int | None, as_json: bool, max_file_size: int | None, max_copy_size: int | None) -> None:
+def apply_(name: str, branch: str | None, message: str, interactive: bool, surfaces: tuple[str, ...],
+           symlinks: tuple[str, ...], number: int | None, as_json: bool, max_file_size: int | None,
+           max_copy_size: int | None) -> None:
     """Write the agent's changes in the copy NAME to the host tree (or a new branch).
 
     What is written is the checkpoint `sandbox diff NAME` showed last, and only while the copy is
@@ -125,24 +143,40 @@ def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...
     the copy was taken, nothing is written and the conflicts are listed (exit 119); a write that
     fails half-way (a full disk) is undone, the tree left as it was (exit 120). Refused changes (see `sandbox diff`)
     never leave the copy; surfaces and symlinks only with a per-path --allow-surface /
-    --allow-symlink, and a yes that cannot be honoured writes nothing (exit 120), nor do files over
-    the size limits (exit 120). The last line (and "remaining" in --json) says how many changes wait
-    for a per-path yes. The copy stays until `sandbox discard NAME`; applying again is a no-op.
+    --allow-symlink (or a yes to -i), and a yes that cannot be honoured writes nothing (exit 120), nor
+    do files over the size limits (exit 120). -i asks before anything is written and writes the paths
+    answered yes, all or nothing as ever (q: no to that path and the rest; Ctrl-C or the end of input:
+    nothing is written, exit 130 or 120); without a terminal on stdin it is refused (exit 120).
+    The last line (and "remaining" in --json) says how many changes wait for a per-path yes or were
+    answered no. The copy stays until `sandbox discard NAME`; applying again is a no-op.
 
     \b
-    Example:
+    Examples:
+      sandbox apply sandbox-myrepo -i
       sandbox apply sandbox-myrepo --to agent-work   # onto a new branch
     """
+    import sys
+
     from launcher.copies import apply, branch as branches, review, store
+    from launcher.errors import PolicyError, Problem
 
     if branch and symlinks:   # links are judged on the tree apply leaves; a branch is no such tree
         raise click.UsageError("--allow-symlink goes without --to: apply to the tree, then commit it yourself")
+    if interactive and not sys.stdin.isatty():
+        raise PolicyError([Problem(file="command line", path="-i", expected="a terminal on stdin to ask on",
+                                   found="stdin is not a terminal; nothing was written",
+                                   hint=f"name the paths with --allow-surface / --allow-symlink, or review with "
+                                        f"`sandbox diff {name}` and apply without -i")])
     eng = _engine()
     copy = store.find(eng, name)
     cap = _limits(max_file_size, max_copy_size)
     allowed = review.Allowed.given(surfaces=surfaces, symlinks=symlinks)
-    number = _to_apply(eng, name, number, cap)
-    with store.exported(eng, copy, number, cap, allowed) as received:
+    number = to_apply(eng, name, number, cap)
+    # -i: every file a yes could let through is received, then the answers decide
+    with store.exported(eng, copy, number, cap, None if interactive else allowed) as received:
+        skipped: list[str] = []
+        if interactive:
+            received, allowed, skipped = ask(copy, received, allowed)
         exported = apply.reviewed(copy.workspace, received, copy.protected, allowed)
         refused = [c for c in exported.changes if c["refused"]]
         for line in review.refusal_lines(refused):
@@ -151,9 +185,11 @@ def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...
         # (as diff judges them: a yes that could not be honoured, a link over a directory, is no work left)
         could = {c["path"] for c in apply.judged(copy.workspace, list(exported.changes), copy.protected,
                                                  review.Allowed(), preview=True) if c["needs"]}
-        remaining = [c["path"] for c in refused if c["path"] in could]
-        left = (f"; {len(remaining)} not written without a per-path yes: work remains in the copy "
-                f"(`sandbox diff {name}` marks them NEEDS)") if remaining else ""
+        needing = [c["path"] for c in refused if c["path"] in could]
+        remaining = sorted(skipped + needing)
+        left = "; ".join(([f"{len(skipped)} answered no"] if skipped else [])
+                         + ([f"{len(needing)} not written without a per-path yes"] if needing else []))
+        left = f"; {left}: work remains in the copy (`sandbox diff {name}` shows it)" if left else ""
         done = {"copy": name, "workspace": copy.workspace, "checkpoint": number,
                 "refused": [c["path"] for c in refused], "remaining": remaining}
         if branch:
@@ -163,55 +199,13 @@ def apply_(name: str, branch: str | None, message: str, surfaces: tuple[str, ...
             if as_json:
                 emit(envelope(done | {"branch": branch, "commit": commit, "committed": len(exported.applicable)}))
             return
-        written, already = _forks_told(eng, name, lambda: apply.apply_to_tree(copy.workspace, exported))
+        written, already = forks_told(eng, name, lambda: apply.apply_to_tree(copy.workspace, exported))
+    listed = sum(1 for c in refused if c["path"] not in needing and not review.git_record(c))
     click.echo(f"sandbox: applied {written} changes of checkpoint {number} to {copy.workspace}"
                + (f" ({already} were there already)" if already else "")
-               + (f"; {len(refused) - len(remaining)} refused" if len(refused) > len(remaining) else "") + left, err=True)
+               + (f"; {listed} refused" if listed else "") + left, err=True)
     if as_json:
         emit(envelope(done | {"written": written, "already": already}))
-
-
-def _forks_told(eng, name: str, write):
-    """write(); a conflict of a fork says where the work it shares with its origin can come from."""
-    from launcher.copies import fork
-    from launcher.errors import CopyConflict
-
-    try:
-        return write()
-    except CopyConflict as exc:
-        made = fork.origin(eng, name)
-        if not made or not exc.conflicts:
-            raise
-        of = made.rpartition("@")[0]
-        raise CopyConflict(f"{exc}\n    {name} is a fork of {made} (`sandbox fork`): an `apply` of {of}, or of "
-                           f"another fork of it, may have written these paths\n    hint: `sandbox diff {name}` and "
-                           f"choose, or `sandbox apply {name} --to BRANCH` to commit its changes on a new branch "
-                           "and merge that with git", exc.conflicts) from None
-
-
-def _to_apply(eng, name: str, number: int | None, cap) -> int:
-    """The checkpoint apply writes: N if given, else the one `diff` showed last as long as the copy
-    is still that tree (a rewind, or any change since, asks for a new diff: what was reviewed is
-    no longer what the copy holds), else the copy as it is now, frozen into a checkpoint."""
-    from launcher.copies import store
-    from launcher.errors import NotFound, PolicyError, Problem
-
-    listed = store.checkpoints(eng, name)
-    if number is not None:
-        if number not in [c["id"] for c in listed]:
-            raise NotFound(f"{name} has no checkpoint {number}; it has {', '.join(str(c['id']) for c in listed)}")
-        return number
-    shown = next((c for c in listed if c.get("reviewed")), None)
-    now = store.checkpoint(eng, name, "frozen by apply", cap, reuse=True)
-    if shown is None:
-        return now["id"]
-    if now.get("digest") != shown.get("digest"):
-        raise PolicyError([Problem(
-            file=f"copy {name}", path="checkpoint", expected=f"the copy as `sandbox diff` showed it (checkpoint {shown['id']})",
-            found=f"it changed since (a rewind, or the agent's work): it is checkpoint {now['id']} now; nothing was written",
-            hint=f"`sandbox diff {name}` to review what it holds now, then apply; or `sandbox apply {name} "
-                 f"--checkpoint {shown['id']}` to write what was reviewed")])
-    return shown["id"]
 
 
 @click.command(short_help="Drop a copy and its checkpoints.")

@@ -12,10 +12,11 @@ import sys
 
 import click
 
-from launcher.style import BAD, GOOD, WARN, Mark, plain
+from launcher.style import ADDED, BAD, GOOD, HEADER, HUNK, REMOVED, WARN, Mark, plain
 from launcher.values import visible
 
-_LOOK = {GOOD: {"fg": "green"}, WARN: {"fg": "yellow"}, BAD: {"fg": "red", "bold": True}}
+_LOOK = {GOOD: {"fg": "green"}, WARN: {"fg": "yellow"}, BAD: {"fg": "red", "bold": True},
+         ADDED: {"fg": "green"}, REMOVED: {"fg": "red"}, HEADER: {"bold": True}, HUNK: {"fg": "cyan"}}
 # Status lines that open with a verdict; only that word is coloured, the message stays as it is.
 _STATUS = (("probe passed", GOOD), ("error:", BAD), ("warning:", WARN), ("egress blocked", WARN),
            ("agent timed out", WARN), ("built", GOOD), ("created", GOOD))
@@ -42,6 +43,63 @@ def columns() -> int | None:
     import shutil
 
     return shutil.get_terminal_size(fallback=(0, 0)).columns or None
+
+
+def page(lines: list[str], pager: bool = True) -> None:
+    """lines on stdout; on a terminal (and with `pager`) through $PAGER, by default `less -FRX`
+    (short text just prints, colour passes, the screen is left as it was). PAGER set empty or to
+    `cat` prints directly; so does a pager that cannot start, after a warning. A pipe or a file
+    never gets a pager."""
+    import shlex
+    import subprocess
+
+    from launcher import host
+
+    text = "\n".join(lines)
+    command, env = host.pager()
+    if not (pager and sys.stdout.isatty()) or command.strip() in ("", "cat"):
+        click.echo(text)
+        return
+    try:
+        proc = subprocess.Popen(shlex.split(command), stdin=subprocess.PIPE, env=env)
+    except (OSError, ValueError) as exc:
+        status(f"warning: the pager {visible(command, keep_lines=False)} did not start ({exc}); printed directly")
+        click.echo(text)
+        return
+    data = (text + "\n").encode(sys.stdout.encoding or "utf-8", errors="replace")
+    try:
+        proc.stdin.write(data)
+    except (BrokenPipeError, KeyboardInterrupt):   # the reader quit the pager early, or pressed Ctrl-C in it
+        pass
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
+        while proc.poll() is None:   # the pager owns the terminal until it ends; Ctrl-C is its own
+            with contextlib.suppress(KeyboardInterrupt):
+                proc.wait()
+
+
+_WORDS = {"y": "yes", "n": "no", "q": "quit"}
+
+
+def question(text: str, answers: str = "yn", default: str = "n") -> str | None:
+    """A question on the terminal: `text [y/N]: ` on stderr, its answer one line read from stdin
+    (never stdout: that is --json's, or a pipe). The answer's letter (a letter of `answers`, or its
+    word: yes, no, quit), `default` for an empty line, None at the end of input (Ctrl-D); anything
+    else is asked again. Ctrl-C raises KeyboardInterrupt, as everywhere."""
+    choices = "/".join(a.upper() if a == default else a for a in answers)
+    while True:
+        click.echo(f"{text} [{choices}]: ", nl=False, err=True)   # echo flushes: the prompt is out before the read
+        line = sys.stdin.readline()
+        if not line:
+            click.echo(err=True)
+            return None
+        word = line.strip().lower()
+        if not word:
+            return default
+        if word[0] in answers and word in (word[0], _WORDS.get(word[0])):
+            return word[0]
+        click.echo("  answer " + ", ".join(f"{a} ({_WORDS.get(a, a)})" for a in answers), err=True)
 
 
 def status(message: str) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from launcher import names
 from launcher.errors import Problem
+from launcher.style import ADDED, BAD, HEADER, HUNK, REMOVED, WARN, Mark, plain
 from launcher.surfaces import Surface, named
 from launcher.values import visible
 
@@ -29,6 +30,11 @@ class Allowed:
         return cls(surfaces=frozenset(posixpath.normpath(p) for p in surfaces),
                    symlinks=frozenset(posixpath.normpath(p) for p in symlinks))
 
+    def adding(self, changes: list[dict]) -> Allowed:
+        """These yeses and, for each change (annotated), the one of each flag it needs (`apply -i`)."""
+        return Allowed(surfaces=self.surfaces | {c["path"] for c in changes if "--allow-surface" in c["needs"]},
+                       symlinks=self.symlinks | {c["path"] for c in changes if "--allow-symlink" in c["needs"]})
+
 
 def surface_at(path: str, added: bool) -> tuple[str, Surface] | None:
     """(the path of the surface, its inventory entry) when path is a surface or below one, at any
@@ -42,6 +48,7 @@ def surface_at(path: str, added: bool) -> tuple[str, Surface] | None:
     return None
 
 
+_GIT_DIRECTORY = "a git directory (the host's git runs code from it)"
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")   # C0, DEL and C1: newlines, tabs, escapes
 _ODD = frozenset(("", ".", ".."))   # names that are no name, or a way up
 DEPTH = 256   # no project needs more; apply walks (and opens) every directory on the way
@@ -64,7 +71,7 @@ def refusal(change: dict, protected: tuple[str, ...]) -> str:
     if _CONTROL.search(path):
         return "a name with control characters (a newline or a terminal escape forges what host tools print)"
     if ".git" in folded or ("~" in path and any(names.same(p, ".git") for p in parts)):
-        return "a git directory (the host's git runs code from it)"
+        return _GIT_DIRECTORY
     entry = _entries(protected).holding(path, folded)
     if entry:
         return f"protected ({entry}: host tools run or trust it)"
@@ -164,17 +171,46 @@ def unhonoured(changes: list[dict], allowed: Allowed) -> list[Problem]:
     return problems
 
 
+def asked(changes: list[dict]) -> list[dict]:
+    """What `apply -i` asks about (changes as judged for diff): each it writes or a yes lets through."""
+    return [c for c in changes if not c["refused"] or c["needs"]]
+
+
+# What git writes into its own directory while the agent merely uses it: `git status` rewrites the
+# index (the copy's files have new inodes and times), add and commit write objects, reflogs and the
+# message. Refused like all of .git, so never applied; left out of the lists, counted in one line.
+# Only these exact names in the workspace's own .git: hooks, config, info, refs, HEAD, every other
+# spelling and nested git directories stay listed.
+_GIT_RECORD = re.compile(r"\.git/(index|COMMIT_EDITMSG|ORIG_HEAD|logs/(HEAD|refs/[\w.-]+(/[\w.-]+)*)|objects/("
+                         r"[0-9a-f]{2}/([0-9a-f]{38}|[0-9a-f]{62})|pack/pack-([0-9a-f]{40}|[0-9a-f]{64})\.(pack|idx|rev)))",
+                         re.ASCII)
+
+
+def git_record(change: dict) -> bool:
+    """A refused change of a file git keeps as its own record in the workspace's .git (see above)."""
+    return (change["refused"] == _GIT_DIRECTORY and bool(_GIT_RECORD.fullmatch(change["path"]))
+            and all((change.get(side) or {}).get("type", "file") == "file" for side in ("old", "new")))
+
+
+def git_records_line(changes: list[dict]) -> str:
+    """One line for the git records among changes ("" for none)."""
+    records = [c["path"] for c in changes if git_record(c)]
+    kinds = ", ".join(sorted({path.split("/")[1] for path in records}))
+    return (f"not listed: {len(records)} change{'s' if len(records) != 1 else ''} git made to its own records in "
+            f".git ({kinds}), never applied like all of .git (`--json` lists them)") if records else ""
+
+
 def refusal_lines(changes: list[dict]) -> list[str]:
     return [f"not applied: {visible(c['path'], keep_lines=False)}: {visible(c['refused'], keep_lines=False)}"
-            for c in changes if c["refused"]]
+            for c in changes if c["refused"] and not git_record(c)]
 
 
-def _verdict(change: dict) -> str:
+def _verdict(change: dict, mark: Mark = plain) -> str:
     if not change["refused"]:
         return ""
     if change.get("needs"):
-        return f"NEEDS {', '.join(change['needs'])}: {visible(change['refused'], keep_lines=False)}"
-    return f"REFUSED: {visible(change['refused'], keep_lines=False)}"
+        return mark(f"NEEDS {', '.join(change['needs'])}: {visible(change['refused'], keep_lines=False)}", WARN)
+    return mark(f"REFUSED: {visible(change['refused'], keep_lines=False)}", BAD)
 
 
 def _mode(state: dict) -> str:
@@ -208,13 +244,21 @@ def _now(c: dict) -> str:
 
 
 _MARK = {"added": "A", "modified": "M", "deleted": "D", "type-changed": "T", "mode-changed": "X"}
+_LOOK = {"added": ADDED, "deleted": REMOVED}
 
 
-def stat_lines(changes: list[dict]) -> list[str]:
-    lines = []
-    for c in changes:
-        verdict = f"   {_verdict(c)}" if c["refused"] else ""
-        lines.append(f" {_MARK.get(c['status'], '?')} {visible(c['path'], keep_lines=False)}  {_detail(c)}{verdict}")
+def stat_line(c: dict, mark: Mark = plain) -> str:
+    """One change: status letter, path, what is there now, the verdict."""
+    letter = _MARK.get(c["status"], "?")
+    letter = mark(letter, _LOOK[c["status"]]) if c["status"] in _LOOK else letter
+    verdict = f"   {_verdict(c, mark)}" if c["refused"] else ""
+    return f" {letter} {visible(c['path'], keep_lines=False)}  {_detail(c)}{verdict}"
+
+
+def stat_lines(changes: list[dict], mark: Mark = plain) -> list[str]:
+    """A line per change (git's own records left out: git_records_line), then the totals."""
+    changes = [c for c in changes if not git_record(c)]
+    lines = [stat_line(c, mark) for c in changes]
     plus, minus = sum(c.get("added", 0) for c in changes), sum(c.get("removed", 0) for c in changes)
     refused = sum(1 for c in changes if c["refused"] and not c.get("needs"))
     needs = sum(1 for c in changes if c.get("needs"))
@@ -224,29 +268,42 @@ def stat_lines(changes: list[dict]) -> list[str]:
     return lines
 
 
-def patch_lines(changes: list[dict]) -> list[str]:
-    """A git-style patch; binary files, symlinks and deletions of directories as one line each."""
+def _patch(text: str, mark: Mark) -> list[str]:
+    """A unified diff's lines, escaped, then marked: its two file lines, hunks, added and removed."""
+    out = []
+    for number, line in enumerate(text.splitlines()):
+        shown = visible(line, keep_lines=False)
+        kind = HEADER if number < 2 else {"@": HUNK, "+": ADDED, "-": REMOVED}.get(line[:1])
+        out.append(mark(shown, kind) if kind else shown)
+    return out
+
+
+def patch_lines(changes: list[dict], mark: Mark = plain) -> list[str]:
+    """A git-style patch; binary files, symlinks and deletions of directories as one line each
+    (git's own records left out: git_records_line)."""
     out = []
     for c in changes:
+        if git_record(c):
+            continue
         path = visible(c["path"], keep_lines=False)
-        out.append(f"diff --sandbox a/{path} b/{path}" + (f"   # {_verdict(c)}" if c["refused"] else ""))
+        out.append(mark(f"diff --sandbox a/{path} b/{path}", HEADER) + (f"   # {_verdict(c, mark)}" if c["refused"] else ""))
         old, new = c.get("old") or {}, c.get("new") or {}
         if c.get("dir") and ("patch" in c or c.get("binary")):
             was = "directory" if c["dir"] == "old" else _kind(old)
-            out.append(f"type changed: {was} -> {'directory' if c['dir'] == 'new' else _kind(new)}")
+            out.append(mark(f"type changed: {was} -> {'directory' if c['dir'] == 'new' else _kind(new)}", HEADER))
         if "patch" in c:
             if old and new and _mode(old) != _mode(new):
-                out.append(f"mode {_mode(old)} -> {_mode(new)}")
+                out.append(mark(f"mode {_mode(old)} -> {_mode(new)}", HEADER))
             elif new and not old:
-                out.append(f"new file mode {_mode(new)}, {new.get('size', 0)} bytes")
-            out += [visible(line.rstrip("\n"), keep_lines=False) for line in c["patch"].splitlines(keepends=True)]
+                out.append(mark(f"new file mode {_mode(new)}, {new.get('size', 0)} bytes", HEADER))
+            out += _patch(c["patch"], mark)
         elif c.get("binary"):
-            out.append(f"Binary file {c['status']} ({old.get('size', 0)} -> {new.get('size', 0)} bytes"
-                       + (f", mode {_mode(new)}" if new else "") + ")")
+            out.append(mark(f"Binary file {c['status']} ({old.get('size', 0)} -> {new.get('size', 0)} bytes"
+                            + (f", mode {_mode(new)}" if new else "") + ")", HEADER))
         else:
             def shown(d: dict, side: str) -> str:
                 if not d:
                     return "directory" if c.get("dir") == side else "nothing"
                 return f"symlink -> {visible(d.get('target', ''), keep_lines=False)}" if d.get("type") == "symlink" else _kind(d)
-            out.append(f"{c['status']}: {shown(old, 'old')} -> {shown(new, 'new')}")
+            out.append(mark(f"{c['status']}: {shown(old, 'old')} -> {shown(new, 'new')}", HEADER))
     return out
