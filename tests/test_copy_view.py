@@ -233,14 +233,14 @@ def test_a_question_is_asked_on_stderr_and_answered_on_stdin_never_stdout(env, t
 
 ASK = [sys.executable, "-c", """import json, sys
 from types import SimpleNamespace
-from launcher.cli import copies
+from launcher.cli import applying
 from launcher.copies import apply, review
 from launcher.errors import SandboxError
 from tests.test_copy_view import PROTECTED, modified
 changes = tuple(modified(p) for p in (".envrc", "a.txt", "b.txt", "c.txt", "pkg/.npmrc"))
 copy = SimpleNamespace(workspace="/nonexistent", protected=PROTECTED)
 try:
-    kept, allowed, skipped = copies._ask(copy, apply.Exported(changes=changes, meta={}), review.Allowed())
+    kept, allowed, skipped = applying.ask(copy, apply.Exported(changes=changes, meta={}), review.Allowed())
 except SandboxError as exc:
     print(exc, file=sys.stderr)
     sys.exit(exc.exit_code)

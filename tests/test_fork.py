@@ -105,7 +105,7 @@ def test_a_fork_of_changes_over_the_copy_cap_makes_nothing(monkeypatch):
 
 
 def test_a_forks_conflict_says_where_the_shared_work_came_from(monkeypatch):
-    from launcher.cli import copies
+    from launcher.cli import applying
 
     eng = engine(copies=("a",))
     fork.fork(eng, "a", "b")
@@ -114,11 +114,11 @@ def test_a_forks_conflict_says_where_the_shared_work_came_from(monkeypatch):
         raise CopyConflict("the host tree changed where the agent's changes go; nothing was written:\n  x: changed",
                            ("x: changed",))
     with pytest.raises(CopyConflict) as told:
-        copies._forks_told(eng, "b", conflict)
+        applying.forks_told(eng, "b", conflict)
     assert "b is a fork of a@3" in str(told.value) and "--to BRANCH" in str(told.value)
     assert told.value.conflicts == ("x: changed",) and told.value.exit_code == 119
     with pytest.raises(CopyConflict) as plain:   # a copy that is no fork: as before
-        copies._forks_told(eng, "a", conflict)
+        applying.forks_told(eng, "a", conflict)
     assert "fork" not in str(plain.value)
 
 
