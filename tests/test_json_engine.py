@@ -55,7 +55,7 @@ def test_up_exec_port_logs_and_down_answer_in_the_envelope(engine, workspace):
             shown = sandbox("logs", name, *args)
             assert shown.returncode == 0 and shown.stdout == said, shown.stderr
 
-        forwarder = subprocess.Popen(SANDBOX + ["port", name, "8000:0", "--json"], stdout=subprocess.PIPE,
+        forwarder = subprocess.Popen(SANDBOX + ["port", name, "0:8000", "--json"], stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
         listening = json.loads(forwarder.stdout.readline())   # one line, as soon as it listens
         assert listening["state"] == "listening" and listening["ok"] and listening["port"] == 8000
