@@ -122,15 +122,15 @@ def agent_fetch_image() -> BundledImage:
 
 
 def agent_profile_image(name: str) -> BundledImage:
-    """An agent CLI's image (images/agents/NAME, FROM the agent image and the fetch image); the tag
-    follows its recipe and theirs."""
+    """An agent CLI's image (images/agents/NAME, FROM the full agent image, with the CLI from the
+    fetch image): an agent works with the everyday tools. The tag follows its recipe and theirs."""
     context = resources.images_dir() / "agents" / name
     if not (context / "Dockerfile").is_file():
         raise EngineError(f"no agent image recipe {name!r} in {context.parent}")
-    # The fetch image's tag already follows the agent image; both are named so that either one's
+    # The fetch image's tag already follows the agent image; all are named so that any one's
     # change is a changed recipe.
-    digest = _chained(context, agent_image(), agent_fetch_image())
-    return BundledImage(key=f"agent-{name}", tag=f"sandbox/agent-{name}:{digest}", context=context, base=AGENT_IMAGE)
+    digest = _chained(context, full_image(), agent_fetch_image())
+    return BundledImage(key=f"agent-{name}", tag=f"sandbox/agent-{name}:{digest}", context=context, base=FULL_IMAGE)
 
 
 EXTRA_CA_DIR = Path("/usr/local/share/ca-certificates")   # Debian/Ubuntu: the host's extra CAs
@@ -164,6 +164,7 @@ def build_agent(engine: Engine, name: str, progress: Progress, ca_files: list[Pa
     image on them, trusting ca_files during the download steps (the CLI's default:
     extra_ca_files(), the host's own). `force` rebuilds the fetch image and NAME's."""
     build(engine, agent_image(), progress)
+    build(engine, full_image(), progress)
     fetch = agent_fetch_image()
     build(engine, fetch, progress, force)
     image = agent_profile_image(name)

@@ -172,11 +172,14 @@ def test_building_one_agent_image_builds_the_shared_images_first_and_names_the_f
         built.append((tag, buildargs)), real(context, tag, labels, on_line, buildargs))[1])
     image = images.build_agent(engine, "codex", lambda line: None)
     fetch = images.agent_fetch_image()
-    base, agent, fetched = (images.image_id(engine, ref) for ref in (images.BASE_IMAGE, images.AGENT_IMAGE, fetch.tag))
-    # Each build goes FROM the id of the image it builds on, never a name the engine resolves.
-    assert built == [(images.AGENT_IMAGE, {"BASE": base}), (fetch.tag, {"BASE": agent}),
-                     (image.tag, {"BASE": agent, "FETCH": fetched})]
-    assert len({base, agent, fetched}) == 3 and all(i.startswith("sha256:") for i in (base, agent, fetched))
+    base, agent, full, fetched = (images.image_id(engine, ref) for ref in
+                                  (images.BASE_IMAGE, images.AGENT_IMAGE, images.FULL_IMAGE, fetch.tag))
+    # Each build goes FROM the id of the image it builds on, never a name the engine resolves; the
+    # agent's own image is the full one (its everyday tools) with the CLI the fetch image got.
+    assert built == [(images.AGENT_IMAGE, {"BASE": base}), (images.FULL_IMAGE, {"BASE": agent}),
+                     (fetch.tag, {"BASE": agent}), (image.tag, {"BASE": full, "FETCH": fetched})]
+    ids = (base, agent, full, fetched)
+    assert len(set(ids)) == 4 and all(i.startswith("sha256:") for i in ids)
     built.clear()
     images.build_agent(engine, "aider", lambda line: None)   # the shared ones are reused
     assert [tag for tag, _ in built] == [images.agent_profile_image("aider").tag]
