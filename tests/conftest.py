@@ -163,7 +163,9 @@ def engine(tmp_path_factory):
     if reached != wanted:
         pytest.fail(f"SANDBOX_TEST_ENGINE={wanted} but the engine at DOCKER_HOST={os.environ.get('DOCKER_HOST', '')!r} "
                     f"is {reached}")
-    images.ensure_for(eng, images.AGENT_IMAGE, lambda line: None)
+    # The full agent image builds on the slim one: both are there for every engine test (the
+    # untrusted and devcontainer presets run the full one, ci and read-only the slim one).
+    images.ensure_for(eng, images.FULL_IMAGE, lambda line: None)
     yield eng
     ours = str(tmp_path_factory.getbasetemp())
     for copy in store.all_copies(eng):

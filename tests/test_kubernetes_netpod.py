@@ -28,11 +28,11 @@ def node(engine, tmp_path_factory):
     podman = external_tool("podman", "apt-get install podman catatonit")
     external_tool("catatonit", "apt-get install catatonit")
     external_tool("nft", "apt-get install nftables")
-    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
+    images.ensure_for(engine, images.FULL_IMAGE, lambda line: None, proxy=True)   # untrusted's, devcontainer's
     # IPv6 left on: the kernel's link-local address on the Pod's interface, which the Pod modes accept
     n = Node(podman, tmp_path_factory.mktemp("podman-netpod"), link_local_ipv6=True, network_backend="cni")
     assert n.run("info", "--format", "{{.Host.NetworkBackend}}").stdout.strip() == "cni"
-    for image in (images.probe_image().tag, images.proxy_image().tag, images.AGENT_IMAGE):
+    for image in (images.probe_image().tag, images.proxy_image().tag, images.AGENT_IMAGE, images.FULL_IMAGE):
         n.load(image)
     return n
 

@@ -24,9 +24,9 @@ pytestmark = pytest.mark.engine
 def node(engine, tmp_path_factory):
     podman = external_tool("podman", "apt-get install podman catatonit")
     external_tool("catatonit", "apt-get install catatonit")   # podman builds its pause image with it (no registry)
-    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
+    images.ensure_for(engine, images.FULL_IMAGE, lambda line: None, proxy=True)   # untrusted's, devcontainer's
     n = Node(podman, tmp_path_factory.mktemp("podman-node"))
-    for image in (images.probe_image().tag, images.proxy_image().tag, images.AGENT_IMAGE):
+    for image in (images.probe_image().tag, images.proxy_image().tag, images.AGENT_IMAGE, images.FULL_IMAGE):
         n.load(image)
     return n
 
