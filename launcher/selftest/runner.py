@@ -280,7 +280,8 @@ def run(engine: Engine, refs: tuple[str, ...], progress: Progress) -> tuple[Pres
                                                           "gVisor is not registered in this engine (`sandbox doctor --fix`)"))
             refs = tuple(r for r in refs if r not in lacking)
     modes = {ref: stack.load_base(ref).policy.network.mode.value for ref in refs}
-    images.ensure_for(engine, images.AGENT_IMAGE, progress, proxy="proxy" in modes.values())
+    for image in dict.fromkeys(stack.load_base(ref).policy.image for ref in refs):   # the slim one, the full one
+        images.ensure_for(engine, image, progress, proxy="proxy" in modes.values())
     listener, internet = HostListener(), None
     try:
         if "proxy" in modes.values():
