@@ -246,6 +246,15 @@ def test_files_written_in_one_checkout_open_from_another_with_the_probe_passing(
     compose_bin = external_tool("docker-compose", "apt-get install docker-compose")
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
     internet = Internet(engine, f"sandbox-test-dc-portable-{os.getpid()}") if policy == "devcontainer" else None
+    try:
+        _open_from_a_second_checkout(engine, cli, tmp_path, policy, compose_bin, internet)
+    finally:   # also when an assertion stops it early: our upstream containers and their network go
+        if internet:
+            internet.close()
+
+
+def _open_from_a_second_checkout(engine, cli, tmp_path, policy: str, compose_bin: str, internet) -> None:
+    """The test above, once its test network is up."""
     flags = ["--egress-network", internet.network] if internet else []
     flags += ["--workspace-mode", "bind"] if policy == "untrusted-gvisor" else []   # copy mode is refused
     first, second = _checkout(tmp_path / "alice"), _checkout(tmp_path / "bob" / "src" / "work")
@@ -287,8 +296,6 @@ def test_files_written_in_one_checkout_open_from_another_with_the_probe_passing(
     finally:
         down = subprocess.run(project + ["down", "--timeout", "1"], timeout=120, **in_second)
         launch.remove_sandbox(engine, names[0])
-        if internet:
-            internet.close()
         for image in built:
             subprocess.run(["docker", "image", "rm", "-f", image], capture_output=True)
     assert down.returncode == 0, down.stderr

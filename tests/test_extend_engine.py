@@ -7,39 +7,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 
 import pytest
 
 from conftest import BIND, read_until
+from test_session_limits import ended, sandbox, terminal   # the same short-session tools
 from launcher.lifetime import END_FILE
 from launcher.plan import PROBE_BUSYBOX
 
 pytestmark = pytest.mark.engine
-SANDBOX = [sys.executable, "-m", "launcher"]
-
-
-def sandbox(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(SANDBOX + list(args), capture_output=True, text=True, timeout=300)
-
-
-def ended(engine, name: str, seconds: float) -> bool:
-    """Whether the sandbox's container stops within `seconds`."""
-    deadline = time.monotonic() + seconds
-    while engine.inspect(name).running:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.5)
-    return True
-
-
-def terminal(name: str, script: str) -> tuple[subprocess.Popen, int]:
-    primary, secondary = os.openpty()
-    proc = subprocess.Popen(["docker", "exec", "-it", name, "bash", "-c", script], stdin=secondary,
-                            stdout=secondary, stderr=secondary, start_new_session=True)
-    os.close(secondary)
-    return proc, primary
 
 
 def ceiling(seconds: str) -> str:

@@ -17,22 +17,13 @@ import urllib.request
 import pytest
 
 from conftest import BIND
+from test_port_engine import free_port, sandbox   # the same tools as `sandbox port`'s tests
 from fakes import Recorder
 from launcher import ports, session
 from launcher.errors import EngineError, ExitCode
 
 pytestmark = pytest.mark.engine
 SANDBOX = [sys.executable, "-m", "launcher"]
-
-
-def sandbox(*args, timeout=300):
-    return subprocess.run(SANDBOX + list(args), capture_output=True, text=True, timeout=timeout)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def is_free(port: int) -> bool:

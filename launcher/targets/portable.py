@@ -67,6 +67,8 @@ def portable_labels(plan: LaunchPlan, workspace: str | None) -> dict[str, str]:
             if workspace is None:
                 continue
             value = workspace
+        elif key == label.SESSION_CEILING:   # its source may name a policy file's host path; extend never reaches these
+            value = value.split(" ", 1)[0]
         out[key] = value
     return out
 
