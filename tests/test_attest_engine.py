@@ -53,7 +53,7 @@ def test_a_run_writes_a_record_that_verifies_and_is_true_to_the_run(engine, work
     doc = verified(path)
     pred = doc["predicate"]
     api = docker_sdk().api
-    for role, ref in (("agent", images.AGENT_IMAGE), ("probe", images.probe_image().tag)):
+    for role, ref in (("agent", images.FULL_IMAGE), ("probe", images.probe_image().tag)):
         found = api.inspect_image(ref)
         volume = {"volume": images.probe_volume_name()} if role == "probe" else {}
         assert pred["images"][role] == {"ref": ref, "id": found["Id"], "repo_digests": found.get("RepoDigests") or [],
@@ -201,7 +201,7 @@ def test_up_with_attest_writes_a_signed_record_at_down(engine, workspace, tmp_pa
     assert pred["run"]["removed_by"] == "sandbox down"
     assert when(pred["run"]["started_at"]) < when(pred["run"]["finished_at"])
     assert pred["inspect"]["compared"] and pred["inspect"]["ok"] and pred["report"]["probe"]["ok"]
-    assert pred["images"]["agent"]["id"] == docker_sdk().api.inspect_image(images.AGENT_IMAGE)["Id"]
+    assert pred["images"]["agent"]["id"] == docker_sdk().api.inspect_image(images.FULL_IMAGE)["Id"]
 
 
 def test_up_whose_probe_fails_writes_its_signed_record_at_once(engine, workspace, tmp_path):
