@@ -35,8 +35,10 @@ TOUCH = ("/.sandbox/probe/busybox", "touch", f"/workspace/{MARKER}")
 
 
 def bind_policy():
+    """untrusted in bind mode, on the slim agent image (the one the user's store builds: the
+    full one's tools change nothing these tests prove)."""
     policy = preset("untrusted")
-    return replace(policy, workspace=replace(policy.workspace, mode=WorkspaceMode.BIND))
+    return replace(policy, image=images.AGENT_IMAGE, workspace=replace(policy.workspace, mode=WorkspaceMode.BIND))
 
 
 def delegated(facts: engineid.EngineFacts) -> engineid.EngineFacts:
