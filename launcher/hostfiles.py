@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from launcher.errors import PolicyError, Problem
 from launcher.hostpaths import kind_of
+from launcher.imagebuild import approval_appendix
+from launcher.yamlsafe import load_yaml
 
 LAYER_MAX_BYTES = 256 * 1024 + 1   # one byte more than the YAML loader accepts, so it reports the size
 
@@ -17,6 +19,12 @@ LAYER_MAX_BYTES = 256 * 1024 + 1   # one byte more than the YAML loader accepts,
 class LayerFile:
     path: str
     data: bytes
+    covers: bytes = b""   # a repository policy's: what its build: reads (imagebuild.approval_appendix)
+
+    @property
+    def approval(self) -> bytes:
+        """The bytes an approval or a --trust-repo-policy pin is of: the file, then what it covers."""
+        return self.data + self.covers
 
 
 def read_regular(path: str, *, required: bool, follow: bool, limit: int = LAYER_MAX_BYTES) -> bytes | None:
@@ -53,10 +61,18 @@ def read_regular(path: str, *, required: bool, follow: bool, limit: int = LAYER_
 
 
 def repo_policy_file(workspace: str) -> LayerFile | None:
-    """`.sandbox.yaml` at the workspace root, never through a symlink."""
+    """`.sandbox.yaml` at the workspace root, never through a symlink, with what an approval of it
+    covers besides itself (the build recipe its `build:` names)."""
     path = os.path.join(workspace, ".sandbox.yaml")
     if os.path.isdir(path) and not os.path.islink(path):
         # The empty mount point Docker makes while a sandbox protects the missing file: no policy.
         return None
     data = read_regular(path, required=False, follow=False)
-    return None if data is None else LayerFile(path=path, data=data)
+    if data is None:
+        return None
+    try:
+        raw = load_yaml(data, path)
+    except PolicyError:   # refused where the layer is parsed, with the whole story
+        raw = None
+    build = raw.get("build") if isinstance(raw, dict) else None
+    return LayerFile(path=path, data=data, covers=approval_appendix(build, workspace))

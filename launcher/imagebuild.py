@@ -187,6 +187,54 @@ def _jsonc(text: str) -> str:
     return "".join(out)
 
 
+RECIPE_SHOWN = 64 * 1024   # a recipe file longer than this is covered by its digest alone
+
+
+def approval_appendix(build, workspace: str) -> bytes:
+    """What the approval of a repository policy with `build:` covers besides the file itself: the
+    build runs the Dockerfile's RUN steps on the host's engine, so the devcontainer.json and the
+    Dockerfile it reads (as text, to review and diff) and its context (by digest) are part of what
+    was approved; a change to any of them asks again. b"" without `build:`: an approval of such a
+    policy keeps its digest. `build` is the raw YAML value; a malformed one is the schema's to refuse."""
+    if not isinstance(build, dict) or not build:
+        return b""
+    root = os.path.realpath(workspace)
+    lines = ["", "# sandbox: this approval also covers what build: reads (it runs on the host's engine)"]
+
+    def inside(rel) -> str | None:
+        path = os.path.realpath(os.path.join(root, rel)) if isinstance(rel, str) and rel else ""
+        return path if path == root or path.startswith(root + "/") else None
+
+    def show(path: str | None, what) -> None:
+        name = what if path is None else os.path.relpath(path, root)
+        if path is None or not os.path.isfile(path):
+            lines.append(f"# {name}: {'outside the workspace' if path is None else 'no such file'}")
+            return
+        with open(path, "rb") as handle:
+            data = handle.read()
+        lines.append(f"# {name}: sha256 {hashlib.sha256(data).hexdigest()}")
+        if len(data) <= RECIPE_SHOWN:
+            lines.extend(f"#   | {line}" for line in data.decode("utf-8", "replace").splitlines())
+
+    dockerfile, context = build.get("dockerfile"), build.get("context", ".")
+    if "devcontainer" in build:
+        found = inside(build.get("devcontainer"))
+        show(found, build.get("devcontainer"))
+        dockerfile = context = None
+        if found and os.path.isfile(found):
+            try:
+                (dockerfile, context), _ = _devcontainer(found, lambda *a: PolicyError([]))
+            except PolicyError:
+                pass
+    if dockerfile:
+        path = inside(dockerfile)
+        show(path, dockerfile)
+        where = inside(context)
+        if path and os.path.isfile(path) and where and os.path.isdir(where):
+            lines.append(f"# context {os.path.relpath(where, root)}: sha256 {context_digest(path, where)}")
+    return "\n".join(lines).encode() + b"\n"
+
+
 def _devcontainer(path: str, refuse) -> tuple[tuple[str, str], str]:
     """((Dockerfile, context) as host paths, or ("", ""); image or "") from a devcontainer.json: its
     build.dockerfile (legacy dockerFile) relative to its directory, else its image, which must be ours."""

@@ -55,9 +55,11 @@ def check(refs: tuple[str, ...], workspace: str, target: str = "run",
     repo = next((d for d in docs if d.kind is LayerKind.REPO and d.file == f"{ws}/.sandbox.yaml"), None)
     state = ""
     if repo:
-        digest = trust.sha256(repo.data)
+        read = hostfiles.repo_policy_file(ws)   # what an approval is of: the file and what its build: reads
+        approval = read.approval if read else repo.data
+        digest = trust.sha256(approval)
         store_path, text = host.read_trust_store()
-        if trust.status(trust.parse_store(text, store_path), ws, repo.data, None) is trust.Status.APPROVED:
+        if trust.status(trust.parse_store(text, store_path), ws, approval, None) is trust.Status.APPROVED:
             state = f"approved on this machine (sha256 {digest})"
         else:
             state = (f"not approved on this machine (sha256 {digest}); after review, approve it "

@@ -127,12 +127,12 @@ def defaults(workspace: str | None, *, flags: dict, pin: str | None = None, igno
         if found is not None:
             raw = load_yaml(found.data, found.path)
             _, values = settings.split_repository(raw, found.path, **known)
-            digest = trust.sha256(found.data)
+            digest = trust.sha256(found.approval)
             if pin is not None:
                 approved, why = pin == digest, f"--trust-repo-policy names other content (this file: sha256 {digest})"
             else:
                 store_path, text = host.read_trust_store()
-                approved = trust.status(trust.parse_store(text, store_path), ws, found.data, None) is trust.Status.APPROVED
+                approved = trust.status(trust.parse_store(text, store_path), ws, found.approval, None) is trust.Status.APPROVED
                 why = (f"the file is not approved (sha256 {digest}); review it, then `{trust.approve_command(found.path)}` "
                        "or --trust-repo-policy (a repository widens nothing without its approval)")
             repository = settings.Repository(defaults=values, approved=approved, why="" if approved else why)
@@ -190,19 +190,19 @@ def _repo_layer(workspace: str, base: Policy, prior: Effective, so_far: list[Lay
     layer = parse_layer(source.data, source.path, LayerKind.REPO)
     after = effective(base, so_far + [layer], prior=prior)   # what it would change, for the review
     if pin is not None:
-        if trust.sha256(source.data) == pin:
+        if trust.sha256(source.approval) == pin:
             return layer
-        raise trust.refusal(source.path, source.data, trust.Status.NEW, pin)
+        raise trust.refusal(source.path, source.approval, trust.Status.NEW, pin)
     store_path, text = host.read_trust_store()
     store = trust.parse_store(text, store_path)
-    state = trust.status(store, workspace, source.data, None)
+    state = trust.status(store, workspace, source.approval, None)
     if state is trust.Status.APPROVED:
         return layer
     if approved_only:
-        notes.append(f"{source.path} is not applied: not approved (sha256 {trust.sha256(source.data)})")
+        notes.append(f"{source.path} is not applied: not approved (sha256 {trust.sha256(source.approval)})")
         return None
     if ask is None:
-        raise trust.refusal(source.path, source.data, state, None)
+        raise trust.refusal(source.path, source.approval, state, None)
     where = trust.location_problem(store_path, workspace)
     if where:   # before asking: an answer that cannot be recorded is not asked for
         raise PolicyError([where])
@@ -210,10 +210,10 @@ def _repo_layer(workspace: str, base: Policy, prior: Effective, so_far: list[Lay
     effect = "\n".join(f"  {a.field}: {b.value} -> {a.value}" for a, b in zip(after.decisions, before.decisions)
                        if a.value != b.value) or "  nothing (it repeats what is allowed)"
     effect += defaults_effect(source.data, source.path, "from the next command on; this one started without them")
-    if not ask(trust.review_text(source.path, source.data, store.get(workspace), effect)):
+    if not ask(trust.review_text(source.path, source.approval, store.get(workspace), effect)):
         raise trust.declined(source.path)
-    approvals.record(workspace, source.data)
-    notes.append(f"approved {source.path} (sha256 {trust.sha256(source.data)}), recorded in {store_path}")
+    approvals.record(workspace, source.approval)
+    notes.append(f"approved {source.path} (sha256 {trust.sha256(source.approval)}), recorded in {store_path}")
     return layer
 
 

@@ -36,7 +36,7 @@ def _state(approval) -> str:
         return f"unreadable now: {exc.problems[0].found}"
     if source is None:
         return "no .sandbox.yaml now"
-    return "current" if tofu.sha256(source.data) == approval.sha256 else "changed since"
+    return "current" if tofu.sha256(source.approval) == approval.sha256 else "changed since"
 
 
 @trust.command(name="list", short_help="List the approved repository policies.")
@@ -103,15 +103,15 @@ def approve(workspace: str, yes: bool, pin: str | None) -> None:
         raise click.BadParameter("expected a SHA-256 digest (64 hex digits), as `sandbox check` prints it",
                                  param_hint="--sha256")
     ws, source = _source(workspace)
-    digest, last = tofu.sha256(source.data), approvals.previous(ws)
+    digest, last = tofu.sha256(source.approval), approvals.previous(ws)
     if last is not None and last.sha256 == digest:
         output.status(f"{source.path} is approved already (sha256 {digest}, {last.approved_at})")
         return
     effect = f"  it can only narrow; `sandbox check -w {shlex.quote(ws)}` says what, on your base policy"
     effect += stack.defaults_effect(source.data, source.path, "`sandbox config -w` shows them")
-    click.echo(tofu.review_text(source.path, source.data, last, effect), err=True)
+    click.echo(tofu.review_text(source.path, source.approval, last, effect), err=True)
     if wanted is not None and wanted != digest:
-        raise tofu.refusal(source.path, source.data, tofu.Status.NEW, wanted, flag="--sha256")
+        raise tofu.refusal(source.path, source.approval, tofu.Status.NEW, wanted, flag="--sha256")
     if wanted is None and not yes:
         if not host.is_interactive():
             raise click.UsageError(f"no terminal to ask: after review, pass --sha256 {digest} (or --yes)")
@@ -121,7 +121,7 @@ def approve(workspace: str, yes: bool, pin: str | None) -> None:
             answer = False
         if not answer:
             raise tofu.declined(source.path)
-    store_path = approvals.record(ws, source.data)
+    store_path = approvals.record(ws, source.approval)
     output.status(f"approved {source.path} (sha256 {digest}), recorded in {store_path}")
 
 
