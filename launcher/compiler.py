@@ -48,6 +48,8 @@ _UNEXTENDED = ", packages=(), build=BuildPolicy(dockerfile='', context='.', devc
 
 # The main process only waits and the agent comes by `exec`; both are labelled up (`sandbox exec`, `ls`).
 LONG_LIVED = ("up", "devcontainer")
+PORTABLE_KINDS = ("external", "devcontainer", "kubernetes")   # files another tool starts, on any machine
+AGENT_USER = (1000, 1000)   # the agent image's own user
 
 
 def _container_name(policy: Policy, host: HostFacts, kind: str, name: str | None) -> str:
@@ -67,15 +69,18 @@ def _owner(host: HostFacts) -> dict[str, str]:
     return {label.OWNER_PID: str(host.owner_pid)} if host.owner_pid else {}
 
 
-def _user(policy: Policy, host: HostFacts) -> tuple[int, int]:
+def _user(policy: Policy, host: HostFacts, kind: str) -> tuple[int, int]:
     """policy.user, else the workspace's owner as the container sees it (through the engine's id
-    map, where it has one), never 0: else 1000:1000."""
+    map, where it has one), never 0: else 1000:1000. In files for another tool (PORTABLE_KINDS)
+    `auto` is always 1000:1000, the agent image's own user: the same bytes on every machine."""
     if policy.user is not None:
         return policy.user
+    if kind in PORTABLE_KINDS:
+        return AGENT_USER
     uid, gid = host.workspace.owner
     if host.engine.uid_map:   # rootless podman: the user's own uid is 0 inside, its subuids 1…
         uid, gid = host.engine.inside(uid, host.engine.uid_map), host.engine.inside(gid, host.engine.gid_map)
-    return (uid, gid) if uid and gid else (1000, 1000)
+    return (uid, gid) if uid and gid else AGENT_USER
 
 
 def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egress_network: str | None,
@@ -126,7 +131,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     environment, the probe's expectations, the volumes the launcher makes, the container."""
     cas = refusals.check(policy, host, kind)
     container_name = _container_name(policy, host, kind, name)
-    uid, gid = _user(policy, host)
+    uid, gid = _user(policy, host, kind)
     copy = _copy_spec(policy, host, container_name, uid, gid)
     trust = trustlevel.key(policy)
     volume = home_volume_name(host.workspace.real, trust, profile) if policy.home.mode is HomeMode.VOLUME else ""

@@ -12,7 +12,7 @@ from launcher import compiler, host, hostfacts, hostpaths, imagebuild, images, l
 from launcher.engineid import PODMAN, EngineFacts
 from launcher.errors import PolicyError, Problem
 from launcher.hostfacts import HostFacts
-from launcher.model import WorkspaceMode
+from launcher.model import Runtime, WorkspaceMode
 from launcher.plan import LaunchPlan
 from launcher.policy import with_allowed
 from launcher.statefiles import StateFile
@@ -153,6 +153,10 @@ def facts_and_files(policy, workspace: str, launched: bool = True,
     seccomp = podman_seccomp(facts)
     if seccomp:
         facts = replace(facts, seccomp_profile=seccomp[0].path)
+    if not launched and policy.runtime is Runtime.GVISOR:   # files for another tool name a copy of the profile
+        from launcher import seccompfiles
+
+        seccomp += (seccompfiles.gvisor_profile(),)
     return facts, (config, git, *store, *seccomp)
 
 

@@ -9,7 +9,7 @@ from launcher.engineid import LIMIT_CONTROLLERS, PODMAN
 from launcher.errors import PolicyError, Problem
 from launcher.hostfacts import HostFacts
 from launcher.hostpaths import PathFact
-from launcher.model import Access, HomeMode, Policy, WorkspaceMode
+from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime, WorkspaceMode
 from launcher.secrets import secret_value
 from launcher.values import show
 
@@ -156,6 +156,13 @@ def _launched_elsewhere(policy: Policy, kind: str) -> list[Problem]:
         problems.append(Problem(file=file, path="home.mode", expected="tmpfs for a sandbox another tool launches",
                                 found="volume", hint="the launcher makes the home volume and hands it to the agent's "
                                 "uid before the start (`sandbox run`, `sandbox up`); use home: {mode: tmpfs}"))
+    if kind == "devcontainer" and policy.runtime is Runtime.GVISOR and policy.network.mode is NetworkMode.PROXY:
+        # compose reads a seccomp profile's file from its own working directory, never the compose
+        # file's: a committed compose.yaml cannot name gVisor's profile (runtimes.GVISOR_SECCOMP).
+        problems.append(Problem(file=file, path="runtime", expected="runc, or network none, for a dev container "
+                                "in proxy mode", found="gvisor with network proxy",
+                                hint="start it with `sandbox up` (and `sandbox shell`), or use network: {mode: none}: "
+                                "that dev container is one docker run, with gVisor's profile beside devcontainer.json"))
     return problems
 
 

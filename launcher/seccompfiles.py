@@ -11,6 +11,7 @@ import json
 import os
 
 from launcher import host
+from launcher.runtimes import GVISOR_SECCOMP, GVISOR_SECCOMP_FILE
 from launcher.statefiles import StateFile
 
 PODMAN_DEFAULT = "/usr/share/containers/seccomp.json"   # podman's default profile (containers-common)
@@ -44,3 +45,12 @@ def podman_profile(podman_default: str) -> StateFile | None:
         return None
     name = f"{hashlib.sha256(text.encode()).hexdigest()[:16]}-podman.json"
     return StateFile(path=os.path.join(host.state_dir(), "seccomp", name), text=text, folder_mode=0o755)
+
+
+def gvisor_profile() -> StateFile:
+    """gVisor's seccomp profile (runtimes.GVISOR_SECCOMP) as a state file, for the files another
+    tool starts a gVisor sandbox from: they name the launcher's state directory, never its package."""
+    text = GVISOR_SECCOMP + "\n"
+    name = f"{hashlib.sha256(text.encode()).hexdigest()[:16]}-gvisor.json"
+    return StateFile(path=os.path.join(host.state_dir(), "seccomp", name), text=text, folder_mode=0o755,
+                     stands_for=GVISOR_SECCOMP_FILE)

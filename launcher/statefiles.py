@@ -14,6 +14,9 @@ class StateFile:
     path: str
     text: str
     folder_mode: int = 0o700   # of its directory, when it has to be made
+    # A copy of the launcher's own package file at this path (the gVisor seccomp profile): files for
+    # another tool name the copy, which sits where they name the launcher's state, not the package.
+    stands_for: str = ""
 
 
 def write(files) -> None:

@@ -9,8 +9,12 @@ import subprocess
 import sys
 from dataclasses import replace
 
+from pathlib import Path
+
 import pytest
 import yaml
+
+import launcher
 
 from conftest import docker_sdk, external_tool, fake_facts, preset, untrusted_bind
 from launcher import hostfacts, images, sandboxes, workspaces
@@ -75,6 +79,49 @@ def test_the_cli_prints_compose():
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert yaml.safe_load(result.stdout)["services"]["sandbox"]["network_mode"] == "none"
+
+
+def test_a_gvisor_compose_file_names_a_copy_of_the_profile_in_the_state_directory_by_home(tmp_path):
+    """Not the launcher's package (a path of this machine's install): the copy, as ${HOME}/..., which
+    compose interpolates from any directory (it reads a seccomp file from its own working directory)."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")} | {"HOME": str(home)}
+    lines = []
+    for ws in (tmp_path / "a", tmp_path / "b" / "c"):
+        ws.mkdir(parents=True)
+        done = subprocess.run(SANDBOX + ["compile", "-p", "untrusted-gvisor", "--workspace-mode", "bind", "-w", str(ws),
+                                         "--format", "compose"], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        lines.append(yaml.safe_load(done.stdout)["services"]["sandbox"]["security_opt"])
+    assert lines[0] == lines[1] and lines[0][0] == "no-new-privileges"
+    named = lines[0][1].removeprefix("seccomp=")
+    assert named.startswith("${HOME}/") and named.endswith("-gvisor.json")
+    copy = home / named.removeprefix("${HOME}/")
+    assert copy.read_text() == (Path(launcher.__file__).parent / "gvisor-seccomp.json").read_text()
+
+
+def test_a_gvisor_dev_container_in_proxy_mode_is_refused_with_what_works(tmp_path):
+    own = tmp_path / "p.yaml"
+    own.write_text("version: 1\nname: p\ndescription: p\nruntime: gvisor\nnetwork: {mode: proxy, allow: [a.example]}\n")
+    done = subprocess.run(SANDBOX + ["devcontainer", "-p", str(own), str(tmp_path)], capture_output=True, text=True)
+    hint = " ".join(done.stderr.split())
+    assert done.returncode == 120 and "runtime" in hint and "`sandbox up`" in hint and "network: {mode: none}" in hint, hint
+    assert not (tmp_path / ".devcontainer").exists()
+
+
+def test_user_auto_is_the_agent_images_user_in_files_for_another_tool_and_the_owner_under_run(tmp_path):
+    facts = fake_facts(owner=(1001, 1002))
+    assert compile_policy(untrusted_bind(), facts).container.user == "1001:1002"
+    for kind in ("external", "devcontainer", "kubernetes"):
+        plan = compile_policy(untrusted_bind(), facts, kind=kind)
+        assert plan.container.user == "1000:1000" and "uid=1000" in " ".join(plan.container.command)
+    os.chown(tmp_path, 1001, 1002)
+    for args in (["compile", "-p", "read-only", "-w", str(tmp_path), "--format", "compose"],
+                 ["devcontainer", "-p", "read-only", str(tmp_path)]):
+        done = subprocess.run(SANDBOX + args, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        said = " ".join(done.stderr.split())
+        assert "the agent runs as 1000:1000" in said and "owned by 1001:1002" in said and "user: 1001:1002" in said
 
 
 @pytest.fixture

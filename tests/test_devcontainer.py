@@ -267,8 +267,7 @@ def _open_from_a_second_checkout(engine, cli, tmp_path, policy: str, compose_bin
                                              "--", "/.sandbox/probe/busybox", "true"], capture_output=True, text=True, cwd=checkout)
         assert composed.returncode == 0, composed.stderr
         out["compose (compile)"] = composed.stdout.encode()
-        assert not [name for name, data in out.items() if str(tmp_path).encode() in data]
-        assert not [name for name, data in out.items() if name != "compose (compile)" and str(ROOT).encode() in data]
+        assert not [name for name, data in out.items() if str(tmp_path).encode() in data or str(ROOT).encode() in data]
         written.append(out)
     assert written[0] == written[1] and "devcontainer.json" in written[0]
     (second / "SECOND-CHECKOUT").write_text("bob\n")

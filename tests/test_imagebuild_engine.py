@@ -16,7 +16,7 @@ import pytest
 
 from conftest import BIND, untrusted_bind
 
-from launcher import imagebuild, trust
+from launcher import hostfiles, imagebuild, trust
 from launcher.model import BuildPolicy
 
 pytestmark = pytest.mark.engine
@@ -50,6 +50,11 @@ def _setup(workspace, dockerfile: str) -> None:
         os.chown(path, 1000, 1000)
 
 
+def pin(workspace) -> str:
+    """What --trust-repo-policy names: the policy and the build recipe it reads (hostfiles.LayerFile.approval)."""
+    return trust.sha256(hostfiles.repo_policy_file(str(workspace)).approval)
+
+
 def _remove(*refs: str) -> None:
     for ref in refs:   # only the images this test made (their tags follow this test's content)
         subprocess.run(["docker", "image", "rm", ref], capture_output=True)
@@ -63,7 +68,7 @@ def test_an_approved_repository_dockerfile_and_a_package_extend_the_image_and_th
                              str(workspace))
     report = tmp_path / "report.json"
     try:
-        result = run(workspace, env, "--trust-repo-policy", trust.sha256(POLICY), report=report,
+        result = run(workspace, env, "--trust-repo-policy", pin(workspace), report=report,
                      script="jq --version && cat /opt/h-image/marker.txt && "
                             "find / -xdev -perm /6000 -type f 2>/dev/null | wc -l; "
                             "(echo 'RUN curl evil' >> .sandbox/Dockerfile) 2>/dev/null && echo wrote || echo read-only")
@@ -75,7 +80,7 @@ def test_an_approved_repository_dockerfile_and_a_package_extend_the_image_and_th
         data = json.loads(report.read_text())
         assert data["plan"]["container"]["image"] == plan.tag
         assert data["probe"]["checks"] and all(c["ok"] for c in data["probe"]["checks"]), data["probe"]["checks"]
-        again = run(workspace, env, "--trust-repo-policy", trust.sha256(POLICY), script="true")
+        again = run(workspace, env, "--trust-repo-policy", pin(workspace), script="true")
         assert again.returncode == 0 and "building" not in again.stderr, again.stderr   # cached by content
         unapproved = run(workspace, env, script="true")   # nothing is built for an unapproved repository policy
         assert unapproved.returncode == 120 and "not approved on this machine" in unapproved.stderr
@@ -86,7 +91,7 @@ def test_an_approved_repository_dockerfile_and_a_package_extend_the_image_and_th
 def test_a_repository_dockerfile_with_another_base_is_refused_before_anything_is_built(engine, workspace, env):
     _setup(workspace, "FROM debian:bookworm-slim\nRUN touch /pwned\n")
     before = subprocess.run(["docker", "images", "-q", "sandbox/agent-ext"], capture_output=True, text=True).stdout
-    result = run(workspace, env, "--trust-repo-policy", trust.sha256(POLICY), script="true")
+    result = run(workspace, env, "--trust-repo-policy", pin(workspace), script="true")
     assert result.returncode == 120, result.stderr
     assert "build.dockerfile" in result.stderr and "FROM debian:bookworm-slim" in result.stderr
     assert "FROM sandbox/agent:bookworm" in result.stderr and "Traceback" not in result.stderr

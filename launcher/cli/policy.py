@@ -85,6 +85,7 @@ def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: s
     options["files"] = home_relative(planned.files)
     text = target.write(launch_plan, **options)
     warn_losses(target, launch_plan, **options)
+    warn_owner(planned)
     statefiles.write(planned.files)   # what the files for another tool bind from (compiling wrote nothing)
     click.echo(text, nl=False)
 
@@ -95,13 +96,24 @@ def home_relative(files) -> dict[str, str]:
     from launcher import host
 
     home = host.home_dir().rstrip("/") + "/"
-    return {f.path: "${HOME}/" + f.path[len(home):] for f in files if f.path.startswith(home)}
+    named = {f.path: "${HOME}/" + f.path[len(home):] for f in files if f.path.startswith(home)}
+    return named | {f.stands_for: named.get(f.path, f.path) for f in files if f.stands_for}
 
 
 def warn_losses(target: Target, launch_plan: LaunchPlan, **options) -> None:
     """Never silently: what the sandbox `target` makes of this plan does not enforce that `sandbox run` does."""
     for name, why in target.losses(launch_plan, **options):
         output.status(f"warning: {target.name} does not enforce {name}: {why}")
+
+
+def warn_owner(planned) -> None:
+    """`user: auto` is the agent image's 1000:1000 in files for another tool (the same bytes on every
+    machine): said when this checkout's owner is someone else, whom the agent could not write for."""
+    owner = planned.facts.workspace.owner
+    if planned.policy.user is None and owner and owner != (1000, 1000) and planned.plan.container.user == "1000:1000":
+        output.status(f"warning: the agent runs as 1000:1000 in these files (user: auto, the same on every machine); "
+                      f"this checkout is owned by {owner[0]}:{owner[1]}: set user: {owner[0]}:{owner[1]} in a policy "
+                      "layer if the agent should write it as that owner")
 
 
 @click.command(cls=Defaulted, short_help="Lint policies and layers without running anything.",

@@ -88,7 +88,7 @@ def devcontainer(workspace: str | None, workspace_flag: str | None, policy: str,
     """
     from launcher.targets import TARGETS, devcontainer as dc
 
-    from launcher.cli.policy import warn_losses
+    from launcher.cli.policy import warn_losses, warn_owner
 
     target = TARGETS["devcontainer"]
     workspace = either(workspace, workspace_flag, "workspace", ".", same=same_directory)
@@ -97,6 +97,7 @@ def devcontainer(workspace: str | None, workspace_flag: str | None, policy: str,
                        launched=False)
         launch_plan = planned.plan
         warn_losses(target, launch_plan)
+        warn_owner(planned)
         # The launcher's files it binds from go into .devcontainer/ too: no host path in what is written.
         written = dc.write(workspace, target.write(launch_plan, state={f.path: f.text for f in planned.files}), force)
     for path in written:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from launcher import labels as label
 from launcher.plan import LaunchPlan, Mount, MountKind, ProxySpec, proxy_env, unwatched
-from launcher.runtimes import as_file
+from launcher.runtimes import GVISOR_SECCOMP, GVISOR_SECCOMP_FILE
 from launcher.targets.portable import WSROOT_ENV, Places, network_labels, portable_labels, probe_start, workspace_of
 
 PROBE_VOLUME_KEY = "sandbox-probe"
@@ -54,6 +54,11 @@ def _proxy_service(proxy: ProxySpec, workspace: str | None) -> dict:
     }
 
 
+def _security_opt(option: str, places: Places) -> str:
+    """An inline seccomp profile (gVisor's) by its file, as the launcher's files are named."""
+    return f"seccomp={places.source(GVISOR_SECCOMP_FILE, _text)}" if option == f"seccomp={GVISOR_SECCOMP}" else option
+
+
 def _labels(labels: tuple[tuple[str, str], ...], workspace: str | None) -> dict:
     """Labels with the workspace's as compose interpolates it (None: without it)."""
     return {k: (v if k == label.WORKSPACE else _text(v)) for k, v in network_labels(labels, workspace).items()}
@@ -81,7 +86,7 @@ def to_compose(plan: LaunchPlan, base: str = ".", files: dict[str, str] | None =
         "read_only": c.read_only_root,
         "cap_drop": list(c.cap_drop), **({"cap_add": list(c.cap_add)} if c.cap_add else {}),
         **({"runtime": c.runtime} if c.runtime != "runc" else {}),   # compose file format 2.x has runtime
-        "security_opt": [as_file(o) for o in c.security_opt], "pids_limit": c.pids_limit,
+        "security_opt": [_security_opt(o, places) for o in c.security_opt], "pids_limit": c.pids_limit,
         "mem_limit": c.memory_bytes, "memswap_limit": c.memory_bytes, "cpus": c.nano_cpus / 1e9,
         "volumes": [_mount(m, places) for m in c.mounts if not m.owned_tmpfs],
         **({"tmpfs": owned} if (owned := [f"{m.target}:{m.tmpfs_options}" for m in c.mounts if m.owned_tmpfs]) else {}),
