@@ -100,20 +100,11 @@ def _changes(item) -> str:
     return "none" if not item.changes else f"{item.changes} file" + ("s" if item.changes > 1 else "")
 
 
-def _report_changes(names, failing: bool) -> dict[str, list[dict]]:
-    """Compare each removed sandbox's saved surfaces with its workspace now, said on stderr;
-    returns them per sandbox (for --json). `failing`: exit 123 once the caller has said the rest."""
-    from launcher import baseline, surfaces
-
-    found = {}
-    for name in names:
-        saved = baseline.take(name)
-        changes = baseline.changes(*saved) if saved else ()
-        if changes:
-            click.echo(f"sandbox: {name} on {saved[0]}:", err=True)
-            print_changes(changes, failing)
-            found[name] = surfaces.to_json(changes)
-    return found
+def _print_surfaces(reports, failing: bool) -> None:
+    """Each removed sandbox's surface report on stderr. `failing`: exit 123 once the caller has said the rest."""
+    for report in reports:
+        click.echo(f"sandbox: {report.sandbox} on {report.workspace}:", err=True)
+        print_changes(report.changes, failing)
 
 
 def _finish(as_json: bool, data: dict, code: int) -> None:
@@ -141,49 +132,43 @@ def down(name: str, purge: bool, strict: bool, as_json: bool) -> None:
 
 
 def take_down(name: str, purge: bool = False, strict: bool = False) -> tuple[dict, int]:
-    """`sandbox down NAME`'s work and what it says on stderr (also before `up` starts an ended
-    sandbox anew): its --json fields and its exit code."""
-    from launcher import engine, host, records, sandboxes
+    """`sandbox down NAME` (launcher.usecases.remove.down) said on stderr (also before `up` starts
+    an ended sandbox anew): its --json fields and its exit code."""
+    from launcher import engine
+    from launcher.usecases import remove
 
-    eng = engine.connect()
-    egress = records.egress(eng, name)   # `up --attest` in proxy mode: read before the proxy goes
-    done = sandboxes.down(eng, name, purge=purge)
-    click.echo(f"sandbox: removed {name}" + "".join(f", {v}" for v in done.removed), err=True)
-    for volume in done.kept:
+    done = remove.down(engine.connect(), name, purge=purge, strict=strict)
+    gone = done.down
+    click.echo(f"sandbox: removed {name}" + "".join(f", {v}" for v in gone.removed), err=True)
+    for volume in gone.kept:
         click.echo(f"sandbox: kept the home volume {volume}", err=True)
-    copy = done.copy
-    if copy and done.dropped:
+    copy = gone.copy
+    if copy and gone.dropped:
         click.echo(f"sandbox: no changes: copy {copy} dropped", err=True)
     elif copy:
-        counted = "" if done.changes is None else f" ({done.changes} changed)"
+        counted = "" if gone.changes is None else f" ({gone.changes} changed)"
         click.echo(f"sandbox: its work stays in the copy {copy}{counted}: `sandbox diff {copy}`, "
                    f"`sandbox apply {copy}`, `sandbox discard {copy}`", err=True)
-    failing = strict or host.in_ci()
-    changed = _report_changes((name,), failing)
-    written = _write_record(name, "sandbox down", changed.get(name, []), egress)
-    code = (ExitCode.SURFACES_CHANGED if failing and changed else
-            ExitCode.ATTESTATION_INVALID if written and written.problem else 0)
-    return {"removed": [name, *done.removed], "kept": list(done.kept),
-            "copy": copy and {"name": copy, "changes": done.changes, "dropped": done.dropped},
-            "workspace_changes": changed.get(name, []),
+    reports = (done.surfaces,) if done.surfaces else ()
+    _print_surfaces(reports, done.failing)
+    _say_record(done.record)
+    written = done.record
+    return {"removed": [name, *gone.removed], "kept": list(gone.kept),
+            "copy": copy and {"name": copy, "changes": gone.changes, "dropped": gone.dropped},
+            "workspace_changes": remove.to_json(reports).get(name, []),
             "attestation": written and {"path": written.path, "signed": written.signed,
-                                        "written": not written.problem, "error": written.problem}}, code
+                                        "written": not written.problem, "error": written.problem}}, done.exit_code
 
 
-def _write_record(name: str, removed_by: str, changes: list[dict], egress: dict | None):
-    """`up --attest`: write the removed sandbox's record, said on stderr; the records.Written, or
-    None when none was asked for."""
-    from launcher import records
-
-    written = records.finish(name, removed_by, changes, egress)
+def _say_record(written) -> None:
+    """`up --attest`: the removed sandbox's record, written or kept (records.Written; None: none asked)."""
     if written is None:
-        return None
+        return
     if written.problem:
         error(f"{written.problem} (kept: `sandbox gc` tries again)")
     else:
         click.echo(f"sandbox: attestation record written to {written.path} "
                    f"({'signed' if written.signed else 'unsigned'})", err=True)
-    return written
 
 
 @click.command(short_help="Remove what a killed launcher left behind.")
@@ -201,17 +186,12 @@ def gc(everything: bool, force: bool, volumes: bool, as_json: bool) -> None:
     Example:
       sandbox gc --force   # also copies whose changes were never applied
     """
-    from launcher import baseline, engine, home, images, sandboxes
+    from launcher import engine
+    from launcher.usecases import remove
 
-    eng = engine.connect()
-    removed = sandboxes.gc(eng, everything)
-    removed += sandboxes.stale_probe_volumes(eng, images.probe_volume_name())
-    if volumes:
-        removed += home.remove_unused(eng)[0]
-    if any(i.kind == "copy" for i in sandboxes.ls(eng)):
-        images.build(eng, images.agent_image(), Console().status)   # the copies' tools run in it
-    named, copies = list(removed), []
-    for verdict in sandboxes.gc_copies(eng, force):
+    done = remove.gc(engine.connect(), everything=everything, force=force, volumes=volumes, progress=Console().status)
+    named, copies = list(done.removed), []
+    for verdict in done.copies:
         copies.append({"name": verdict.name, "removed": verdict.removed, "unapplied": verdict.pending}
                       | ({"error": verdict.error} if verdict.error else {}))
         if verdict.removed:
@@ -223,15 +203,12 @@ def gc(everything: bool, force: bool, volumes: bool, as_json: bool) -> None:
         else:
             click.echo(f"sandbox: kept the copy {verdict.name}: {verdict.pending} changes not applied "
                        f"(`sandbox diff {verdict.name}`; `sandbox gc --force` drops them)", err=True)
-    alive = {item.name for item in sandboxes.ls(eng)}
     click.echo(f"sandbox: removed {len(named)}: {', '.join(named)}" if named else "sandbox: nothing to remove", err=True)
-    changed = _report_changes(tuple(n for n in baseline.names() if n not in alive), failing=False)
-    from launcher import records
-
-    for gone in (n for n in records.names() if n not in alive):   # `up --attest` sandboxes removed without `down`
-        _write_record(gone, "sandbox gc", changed.get(gone, []), None)
-    _finish(as_json, {"removed": removed + [c["name"] for c in copies if c["removed"]], "copies": copies,
-                      "workspace_changes": changed}, 0)
+    _print_surfaces(done.surfaces, failing=False)
+    for _, written in done.records:
+        _say_record(written)
+    _finish(as_json, {"removed": list(done.removed) + [c["name"] for c in copies if c["removed"]], "copies": copies,
+                      "workspace_changes": remove.to_json(done.surfaces)}, 0)
 
 
 @click.command(short_help="Show what a sandbox tried to reach (egress).")
