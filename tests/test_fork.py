@@ -105,7 +105,7 @@ def test_a_fork_of_changes_over_the_copy_cap_makes_nothing(monkeypatch):
 
 
 def test_a_forks_conflict_says_where_the_shared_work_came_from(monkeypatch):
-    from launcher.cli import applying
+    from launcher.usecases import copywork as applying
 
     eng = engine(copies=("a",))
     fork.fork(eng, "a", "b")

@@ -133,7 +133,7 @@ LAYERS = (
     ("copies", {"copies", "copies.store", "copies.fill", "copies.review", "copies.export", "copies.finaltree",
                 "copies.apply", "copies.branch", "copies.limits", "copies.fork"}),
     ("session", {"upoptions"}),   # what `up` was started with: above every layer, beside launcher/session.py
-    ("use-cases", {"usecases", "usecases.remove"}),   # the commands as library calls: above every layer
+    ("use-cases", {"usecases", "usecases.remove", "usecases.copywork"}),   # the commands as library calls: above every layer
 )
 
 

@@ -1,25 +1,7 @@
-"""`sandbox apply`'s steps before anything is written: the checkpoint it writes, the yes or no per
-path of `apply -i`, and what a fork's conflict says. The command itself is in copies.py."""
+"""`sandbox apply -i`: the yes or no per path, asked on the terminal before anything is written
+(launcher.usecases.copywork.apply's `choose`). The command itself is in copies.py."""
 
 from __future__ import annotations
-
-
-def forks_told(eng, name: str, write):
-    """write(); a conflict of a fork says where the work it shares with its origin can come from."""
-    from launcher.copies import fork
-    from launcher.errors import CopyConflict
-
-    try:
-        return write()
-    except CopyConflict as exc:
-        made = fork.origin(eng, name)
-        if not made or not exc.conflicts:
-            raise
-        of = made.rpartition("@")[0]
-        raise CopyConflict(f"{exc}\n    {name} is a fork of {made} (`sandbox fork`): an `apply` of {of}, or of "
-                           f"another fork of it, may have written these paths\n    hint: `sandbox diff {name}` and "
-                           f"choose, or `sandbox apply {name} --to BRANCH` to commit its changes on a new branch "
-                           "and merge that with git", exc.conflicts) from None
 
 
 def ask(copy, received, allowed):
@@ -57,28 +39,3 @@ def ask(copy, received, allowed):
     skipped = {c["path"] for c in no}
     kept = replace(received, changes=tuple(c for c in received.changes if c["path"] not in skipped))
     return kept, allowed.adding(yes), sorted(skipped)
-
-
-def to_apply(eng, name: str, number: int | None, cap) -> int:
-    """The checkpoint apply writes: N if given, else the one `diff` showed last as long as the copy
-    is still that tree (a rewind, or any change since, asks for a new diff: what was reviewed is
-    no longer what the copy holds), else the copy as it is now, frozen into a checkpoint."""
-    from launcher.copies import store
-    from launcher.errors import NotFound, PolicyError, Problem
-
-    listed = store.checkpoints(eng, name)
-    if number is not None:
-        if number not in [c["id"] for c in listed]:
-            raise NotFound(f"{name} has no checkpoint {number}; it has {', '.join(str(c['id']) for c in listed)}")
-        return number
-    shown = next((c for c in listed if c.get("reviewed")), None)
-    now = store.checkpoint(eng, name, "frozen by apply", cap, reuse=True)
-    if shown is None:
-        return now["id"]
-    if now.get("digest") != shown.get("digest"):
-        raise PolicyError([Problem(
-            file=f"copy {name}", path="checkpoint", expected=f"the copy as `sandbox diff` showed it (checkpoint {shown['id']})",
-            found=f"it changed since (a rewind, or the agent's work): it is checkpoint {now['id']} now; nothing was written",
-            hint=f"`sandbox diff {name}` to review what it holds now, then apply; or `sandbox apply {name} "
-                 f"--checkpoint {shown['id']}` to write what was reviewed")])
-    return shown["id"]

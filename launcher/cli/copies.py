@@ -8,7 +8,7 @@ import time
 import click
 
 from launcher.cli import complete
-from launcher.cli.applying import ask, forks_told, to_apply
+from launcher.cli.applying import ask
 from launcher.cli.checked import new_name
 from launcher.cli.options import json_option, name_argument
 from launcher.cli.output import Console, emit, envelope
@@ -47,11 +47,10 @@ def _limits(max_file: int | None, max_copy: int | None):
 
 
 def _engine():
-    from launcher import engine, images
+    from launcher import engine
+    from launcher.usecases import copywork
 
-    eng = engine.connect()
-    images.build(eng, images.agent_image(), Console().status)   # the tools container's image
-    return eng
+    return copywork.tools_engine(engine.connect(), Console().status)   # the copies' tools run in our image
 
 
 @click.command(short_help="Show what the agent changed in a copy.")
@@ -84,21 +83,16 @@ def diff(name: str, as_stat: bool, as_json: bool, no_pager: bool, max_file_size:
       sandbox diff sandbox-myrepo --stat
     """
     from launcher.cli.output import marker, page, status
-    from launcher.copies import apply, limits, review, store
+    from launcher.copies import review
+    from launcher.usecases import copywork
 
-    eng = _engine()
-    copy = store.find(eng, name)
-    cap = _limits(max_file_size, max_copy_size)
-    frozen = store.checkpoint(eng, name, "shown by diff", cap, reuse=True, reviewed=True)["id"]
-    found = apply.judged(copy.workspace, store.changes(eng, name, patch=True, checkpoint=frozen)["changes"],
-                         copy.protected, review.Allowed(), preview=True)
-    status(f"changes of {name} at checkpoint {frozen} (`sandbox apply {name}` writes exactly these)")
-    too_large = {c["path"]: c["new"] for c in found if (not c["refused"] or c.get("needs"))
-                 and (c["new"] or {}).get("type") == "file"}
-    for problem in limits.problems(name, too_large, cap):
+    shown = copywork.diff(_engine(), name, _limits(max_file_size, max_copy_size))
+    found = list(shown.changes)
+    status(f"changes of {name} at checkpoint {shown.checkpoint} (`sandbox apply {name}` writes exactly these)")
+    for problem in shown.over:
         status(f"apply will refuse: {problem.path}: {problem.found}, over {problem.expected}")
     if as_json:
-        emit(envelope({"copy": name, "workspace": copy.workspace, "checkpoint": frozen, "changes": found}))
+        emit(envelope({"copy": name, "workspace": shown.copy.workspace, "checkpoint": shown.checkpoint, "changes": found}))
         return
     records = review.git_records_line(found)
     if records:
@@ -157,8 +151,9 @@ def apply_(name: str, branch: str | None, message: str, interactive: bool, surfa
     """
     import sys
 
-    from launcher.copies import apply, branch as branches, review, store
+    from launcher.copies import review
     from launcher.errors import PolicyError, Problem
+    from launcher.usecases import copywork
 
     if branch and symlinks:   # links are judged on the tree apply leaves; a branch is no such tree
         raise click.UsageError("--allow-symlink goes without --to: apply to the tree, then commit it yourself")
@@ -167,45 +162,28 @@ def apply_(name: str, branch: str | None, message: str, interactive: bool, surfa
                                    found="stdin is not a terminal; nothing was written",
                                    hint=f"name the paths with --allow-surface / --allow-symlink, or review with "
                                         f"`sandbox diff {name}` and apply without -i")])
-    eng = _engine()
-    copy = store.find(eng, name)
-    cap = _limits(max_file_size, max_copy_size)
-    allowed = review.Allowed.given(surfaces=surfaces, symlinks=symlinks)
-    number = to_apply(eng, name, number, cap)
-    # -i: every file a yes could let through is received, then the answers decide
-    with store.exported(eng, copy, number, cap, None if interactive else allowed) as received:
-        skipped: list[str] = []
-        if interactive:
-            received, allowed, skipped = ask(copy, received, allowed)
-        exported = apply.reviewed(copy.workspace, received, copy.protected, allowed)
-        refused = [c for c in exported.changes if c["refused"]]
-        for line in review.refusal_lines(refused):
-            click.echo(f"sandbox: {line}", err=True)
-        # work a per-path yes would let through stays in the copy: said last, and in --json
-        # (as diff judges them: a yes that could not be honoured, a link over a directory, is no work left)
-        could = {c["path"] for c in apply.judged(copy.workspace, list(exported.changes), copy.protected,
-                                                 review.Allowed(), preview=True) if c["needs"]}
-        needing = [c["path"] for c in refused if c["path"] in could]
-        remaining = sorted(skipped + needing)
-        left = "; ".join(([f"{len(skipped)} answered no"] if skipped else [])
-                         + ([f"{len(needing)} not written without a per-path yes"] if needing else []))
-        left = f"; {left}: work remains in the copy (`sandbox diff {name}` shows it)" if left else ""
-        done = {"copy": name, "workspace": copy.workspace, "checkpoint": number,
-                "refused": [c["path"] for c in refused], "remaining": remaining}
-        if branch:
-            commit = branches.commit_to_branch(copy.workspace, exported, branch, message)
-            click.echo(f"sandbox: committed {len(exported.applicable)} changes of checkpoint {number} as {commit[:12]} "
-                       f"on branch {branch}{left}", err=True)
-            if as_json:
-                emit(envelope(done | {"branch": branch, "commit": commit, "committed": len(exported.applicable)}))
-            return
-        written, already = forks_told(eng, name, lambda: apply.apply_to_tree(copy.workspace, exported))
-    listed = sum(1 for c in refused if c["path"] not in needing and not review.git_record(c))
-    click.echo(f"sandbox: applied {written} changes of checkpoint {number} to {copy.workspace}"
-               + (f" ({already} were there already)" if already else "")
+    done = copywork.apply(_engine(), name, number=number, cap=_limits(max_file_size, max_copy_size),
+                          allowed=review.Allowed.given(surfaces=surfaces, symlinks=symlinks), branch=branch or "",
+                          message=message, choose=ask if interactive else None,
+                          refusals=lambda refused: [click.echo(f"sandbox: {line}", err=True)
+                                                    for line in review.refusal_lines(refused)])
+    left = "; ".join(([f"{len(done.skipped)} answered no"] if done.skipped else [])
+                     + ([f"{len(done.needing)} not written without a per-path yes"] if done.needing else []))
+    left = f"; {left}: work remains in the copy (`sandbox diff {name}` shows it)" if left else ""
+    fields = {"copy": name, "workspace": done.copy.workspace, "checkpoint": done.checkpoint,
+              "refused": [c["path"] for c in done.refused], "remaining": done.remaining}
+    if branch:
+        click.echo(f"sandbox: committed {done.committed} changes of checkpoint {done.checkpoint} as {done.commit[:12]} "
+                   f"on branch {branch}{left}", err=True)
+        if as_json:
+            emit(envelope(fields | {"branch": branch, "commit": done.commit, "committed": done.committed}))
+        return
+    listed = sum(1 for c in done.refused if c["path"] not in done.needing and not review.git_record(c))
+    click.echo(f"sandbox: applied {done.written} changes of checkpoint {done.checkpoint} to {done.copy.workspace}"
+               + (f" ({done.already} were there already)" if done.already else "")
                + (f"; {listed} refused" if listed else "") + left, err=True)
     if as_json:
-        emit(envelope(done | {"written": written, "already": already}))
+        emit(envelope(fields | {"written": done.written, "already": done.already}))
 
 
 @click.command(short_help="Drop a copy and its checkpoints.")
@@ -224,42 +202,23 @@ def discard(name: str, yes: bool, dry_run: bool, as_json: bool) -> None:
     Example:
       sandbox discard sandbox-myrepo --dry-run
     """
-    from launcher import host, sandboxes
-    from launcher.copies import store
-    from launcher.errors import PolicyError, Problem, SandboxError
-    from launcher.values import visible
+    from launcher import host
+    from launcher.usecases import copywork
 
-    eng = _engine()
-    copy = store.find(eng, name)
-    left, why = None, ""
-    try:
-        left = sandboxes.unapplied(eng, copy)
-        lost = f"{left} changes not applied to {copy.workspace}" if left else ""
-    except (SandboxError, OSError) as exc:   # a broken copy can still be dropped
-        why = visible((str(exc).strip().splitlines() or [type(exc).__name__])[0], keep_lines=False)
-        lost = f"changes that could not be counted ({why})"
-    what = name + (f" and the {lost}" if lost else " (nothing in it that apply could still write to the host tree)")
-
-    def done(dropped: bool, said: str, code: int = 0) -> None:
-        click.echo(f"sandbox: {said}", err=True)
-        if as_json:   # unapplied: None when the copy could not be read (uncounted says why)
-            emit(envelope({"workspace": copy.workspace, "dropped": dropped, "dry_run": dry_run, "unapplied": left,
-                           "uncounted": why}, exit_code=code, error=said if code else ""))
-        if code:
-            raise click.exceptions.Exit(code)
-
+    asking = host.is_interactive() and not yes and not dry_run
+    done = copywork.discard(_engine(), name, yes=yes, dry_run=dry_run, confirm=_confirm if asking else None)
     if dry_run:
-        return done(False, f"would discard {what}; nothing was dropped")
-    if host.is_interactive() and not yes:
-        yes = _confirm(f"Discard the copy {what}?")
-        if not yes:
-            return done(False, f"kept {name}: nothing was dropped", code=1)
-    elif lost and not yes:
-        raise PolicyError([Problem(file="command line", path="--yes", expected=f"a yes to drop {lost}",
-                                   found="no terminal to ask on", hint=f"`sandbox apply {name}` first, or "
-                                   f"`sandbox discard {name} --yes` to lose them; nothing was dropped")])
-    store.discard(eng, name)
-    done(True, f"discarded {what}")
+        said, code = f"would discard {done.what}; nothing was dropped", 0
+    elif not done.dropped:
+        said, code = f"kept {name}: nothing was dropped", 1
+    else:
+        said, code = f"discarded {done.what}", 0
+    click.echo(f"sandbox: {said}", err=True)
+    if as_json:   # unapplied: None when the copy could not be read (uncounted says why)
+        emit(envelope({"workspace": done.copy.workspace, "dropped": done.dropped, "dry_run": dry_run,
+                       "unapplied": done.unapplied, "uncounted": done.why}, exit_code=code, error=said if code else ""))
+    if code:
+        raise click.exceptions.Exit(code)
 
 
 def _confirm(text: str) -> bool:
