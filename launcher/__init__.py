@@ -21,14 +21,25 @@ def build_commit() -> str:
     return hostgit.read_only(os.path.join(root, ".git"), "rev-parse", "--short=12", "HEAD")
 
 
-# The library API (docs/library.md): launcher.run / launcher.up / launcher.Request, loaded on first
-# use so that the CLI's start does not pay for the pipeline before it needs it.
-_SESSION = ("run", "up", "prepare", "Request", "RunResult", "UpResult")
+# The library API (docs/library.md): one call per command, loaded on first use so that the CLI's
+# start does not pay for the pipeline before it needs it. name -> (module, its name there).
+CALLS = {
+    **{n: ("launcher.session", n) for n in ("run", "up", "prepare", "Request", "RunResult", "UpResult")},
+    "down": ("launcher.usecases.remove", "down"), "gc": ("launcher.usecases.remove", "gc"),
+    "diff": ("launcher.usecases.copywork", "diff"), "apply": ("launcher.usecases.copywork", "apply"),
+    "discard": ("launcher.usecases.copywork", "discard"),
+    "checkpoint": ("launcher.copies.store", "checkpoint"), "checkpoints": ("launcher.copies.store", "checkpoints"),
+    "rewind": ("launcher.copies.store", "rewind"), "fork": ("launcher.copies.fork", "fork"),
+    "exec_in": ("launcher.sandboxes", "exec_in"), "ls": ("launcher.sandboxes", "ls"),
+    "egress_log": ("launcher.sandboxes", "egress_log"), "selftest": ("launcher.selftest.runner", "run"),
+    "connect": ("launcher.engine", "connect"),
+}
 
 
 def __getattr__(name: str):
-    if name in _SESSION:
-        from launcher import session
+    if name in CALLS:
+        from importlib import import_module
 
-        return getattr(session, name)
+        module, attribute = CALLS[name]
+        return getattr(import_module(module), attribute)
     raise AttributeError(f"module 'launcher' has no attribute {name!r}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import launcher
@@ -27,6 +29,17 @@ def test_the_package_names_the_session():
     assert launcher.run is session.run and launcher.Request is session.Request
     with pytest.raises(AttributeError):
         launcher.no_such_name
+
+
+def test_every_command_that_acts_is_one_library_call_the_docs_show():
+    from launcher.copies import store
+    from launcher.usecases import copywork, remove
+
+    assert (launcher.down, launcher.gc, launcher.diff, launcher.apply, launcher.discard, launcher.checkpoint) == (
+        remove.down, remove.gc, copywork.diff, copywork.apply, copywork.discard, store.checkpoint)
+    text = (Path(__file__).resolve().parent.parent / "docs" / "library.md").read_text()
+    missing = [name for name in launcher.CALLS if f"launcher.{name}" not in text]
+    assert not missing, f"docs/library.md does not show {missing}"
 
 
 def test_a_bad_policy_is_a_result_not_an_exception(tmp_path, capsys):
