@@ -22,6 +22,7 @@ from launcher.egress.audit import EgressEvent
 from launcher.errors import EngineError, ProbeFailed, Terminated, also_failed, copy_kept
 from launcher.plan import PROBE_END, LaunchPlan, MountKind
 from launcher.timings import timed
+from launcher.dialects import for_engine
 from launcher.verify import ProbeReport, compare_inspect, parse_probe
 
 PROBE_TIMEOUT = 60     # seconds for the probe to report; it normally needs well under one
@@ -110,7 +111,7 @@ def create_verified(engine: Engine, plan: LaunchPlan, listener: Listener | None 
     try:
         with timed(listener, "inspect"):
             attrs = engine.inspect(ref)
-            diffs = compare_inspect(spec, attrs, engine.image_env(spec.image), engine.podman)
+            diffs = compare_inspect(spec, attrs, engine.image_env(spec.image), for_engine(engine.podman))
         for mount in spec.mounts:
             if mount.kind is MountKind.BIND and not hostpaths.bind_source_intact(mount.source):
                 diffs.append(f"bind source {mount.source} changed or vanished since it was checked")

@@ -7,7 +7,7 @@ import hashlib
 
 # The capabilities podman reports as dropped for a cap_drop of ALL (its default_capabilities).
 from launcher.plan import PODMAN_RLIMITS
-from launcher.verify import PODMAN_DEFAULT_CAPS, podman_local_name
+from launcher.dialects.podman import DEFAULT_CAPS as PODMAN_DEFAULT_CAPS, local_name as podman_local_name
 
 
 def compat_inspect_of(spec: dict, ref: str, image: dict) -> dict:

@@ -14,7 +14,9 @@ from launcher.enginebodies import specgen_body
 from launcher.enginefake import FakeEngine
 from launcher.errors import EngineError
 from launcher.plan import MountKind
-from launcher.verify import PODMAN_DEFAULT_CAPS, compare_inspect, docker_name
+from launcher.dialects import PODMAN
+from launcher.dialects.podman import DEFAULT_CAPS as PODMAN_DEFAULT_CAPS, docker_name
+from launcher.verify import compare_inspect
 
 PLAN = compile_policy(untrusted_bind(), fake_facts())
 # What podman 4.3.1 reported for the same create here: every tmpfs in HostConfig.Tmpfs (none in
@@ -45,7 +47,7 @@ def podman_differences(change=lambda doc: None, libpod=LIBPOD) -> list[str]:
     engine = FakeEngine(tamper=lambda doc: (as_podman(doc), change(doc)))
     ref = engine.create(PLAN.container)
     info = dataclasses.replace(engine.inspect(ref), **libpod)
-    return compare_inspect(PLAN.container, info, engine.image_env(PLAN.container.image), podman=True)
+    return compare_inspect(PLAN.container, info, engine.image_env(PLAN.container.image), PODMAN)
 
 
 def test_podman_s_words_for_the_plan_s_settings_agree_with_the_plan():

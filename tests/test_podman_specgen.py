@@ -14,6 +14,7 @@ from launcher.compiler import compile_policy
 from launcher.enginebodies import specgen_body
 from launcher.enginefake import FakeEngine
 from launcher.errors import EngineError
+from launcher.dialects import PODMAN as PODMAN_DIALECT
 from launcher.verify import compare_inspect
 
 PLAN = compile_policy(untrusted_bind(), fake_facts())
@@ -25,7 +26,7 @@ def created(spec=PLAN.container, tamper=lambda doc: None, libpod=lambda doc: Non
     engine = FakeEngine(engine_version=PODMAN, libpod_info={}, tamper=tamper, **knobs)
     ref = engine.create(spec)
     libpod(engine.http.libpod[ref])
-    return engine, compare_inspect(spec, engine.inspect(ref), engine.image_env(spec.image), podman=True)
+    return engine, compare_inspect(spec, engine.inspect(ref), engine.image_env(spec.image), PODMAN_DIALECT)
 
 
 def test_podman_gets_its_own_create_and_the_container_agrees_with_the_plan():

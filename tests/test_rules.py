@@ -127,7 +127,7 @@ LAYERS = (
     ("host facts", {"hostpaths", "hostfiles", "host", "cafiles", "imagebuild", "statefiles", "hostgit", "gitdirs",
                     "gitgraph", "gitscan", "scan", "engineid", "hostfacts", "extensions"}),
     ("plan", {"plan", "squidconf", "checks", "runtimes", "trustfiles", "refusals", "lifetime", "compiler"}),
-    ("engine", {"engineproto", "engineapi", "enginebodies", "engine", "enginefake", "hostengines", "subnets", "images",
+    ("engine", {"dialects", "dialects.docker", "dialects.podman", "engineproto", "engineapi", "enginebodies", "engine", "enginefake", "hostengines", "subnets", "images",
                 "imageext"}),
     ("egress", {"egress", "egress.audit", "egress.proxy"}),
     ("copies", {"copies", "copies.store", "copies.fill", "copies.review", "copies.export", "copies.finaltree",

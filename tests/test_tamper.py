@@ -17,6 +17,7 @@ from conftest import BIND, launch_facts, preset
 
 from fakes import Recorder
 
+from launcher.dialects import for_engine
 from launcher import checks, launch, runtimes
 from launcher.compiler import compile_policy
 from launcher.errors import EngineError, ProbeFailed
@@ -283,7 +284,7 @@ def test_inspect_comparison_refuses_a_container_that_differs_from_the_plan(engin
                        devices=("/dev/zero:/dev/extra0:rwm",), pid_mode="host", read_only_root=False)
     ref = engine.create(tampered)
     try:
-        diffs = compare_inspect(plan.container, engine.inspect(ref), engine.image_env(plan.container.image), engine.podman)
+        diffs = compare_inspect(plan.container, engine.inspect(ref), engine.image_env(plan.container.image), for_engine(engine.podman))
     finally:
         engine.remove(ref)
     # podman reports no CapAdd: an added capability is one of its defaults it did not drop

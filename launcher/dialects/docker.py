@@ -1,0 +1,65 @@
+"""Docker's dialect: its inspect reports what the plan asked for in the plan's own words."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from launcher.engineproto import ContainerInfo
+from launcher.plan import ContainerSpec, Mount
+
+Want = Callable[[str, object, object], None]   # (field, expected, found): records a difference
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How an engine's inspect says the plan's fields. Docker's is the plan's own; another engine's
+    subclass says where its inspect words them otherwise."""
+
+    name: str = "docker"
+
+    def runtime(self, info: ContainerInfo) -> str:
+        return info.host.runtime
+
+    def capabilities(self, spec: ContainerSpec, info: ContainerInfo, want: Want, differ: Callable[[str], None]) -> None:
+        want("CapDrop", sorted(spec.cap_drop), sorted(info.host.cap_drop))
+        want("CapAdd", sorted(spec.cap_add), sorted(info.host.cap_add))
+
+    def security_opt(self, spec: ContainerSpec) -> list[str]:
+        """The plan's SecurityOpt as inspect reports it."""
+        return sorted(spec.security_opt)
+
+    def network(self, spec: ContainerSpec, info: ContainerInfo, want: Want) -> None:
+        want("NetworkMode", spec.network_mode, info.host.network_mode)
+
+    def namespace_mode(self, reported: str) -> str:
+        """A PID or UTS mode as the plan says it ("" for a private namespace)."""
+        return reported
+
+    def sysctls(self, spec: ContainerSpec, info: ContainerInfo, want: Want) -> None:
+        want("Sysctls", dict(spec.sysctls), info.host.sysctls)
+
+    def binds(self, spec: ContainerSpec) -> list[str]:
+        """HostConfig.Binds as inspect reports the plan's mounts (Docker: none, they are Mounts)."""
+        return []
+
+    def log_config(self, spec: ContainerSpec, info: ContainerInfo) -> tuple[tuple, tuple]:
+        """(what the plan's logging looks like in inspect, what inspect says)."""
+        return ("json-file", dict(spec.log_options)), (info.host.log_type, info.host.log_options)
+
+    def image(self, spec: ContainerSpec, info: ContainerInfo, want: Want) -> None:
+        want("Image", spec.image, info.image)
+
+    def own_env(self, image_env: list[str]) -> list[str]:
+        """Variables the engine sets in every container ("NAME=")."""
+        return []
+
+    def in_tmpfs(self, mount: Mount) -> bool:
+        """A mount inspect lists in HostConfig.Tmpfs rather than in Mounts."""
+        return mount.owned_tmpfs
+
+    def tmpfs_reported(self, mount: Mount) -> str:
+        return mount.tmpfs_options
+
+
+DOCKER = Dialect()
