@@ -14,18 +14,15 @@ from dataclasses import replace
 
 from launcher import labels as label
 from launcher.errors import PolicyError, Problem
-from launcher.engineid import PODMAN
+from launcher.dialects import Dialect, of as dialect_of
 from launcher.hostfacts import HostFacts
 from launcher.lifetime import Ceiling, up_main
 from launcher import inject
 from launcher.model import Access, HomeMode, NetworkMode, Policy, Runtime, SecretPolicy, WorkspaceMode
-from launcher.plan import (ARP_SYSCTLS, ContainerSpec, CopySpec, HOME_PROFILE, HomeSpec, INTERNAL_OPTIONS,
-                           LaunchPlan, Mount, MountKind, NetworkSpec, PODMAN_NO_IPV6, PROBE_BUSYBOX, podman_ulimits,
-                           PROBE_DENIED_HOST, PROBE_DIR, PROBE_GATE, PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ProbeExpectations,
-                           ProxySpec, SecretEndpoint, home_volume_name)
+from launcher.plan import (ARP_SYSCTLS, ContainerSpec, CopySpec, HOME_PROFILE, HomeSpec, INTERNAL_OPTIONS, LaunchPlan,
+                           Mount, MountKind, NetworkSpec, PROBE_BUSYBOX, PROBE_DENIED_HOST, PROBE_DIR, PROBE_GATE,
+                           PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ProbeExpectations, ProxySpec, SecretEndpoint, home_volume_name)
 from launcher.policy import CAPABILITY_BITS
-
-PODMAN_MARKER = "/run/.containerenv"
 from launcher.refusals import under
 from launcher.squidconf import render_squid
 from launcher import checks, refusals, runtimes, trustlevel
@@ -97,7 +94,7 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
                       config=render_squid(name, policy.network.allow, secrets=secrets), internal_network=internal,
                       egress_network=egress, alias=PROXY_ALIAS, port=PROXY_PORT,
                       labels=tuple(sorted({**labels, label.KIND: "proxy"}.items())), secrets=secrets,
-                      hosts_entry=host.engine.kind == PODMAN, ulimits=_ulimits(host))
+                      hosts_entry=dialect_of(host.engine.kind).proxy_by_hosts_entry, ulimits=_ulimits(host))
     url = f"http://{PROXY_ALIAS}:{PROXY_PORT}"
     # The endpoints are reached directly, not through the forward proxy (which would refuse the name).
     no_proxy = "localhost,127.0.0.1" + (f",{PROXY_ALIAS}" if secrets else "")
@@ -154,7 +151,8 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     home_spec, copy, volume_labels = _volume_specs(policy, host, copy, volume, profile, trust, uid, gid)
     labels.update(volume_labels)
     container = _container(policy, container_name, probe, main, env, mounts, labels, proxy, uid, gid,
-                           runtimes.security_opt(policy.runtime, host.seccomp_profile), _ulimits(host))
+                           runtimes.security_opt(policy.runtime, host.seccomp_profile), _ulimits(host),
+                           _sysctls(policy, proxy, dialect_of(host.engine.kind)))
     if host.image_build:   # packages: / build: the extended image, built on the policy's (imageext)
         container = replace(container, image=host.image_build.tag)
     return LaunchPlan(policy_name=policy.name, policy_digest=policy.digest, container=container, probe=probe,
@@ -283,8 +281,8 @@ def _probe(policy: Policy, host: HostFacts, mounts: list[Mount], copy: CopySpec 
         uid=uid, gid=gid, capbnd=f"{capbnd:016x}", nnp=1, seccomp=2, kernel=runtimes.kernel(policy.runtime),
         rofs=tuple(d for d in _ROOT_DIRS if not any(under(d, w) for w in writable)),
         writable=writable,
-        # podman binds its marker file, /run/.containerenv (empty, read-only), into every container
-        mounts=tuple(m.target for m in mounts) + ((PODMAN_MARKER,) if host.engine.kind == PODMAN else ()),
+        # files the engine binds into every container (read-only) are mounts the probe expects
+        mounts=tuple(m.target for m in mounts) + dialect_of(host.engine.kind).marker_mounts,
         protected=() if copy else tuple(posixpath.join(target, p) for p in _protected(policy, host)),
         workspace=target,
         **({"wsroot": f"/{copy.base_volume}/_data", "wsupper": f"/{copy.upper_volume}/_data/upper"} if copy
@@ -332,7 +330,8 @@ def _volume_specs(policy: Policy, host: HostFacts, copy: CopySpec | None, volume
 
 def _container(policy: Policy, name: str, probe: ProbeExpectations, main: tuple[str, ...], env: dict[str, str],
                mounts: list[Mount], labels: dict[str, str], proxy: ProxySpec | None, uid: int, gid: int,
-               security_opt: tuple[str, ...], ulimits: tuple[tuple[str, int, int], ...]) -> ContainerSpec:
+               security_opt: tuple[str, ...], ulimits: tuple[tuple[str, int, int], ...],
+               sysctls: tuple[tuple[str, str], ...]) -> ContainerSpec:
     """The agent's container: the probe runs first, then `main`."""
     return ContainerSpec(
         name=name, image=policy.image, user=f"{uid}:{gid}",
@@ -342,7 +341,7 @@ def _container(policy: Policy, name: str, probe: ProbeExpectations, main: tuple[
         # Docker's embedded resolver still answers for the proxy's name, but forwards every other
         # name to the sandbox's own loopback, where nothing answers: no DNS channel out.
         dns=("127.0.0.1",) if proxy else (), runtime=runtimes.engine_name(policy.runtime, policy.network.mode),
-        sysctls=_sysctls(policy, proxy),
+        sysctls=sysctls,
         read_only_root=True, cap_drop=("ALL",), cap_add=policy.capabilities,
         security_opt=security_opt, pids_limit=runtimes.host_pids(policy.runtime, policy.limits.pids),
         memory_bytes=policy.limits.memory_bytes, nano_cpus=int(policy.limits.cpus * 1e9),
@@ -357,18 +356,19 @@ def hostname(name: str) -> str:
 
 
 def _ulimits(host: HostFacts) -> tuple[tuple[str, int, int], ...]:
-    """podman's rlimits, fitted within the host's hard limits: its rootful defaults exceed them on a
-    host whose engine lacks CAP_SYS_RESOURCE, and every start fails ("error setting rlimit").
-    Docker's are left to it (dockerd's own limits, which its runtime never has to raise)."""
-    return podman_ulimits(host.rlimits) if host.engine.kind == PODMAN else ()
+    """The rlimits the engine's dialect sets, fitted within the host's hard limits (podman's rootful
+    defaults exceed them on a host whose engine lacks CAP_SYS_RESOURCE, and every start fails,
+    "error setting rlimit"); none where the engine's own fit (dockerd's)."""
+    return dialect_of(host.engine.kind).ulimits(host.rlimits)
 
 
-def _sysctls(policy: Policy, proxy: ProxySpec | None) -> tuple[tuple[str, str], ...]:
-    """Proxy mode's: quick neighbour discovery (runc; gVisor's netstack takes no such sysctl) and,
-    on podman, no IPv6 on the internal network's interface (Docker disables it there itself)."""
+def _sysctls(policy: Policy, proxy: ProxySpec | None, dialect: Dialect) -> tuple[tuple[str, str], ...]:
+    """Proxy mode's: quick neighbour discovery (runc; gVisor's netstack takes no such sysctl) and
+    what the engine's dialect needs on the internal network (podman: no IPv6 there, which Docker
+    turns off itself)."""
     if not proxy or policy.runtime is not Runtime.RUNC:
         return ()
-    return ARP_SYSCTLS + ((PODMAN_NO_IPV6,) if proxy.hosts_entry else ())
+    return ARP_SYSCTLS + dialect.internal_sysctls
 
 
 def _warnings(policy: Policy, host: HostFacts) -> tuple[str, ...]:

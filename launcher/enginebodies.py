@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from launcher import hostfacts
 from launcher.errors import EngineError
-from launcher.plan import ContainerSpec, MountKind, NetworkSpec, ProxySpec, podman_ulimits
+from launcher.dialects import podman as dialect
+from launcher.plan import ContainerSpec, MountKind, NetworkSpec, ProxySpec
 
 
 def log_config(options: tuple[tuple[str, str], ...]) -> dict:
@@ -69,7 +70,7 @@ def ulimits(limits: tuple[tuple[str, int, int], ...]) -> list[dict]:
 def host_ulimits() -> tuple[tuple[str, int, int], ...]:
     """podman's rlimits within this host's, as a plan's (compiler._ulimits), for a container no
     plan describes: a tool's, the probe volume's filler."""
-    return podman_ulimits(hostfacts.hard_rlimits())
+    return dialect.ulimits(hostfacts.hard_rlimits())
 
 
 def network_body(spec: NetworkSpec, subnet: str = "") -> dict:
@@ -120,7 +121,7 @@ def proxy_body(spec: ProxySpec, env: dict[str, str], address: str, podman: bool)
         "HostConfig": {
             "ReadonlyRootfs": True, "CapDrop": ["ALL"], "SecurityOpt": ["no-new-privileges"],
             "NetworkMode": spec.internal_network,
-            "Tmpfs": {p: spec.podman_scratch_options() if podman else spec.scratch_options for p in spec.scratch_dirs},
+            "Tmpfs": {p: dialect.scratch_options(spec) if podman else spec.scratch_options for p in spec.scratch_dirs},
             "PidsLimit": spec.pids_limit, "Memory": spec.memory_bytes, "MemorySwap": spec.memory_bytes,
             "LogConfig": log_config(spec.log_options), **({"ExtraHosts": [f"{spec.alias}:{address}"]} if address else {}),
             **({"Ulimits": ulimits(spec.ulimits)} if spec.ulimits else {})},
@@ -152,7 +153,7 @@ def _security(spec: ContainerSpec) -> dict:
 def _specgen_mount(m) -> dict:
     if m.kind is MountKind.TMPFS:
         return {"destination": m.target, "type": "tmpfs", "source": "tmpfs",
-                "options": m.podman_tmpfs_options().split(",")}
+                "options": dialect.tmpfs_options(m).split(",")}
     return {"destination": m.target, "type": "bind", "source": m.source, "options": ["ro" if m.read_only else "rw", "rprivate", "rbind"]}
 
 

@@ -30,23 +30,6 @@ INTERNAL_OPTIONS = (("com.docker.network.bridge.inhibit_ipv4", "true"), ("com.do
 # (which stays, for runtimes that do not take these: gVisor's netstack, a cluster's Pod). A bridge
 # answers a live neighbour in microseconds, so the proxy's address still resolves.
 ARP_SYSCTLS = (("net.ipv4.neigh.eth0.mcast_solicit", "2"), ("net.ipv4.neigh.eth0.retrans_time_ms", "20"))
-# podman leaves the internal network's interface an IPv6 link-local address (Docker turns IPv6 off
-# there): off, as the probe's net.routes requires in proxy mode.
-PODMAN_NO_IPV6 = ("net.ipv6.conf.eth0.disable_ipv6", "1")
-# podman's rootful defaults for the rlimits it always sets (fs.nr_open, and conmon's nproc; 4.3.1
-# recorded), which it does not fit to the limits its runtime may raise to: the plan sets these, each
-# within the host's hard limit, instead (compiler._ulimits).
-PODMAN_RLIMITS = (("nofile", 1048576), ("nproc", 32768))
-
-
-def podman_ulimits(hard: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int, int], ...]:
-    """podman's default rlimits, each at most the host's hard limit (`hard`: name, limit; -1 or
-    absent: unlimited), soft and hard alike as podman's own."""
-    limits = dict(hard)
-    return tuple((name, value, value) for name, default in PODMAN_RLIMITS
-                 for value in [default if limits.get(name, -1) < 0 else min(default, limits[name])])
-
-
 @dataclass(frozen=True, kw_only=True)
 class NetworkSpec:
     name: str
@@ -93,24 +76,18 @@ class ProxySpec:
     scratch_dirs: tuple[str, ...] = ("/run/squid", "/var/spool/squid", "/var/log/squid")
     scratch_options: str = "uid=13,gid=13,mode=0700,size=16m"
     secrets: tuple[SecretEndpoint, ...] = ()
-    # podman: the internal network has no DNS server (its aardvark-dns would forward queries to the
-    # host's resolvers), so the proxy gets a fixed address on it and the sandbox an /etc/hosts entry
-    # for `alias` (pinned_proxy, at launch, once the network's subnet is known).
+    # An engine whose internal network has no DNS server (a dialect's proxy_by_hosts_entry: its
+    # resolver would forward queries to the host's): the proxy gets a fixed address on it and the
+    # sandbox an /etc/hosts entry for `alias` (pinned_proxy, at launch, once the subnet is known).
     hosts_entry: bool = False
     # Its output is the egress audit: bounded (about a million requests), never unbounded.
     log_options: tuple[tuple[str, str], ...] = (("max-size", "50m"), ("max-file", "4"))
-    ulimits: tuple[tuple[str, int, int], ...] = ()   # as ContainerSpec.ulimits (podman: podman_ulimits)
-
-    def podman_scratch_options(self) -> str:
-        """scratch_options for podman 4 (no uid=/gid=: `U` chowns them to the proxy's user, which
-        they are; no copy-up; noexec as Docker's HostConfig.Tmpfs has it)."""
-        size = dict(part.split("=", 1) for part in self.scratch_options.split(","))["size"]
-        return f"rw,size={size},mode=0700,U,noexec,notmpcopyup"
+    ulimits: tuple[tuple[str, int, int], ...] = ()   # as ContainerSpec.ulimits (an engine dialect's ulimits)
 
 
 def proxy_address(subnet: str) -> str:
     """The proxy's fixed address on an internal network (a hosts_entry plan): the subnet's second
-    host; the sandbox takes any other (podman's own create gives that network no gateway)."""
+    host; the sandbox takes any other (such an engine's create gives that network no gateway)."""
     return str(ipaddress.IPv4Network(subnet)[2])
 
 
@@ -164,21 +141,6 @@ class Mount:
         size = f",size={self.size_bytes}" if self.size_bytes else ""
         return f"{'ro' if self.read_only else 'rw'}{size},uid={self.owner[0]},gid={self.owner[1]},mode={self.mode:04o}"
 
-    def podman_tmpfs_options(self) -> str:
-        """Any tmpfs's HostConfig.Tmpfs options for podman 4 (it puts Mount-API ones there too, with
-        mode 0 and a copy-up). It knows no uid=/gid=: `U` chowns an owned tmpfs to the container's
-        user (so it is used only when that user is the owner: create_body checks). It copies the
-        image's files at the target into a tmpfs unless told `notmpcopyup` (Docker never does), and
-        adds no noexec where Docker does; an unowned one gets Docker's mode 1777."""
-        size = f",size={self.size_bytes}" if self.size_bytes else ""
-        mode, chown = (self.mode, ",U") if self.owner is not None else (0o1777, "")
-        return f"{'ro' if self.read_only else 'rw'}{size},mode={mode:04o}{chown},noexec,notmpcopyup"
-
-    def podman_tmpfs_reported(self) -> str:
-        """What podman 4.3's inspect says of those options: notmpcopyup left out (a copy-up would
-        show as tmpcopyup), its own rprivate,nosuid,nodev appended."""
-        return self.podman_tmpfs_options().removesuffix(",notmpcopyup") + ",rprivate,nosuid,nodev"
-
 
 @dataclass(frozen=True, kw_only=True)
 class ContainerSpec:
@@ -202,8 +164,8 @@ class ContainerSpec:
     nano_cpus: int | None
     labels: tuple[tuple[str, str], ...]
     hostname: str
-    dns: tuple[str, ...] = ()       # upstream servers of Docker's embedded resolver (podman: resolv.conf's)
-    # /etc/hosts entries NAME:ADDRESS (HostConfig.ExtraHosts): on podman, the proxy's name on its
+    dns: tuple[str, ...] = ()       # upstream servers of the engine's resolver (or resolv.conf's)
+    # /etc/hosts entries NAME:ADDRESS (HostConfig.ExtraHosts): a hosts_entry proxy's name on its
     # internal network, which has no DNS server there (launcher.egress.proxy pins it at launch)
     extra_hosts: tuple[str, ...] = ()
     sysctls: tuple[tuple[str, str], ...] = ()   # the sandbox's own network namespace's (HostConfig.Sysctls)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 
 # The capabilities podman reports as dropped for a cap_drop of ALL (its default_capabilities).
-from launcher.plan import PODMAN_RLIMITS
+from launcher.dialects.podman import RLIMITS as PODMAN_RLIMITS
 from launcher.dialects.podman import DEFAULT_CAPS as PODMAN_DEFAULT_CAPS, local_name as podman_local_name
 
 

@@ -14,7 +14,7 @@ from launcher.enginebodies import specgen_body
 from launcher.enginefake import FakeEngine
 from launcher.errors import EngineError
 from launcher.plan import MountKind
-from launcher.dialects import PODMAN
+from launcher.dialects import PODMAN, podman
 from launcher.dialects.podman import DEFAULT_CAPS as PODMAN_DEFAULT_CAPS, docker_name
 from launcher.verify import compare_inspect
 
@@ -32,7 +32,7 @@ LIBPOD = {"podman_runtime": "runc", "podman_log_size": "10MB", "podman_bounding_
 def as_podman(doc: dict) -> None:
     host = doc["HostConfig"]
     tmpfs = {m.target: m for m in PLAN.container.mounts if m.kind is MountKind.TMPFS}
-    host["Tmpfs"] = {target: m.podman_tmpfs_reported() for target, m in tmpfs.items()}
+    host["Tmpfs"] = {target: podman.tmpfs_reported(m) for target, m in tmpfs.items()}
     doc["Mounts"] = [m for m in doc["Mounts"] if m["Type"] != "tmpfs"]
     host["Binds"] = [f"{m['Source'] if m['Type'] == 'bind' else m['Name']}:{m['Destination']}:"
                      f"{'rw' if m['RW'] else 'ro'},rprivate,{'' if m['Type'] == 'bind' else 'nosuid,nodev,'}rbind"
@@ -133,4 +133,4 @@ def test_the_proxy_s_scratch_tmpfs_go_to_podman_without_uid_and_without_copy_up(
     spec = ProxySpec(name="p", image="i", config="", internal_network="n", egress_network="e", alias="a", port=3128,
                      labels=())
     assert spec.scratch_options == "uid=13,gid=13,mode=0700,size=16m"   # Docker's words
-    assert spec.podman_scratch_options() == "rw,size=16m,mode=0700,U,noexec,notmpcopyup" and spec.user == "13:13"
+    assert podman.scratch_options(spec) == "rw,size=16m,mode=0700,U,noexec,notmpcopyup" and spec.user == "13:13"

@@ -18,7 +18,8 @@ from launcher.compiler import compile_policy
 from launcher.enginebodies import podman_network_body, podman_network_subnet
 from launcher.enginefake import FakeEngine, _answer
 from launcher.errors import EngineError
-from launcher.plan import PODMAN_NO_IPV6, pinned_proxy
+from launcher.dialects.podman import NO_IPV6 as PODMAN_NO_IPV6
+from launcher.plan import pinned_proxy
 from launcher.policy import with_allowed
 from launcher.verify import compare_inspect
 from test_podman_specgen import PODMAN

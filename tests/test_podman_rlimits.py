@@ -15,7 +15,7 @@ from launcher import engineid, hostfacts
 from launcher.compiler import compile_policy
 from launcher.enginebodies import create_body, host_ulimits, proxy_body, specgen_body
 from launcher.engineproto import HostSettings
-from launcher.plan import PODMAN_RLIMITS, podman_ulimits
+from launcher.dialects.podman import RLIMITS as PODMAN_RLIMITS, ulimits as podman_ulimits
 from test_podman_specgen import created
 
 PODMAN = engineid.EngineFacts(kind=engineid.PODMAN, cgroup_version="2")

@@ -13,7 +13,8 @@ import pytest
 
 from conftest import fake_facts, preset, untrusted_bind
 from launcher import engineid, pipeline, runtimes, seccompfiles
-from launcher.compiler import PODMAN_MARKER, compile_policy
+from launcher.compiler import compile_policy
+from launcher.dialects.podman import MARKER as PODMAN_MARKER
 from launcher.enginebodies import specgen_body
 from launcher.errors import EngineError, PolicyError
 from launcher.model import Runtime

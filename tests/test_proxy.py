@@ -16,7 +16,7 @@ from fakes import Recorder
 from conftest import docker_sdk, launch_facts, preset
 from launcher import checks, images, launch
 from launcher.compiler import compile_policy
-from launcher.plan import PODMAN_NO_IPV6
+from launcher.dialects.podman import NO_IPV6 as PODMAN_NO_IPV6
 from launcher.errors import ExitCode, ProbeFailed
 from launcher.policy import with_allowed
 from launcher.selftest.testnet import LABELS, Internet

@@ -1,8 +1,10 @@
-"""What differs between container engines, one dialect module per engine: today how each one's
-inspect reports what the plan asked for (verify.compare_inspect compares through a dialect and
-names no engine). A new engine adds its dialect here, its fake and its tests (docs/engines.md).
+"""What differs between container engines, one dialect module per engine: what the plan needs
+for each (the compiler asks through `of`: rlimits, the proxy's hosts entry, sysctls, marker
+mounts) and how each one's inspect reports what the plan asked for (verify.compare_inspect
+compares through a dialect). Neither names an engine. A new engine adds its dialect here, its fake
+and its tests (docs/engines.md).
 
-May import: the plan and the engine protocol (launcher.plan, launcher.engineproto)."""
+May import: the plan (launcher.plan); the compiler reads the plan-side decisions."""
 
 from __future__ import annotations
 
@@ -12,9 +14,14 @@ from launcher.dialects.podman import PODMAN
 DIALECTS = {d.name: d for d in (DOCKER, PODMAN)}
 
 
+def of(kind: str) -> Dialect:
+    """The dialect of an engine by its kind (engineid.DOCKER, engineid.PODMAN)."""
+    return DIALECTS[kind]
+
+
 def for_engine(podman: bool) -> Dialect:
     """The dialect of an engine that is podman or (else) Docker."""
     return PODMAN if podman else DOCKER
 
 
-__all__ = ["DIALECTS", "DOCKER", "PODMAN", "Dialect", "for_engine"]
+__all__ = ["DIALECTS", "DOCKER", "PODMAN", "Dialect", "for_engine", "of"]

@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.dialects.docker import Dialect, Want
-from launcher.engineproto import ContainerInfo
-from launcher.plan import ContainerSpec, Mount, MountKind
+from launcher.plan import ContainerSpec, Mount, MountKind, ProxySpec
 
 # The capabilities podman 4 grants by default (containers.conf default_capabilities as shipped):
 # its inspect lists these as dropped for a CapDrop of ALL.
@@ -31,6 +30,48 @@ def local_name(image: str) -> str:
     return f"localhost/{image}" if docker_name(image) != image else image
 
 
+# podman leaves the internal network's interface an IPv6 link-local address (Docker turns IPv6 off
+# there): off, as the probe's net.routes requires in proxy mode.
+NO_IPV6 = ("net.ipv6.conf.eth0.disable_ipv6", "1")
+# podman's rootful defaults for the rlimits it always sets (fs.nr_open, and conmon's nproc; 4.3.1
+# recorded), which it does not fit to the limits its runtime may raise to: the plan sets these, each
+# within the host's hard limit, instead.
+RLIMITS = (("nofile", 1048576), ("nproc", 32768))
+MARKER = "/run/.containerenv"   # podman binds it (empty, read-only) into every container
+
+
+def ulimits(hard: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int, int], ...]:
+    """podman's default rlimits, each at most the host's hard limit (`hard`: name, limit; -1 or
+    absent: unlimited), soft and hard alike as podman's own."""
+    limits = dict(hard)
+    return tuple((name, value, value) for name, default in RLIMITS
+                 for value in [default if limits.get(name, -1) < 0 else min(default, limits[name])])
+
+
+def tmpfs_options(mount: Mount) -> str:
+    """Any tmpfs's HostConfig.Tmpfs options for podman 4 (it puts Mount-API ones there too, with
+    mode 0 and a copy-up). It knows no uid=/gid=: `U` chowns an owned tmpfs to the container's
+    user (so it is used only when that user is the owner: create_body checks). It copies the
+    image's files at the target into a tmpfs unless told `notmpcopyup` (Docker never does), and
+    adds no noexec where Docker does; an unowned one gets Docker's mode 1777."""
+    size = f",size={mount.size_bytes}" if mount.size_bytes else ""
+    mode, chown = (mount.mode, ",U") if mount.owner is not None else (0o1777, "")
+    return f"{'ro' if mount.read_only else 'rw'}{size},mode={mode:04o}{chown},noexec,notmpcopyup"
+
+
+def tmpfs_reported(mount: Mount) -> str:
+    """What podman 4.3's inspect says of those options: notmpcopyup left out (a copy-up would
+    show as tmpcopyup), its own rprivate,nosuid,nodev appended."""
+    return tmpfs_options(mount).removesuffix(",notmpcopyup") + ",rprivate,nosuid,nodev"
+
+
+def scratch_options(proxy: ProxySpec) -> str:
+    """The proxy's scratch_options for podman 4 (no uid=/gid=: `U` chowns them to the proxy's user,
+    which they are; no copy-up; noexec as Docker's HostConfig.Tmpfs has it)."""
+    size = dict(part.split("=", 1) for part in proxy.scratch_options.split(","))["size"]
+    return f"rw,size={size},mode=0700,U,noexec,notmpcopyup"
+
+
 def _words(value) -> str:
     return ", ".join(map(str, value)) or "none"
 
@@ -38,11 +79,17 @@ def _words(value) -> str:
 @dataclass(frozen=True)
 class Podman(Dialect):
     name: str = "podman"
+    proxy_by_hosts_entry: bool = True   # its internal network has no DNS server (docs/engines.md)
+    marker_mounts: tuple[str, ...] = (MARKER,)
+    internal_sysctls: tuple[tuple[str, str], ...] = (NO_IPV6,)
 
-    def runtime(self, info: ContainerInfo) -> str:
+    def ulimits(self, hard: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int, int], ...]:
+        return ulimits(hard)
+
+    def runtime(self, info) -> str:
         return info.podman_runtime
 
-    def capabilities(self, spec: ContainerSpec, info: ContainerInfo, want: Want, differ) -> None:
+    def capabilities(self, spec: ContainerSpec, info, want: Want, differ) -> None:
         if "ALL" not in spec.cap_drop:
             return super().capabilities(spec, info, want, differ)
         # podman reports the default capabilities it dropped, never ALL, and an added one that is a
@@ -66,7 +113,7 @@ class Podman(Dialect):
         # docs/engines.md): the probe's seccomp.mode and seccomp.unshare prove the profile there.
         return sorted(o for o in spec.security_opt if not o.startswith("seccomp="))
 
-    def network(self, spec: ContainerSpec, info: ContainerInfo, want: Want) -> None:
+    def network(self, spec: ContainerSpec, info, want: Want) -> None:
         if spec.network_mode in ("none", "bridge", "default", ""):
             return super().network(spec, info, want)
         # podman's compat inspect says `bridge` for a container on any bridge network: which one is
@@ -77,7 +124,7 @@ class Podman(Dialect):
     def namespace_mode(self, reported: str) -> str:
         return "" if reported == "private" else reported   # podman names the default
 
-    def sysctls(self, spec: ContainerSpec, info: ContainerInfo, want: Want) -> None:
+    def sysctls(self, spec: ContainerSpec, info, want: Want) -> None:
         """Neither of podman's inspects reports a sysctl (4.3.1, recorded): the probe's net.routes proves IPv6 off."""
 
     def binds(self, spec: ContainerSpec) -> list[str]:
@@ -86,13 +133,13 @@ class Podman(Dialect):
                 f"{'nosuid,nodev,' if m.kind is MountKind.VOLUME else ''}rbind"
                 for m in spec.mounts if m.kind in (MountKind.BIND, MountKind.VOLUME)]
 
-    def log_config(self, spec: ContainerSpec, info: ContainerInfo) -> tuple[tuple, tuple]:
+    def log_config(self, spec: ContainerSpec, info) -> tuple[tuple, tuple]:
         # its one log file is cut at Size (10m as 10MB); max-file has no podman meaning
         size = dict(spec.log_options).get("max-size", "")
         size = size[:-1] + size[-1].upper() + "B" if size[-1:].lower() in ("k", "m", "g") else size
         return ("json-file", size), (info.host.log_type, info.podman_log_size)
 
-    def image(self, spec: ContainerSpec, info: ContainerInfo, want: Want) -> None:
+    def image(self, spec: ContainerSpec, info, want: Want) -> None:
         # a short name is the image podman's lookup finds: its own builds' localhost/, or docker.io/
         if info.image not in (docker_name(spec.image), local_name(spec.image)):
             want("Image", docker_name(spec.image), info.image)
@@ -105,7 +152,7 @@ class Podman(Dialect):
         return mount.kind is MountKind.TMPFS   # podman puts every tmpfs there
 
     def tmpfs_reported(self, mount: Mount) -> str:
-        return mount.podman_tmpfs_reported()
+        return tmpfs_reported(mount)
 
 
 PODMAN = Podman()

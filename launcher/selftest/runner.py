@@ -14,7 +14,7 @@ from typing import Callable
 from launcher import labels as label
 from launcher import baseline, engineid, host, hostengines, hostpaths, images, pipeline, resources, runtimes, scan, session, stack
 from launcher.selftest import scratch
-from launcher.compiler import PODMAN_MARKER
+from launcher.dialects.podman import MARKER as PODMAN_MARKER
 from launcher.engine import Engine
 from launcher.errors import ProbeFailed, SandboxError
 from launcher.plan import PROBE_BUSYBOX, MountKind
