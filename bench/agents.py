@@ -21,7 +21,8 @@ import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from launcher import agents, engine as engine_mod, images  # noqa: E402
+from launcher import agents
+from launcher.engine import engine as engine_mod, images  # noqa: E402
 
 UPSTREAM = "api.test"
 

@@ -26,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from launcher import labels as label  # noqa: E402
-from launcher import workspaces as registry  # noqa: E402
+from launcher.host import workspaces as registry  # noqa: E402
 
 SANDBOX = [sys.executable, "-m", "launcher"]
 POLICY = {"none": ["-p", "untrusted"], "proxy": ["-p", "ci"]}

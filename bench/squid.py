@@ -30,11 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from launcher import images  # noqa: E402
-from launcher.allowlist import parse_rule  # noqa: E402
-from launcher.plan import INTERNAL_OPTIONS, PROXY_ALIAS, PROXY_PORT  # noqa: E402
-from launcher.squidconf import render_squid  # noqa: E402
-from launcher.plan import ProxySpec  # noqa: E402
+from launcher.engine import images  # noqa: E402
+from launcher.plan.plan import INTERNAL_OPTIONS, PROXY_ALIAS, PROXY_PORT  # noqa: E402
+from launcher.plan.plan import ProxySpec  # noqa: E402
+from launcher.plan.squidconf import render_squid  # noqa: E402
+from launcher.policy.allowlist import parse_rule  # noqa: E402
 
 PREFIX = "sandbox-bench-squid"
 LABEL = "dev.sandbox.bench=squid"
@@ -141,7 +141,7 @@ def main() -> None:
     rule = parse_rule({"host": "files.test", "private": True})
     config = render_squid("bench", (rule,))
     docker("build", "-q", "-t", "sandbox-test/upstream:1", str(ROOT / "images" / "upstream"))
-    from launcher.engine import connect
+    from launcher.engine.engine import connect
 
     images.build(connect(), images.proxy_image(), lambda line: None)     # the launcher's proxy image
     if any("sandbox-bench/compare:1" in lines for _n, lines in variants):

@@ -23,10 +23,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from launcher import engine as engine_mod, images  # noqa: E402
-from launcher.copies import store  # noqa: E402
-from launcher.plan import CopySpec  # noqa: E402
 from launcher import labels as label  # noqa: E402
+from launcher.copies import store  # noqa: E402
+from launcher.engine import engine as engine_mod, images  # noqa: E402
+from launcher.plan.plan import CopySpec  # noqa: E402
 
 
 def generate(root: str, files: int, size: int) -> None:

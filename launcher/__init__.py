@@ -13,7 +13,7 @@ def build_commit() -> str:
         return recorded.read_text().strip()
     import os
 
-    from launcher import hostgit
+    from launcher.host import hostgit
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if not os.path.isdir(os.path.join(root, ".git")):
@@ -24,15 +24,15 @@ def build_commit() -> str:
 # The library API (docs/library.md): one call per command, loaded on first use so that the CLI's
 # start does not pay for the pipeline before it needs it. name -> (module, its name there).
 CALLS = {
-    **{n: ("launcher.session", n) for n in ("run", "up", "prepare", "Request", "RunResult", "UpResult")},
+    **{n: ("launcher.launch.session", n) for n in ("run", "up", "prepare", "Request", "RunResult", "UpResult")},
     "down": ("launcher.usecases.remove", "down"), "gc": ("launcher.usecases.remove", "gc"),
     "diff": ("launcher.usecases.copywork", "diff"), "apply": ("launcher.usecases.copywork", "apply"),
     "discard": ("launcher.usecases.copywork", "discard"),
     "checkpoint": ("launcher.copies.store", "checkpoint"), "checkpoints": ("launcher.copies.store", "checkpoints"),
     "rewind": ("launcher.copies.store", "rewind"), "fork": ("launcher.copies.fork", "fork"),
-    "exec_in": ("launcher.sandboxes", "exec_in"), "ls": ("launcher.sandboxes", "ls"),
-    "egress_log": ("launcher.sandboxes", "egress_log"), "selftest": ("launcher.selftest.runner", "run"),
-    "connect": ("launcher.engine", "connect"),
+    "exec_in": ("launcher.launch.sandboxes", "exec_in"), "ls": ("launcher.launch.sandboxes", "ls"),
+    "egress_log": ("launcher.launch.sandboxes", "egress_log"), "selftest": ("launcher.selftest.runner", "run"),
+    "connect": ("launcher.engine.engine", "connect"),
 }
 
 

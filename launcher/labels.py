@@ -23,7 +23,7 @@ PLACEHOLDERS = f"{PREFIX}.placeholders"          # JSON list of mount points cre
 SESSION = f"{PREFIX}.session"                    # up: "SESSION IDLE", limits.session and limits.idle in seconds
 SESSION_CEILING = f"{PREFIX}.session-ceiling"    # up: "SECONDS SOURCE", how far `sandbox extend` may go, and who said so
 PORTS = f"{PREFIX}.ports"                        # `up --port`: HOST_PORT:PORT,… forwarded from the host's loopback
-UP_OPTIONS = f"{PREFIX}.up-options"              # up: the options it was started with, as JSON (launcher/upoptions.py)
+UP_OPTIONS = f"{PREFIX}.up-options"              # up: the options it was started with, as JSON (launcher/launch/upoptions.py)
 PROBE_BUSYBOX = f"{PREFIX}.probe-busybox"        # the probe volume: sha256 of the busybox it was filled with
 
 MANAGED_SELECTOR = f"{MANAGED}=1"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher import cafiles
-from launcher.hostfacts import HostFacts
-from launcher.hostpaths import PathFact
-from launcher.model import BUILTIN_PROTECTED
+from launcher.host import cafiles
+from launcher.host.hostfacts import HostFacts
+from launcher.host.hostpaths import PathFact
+from launcher.policy.model import BUILTIN_PROTECTED
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,7 +83,7 @@ def trusted_runsc(tmp_path, monkeypatch) -> str:
     """A runsc path that registration.untrusted finds safe for root's dockerd to run (root's, in
     root's directories), whatever this host has: a unit test never looks at the host's own runsc.
     Every other path is judged as usual."""
-    from launcher import registration
+    from launcher.doctor import registration
 
     path, real = str(tmp_path / "runsc"), registration.untrusted
     monkeypatch.setattr(registration, "untrusted", lambda at: "" if at == path else real(at))
@@ -94,7 +94,8 @@ def trusted_runsc(tmp_path, monkeypatch) -> str:
 def podman_default_seccomp(monkeypatch) -> str:
     """podman's default seccomp profile as tests/data/podman/seccomp.json has it, read by the
     pipeline instead of this host's /usr/share/containers/seccomp.json; returns its text."""
-    from launcher import pipeline, seccompfiles
+    from launcher.pipeline import pipeline
+    from launcher.plan import seccompfiles
 
     text, real = (ROOT / "tests" / "data" / "podman" / "seccomp.json").read_text(), pipeline.host.podman_seccomp_profile
     monkeypatch.setattr(pipeline.host, "podman_seccomp_profile",
@@ -116,7 +117,7 @@ def docker_sdk():
 def script_upstream(engine, prefix: str, alias: str, script: str, environment: dict | None = None):
     """A Python `script` (printing READY once it listens) in the upstream image, reachable as
     `alias` on a fresh internal network; yields (network, function returning its log, container)."""
-    from launcher import images
+    from launcher.engine import images
     from launcher.selftest import testnet
 
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
@@ -143,12 +144,12 @@ def script_upstream(engine, prefix: str, alias: str, script: str, environment: d
 def engine(tmp_path_factory):
     """A connected Engine with the bundled images built; fails in CI when there is none. At the
     end, the copies that copy-mode runs kept of this session's workspaces go (a user keeps them)."""
-    from launcher import engine as engine_mod
-    from launcher import images
     from launcher.copies import store
+    from launcher.engine import engine as engine_mod
+    from launcher.engine import images
     from launcher.errors import EngineError
 
-    from launcher import engineid
+    from launcher.host import engineid
 
     wanted = os.environ.get("SANDBOX_TEST_ENGINE", engineid.DOCKER)
     try:
@@ -179,7 +180,9 @@ def launch_facts(engine, policy, workspace, engine_facts=None, **more) -> HostFa
     state file (written). `more`: hostfacts.gather's further facts (proxy_image, …)."""
     from dataclasses import replace
 
-    from launcher import engineid, hostfacts, images, pipeline, statefiles
+    from launcher.engine import images
+    from launcher.host import engineid, hostfacts, statefiles
+    from launcher.pipeline import pipeline
 
     facts = replace(hostfacts.gather(policy, str(workspace), images.probe_volume_name(), **more),
                     engine=engine_facts or engineid.asked(engine))
@@ -242,7 +245,7 @@ def preset(ref: str, workspace: str | None = None):
     """The effective policy a user gets for `ref` (a preset or a file): the pipeline's own loader
     (with `extends`) and layers, on `workspace` (default: an empty directory), org and user
     policies being the empty ones the autouse fixture points at."""
-    from launcher import pipeline
+    from launcher.pipeline import pipeline
 
     return pipeline.layered(ref, workspace or _empty_workspace()).effective.policy
 
@@ -257,7 +260,7 @@ def _empty_workspace() -> str:
 def untrusted_bind():
     from dataclasses import replace
 
-    from launcher.model import WorkspaceMode
+    from launcher.policy.model import WorkspaceMode
 
     policy = preset("untrusted")
     return replace(policy, workspace=replace(policy.workspace, mode=WorkspaceMode.BIND))
@@ -272,7 +275,7 @@ def model_api_network(network: str, alias: str, label: str, expected: str, extra
     import json
     import subprocess
 
-    from launcher import images
+    from launcher.engine import images
 
     def docker(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(["docker", *argv], capture_output=True, text=True, timeout=60, check=check)

@@ -1,10 +1,10 @@
-"""Test helpers beside the engine fake (launcher.enginefake): a listener that keeps the output, the
+"""Test helpers beside the engine fake (launcher.engine.enginefake): a listener that keeps the output, the
 fake engine holding one sandbox."""
 
 from __future__ import annotations
 
 from launcher import labels as label
-from launcher.enginefake import FakeEngine
+from launcher.engine.enginefake import FakeEngine
 
 
 class Recorder:

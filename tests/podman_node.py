@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from launcher.seccompfiles import docker_semantics as runtime_default_profile   # the launcher's own, for podman
+from launcher.plan.seccompfiles import docker_semantics as runtime_default_profile   # the launcher's own, for podman
 
 CONMON_NPROC = 32768
 PROFILE = "runtime-default.json"

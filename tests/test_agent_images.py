@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher import agents, images, resources
-from launcher.enginefake import FakeEngine
+from launcher import agents, resources
+from launcher.engine import images
+from launcher.engine.enginefake import FakeEngine
 
 AGENTS = sorted(p.image for p in agents.PROFILES.values() if p.image)
 

@@ -18,8 +18,8 @@ import agent_sandbox_crds as crds
 from conftest import fake_facts
 from kube_pss import pod_violations
 from launcher import resources
-from launcher.compiler import compile_policy
-from launcher.policy import parse_policy
+from launcher.plan.compiler import compile_policy
+from launcher.policy.policy import parse_policy
 from launcher.targets.kubernetes import KubeOptions, to_manifests as kube_manifests
 from launcher.targets.kubernetes.agentsandbox import agent_sandbox_text, losses, to_manifests
 from test_kubernetes import SANDBOX, agent_pod, by_kind, kube_validate, preset_plan

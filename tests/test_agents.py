@@ -8,8 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from launcher import agents, images, secrets
-from launcher import inject
+from launcher import agents
+from launcher.engine import images
+from launcher.policy import secrets
+from launcher.policy import inject
 
 ENDPOINT = "http://proxy:3130"
 
@@ -75,7 +77,7 @@ def test_what_each_cli_reads_from_the_workspace_is_protected_or_reported():
     settings a base URL: protected. A planted .env redirects aider's or Gemini CLI's base URL too,
     but so many projects keep one, and opencode writes .opencode at every start, that those two are
     reported (and shown by `sandbox diff`), not protected."""
-    from launcher.surfaces import BY_NAME, PROTECTED
+    from launcher.policy.surfaces import BY_NAME, PROTECTED
 
     unprotected = {path for p in agents.PROFILES.values() for path in p.workspace_config if path not in PROTECTED}
     assert unprotected == {".env", ".opencode"} and not any(BY_NAME[p].protect for p in unprotected)

@@ -19,7 +19,8 @@ import uuid
 import pytest
 
 from conftest import owned_workspace
-from launcher import agents, images
+from launcher import agents
+from launcher.engine import images
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 SANDBOX = [sys.executable, "-m", "launcher"]

@@ -21,7 +21,8 @@ import uuid
 import pytest
 
 from conftest import read_until
-from launcher import agents, images
+from launcher import agents
+from launcher.engine import images
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 MODEL_API = "model-api"             # the stand-in's alias on the test network

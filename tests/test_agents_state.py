@@ -15,7 +15,8 @@ import uuid
 
 import pytest
 
-from launcher import agents, home
+from launcher import agents
+from launcher.launch import home
 from conftest import owned_workspace
 from test_agents_launcher import UPSTREAM, upstream  # noqa: F401  (the stand-in fixture)
 

@@ -15,14 +15,15 @@ from click.testing import CliRunner
 
 from conftest import fake_facts
 
-from launcher import attest, pipeline
 from launcher.cli import main
-from launcher.compiler import compile_policy
-from launcher.enginefake import FakeEngine
-from launcher.engineproto import ContainerInfo, HostSettings
+from launcher.engine.enginefake import FakeEngine
+from launcher.engine.engineproto import ContainerInfo, HostSettings
+from launcher.engine.verify import Check, ProbeReport
 from launcher.errors import AttestationInvalid, ExitCode
+from launcher.launch import attest
+from launcher.pipeline import pipeline
+from launcher.plan.compiler import compile_policy
 from launcher.targets import report
-from launcher.verify import Check, ProbeReport
 
 
 def invoke(*args):
@@ -95,7 +96,7 @@ def test_layers_carry_their_digest_and_the_bytes_it_was_taken_of(record, tmp_pat
 
 
 def test_a_layer_file_changed_since_the_run_is_named_not_embedded(tmp_path):
-    from launcher.layers import Layer, LayerKind
+    from launcher.policy.layers import Layer, LayerKind
 
     doc = statement(tmp_path)
     entry = next(layer for layer in doc["predicate"]["layers"] if layer["kind"] == "org")
@@ -295,7 +296,7 @@ def test_an_engine_that_fails_while_recording_is_written_down(tmp_path):
 
 def fake_run(monkeypatch, probe_ok=True):
     """A launch that ends well (or with a failed probe) without an engine: session and launch stand-ins."""
-    from launcher import launch, session
+    from launcher.launch import launch, session
 
     probe = ProbeReport(checks=(Check(id="identity.uid", ok=probe_ok, expected="1000", observed="1000"),),
                         finished=True, verdict_ok=probe_ok)

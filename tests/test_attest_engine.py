@@ -16,8 +16,10 @@ import pytest
 
 from conftest import BIND, docker_sdk
 
-from launcher import attest, checks, images
+from launcher.engine import images
 from launcher.errors import AttestationInvalid, ExitCode
+from launcher.launch import attest
+from launcher.plan import checks
 from launcher.selftest.testnet import Internet
 
 pytestmark = pytest.mark.engine
@@ -206,7 +208,7 @@ def test_up_with_attest_writes_a_signed_record_at_down(engine, workspace, tmp_pa
 
 def test_up_whose_probe_fails_writes_its_signed_record_at_once(engine, workspace, tmp_path):
     """No `down` follows a refused start, so its record is written then, not kept for later."""
-    from launcher import records
+    from launcher.launch import records
 
     key, pub = key_files(tmp_path, "signer", "ed25519")
     os.chown(workspace, 0, 0)

@@ -28,7 +28,7 @@ def test_summary_groups_by_destination_most_frequent_first():
 
 def test_learn_mode_suggests_the_narrowest_entries_for_what_was_refused():
     from launcher.egress.audit import EgressEvent, suggest, suggestion_yaml
-    from launcher.allowlist import parse_rule
+    from launcher.policy.allowlist import parse_rule
 
     def refused(host, port="443", sni="-"):
         return EgressEvent(time=1, method="CONNECT", host=host, port=port, status="403", verdict="TCP_DENIED", sni=sni)

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from launcher import images
+from launcher.engine import images
 from launcher.errors import EngineError
 
 

@@ -9,7 +9,8 @@ import subprocess
 
 import pytest
 
-from launcher import hostfiles, trust
+from launcher.host import hostfiles
+from launcher.policy import trust
 from test_trust import NARROW, SANDBOX, compile_, env  # noqa: F401 - env: a fixture
 
 POLICY = b"version: 1\nbuild: {dockerfile: .sandbox/Dockerfile, context: .sandbox}\n"

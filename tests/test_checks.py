@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from launcher import checks, explain
+from launcher.check import explain
+from launcher.plan import checks
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,9 +43,9 @@ def test_the_probe_script_has_one_function_per_check_and_no_list_of_its_own():
 
 def test_the_compiler_passes_the_launchers_lists_to_the_probe():
     from conftest import fake_facts, preset
-    from launcher.compiler import compile_policy
-    from launcher.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS
-    from launcher.secrets import SECRET_VALUES
+    from launcher.host.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS
+    from launcher.plan.compiler import compile_policy
+    from launcher.policy.secrets import SECRET_VALUES
 
     for name, mode in (("untrusted", "none"), ("ci", "proxy")):
         probe = compile_policy(preset(name), fake_facts()).probe
@@ -54,7 +55,7 @@ def test_the_compiler_passes_the_launchers_lists_to_the_probe():
 
 
 def test_an_na_verdict_passes_only_where_the_plan_said_so():
-    from launcher.verify import parse_probe
+    from launcher.engine.verify import parse_probe
 
     lines = ["PROBE\tnnp\tn/a\t1\tnot shown (gvisor has no NoNewPrivs line)", "PROBE-END\tok\t1"]
     assert not parse_probe(lines).ok and parse_probe(lines).checks[0].verdict == "n/a"
@@ -75,9 +76,9 @@ def test_the_run_report_shows_an_na_check_with_its_reason():
     import time
 
     from conftest import fake_facts, preset
-    from launcher.compiler import compile_policy
+    from launcher.engine.verify import parse_probe
+    from launcher.plan.compiler import compile_policy
     from launcher.targets import report
-    from launcher.verify import parse_probe
 
     plan = compile_policy(preset("untrusted-gvisor"), fake_facts())
     probe = parse_probe(["PROBE\tnnp\tn/a\t1\tnot shown (gvisor has no NoNewPrivs line)",

@@ -9,9 +9,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from launcher import baseline, engine, sandboxes
 from launcher.cli import main
-from launcher.enginefake import FakeEngine
+from launcher.engine import engine
+from launcher.engine.enginefake import FakeEngine
+from launcher.host import baseline
+from launcher.launch import sandboxes
 from launcher.selftest import runner as st
 
 

@@ -10,16 +10,17 @@ from pathlib import Path
 import pytest
 
 from conftest import fake_facts, untrusted_bind, preset
-from launcher import resources, runtimes
-from launcher.targets import argv as render
-from launcher.compiler import compile_policy
-from launcher.gitdirs import GitFacts
+from launcher import resources
 from launcher.errors import PolicyError
-from launcher.hostpaths import PathFact
-from launcher.model import BUILTIN_PROTECTED, Access
-from launcher.plan import PROBE_BUSYBOX, MountKind
-from launcher.surfaces import GIT_BY_EXISTENCE, GIT_CONTROL
-from launcher.policy import parse_policy
+from launcher.host.gitdirs import GitFacts
+from launcher.host.hostpaths import PathFact
+from launcher.plan import runtimes
+from launcher.plan.compiler import compile_policy
+from launcher.plan.plan import PROBE_BUSYBOX, MountKind
+from launcher.policy.model import BUILTIN_PROTECTED, Access
+from launcher.policy.policy import parse_policy
+from launcher.policy.surfaces import GIT_BY_EXISTENCE, GIT_CONTROL
+from launcher.targets import argv as render
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -287,7 +288,7 @@ CERT = ("-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUK0rk\n-----END CERTIFI
 
 
 def test_ca_certificates_are_read_only_files_named_by_the_tools_variables():
-    from launcher.hostpaths import PathFact
+    from launcher.host.hostpaths import PathFact
 
     policy = replace(preset("ci"), ca_certificates=("/etc/company-ca.pem",))
     fact = PathFact(given="/etc/company-ca.pem", real="/etc/company-ca.pem", kind="file")
@@ -304,8 +305,8 @@ def test_ca_certificates_are_read_only_files_named_by_the_tools_variables():
 
 
 def test_usable_ca_certificates_become_two_read_only_mounts_and_five_variables(monkeypatch):
-    from launcher import compiler as compiler_mod
-    from launcher.hostpaths import PathFact
+    from launcher.host.hostpaths import PathFact
+    from launcher.plan import compiler as compiler_mod
 
     monkeypatch.setattr(compiler_mod.inject, "ca_bundle", lambda data: CERT)   # a real one: test_engine
     policy = replace(preset("ci"), ca_certificates=("/etc/company-ca.pem",))
@@ -321,8 +322,8 @@ def test_usable_ca_certificates_become_two_read_only_mounts_and_five_variables(m
 
 
 def test_ca_files_are_checked_once_with_the_host_facts_never_by_the_compiler(monkeypatch):
-    from launcher import inject
-    from launcher.hostpaths import PathFact
+    from launcher.host.hostpaths import PathFact
+    from launcher.policy import inject
 
     monkeypatch.setattr(inject, "ca_bundle", lambda data: CERT)
     policy = replace(preset("ci"), ca_certificates=("/etc/company-ca.pem",))

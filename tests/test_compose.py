@@ -17,13 +17,15 @@ import yaml
 import launcher
 
 from conftest import docker_sdk, external_tool, fake_facts, preset, untrusted_bind
-from launcher import hostfacts, images, sandboxes, workspaces
-from launcher.compiler import compile_policy
-from launcher.plan import unwatched
+from launcher.engine import images
+from launcher.engine.verify import compare_inspect, parse_probe
+from launcher.host import hostfacts, workspaces
+from launcher.launch import sandboxes
+from launcher.plan.compiler import compile_policy
+from launcher.plan.plan import unwatched
+from launcher.policy.policy import parse_policy, with_allowed
 from launcher.targets.compose import compose_text, to_compose
 from launcher.targets.portable import WSROOT_ENV, probe_start, without_host
-from launcher.policy import parse_policy, with_allowed
-from launcher.verify import compare_inspect, parse_probe
 from test_secrets_engine import model_api  # noqa: F401 - the recorder upstream fixture
 
 SANDBOX = [sys.executable, "-m", "launcher"]

@@ -282,7 +282,7 @@ def test_excluded_paths_are_not_copied(engine, repo, tmp_path):
 def test_a_launcher_killed_while_copying_leaves_what_gc_removes(engine, repo):
     """kill -9 between the copy's volumes: an incomplete copy, never used, that gc takes."""
     from launcher import labels as label
-    from launcher.engine import connect
+    from launcher.engine.engine import connect
 
     eng, name = connect(), "copy-t9"
     labels = {label.MANAGED: "1", label.KIND: "copy", label.COPY: name, label.WORKSPACE: str(repo),

@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 
-from launcher import sandboxes
 from launcher.copies import apply, export, review, store
 from launcher.errors import PolicyError, SandboxError
+from launcher.launch import sandboxes
 from test_copy_review import PROTECTED, exported, file_state
 
 pytestmark = pytest.mark.usefixtures("private_tempdir")

@@ -167,7 +167,7 @@ def test_apply_writes_a_sparse_file_sparse_and_gc_counts_without_files(tmp_path,
 
 
 def test_a_containers_stdout_is_a_stream_and_its_stderr_a_bounded_tail():
-    from launcher.engine import Attached
+    from launcher.engine.streams import Attached
 
     frames = iter([(b"ab", None), (None, b"x" * 70000), (b"cd" * 10, b"last words")])
     run = Attached(frames)

@@ -18,9 +18,9 @@ import pytest
 
 from launcher import labels as label
 from launcher.copies import fill, store
-from launcher.enginefake import FakeEngine
-from launcher.plan import CopySpec, Mount, MountKind
-from launcher.tools import read_files, run_tool
+from launcher.engine.enginefake import FakeEngine
+from launcher.engine.tools import read_files, run_tool
+from launcher.plan.plan import CopySpec, Mount, MountKind
 
 PATTERNS = ["node_modules", "*.o", "build/*.tmp", "./top.txt", "deep/x", "d?r", "*/cache", "a b", "ünï", "src/",
             ".*rc", "*", "no-such", "deep", "x*y/z"]

@@ -116,8 +116,8 @@ def test_a_sparse_gigabyte_applies_in_little_memory_and_a_file_over_the_cap_is_r
 
 
 def test_a_tools_container_that_overruns_its_time_is_killed_and_removed(engine):
+    from launcher.engine.tools import run_tool
     from launcher.errors import EngineError
-    from launcher.tools import run_tool
 
     name = f"slow-{os.getpid()}"
     started = time.monotonic()

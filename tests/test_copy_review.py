@@ -12,7 +12,7 @@ import pytest
 
 from launcher.copies import apply, review
 from launcher.errors import CopyConflict
-from launcher.model import BUILTIN_PROTECTED
+from launcher.policy.model import BUILTIN_PROTECTED
 
 pytestmark = pytest.mark.usefixtures("private_tempdir")   # their exports' spools go with the test
 

@@ -13,7 +13,7 @@ import pytest
 
 from launcher import labels as label
 from launcher.copies import store
-from launcher.enginefake import FakeEngine, tar_of
+from launcher.engine.enginefake import FakeEngine, tar_of
 
 SANDBOX = [sys.executable, "-m", "launcher"]
 
@@ -64,7 +64,7 @@ def test_ls_reads_every_copys_count_through_one_created_container():
 
 def test_what_a_run_says_of_its_copy_comes_from_its_last_checkpoint(capsys):
     from launcher.cli.output import print_copy
-    from launcher.launch import Outcome
+    from launcher.launch.launch import Outcome
 
     def told(**kw):
         print_copy(Outcome(container="s", probe=None, exit_code=0, timed_out=False, copy="cp", **kw))
@@ -78,7 +78,7 @@ def test_what_a_run_says_of_its_copy_comes_from_its_last_checkpoint(capsys):
 
 def test_ls_shows_a_copys_changes():
     from launcher.cli.manage import _changes
-    from launcher.sandboxes import SandboxInfo
+    from launcher.launch.sandboxes import SandboxInfo
 
     def shown(kind, changes):
         return _changes(SandboxInfo(name="n", kind=kind, state="kept", policy="p", workspace="/w", created=0,

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, claude_tui_task, read_until
-from launcher import images
+from launcher.engine import images
 
 SANDBOX = [sys.executable, "-m", "launcher"]
 UPSTREAM = "api.test"

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from launcher import pipeline
+from launcher.pipeline import pipeline
 from tests.test_secrets import TEST_CA
 
 # Something of every kind that reaches the files: proxy networks and allow list, both kinds of

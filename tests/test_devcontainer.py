@@ -14,14 +14,15 @@ import pytest
 import yaml
 
 from conftest import BIND, ROOT, external_tool, fake_facts, untrusted_bind, preset
-from launcher import images, launch
+from launcher.engine import images
+from launcher.engine.verify import parse_probe
+from launcher.launch import launch
+from launcher.plan.compiler import compile_policy
+from launcher.plan.plan import unwatched
+from launcher.policy.model import WorkspaceMode
+from launcher.policy.policy import with_allowed
 from launcher.targets import devcontainer
-from launcher.compiler import compile_policy
-from launcher.model import WorkspaceMode
-from launcher.plan import unwatched
-from launcher.policy import with_allowed
 from launcher.targets.portable import probe_start
-from launcher.verify import parse_probe
 
 SANDBOX = [sys.executable, "-m", "launcher"]
 HOOKS = ("initializeCommand", "onCreateCommand", "updateContentCommand", "postCreateCommand", "postStartCommand",
@@ -61,7 +62,7 @@ def test_gvisor_seccomp_profile_is_copied_beside_devcontainer_json_and_named_fro
     files = devcontainer.files(plan)
     args = json.loads(files["devcontainer.json"])["runArgs"]
     assert "--security-opt=seccomp=${localWorkspaceFolder}/.devcontainer/gvisor-seccomp.json" in args
-    assert files["gvisor-seccomp.json"] == (ROOT / "launcher" / "gvisor-seccomp.json").read_text()
+    assert files["gvisor-seccomp.json"] == (ROOT / "launcher" / "plan" / "gvisor-seccomp.json").read_text()
     assert str(ROOT) not in json.dumps(files)
 
 

@@ -15,9 +15,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from launcher import explain, pipeline, resources
+from launcher import resources
+from launcher.check import explain
 from launcher.cli import complete, main
-from launcher.pipeline import LayerOptions
+from launcher.pipeline import pipeline
+from launcher.pipeline.pipeline import LayerOptions
 
 SCRIPT = os.path.join(os.path.dirname(sys.executable), "sandbox")   # completion keys on the program's name
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from launcher import doctor
-from launcher.doctor import Status
+from launcher.doctor import doctor
+from launcher.doctor.doctor import Status
 
 SANDBOX = [sys.executable, "-m", "launcher"]
 INFO = {"SecurityOptions": ["name=seccomp,profile=default", "name=apparmor"], "CgroupVersion": "2",
@@ -73,8 +73,8 @@ def test_an_unreachable_engine_fails_with_exit_code_121(monkeypatch):
     are not a unit test's input."""
     from click.testing import CliRunner
 
-    from launcher import hostengines
     from launcher.cli import main
+    from launcher.engine import hostengines
 
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     monkeypatch.setattr(hostengines, "sightings", lambda: ())
@@ -96,7 +96,7 @@ def test_doctor_against_this_engine(engine):
 
 
 def test_sandbox_schema_prints_the_bundled_json_schema():
-    from launcher.schema import policy_schema
+    from launcher.policy.schema import policy_schema
 
     result = subprocess.run(SANDBOX + ["schema"], capture_output=True, text=True)
     assert result.returncode == 0 and json.loads(result.stdout) == policy_schema()
@@ -119,7 +119,7 @@ PODMAN_INFO = {"SecurityOptions": ["name=seccomp,profile=default"], "DefaultRunt
 
 
 def test_podman_is_recognised_by_its_components_and_judged_by_its_own_advisories():
-    from launcher import engineid
+    from launcher.host import engineid
 
     engine = engineid.identify(PODMAN_VERSION, PODMAN_INFO)
     assert (engine.kind, engine.label, engine.runtime) == ("podman", "Podman 4.3.1", "runc")
@@ -136,7 +136,7 @@ def test_podman_is_recognised_by_its_components_and_judged_by_its_own_advisories
 
 
 def test_docker_stays_docker_and_a_podman_runtime_is_judged_when_listed():
-    from launcher import engineid
+    from launcher.host import engineid
 
     assert engineid.identify(version(), INFO).label == "Docker 27.3.1"
     crun = {**PODMAN_VERSION, "Components": PODMAN_VERSION["Components"][:2] + [

@@ -19,9 +19,11 @@ import pytest
 from conftest import BIND, docker_sdk, launch_facts, preset, read_until, untrusted_bind
 from fakes import Recorder
 
-from launcher import hostfacts, images, launch, workspaces
-from launcher.compiler import compile_policy
+from launcher.engine import images
 from launcher.errors import ExitCode, NotFound
+from launcher.host import hostfacts, workspaces
+from launcher.launch import launch
+from launcher.plan.compiler import compile_policy
 
 pytestmark = pytest.mark.engine
 SANDBOX = [sys.executable, "-m", "launcher"]
@@ -243,8 +245,8 @@ def test_up_stops_at_its_time_limit_whoever_is_attached_and_warns_the_shell_firs
 
 def test_the_argv_output_launches_a_sandbox_whose_probe_passes_even_for_an_odd_workspace_path(engine, tmp_path):
     # `--mount` is CSV to the docker CLI: a line break in the path must be quoted (commas already were).
+    from launcher.engine.verify import parse_probe
     from launcher.targets import argv as render
-    from launcher.verify import parse_probe
 
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None)
     ws = tmp_path / "odd name\nwith a line break"

@@ -11,12 +11,12 @@ import threading
 import pytest
 
 from conftest import fake_facts, untrusted_bind
-from launcher import engineapi
-from launcher.compiler import compile_policy
-from launcher.engine import Engine
-from launcher.enginebodies import create_body
+from launcher.engine import engineapi
+from launcher.engine.engine import Engine
+from launcher.engine.enginebodies import create_body
 from launcher.errors import EngineError, NotFound
-from launcher.plan import Mount, MountKind
+from launcher.plan.compiler import compile_policy
+from launcher.plan.plan import Mount, MountKind
 
 PLAN = compile_policy(untrusted_bind(), fake_facts())
 
@@ -151,7 +151,7 @@ def test_frames_split_anywhere_come_back_whole():
 
 
 def test_the_environment_chooses_the_transport(monkeypatch):
-    from launcher import host
+    from launcher.host import host
 
     monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
     for address, path in [("", "/d.sock"), ("unix:///run/user/1000/podman/podman.sock", "/run/user/1000/podman/podman.sock"),

@@ -1,4 +1,4 @@
-"""The engine seam: launcher.engine.Engine and the in-package fake answer the same Protocol
+"""The engine seam: launcher.engine.engine.Engine and the in-package fake answer the same Protocol
 (engineproto.Engine), and the fake's model behaves as the engine does for what the launcher asks."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import inspect
 import pytest
 
 from conftest import fake_facts, preset, untrusted_bind
-from launcher import engineproto
 from launcher import labels as label
-from launcher.compiler import compile_policy
-from launcher.engine import Engine
-from launcher.enginefake import FakeEngine, tar_of
+from launcher.engine import engineproto
+from launcher.engine.engine import Engine
+from launcher.engine.enginefake import FakeEngine, tar_of
 from launcher.errors import EngineError, NotFound
-from launcher.policy import with_allowed
+from launcher.plan.compiler import compile_policy
+from launcher.policy.policy import with_allowed
 
 PROTOCOL = {name for name, member in vars(engineproto.Engine).items()
             if callable(member) and not name.startswith("_")}

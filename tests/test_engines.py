@@ -1,4 +1,4 @@
-"""Every engine on this host (issue 30): where `sandbox doctor` looks (launcher/host.py), a row per
+"""Every engine on this host (issue 30): where `sandbox doctor` looks (launcher/host/host.py), a row per
 engine with its identity and verdict (pure, over recorded /version and /info answers), runtimes
 that count only when installed, and gVisor said and refused under podman (no daemon.json written)."""
 
@@ -12,11 +12,14 @@ import socket
 import pytest
 from click.testing import CliRunner
 
-from launcher import doctor, engineid, host, hostpaths, launch, registration, runtimes
-from launcher.doctor import Status
-from launcher.enginefake import FakeEngine
+from launcher.doctor import doctor, registration
+from launcher.doctor.doctor import Status
+from launcher.engine.enginefake import FakeEngine
 from launcher.errors import EngineError
-from launcher.model import NetworkMode, Runtime
+from launcher.host import engineid, host, hostpaths
+from launcher.launch import launch
+from launcher.plan import runtimes
+from launcher.policy.model import NetworkMode, Runtime
 from test_doctor import PODMAN_INFO, PODMAN_VERSION, version
 
 # podman 4.3.1's /info Runtimes here (Debian 12, containers.conf untouched): every runtime
@@ -87,8 +90,8 @@ def test_under_podman_the_gvisor_row_is_podmans_own_and_never_daemon_json():
 def test_a_gvisor_plan_is_refused_under_podman_before_anything_is_made():
     from test_runtimes import BASE
 
-    from launcher.compiler import compile_policy
-    from launcher.policy import parse_policy
+    from launcher.plan.compiler import compile_policy
+    from launcher.policy.policy import parse_policy
     from conftest import fake_facts
 
     plan = compile_policy(parse_policy(BASE + b"runtime: gvisor\n", "p.yaml"), fake_facts())
@@ -101,8 +104,8 @@ def test_a_gvisor_plan_is_refused_under_podman_before_anything_is_made():
 
 
 def test_doctor_fix_under_podman_writes_nothing_and_says_why(monkeypatch, tmp_path):
-    from launcher import engine
     from launcher.cli import main
+    from launcher.engine import engine
 
     monkeypatch.setattr(engine, "connect", lambda: FakeEngine(engine_version=PODMAN_VERSION, engine_info=PODMAN))
     monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/runsc" if name == "runsc" else None)
@@ -212,8 +215,9 @@ def test_the_docker_clis_current_context_is_listed(bare_host, monkeypatch):
 def test_the_attestation_names_podman_and_its_runc(tmp_path):
     from conftest import fake_facts
 
-    from launcher import attest, pipeline
-    from launcher.compiler import compile_policy
+    from launcher.launch import attest
+    from launcher.pipeline import pipeline
+    from launcher.plan.compiler import compile_policy
     from launcher.targets import report
 
     layered = pipeline.layered("untrusted", str(tmp_path))
@@ -257,7 +261,7 @@ def test_podmans_limits_are_judged_by_its_libpod_controllers_not_its_info_flags(
 @pytest.mark.engine
 def test_sightings_ask_each_socket_and_say_which_does_not_answer(engine, bare_host, monkeypatch):
     """The engine in use answers as itself; a socket file nobody serves is a row with its error."""
-    from launcher import hostengines
+    from launcher.engine import hostengines
 
     if TESTS_DOCKER_HOST:                 # the engine under test (bare_host took it away)
         monkeypatch.setenv("DOCKER_HOST", TESTS_DOCKER_HOST)

@@ -10,9 +10,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from launcher import launch, pipeline
 from launcher.cli import main
 from launcher.errors import EngineError, ExitCode, PolicyError, ProbeFailed, Problem, Terminated, also_failed
+from launcher.launch import launch
+from launcher.pipeline import pipeline
 
 
 def invoke(*args):
@@ -36,7 +37,7 @@ def test_every_command_maps_errors_and_signals_to_their_codes(monkeypatch, tmp_p
         raise raised
 
     monkeypatch.setattr(pipeline, "layered", fail)
-    monkeypatch.setattr("launcher.lintstack.check", fail)
+    monkeypatch.setattr("launcher.check.lintstack.check", fail)
     monkeypatch.chdir(tmp_path)
     result = invoke(*command)
     assert result.exit_code == code, (result.stdout, result.stderr)
@@ -63,8 +64,8 @@ def test_run_report_and_exit_code_agree_on_an_internal_error(monkeypatch, tmp_pa
 
 def test_a_clean_up_failure_is_reported_beside_the_primary_error(monkeypatch):
     from conftest import fake_facts
-    from launcher.compiler import compile_policy
-    from launcher.enginefake import FakeEngine
+    from launcher.engine.enginefake import FakeEngine
+    from launcher.plan.compiler import compile_policy
     from conftest import preset
 
     plan = compile_policy(preset("untrusted"), fake_facts())
@@ -165,7 +166,7 @@ def test_docker_host_that_does_not_resolve_says_so(monkeypatch):
 
 
 def test_no_default_socket_says_which_and_to_start_the_engine(monkeypatch, tmp_path):
-    from launcher import engine
+    from launcher.engine import engine
 
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
@@ -185,7 +186,8 @@ def test_a_socket_the_user_may_not_use_says_whose_it_is_and_the_ways_in(monkeypa
     import grp
     import pwd
 
-    from launcher import doctor, engine, engineapi
+    from launcher.doctor import doctor
+    from launcher.engine import engine, engineapi
 
     def denied(*args, **kwargs):
         raise PermissionError(errno.EACCES, "Permission denied")

@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from launcher import explain, stack
-from launcher.layers import FIELDS
+from launcher.check import explain
+from launcher.pipeline import stack
+from launcher.policy.layers import FIELDS
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_every_check_the_table_names_is_one_the_probe_runs():
-    from launcher import checks
+    from launcher.plan import checks
 
     assert explain.checks_named() <= set(checks.ALL)   # exact equality: tests/test_checks.py
 

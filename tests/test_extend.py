@@ -9,12 +9,17 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from launcher import engine, extensions, labels as label, lifetime, pipeline, sandboxes
+from launcher import labels as label
 from launcher.cli import main
-from launcher.compiler import compile_policy
-from launcher.enginefake import FakeEngine
+from launcher.engine import engine
+from launcher.engine.enginefake import FakeEngine
 from launcher.errors import EngineError, ExitCode, NoSandbox, PolicyError
-from launcher.lifetime import Ceiling, extended_end
+from launcher.host import extensions
+from launcher.launch import sandboxes
+from launcher.pipeline import pipeline
+from launcher.plan import lifetime
+from launcher.plan.compiler import compile_policy
+from launcher.plan.lifetime import Ceiling, extended_end
 
 from conftest import fake_facts, preset
 

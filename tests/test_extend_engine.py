@@ -13,8 +13,8 @@ import pytest
 
 from conftest import BIND, read_until
 from test_session_limits import ended, sandbox, terminal   # the same short-session tools
-from launcher.lifetime import END_FILE
-from launcher.plan import PROBE_BUSYBOX
+from launcher.plan.lifetime import END_FILE
+from launcher.plan.plan import PROBE_BUSYBOX
 
 pytestmark = pytest.mark.engine
 

@@ -17,10 +17,12 @@ import pytest
 from conftest import BIND, docker_sdk, preset
 
 from fakes import Recorder
-from launcher import hostfacts, images, launch
-from launcher.compiler import compile_policy
+from launcher.engine import images
 from launcher.errors import ExitCode
-from launcher.policy import with_allowed
+from launcher.host import hostfacts
+from launcher.launch import launch
+from launcher.plan.compiler import compile_policy
+from launcher.policy.policy import with_allowed
 from launcher.selftest.testnet import Internet
 
 pytestmark = pytest.mark.engine
@@ -180,7 +182,7 @@ def test_ctrl_c_while_an_image_builds_leaves_nothing(engine, tmp_path, workspace
         shutil.copytree(os.path.join(root, part), tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
     with open(tmp_path / "images" / "probe" / "Dockerfile", "a") as dockerfile:
         dockerfile.write(f"RUN sleep 60 # {os.getpid()}\n")
-    slow_tag = subprocess.run([sys.executable, "-c", "from launcher import images; print(images.probe_image().tag)"],
+    slow_tag = subprocess.run([sys.executable, "-c", "from launcher.engine import images; print(images.probe_image().tag)"],
                               cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
     api, images_before = docker_sdk().api, {i["Id"] for i in docker_sdk().api.images(all=True)}
 

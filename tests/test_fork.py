@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from launcher import labels as label
 from launcher.cli import main
 from launcher.copies import fork
-from launcher.enginefake import FakeEngine
+from launcher.engine.enginefake import FakeEngine
 from launcher.errors import CopyConflict, EngineError, NotFound, PolicyError
 
 ORIGIN = {label.MANAGED: "1", label.KIND: "copy", label.COPY: "a", label.WORKSPACE: "/ws", label.POLICY: "untrusted",

@@ -18,12 +18,13 @@ from conftest import docker_sdk, launch_facts, preset
 
 from fakes import Recorder
 
-from launcher import images, launch, probefiles
 from launcher import labels as label
-from launcher.compiler import compile_policy
+from launcher.engine import images, probefiles
 from launcher.errors import ProbeFailed
-from launcher.model import HomeMode, WorkspaceMode
-from launcher.plan import unwatched
+from launcher.launch import launch
+from launcher.plan.compiler import compile_policy
+from launcher.plan.plan import unwatched
+from launcher.policy.model import HomeMode, WorkspaceMode
 from launcher.selftest import testnet
 
 pytestmark = pytest.mark.engine

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from conftest import fake_facts, untrusted_bind
-from launcher import gitgraph, gitscan, scan
-from launcher.compiler import compile_policy
 from launcher.errors import PolicyError
-from launcher.gitdirs import GitFacts
-from launcher.model import BUILTIN_PROTECTED
-from launcher.plan import MountKind
-from launcher.surfaces import compare, named
+from launcher.host import gitgraph, gitscan, scan
+from launcher.host.gitdirs import GitFacts
+from launcher.plan.compiler import compile_policy
+from launcher.plan.plan import MountKind
+from launcher.policy.model import BUILTIN_PROTECTED
+from launcher.policy.surfaces import compare, named
 
 GIT = ["git", "-c", "user.name=u", "-c", "user.email=u@example.invalid", "-c", "protocol.file.allow=always"]
 

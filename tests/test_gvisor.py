@@ -15,11 +15,15 @@ import pytest
 from fakes import Recorder
 
 from conftest import preset
-from launcher import hostfacts, images, launch, runtimes, stack
-from launcher.compiler import compile_policy
+from launcher.engine import images
+from launcher.engine.verify import compare_inspect
 from launcher.errors import ProbeFailed
-from launcher.model import NetworkMode, Runtime, WorkspaceMode
-from launcher.verify import compare_inspect
+from launcher.host import hostfacts
+from launcher.launch import launch
+from launcher.pipeline import stack
+from launcher.plan import runtimes
+from launcher.plan.compiler import compile_policy
+from launcher.policy.model import NetworkMode, Runtime, WorkspaceMode
 
 pytestmark = pytest.mark.engine
 MARKER = "AGENT-RAN"
@@ -156,7 +160,7 @@ def test_proxy_mode_works_under_gvisor(gvisor, workspace, tmp_path):
     """The internal network and the Squid container as under runc; gVisor's sockets use the host
     network stack inside the sandbox's namespace (sandbox-runsc-hostinet), and every egress check passes."""
     policy = replace(preset("ci"), runtime=Runtime.GVISOR)
-    from launcher.policy import with_allowed
+    from launcher.policy.policy import with_allowed
     policy = with_allowed(policy, ("allowed.test",))
     plan = compile_policy(policy, hostfacts.gather(policy, str(workspace), images.probe_volume_name(),
                                               images.proxy_image().tag),

@@ -13,9 +13,9 @@ import test_tamper
 from fakes import Recorder
 from test_gvisor import MARKER, gvisor, gvisor_plan  # noqa: F401 - the fixture
 
-from launcher import launch
+from launcher.engine.verify import compare_inspect
 from launcher.errors import EngineError, ProbeFailed
-from launcher.verify import compare_inspect
+from launcher.launch import launch
 
 pytestmark = pytest.mark.engine
 

@@ -12,11 +12,11 @@ import sys
 
 import pytest
 
-from launcher import home
 from launcher import labels as label
-from launcher.enginefake import FakeEngine
+from launcher.engine.enginefake import FakeEngine
 from launcher.errors import PolicyError
-from launcher.plan import HomeSpec
+from launcher.launch import home
+from launcher.plan.plan import HomeSpec
 
 SANDBOX = [sys.executable, "-m", "launcher"]
 # What Claude Code does first (mkdir ~/.claude, write ~/.claude.json), then what must still fail.

@@ -8,10 +8,10 @@ import socket
 import pytest
 
 from conftest import preset
-from launcher import host, hostfacts, hostpaths
-from launcher.compiler import compile_policy
 from launcher.errors import PolicyError
-from launcher.policy import parse_policy
+from launcher.host import host, hostfacts, hostpaths
+from launcher.plan.compiler import compile_policy
+from launcher.policy.policy import parse_policy
 
 
 @pytest.fixture

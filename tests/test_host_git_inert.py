@@ -9,10 +9,10 @@ import subprocess
 
 import pytest
 
-from launcher import hostgit
 from launcher.copies.apply import Exported
-from launcher.copies.export import spooled
 from launcher.copies.branch import commit_to_branch
+from launcher.copies.export import spooled
+from launcher.host import hostgit
 
 pytestmark = pytest.mark.usefixtures("private_tempdir")   # their exports' spools go with the test
 
@@ -126,7 +126,7 @@ def test_every_git_command_of_the_launcher_goes_through_hostgit():
     import re
     from pathlib import Path
 
-    package = Path(hostgit.__file__).parent
+    package = Path(hostgit.__file__).parent.parent
     callers = {str(p.relative_to(package)) for p in package.rglob("*.py")
                if re.search(r"""\[["']git["'],""", p.read_text())}   # an argv that starts with git
-    assert callers == {"hostgit.py", "selftest/scratch.py"}
+    assert callers == {"host/hostgit.py", "selftest/scratch.py"}

@@ -13,12 +13,14 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import BIND, fake_facts, untrusted_bind
-from launcher import compiler, hostfacts, stack
 from launcher.cli import main
-from launcher.targets import argv as render
 from launcher.errors import ExitCode, PolicyError
-from launcher.policy import policy_from_raw
-from launcher.secrets import secret_name, secret_value
+from launcher.host import hostfacts
+from launcher.pipeline import stack
+from launcher.plan import compiler
+from launcher.policy.policy import policy_from_raw
+from launcher.policy.secrets import secret_name, secret_value
+from launcher.targets import argv as render
 
 SANDBOX = [sys.executable, "-m", "launcher"]
 
@@ -165,7 +167,7 @@ def _documents():
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=_documents(), env=st.lists(st.tuples(NAMES, VALUES), max_size=3))
 def test_any_accepted_plan_is_inside_the_envelope(doc, env):
-    from launcher.hostpaths import PathFact
+    from launcher.host.hostpaths import PathFact
 
     try:
         policy = policy_from_raw(doc, "generated.yaml", None)

@@ -1,4 +1,4 @@
-"""A policy's packages: and build: (launcher/imagebuild.py, imageext.py) without an engine: package
+"""A policy's packages: and build: (launcher/host/imagebuild.py, imageext.py) without an engine: package
 names by Debian's grammar before anything runs, paths inside the workspace, every FROM our agent
 image, the extended image's tag by content, how layers combine them, and the build steps on the
 fake engine (each FROM an id, reused until what it is made of changes)."""
@@ -13,13 +13,16 @@ import pytest
 
 from conftest import fake_facts, untrusted_bind
 
-from launcher import imagebuild, imageext, images, layers, stack
-from launcher.compiler import compile_policy, effective_digest
-from launcher.enginefake import FakeEngine
+from launcher.engine import imageext, images
+from launcher.engine.enginefake import FakeEngine
 from launcher.errors import PolicyError
-from launcher.layers import LayerKind
-from launcher.model import BuildPolicy
-from launcher.policy import parse_policy
+from launcher.host import imagebuild
+from launcher.pipeline import stack
+from launcher.plan.compiler import compile_policy, effective_digest
+from launcher.policy import layers
+from launcher.policy.layers import LayerKind
+from launcher.policy.model import BuildPolicy
+from launcher.policy.policy import parse_policy
 
 HEAD = "version: 1\nname: x\ndescription: d\n"
 

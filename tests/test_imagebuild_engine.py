@@ -16,8 +16,9 @@ import pytest
 
 from conftest import BIND, untrusted_bind
 
-from launcher import hostfiles, imagebuild, trust
-from launcher.model import BuildPolicy
+from launcher.host import hostfiles, imagebuild
+from launcher.policy import trust
+from launcher.policy.model import BuildPolicy
 
 pytestmark = pytest.mark.engine
 SANDBOX = [sys.executable, "-m", "launcher"]

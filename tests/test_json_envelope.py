@@ -10,10 +10,12 @@ import pytest
 from click.testing import CliRunner
 
 from fakes import one_sandbox
-from launcher import engine, images, proven, sandboxes, session
 from launcher.cli import main
 from launcher.copies import store
+from launcher.engine import engine, images
 from launcher.errors import ExitCode, PolicyError, Problem
+from launcher.host import proven
+from launcher.launch import sandboxes, session
 
 HEAD = ("command", "ok", "exit_code", "sandbox", "error")
 
@@ -92,7 +94,7 @@ def test_up_json_says_what_was_started_before_any_shell(monkeypatch, tmp_path):
 
 
 def test_port_json_is_a_stream_of_lines_listening_then_stopped(monkeypatch):
-    from launcher import forward
+    from launcher.launch import forward
 
     monkeypatch.setattr(engine, "connect", lambda: one_sandbox(network="none"))
     monkeypatch.setattr(forward.Forwarder, "serve", lambda self: (_ for _ in ()).throw(KeyboardInterrupt))

@@ -18,11 +18,11 @@ from conftest import fake_facts, preset
 from kube_pss import pod_violations
 from launcher import labels as label
 from launcher import resources
-from launcher.compiler import compile_policy
-from launcher import inject
 from launcher.errors import PolicyError
-from launcher.hostpaths import PathFact
-from launcher.policy import parse_policy
+from launcher.host.hostpaths import PathFact
+from launcher.plan.compiler import compile_policy
+from launcher.policy import inject
+from launcher.policy.policy import parse_policy
 from launcher.targets.kubernetes import DEFAULT_FORBIDDEN, KubeOptions, kubernetes_text, to_manifests
 from launcher.targets.kubernetes import pod as kpod
 from launcher.targets.kubernetes.network import PRIVATE_V4, PRIVATE_V6
@@ -269,7 +269,7 @@ def test_the_runtime_goes_through_one_function(monkeypatch):
 
 def test_what_a_pod_cannot_hold_is_refused():
     home = replace(preset("read-only"), home=replace(preset("read-only").home, mode=__import__(
-        "launcher.model", fromlist=["HomeMode"]).HomeMode.VOLUME))
+        "launcher.policy.model", fromlist=["HomeMode"]).HomeMode.VOLUME))
     with pytest.raises(PolicyError, match="home.mode"):
         to_manifests(compile_policy(home, fake_facts(), kind="kubernetes"))
     mounted = parse_policy(b"version: 1\nname: m\ndescription: m\nmounts: [{source: /srv/data, target: /data}]\n", "m.yaml")

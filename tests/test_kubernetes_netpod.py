@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from conftest import external_tool
-from launcher import images
+from launcher.engine import images
 from podman_closed import AGENT_IP, FORBIDDEN, NODE_ENV, PROXY_IP, RULES, ClosedNetwork
 from podman_node import Node
 from test_kubernetes_podman import AGENT_SAID, compiled

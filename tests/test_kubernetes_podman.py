@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import external_tool
-from launcher import images
+from launcher.engine import images
 from podman_node import Node
 
 SANDBOX = [sys.executable, "-m", "launcher"]

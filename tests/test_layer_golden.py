@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from launcher import layers, stack
 from launcher.errors import PolicyError
-from launcher.layers import FIELDS, LayerKind, full_layer
-from launcher.policy import parse_policy
+from launcher.pipeline import stack
+from launcher.policy import layers
+from launcher.policy.layers import FIELDS, LayerKind, full_layer
+from launcher.policy.policy import parse_policy
 
 GOLDEN = Path(__file__).parent / "golden" / "layers"
 BASE = """version: 1

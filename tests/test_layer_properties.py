@@ -9,14 +9,15 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from conftest import fake_facts
-from launcher import layers, stack
-from launcher.compiler import compile_policy
 from launcher.errors import PolicyError
-from launcher.hostpaths import PathFact
-from launcher.layers import FIELDS, LayerKind, full_layer
-from launcher.runtimes import GVISOR_THREADS
-from launcher.model import Access, HomeMode, NetworkMode, Runtime, WorkspaceMode
-from launcher.policy import parse_policy
+from launcher.host.hostpaths import PathFact
+from launcher.pipeline import stack
+from launcher.plan.compiler import compile_policy
+from launcher.plan.runtimes import GVISOR_THREADS
+from launcher.policy import layers
+from launcher.policy.layers import FIELDS, LayerKind, full_layer
+from launcher.policy.model import Access, HomeMode, NetworkMode, Runtime, WorkspaceMode
+from launcher.policy.policy import parse_policy
 
 DIGEST_A, DIGEST_B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
 IMAGES = ["sandbox/agent:bookworm", f"sandbox/agent:bookworm@{DIGEST_A}", f"sandbox/agent@{DIGEST_B}",

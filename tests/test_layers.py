@@ -7,12 +7,13 @@ import subprocess
 
 import pytest
 
-from launcher import layers, stack
 from launcher.errors import PolicyError
-from launcher.layers import FIELDS, LayerKind, effective, full_layer
-from launcher.model import BUILTIN_PROTECTED, Access, NetworkMode
-from launcher.policy import parse_policy
-from launcher.schema import policy_schema
+from launcher.pipeline import stack
+from launcher.policy import layers
+from launcher.policy.layers import FIELDS, LayerKind, effective, full_layer
+from launcher.policy.model import BUILTIN_PROTECTED, Access, NetworkMode
+from launcher.policy.policy import parse_policy
+from launcher.policy.schema import policy_schema
 
 BASE = b"""version: 1
 name: base
@@ -286,7 +287,7 @@ def test_show_layers_table_names_the_deciding_layer():
 
 @pytest.mark.parametrize("preset", ["untrusted", "read-only", "ci", "devcontainer"])
 def test_the_example_org_ceiling_composes_with_every_preset(preset, tmp_path, monkeypatch):
-    from launcher.allowlist import parse_rule
+    from launcher.policy.allowlist import parse_rule
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     monkeypatch.setenv("SANDBOX_ORG_POLICY", os.path.join(root, "examples", "team", "org-policy.yaml"))
@@ -295,7 +296,7 @@ def test_the_example_org_ceiling_composes_with_every_preset(preset, tmp_path, mo
                                           "*.example.com"]]
     base_ = stack.load_base(preset)
     if base_.policy.network.mode is NetworkMode.PROXY:   # as a pipeline would: its model API host
-        from launcher.policy import with_allowed
+        from launcher.policy.policy import with_allowed
         policy = with_allowed(base_.policy, ("api.example.com",))
     else:
         policy = base_.policy

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import BIND, untrusted_bind
 
-from launcher import trust
+from launcher.policy import trust
 
 pytestmark = pytest.mark.engine
 SANDBOX = [sys.executable, "-m", "launcher"]
@@ -74,9 +74,12 @@ def test_the_probe_notices_when_only_a_layer_added_protection_is_missing(engine,
     from dataclasses import replace
 
     from fakes import Recorder
-    from launcher import hostfacts, images, launch, stack
-    from launcher.compiler import compile_policy
+    from launcher.engine import images
     from launcher.errors import ProbeFailed
+    from launcher.host import hostfacts
+    from launcher.launch import launch
+    from launcher.pipeline import stack
+    from launcher.plan.compiler import compile_policy
 
     monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env, podman=False: [])   # test the probe alone
     for name, value in {"XDG_STATE_HOME": tmp_path / "state", "XDG_CONFIG_HOME": tmp_path / "config",

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from launcher import lint, lintstack
+from launcher.check import lint, lintstack
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -13,10 +13,11 @@ import sys
 
 import pytest
 
-from launcher import agents, secrets
+from launcher import agents
 from launcher.agents import chatgpt, logins
 from launcher.errors import PolicyError
-from launcher.pipeline import AgentChoice
+from launcher.pipeline.pipeline import AgentChoice
+from launcher.policy import secrets
 
 SANDBOX = [sys.executable, "-m", "launcher"]
 NOW = 1_800_000_000.0
@@ -91,8 +92,8 @@ def test_the_agent_choice_reads_the_kind_from_the_host_value(monkeypatch):
 
 
 def test_the_proxy_config_of_a_login_forwards_only_its_paths_with_every_header():
-    from launcher.squidconf import render_squid
-    from launcher.plan import SecretEndpoint
+    from launcher.plan.plan import SecretEndpoint
+    from launcher.plan.squidconf import render_squid
 
     secret = SecretEndpoint(name="model", var="SANDBOX_SECRET_0", from_env="", from_file="auth.json", port=3130,
                             scheme="https", host="chatgpt.com", upstream_port=443, header="Authorization",

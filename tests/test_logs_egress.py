@@ -10,11 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 from fakes import one_sandbox
-from launcher import engine
 from launcher.cli import main
 from launcher.egress.audit import EgressEvent, agents_own
+from launcher.engine import engine
 from launcher.errors import ExitCode
-from launcher.plan import PROBE_DENIED_HOST
+from launcher.plan.plan import PROBE_DENIED_HOST
 
 
 def invoke(*args):

@@ -11,14 +11,15 @@ from click.testing import CliRunner
 
 from conftest import BIND, fake_facts, untrusted_bind, preset
 from fakes import Recorder
-from launcher.enginefake import FakeEngine
-from launcher import explain, launch
+from launcher.check import explain
 from launcher.cli import main
-from launcher.compiler import compile_policy
-from launcher.lifetime import up_main
+from launcher.engine.enginefake import FakeEngine
 from launcher.errors import ProbeFailed
-from launcher.enforcement import Component
-from launcher.layers import FIELDS
+from launcher.launch import launch
+from launcher.plan.compiler import compile_policy
+from launcher.plan.enforcement import Component
+from launcher.plan.lifetime import up_main
+from launcher.policy.layers import FIELDS
 from launcher.targets import FORMATS, TARGETS, protections
 
 # (row, target) -> the test that fails without that enforcement
@@ -45,7 +46,7 @@ def test_every_row_has_a_cell_for_every_target_and_the_targets_are_every_way_a_s
         assert tuple(target.cells) == tuple(protections.ROWS.values()), target.name
     policy = preset("ci")
     for target in TARGETS:   # every field resolves for every target, in every variant the presets have
-        from launcher.layers import effective, full_layer, LayerKind
+        from launcher.policy.layers import effective, full_layer, LayerKind
 
         eff = effective(policy, [full_layer(LayerKind.BASE, policy)])
         assert [r.field for r in explain.rows(eff, target)] == list(FIELDS)

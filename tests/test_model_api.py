@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from launcher import pipeline
 from launcher.errors import PolicyError
-from launcher.model import NetworkMode, WorkspaceMode
-from launcher.pipeline import AgentChoice, LayerOptions
+from launcher.pipeline import pipeline
+from launcher.pipeline.pipeline import AgentChoice, LayerOptions
+from launcher.policy.model import NetworkMode, WorkspaceMode
 
 KEYED = LayerOptions(agent=AgentChoice(name="claude-code", key_env="MODEL_KEY"))
 

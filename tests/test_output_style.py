@@ -15,8 +15,8 @@ from pathlib import Path
 import click
 import pytest
 
-from launcher import doctor
 from launcher.cli import output as cli_output
+from launcher.doctor import doctor
 from launcher.style import BAD, GOOD, WARN
 
 SANDBOX = [sys.executable, "-m", "launcher"]

@@ -11,10 +11,12 @@ from dataclasses import replace
 import pytest
 
 from conftest import fake_facts, preset
-from launcher import checks, images, launch
-from launcher.compiler import compile_policy
-from launcher.enginefake import FakeEngine
+from launcher.engine import images
+from launcher.engine.enginefake import FakeEngine
 from launcher.errors import PolicyError, ProbeFailed
+from launcher.launch import launch
+from launcher.plan import checks
+from launcher.plan.compiler import compile_policy
 from launcher.targets.kubernetes import KubeOptions, to_manifests
 
 SANDBOX = [sys.executable, "-m", "launcher"]

@@ -9,14 +9,14 @@ import dataclasses
 import pytest
 
 from conftest import fake_facts, untrusted_bind
-from launcher.compiler import compile_policy
-from launcher.enginebodies import specgen_body
-from launcher.enginefake import FakeEngine
+from launcher.plan.dialects import PODMAN, podman
+from launcher.plan.dialects.podman import DEFAULT_CAPS as PODMAN_DEFAULT_CAPS, docker_name
+from launcher.engine.enginebodies import specgen_body
+from launcher.engine.enginefake import FakeEngine
+from launcher.engine.verify import compare_inspect
 from launcher.errors import EngineError
-from launcher.plan import MountKind
-from launcher.dialects import PODMAN, podman
-from launcher.dialects.podman import DEFAULT_CAPS as PODMAN_DEFAULT_CAPS, docker_name
-from launcher.verify import compare_inspect
+from launcher.plan.compiler import compile_policy
+from launcher.plan.plan import MountKind
 
 PLAN = compile_policy(untrusted_bind(), fake_facts())
 # What podman 4.3.1 reported for the same create here: every tmpfs in HostConfig.Tmpfs (none in
@@ -128,7 +128,7 @@ def test_image_names_as_podman_reports_them(name, reported):
 
 
 def test_the_proxy_s_scratch_tmpfs_go_to_podman_without_uid_and_without_copy_up():
-    from launcher.plan import ProxySpec
+    from launcher.plan.plan import ProxySpec
 
     spec = ProxySpec(name="p", image="i", config="", internal_network="n", egress_network="e", alias="a", port=3128,
                      labels=())

@@ -13,15 +13,17 @@ import pytest
 
 from conftest import fake_facts, preset
 from fakes import Recorder
-from launcher import checks, engineid, launch
-from launcher.compiler import compile_policy
-from launcher.enginebodies import podman_network_body, podman_network_subnet
-from launcher.enginefake import FakeEngine, _answer
+from launcher.plan.dialects.podman import NO_IPV6 as PODMAN_NO_IPV6
+from launcher.engine.enginebodies import podman_network_body, podman_network_subnet
+from launcher.engine.enginefake import FakeEngine, _answer
+from launcher.engine.verify import compare_inspect
 from launcher.errors import EngineError
-from launcher.dialects.podman import NO_IPV6 as PODMAN_NO_IPV6
-from launcher.plan import pinned_proxy
-from launcher.policy import with_allowed
-from launcher.verify import compare_inspect
+from launcher.host import engineid
+from launcher.launch import launch
+from launcher.plan import checks
+from launcher.plan.compiler import compile_policy
+from launcher.plan.plan import pinned_proxy
+from launcher.policy.policy import with_allowed
 from test_podman_specgen import PODMAN
 
 PODMAN_FACTS = engineid.EngineFacts(kind=engineid.PODMAN, cgroup_version="1")
@@ -129,8 +131,10 @@ def test_a_list_is_held_to_every_label_whatever_the_engine_s_filter_does(monkeyp
     """podman 4.3 ORs a volume list's label filters: `sandbox gc`'s look for leftover copy views
     (managed AND kind=copy-view) got every managed volume, and removed the probe's volume (found
     running tests/test_proxy.py on podman). Every list is held to all its labels here."""
-    from launcher import enginefake, host, sandboxes
     from launcher import labels as label
+    from launcher.engine import enginefake
+    from launcher.host import host
+    from launcher.launch import sandboxes
 
     every = enginefake._matches
 

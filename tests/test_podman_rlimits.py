@@ -11,11 +11,11 @@ import resource
 import pytest
 
 from conftest import fake_facts, preset, untrusted_bind
-from launcher import engineid, hostfacts
-from launcher.compiler import compile_policy
-from launcher.enginebodies import create_body, host_ulimits, proxy_body, specgen_body
-from launcher.engineproto import HostSettings
-from launcher.dialects.podman import RLIMITS as PODMAN_RLIMITS, ulimits as podman_ulimits
+from launcher.plan.dialects.podman import RLIMITS as PODMAN_RLIMITS, ulimits as podman_ulimits
+from launcher.engine.enginebodies import create_body, host_ulimits, proxy_body, specgen_body
+from launcher.engine.engineproto import HostSettings
+from launcher.host import engineid, hostfacts
+from launcher.plan.compiler import compile_policy
 from test_podman_specgen import created
 
 PODMAN = engineid.EngineFacts(kind=engineid.PODMAN, cgroup_version="2")

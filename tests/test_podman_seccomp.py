@@ -12,12 +12,14 @@ import json
 import pytest
 
 from conftest import fake_facts, preset, untrusted_bind
-from launcher import engineid, pipeline, runtimes, seccompfiles
-from launcher.compiler import compile_policy
-from launcher.dialects.podman import MARKER as PODMAN_MARKER
-from launcher.enginebodies import specgen_body
+from launcher.plan.dialects.podman import MARKER as PODMAN_MARKER
+from launcher.engine.enginebodies import specgen_body
 from launcher.errors import EngineError, PolicyError
-from launcher.model import Runtime
+from launcher.host import engineid
+from launcher.pipeline import pipeline
+from launcher.plan import runtimes, seccompfiles
+from launcher.plan.compiler import compile_policy
+from launcher.policy.model import Runtime
 from test_podman_specgen import created
 
 PODMAN = engineid.EngineFacts(kind=engineid.PODMAN, cgroup_version="1")

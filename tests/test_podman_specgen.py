@@ -1,7 +1,7 @@
 """podman containers are made by its own create (POST /libpod/containers/create, a specgen body):
 its compat create adds a writable tmpfs at /run, /tmp and /var/tmp to every read-only root. The
 plan's settings in specgen's words, read back through the fake's model of podman 4.3's inspect
-(launcher/podmanfake.py), agree with the plan; a tampered one is still a difference."""
+(launcher/engine/podmanfake.py), agree with the plan; a tampered one is still a difference."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import dataclasses
 import pytest
 
 from conftest import fake_facts, untrusted_bind
-from launcher.compiler import compile_policy
-from launcher.enginebodies import specgen_body
-from launcher.enginefake import FakeEngine
+from launcher.plan.dialects import PODMAN as PODMAN_DIALECT
+from launcher.engine.enginebodies import specgen_body
+from launcher.engine.enginefake import FakeEngine
+from launcher.engine.verify import compare_inspect
 from launcher.errors import EngineError
-from launcher.dialects import PODMAN as PODMAN_DIALECT
-from launcher.verify import compare_inspect
+from launcher.plan.compiler import compile_policy
 
 PLAN = compile_policy(untrusted_bind(), fake_facts())
 PODMAN = {"Version": "4.3.1", "ApiVersion": "1.41", "Components": [

@@ -7,8 +7,8 @@ import pytest
 from conftest import preset
 from launcher import resources
 from launcher.errors import PolicyError
-from launcher.model import BUILTIN_PROTECTED, Access, NetworkMode
-from launcher.policy import parse_policy
+from launcher.policy.model import BUILTIN_PROTECTED, Access, NetworkMode
+from launcher.policy.policy import parse_policy
 
 MINIMAL = b"version: 1\nname: t\ndescription: test policy\n"
 

@@ -20,13 +20,13 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import external_tool
-from launcher import forward
 from launcher import labels as label
 from launcher.cli import main
-from launcher.enginefake import FakeEngine
-from launcher.execsocket import ExecSocket
+from launcher.engine.enginefake import FakeEngine
+from launcher.engine.execsocket import ExecSocket
 from launcher.errors import EngineError, ExitCode, NotFound, PolicyError
-from launcher.plan import PROBE_BUSYBOX
+from launcher.launch import forward
+from launcher.plan.plan import PROBE_BUSYBOX
 
 
 @pytest.mark.parametrize("text, port, host_port", [("8000", 8000, 8000), ("18000:8000", 8000, 18000),
@@ -302,7 +302,7 @@ def test_a_sandbox_that_stops_stops_the_forwarder_with_121(served, monkeypatch):
 
 
 def test_ctrl_c_stops_the_command_with_0_and_a_port_in_use_gives_120(monkeypatch):
-    from launcher import engine as engine_mod
+    from launcher.engine import engine as engine_mod
 
     monkeypatch.setattr(engine_mod, "connect", lambda: listed())
 

@@ -12,12 +12,12 @@ import pytest
 from click.testing import CliRunner
 
 from fakes import Recorder, one_sandbox
-from launcher import forward, launch, ports, session
 from launcher import labels as label
 from launcher.cli import main
-from launcher.enginefake import FakeEngine
+from launcher.engine.enginefake import FakeEngine
+from launcher.engine.verify import Check, ProbeReport
 from launcher.errors import EngineError, ExitCode, PolicyError
-from launcher.verify import Check, ProbeReport
+from launcher.launch import forward, launch, ports, session
 
 PASSED = ProbeReport(checks=(Check(id="identity.uid", ok=True, expected="1000", observed="1000"),),
                      finished=True, verdict_ok=True)
@@ -165,7 +165,7 @@ def test_a_keeper_that_ends_at_once_is_an_error_that_says_why(stand_in, monkeypa
 
 
 def test_ls_lists_the_ports_and_says_which_stopped(monkeypatch):
-    from launcher import engine as engine_mod
+    from launcher.engine import engine as engine_mod
 
     fake = one_sandbox()
     fake.http.container("box")["Config"]["Labels"][label.PORTS] = "3000:3000,18000:8000"
@@ -200,7 +200,7 @@ def test_a_pair_written_the_old_way_round_is_said_to_look_swapped():
 
 
 def test_sandbox_port_warns_of_a_swapped_pair(monkeypatch):
-    from launcher import engine as engine_mod
+    from launcher.engine import engine as engine_mod
 
     engine = FakeEngine(execs=lambda argv: (((TCP, b""),), 0))
     engine.http.add_container("box", {label.MANAGED: "1", label.KIND: "up"})
@@ -224,7 +224,7 @@ def a_free_port() -> int:
 
 
 def test_run_forwards_its_ports_while_the_agent_runs_and_not_after(tmp_path, monkeypatch):
-    from launcher.launch import Outcome
+    from launcher.launch.launch import Outcome
 
     engine, port, seen = FakeEngine(), a_free_port(), []
     ref = engine.http.add_container("agent", {label.MANAGED: "1", label.KIND: "run"}, user="1000:1000")

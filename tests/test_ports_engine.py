@@ -19,8 +19,8 @@ import pytest
 from conftest import BIND
 from test_port_engine import free_port, sandbox   # the same tools as `sandbox port`'s tests
 from fakes import Recorder
-from launcher import ports, session
 from launcher.errors import EngineError, ExitCode
+from launcher.launch import ports, session
 
 pytestmark = pytest.mark.engine
 SANDBOX = [sys.executable, "-m", "launcher"]

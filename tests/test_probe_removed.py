@@ -16,15 +16,18 @@ import pytest
 from conftest import docker_sdk, launch_facts, make_workspace, preset
 from fakes import Recorder
 
-from launcher import checks, images, launch, workspaces
-from launcher.compiler import compile_policy
 from launcher.egress import proxy
-from launcher.model import WorkspaceMode
-from launcher.plan import PROBE_DIR, Mount, MountKind, unwatched
-from launcher.policy import with_allowed
+from launcher.engine import images
+from launcher.engine.verify import parse_probe
+from launcher.host import workspaces
+from launcher.launch import launch
+from launcher.plan import checks
+from launcher.plan.compiler import compile_policy
+from launcher.plan.plan import PROBE_DIR, Mount, MountKind, unwatched
+from launcher.policy.model import WorkspaceMode
+from launcher.policy.policy import with_allowed
 from launcher.resources import images_dir
 from launcher.selftest.testnet import Internet
-from launcher.verify import parse_probe
 
 MARKER = "AGENT-RAN"
 PROBE_SH = images_dir() / "probe" / "probe.sh"

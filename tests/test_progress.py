@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from launcher import images
-from launcher.enginefake import FakeEngine
+from launcher.engine import images
+from launcher.engine.enginefake import FakeEngine
 from launcher.errors import EngineError
 
 

@@ -14,11 +14,13 @@ import pytest
 
 from fakes import Recorder
 from conftest import docker_sdk, launch_facts, preset
-from launcher import checks, images, launch
-from launcher.compiler import compile_policy
-from launcher.dialects.podman import NO_IPV6 as PODMAN_NO_IPV6
+from launcher.plan.dialects.podman import NO_IPV6 as PODMAN_NO_IPV6
+from launcher.engine import images
 from launcher.errors import ExitCode, ProbeFailed
-from launcher.policy import with_allowed
+from launcher.launch import launch
+from launcher.plan import checks
+from launcher.plan.compiler import compile_policy
+from launcher.policy.policy import with_allowed
 from launcher.selftest.testnet import LABELS, Internet
 
 pytestmark = pytest.mark.engine

@@ -11,11 +11,15 @@ import pytest
 
 from conftest import fake_facts, preset
 
-from launcher import checks, engineid, explain, session, stack
-from launcher.compiler import compile_policy
-from launcher.enginefake import FakeEngine
+from launcher.check import explain
+from launcher.engine.enginefake import FakeEngine
 from launcher.errors import PolicyError
-from launcher.model import WorkspaceMode
+from launcher.host import engineid
+from launcher.launch import session
+from launcher.pipeline import stack
+from launcher.plan import checks
+from launcher.plan.compiler import compile_policy
+from launcher.policy.model import WorkspaceMode
 
 # What podman 4.3.1 (Debian 12) answered here, run by an unprivileged user (uid 1001, subuids
 # 100000-165535) on cgroup v1 without delegation, trimmed to what is read. Its compatible /info

@@ -19,11 +19,13 @@ import pytest
 from conftest import ROOT, launch_facts, preset
 from fakes import Recorder
 
-from launcher import engineid, hostfacts, images, launch, session
-from launcher.compiler import compile_policy
+from launcher.engine import images
 from launcher.errors import EngineError, ProbeFailed
-from launcher.model import WorkspaceMode
-from launcher.plan import Mount, MountKind
+from launcher.host import engineid, hostfacts
+from launcher.launch import launch, session
+from launcher.plan.compiler import compile_policy
+from launcher.plan.plan import Mount, MountKind
+from launcher.policy.model import WorkspaceMode
 
 pytestmark = [pytest.mark.engine, pytest.mark.rootless]
 MARKER = "AGENT-RAN"
@@ -169,7 +171,7 @@ def rootless_host():
 def rootless(rootless_host, monkeypatch):
     """A connected rootless engine with the bundled images in the user's own store; DOCKER_HOST
     points at it for the test (the SDK reads it on first use)."""
-    from launcher import engine as engine_mod
+    from launcher.engine import engine as engine_mod
 
     monkeypatch.setenv("DOCKER_HOST", rootless_host)
     try:

@@ -62,14 +62,14 @@ NAMES = {name for name, _ in modules()}
 
 def test_only_engine_imports_docker_and_only_lazily():
     users = {name for name, tree in modules() if "docker" in imported(tree)}
-    assert users == {"engine"}
-    top_level = {n.names[0].name for n in ast.parse((PACKAGE / "engine.py").read_text()).body if isinstance(n, ast.Import)}
+    assert users == {"engine.engine"}
+    top_level = {n.names[0].name for n in ast.parse((PACKAGE / "engine" / "engine.py").read_text()).body if isinstance(n, ast.Import)}
     assert "docker" not in top_level
 
 
 def test_only_host_reads_the_environment():
     readers = {name for name, tree in modules() if {"os.environ", "os.getenv"} & attributes(tree)}
-    assert readers == {"host"}
+    assert readers == {"host.host"}
 
 
 def test_only_the_cli_prints_or_exits():
@@ -122,17 +122,17 @@ def test_no_import_circle_through_imports_inside_functions_either():
 # the ones below (inside functions too). Egress (the proxy at launch and its audit) builds on the
 # plan and the engine; the compiler, which renders the proxy's configuration, sits below it.
 LAYERS = (
-    ("basics", {"errors", "names", "values", "paths", "labels", "secrets", "resources", "timings", "yamlsafe"}),
-    ("policy", {"allowlist", "inject", "surfaces", "model", "schema", "policy", "layers", "settings"}),
-    ("host facts", {"hostpaths", "hostfiles", "host", "cafiles", "imagebuild", "statefiles", "hostgit", "gitdirs",
-                    "gitgraph", "gitscan", "scan", "engineid", "hostfacts", "extensions"}),
-    ("plan", {"plan", "dialects", "dialects.docker", "dialects.podman", "squidconf", "checks", "runtimes", "trustfiles", "refusals", "lifetime", "compiler"}),
-    ("engine", {"engineproto", "engineapi", "enginebodies", "engine", "enginefake", "hostengines", "subnets", "images",
-                "imageext"}),
+    ("basics", {"errors", "names", "values", "host.paths", "labels", "policy.secrets", "resources", "timings", "policy.yamlsafe"}),
+    ("policy.policy", {"policy.allowlist", "policy.inject", "policy.surfaces", "policy.model", "policy.schema", "policy.policy", "policy.layers", "policy.settings"}),
+    ("host facts", {"host.hostpaths", "host.hostfiles", "host.host", "host.cafiles", "host.imagebuild", "host.statefiles", "host.hostgit", "host.gitdirs",
+                    "host.gitgraph", "host.gitscan", "host.scan", "host.engineid", "host.hostfacts", "host.extensions"}),
+    ("plan.plan", {"plan.plan", "dialects", "dialects.docker", "dialects.podman", "plan.squidconf", "plan.checks", "plan.runtimes", "plan.trustfiles", "plan.refusals", "plan.lifetime", "plan.compiler"}),
+    ("engine.engine", {"engine.engineproto", "engine.engineapi", "engine.enginebodies", "engine.engine", "engine.enginefake", "engine.hostengines", "engine.subnets", "engine.images",
+                "engine.imageext"}),
     ("egress", {"egress", "egress.audit", "egress.proxy"}),
     ("copies", {"copies", "copies.store", "copies.fill", "copies.review", "copies.export", "copies.finaltree",
                 "copies.apply", "copies.branch", "copies.limits", "copies.fork"}),
-    ("session", {"upoptions"}),   # what `up` was started with: above every layer, beside launcher/session.py
+    ("launch.session", {"launch.upoptions"}),   # what `up` was started with: above every layer, beside launcher/launch/session.py
     ("use-cases", {"usecases", "usecases.remove", "usecases.copywork"}),   # the commands as library calls: above every layer
 )
 
@@ -150,8 +150,8 @@ def test_each_layer_imports_only_from_itself_and_below():
 # Below the egress package: every layer under it, and what ends in a plan or checks one without
 # launching (the pipeline, the stack of layers, `sandbox check`, the workspaces' state). None of them
 # may reach launcher.egress, directly or through another module, at import time or inside a function.
-BELOW_EGRESS = tuple(sorted(set().union(*(layer for name, layer in LAYERS if name not in ("egress", "session", "use-cases")))
-                            | {"pipeline", "stack", "lint", "lintstack", "workspaces", "approvals", "trust"}))
+BELOW_EGRESS = tuple(sorted(set().union(*(layer for name, layer in LAYERS if name not in ("egress", "launch.session", "use-cases")))
+                            | {"pipeline.pipeline", "pipeline.stack", "check.lint", "check.lintstack", "host.workspaces", "host.approvals", "policy.trust"}))
 
 
 def test_nothing_below_the_plan_and_the_engine_imports_egress():
@@ -168,7 +168,7 @@ def test_the_cli_imports_no_renderer_at_start():
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                                 cwd=PACKAGE.parent).stdout.split())
     assert "launcher.targets" in loaded
-    heavy = {m for m in loaded if m.startswith(("launcher.targets.", "launcher.explain", "launcher.enforcement", "jinja2",
+    heavy = {m for m in loaded if m.startswith(("launcher.targets.", "launcher.check.explain", "launcher.plan.enforcement", "jinja2",
                                                 "yaml", "docker", "cryptography"))}
     assert not heavy, heavy
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from launcher import layers
-from launcher.allowlist import parse_rule
-from launcher.squidconf import render_squid
+from launcher.plan.squidconf import render_squid
+from launcher.policy import layers
+from launcher.policy.allowlist import parse_rule
 
 
 def test_a_rule_may_opt_into_private_addresses_and_says_so():
@@ -33,7 +33,7 @@ def test_the_proxy_refuses_private_addresses_for_every_rule_that_does_not_opt_in
 
 
 def test_check_flags_a_private_rule(tmp_path):
-    from launcher import lintstack
+    from launcher.check import lintstack
 
     policy = tmp_path / "p.yaml"
     policy.write_text("version: 1\nname: p\ndescription: d\nnetwork: {mode: proxy, allow: [{host: git.internal, "

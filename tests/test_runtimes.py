@@ -13,13 +13,17 @@ from conftest import fake_facts
 from fakes import Recorder
 from test_gvisor import NONE_NAME, gvisor_plan
 
-from launcher import launch, layers, registration, runtimes, stack
-from launcher.compiler import compile_policy
-from launcher.doctor import Status
+from launcher.doctor import registration
+from launcher.doctor.doctor import Status
 from launcher.errors import EngineError, PolicyError
-from launcher.layers import LayerKind, full_layer
-from launcher.model import NetworkMode, Runtime
-from launcher.policy import parse_policy
+from launcher.launch import launch
+from launcher.pipeline import stack
+from launcher.plan import runtimes
+from launcher.plan.compiler import compile_policy
+from launcher.policy import layers
+from launcher.policy.layers import LayerKind, full_layer
+from launcher.policy.model import NetworkMode, Runtime
+from launcher.policy.policy import parse_policy
 from launcher.targets import argv, compose
 
 BASE = b"version: 1\nname: b\ndescription: d\ntmpfs: [{target: /tmp, size: 64m}]\n"
@@ -128,7 +132,7 @@ def test_fix_says_when_dockerd_did_not_pick_it_up(tmp_path, monkeypatch, trusted
 
 
 def test_lint_warns_that_proxy_mode_under_gvisor_uses_the_host_network_stack(tmp_path):
-    from launcher import lintstack
+    from launcher.check import lintstack
 
     path = tmp_path / "p.yaml"
     path.write_text("version: 1\nname: p\ndescription: d\nruntime: gvisor\nnetwork: {mode: proxy, allow: [a.test]}\n")
@@ -137,7 +141,7 @@ def test_lint_warns_that_proxy_mode_under_gvisor_uses_the_host_network_stack(tmp
 
 
 def test_explain_names_gvisor_where_it_enforces():
-    from launcher import explain
+    from launcher.check import explain
 
     gv = stack.load_base("untrusted-gvisor")
     row = {r.field: r for r in explain.rows(gv)}["runtime"]
@@ -176,7 +180,7 @@ def test_the_gvisor_seccomp_profile_file_is_the_inline_one_and_targets_use_the_f
 def test_the_default_selftest_skips_a_gvisor_preset_without_gvisor_except_in_ci(monkeypatch, ci, podman):
     """…and under podman always (`runtime: gvisor` is refused there, CI or not), as are the
     proxy-mode presets there."""
-    from launcher.enginefake import FakeEngine
+    from launcher.engine.enginefake import FakeEngine
     from launcher.selftest import runner, testnet
     from test_doctor import PODMAN_VERSION
 
@@ -238,7 +242,7 @@ def test_the_preset_asks_for_gvisor_and_compiles_to_runsc(workspace):
 
 
 def test_an_engine_without_the_runtime_is_refused_with_the_fix(workspace):
-    from launcher.enginefake import FakeEngine
+    from launcher.engine.enginefake import FakeEngine
 
     no_gvisor = FakeEngine(engine_info={"Runtimes": {"runc": {"path": "runc"}}})
     with pytest.raises(EngineError, match="doctor --fix") as info:

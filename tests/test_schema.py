@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from launcher import model
-from launcher.schema import policy_schema
+from launcher.policy import model
+from launcher.policy.schema import policy_schema
 
 # Schema key -> model field, where the names differ.
 RENAMED = {"pass": "pass_names", "set": "set_values", "memory": "memory_bytes", "timeout": "timeout_seconds",

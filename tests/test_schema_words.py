@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from launcher.schema import check, policy_schema
+from launcher.policy.schema import check, policy_schema
 
 
 def patterned(node, path=""):

@@ -8,12 +8,14 @@ import json
 import pytest
 
 from conftest import fake_facts
-from launcher import explain, layers, stack
-from launcher.targets import argv as render
-from launcher.compiler import compile_policy
+from launcher.check import explain
 from launcher.errors import PolicyError
-from launcher.layers import LayerKind, full_layer
-from launcher.policy import parse_policy
+from launcher.pipeline import stack
+from launcher.plan.compiler import compile_policy
+from launcher.policy import layers
+from launcher.policy.layers import LayerKind, full_layer
+from launcher.policy.policy import parse_policy
+from launcher.targets import argv as render
 
 BASE = b"""version: 1
 name: secrets
@@ -132,7 +134,7 @@ def test_explain_says_the_proxy_enforces_secrets():
 
 
 def test_check_warns_about_a_secret_sent_without_tls(tmp_path):
-    from launcher import lintstack
+    from launcher.check import lintstack
 
     path = tmp_path / "p.yaml"
     path.write_bytes(BASE)
@@ -161,7 +163,7 @@ WITH_CA = BASE.replace(b'header: "Authorization: Bearer {value}"}',
 
 
 def ca_facts(data: bytes, kind: str = "file"):
-    from launcher.hostpaths import PathFact
+    from launcher.host.hostpaths import PathFact
 
     return fake_facts(ca_files=[(PathFact(given="/etc/company-ca.pem", real="/etc/company-ca.pem", kind=kind), data)])
 
@@ -169,8 +171,8 @@ def ca_facts(data: bytes, kind: str = "file"):
 def test_a_ca_file_is_the_only_ca_the_proxy_trusts_for_that_upstream():
     import base64
 
+    from launcher.plan.plan import proxy_env
     from launcher.targets import compose
-    from launcher.plan import proxy_env
 
     comment = b"# Issuer: Company Root CA \xc3\xa9\n"   # text around the block is dropped
     plan = compile_policy(policy(WITH_CA), ca_facts(comment + TEST_CA.encode() + b"\n" + TEST_CA.encode()))
@@ -214,7 +216,7 @@ def test_the_host_reads_a_ca_file_and_the_cli_refuses_a_bad_one_without_a_traceb
     import subprocess
     import sys
 
-    from launcher import hostfacts
+    from launcher.host import hostfacts
 
     ca, ws = tmp_path / "ca.pem", tmp_path / "ws"
     ws.mkdir()

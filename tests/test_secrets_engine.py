@@ -256,7 +256,7 @@ done
 
 @pytest.fixture(scope="module")
 def certs(engine):
-    from launcher import images
+    from launcher.engine import images
 
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
     out = docker_sdk().containers.run(images.proxy_image().tag, entrypoint=["sh", "-c", CERTS], user="13:13",

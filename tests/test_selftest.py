@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from conftest import docker_sdk
-from launcher import images, scan
+from launcher.engine import images
+from launcher.host import scan
 from launcher.selftest import scratch, testnet
 from launcher.selftest import runner as st
 from launcher.selftest import cases as sc
@@ -282,7 +283,8 @@ def test_the_outside_checks_fail_on_what_an_escape_leaves():
 def test_the_time_limit_and_leftover_checks_catch_a_weakened_launch(engine):
     from dataclasses import replace
 
-    from launcher import hostpaths, launch, session
+    from launcher.host import hostpaths
+    from launcher.launch import launch, session
     from launcher.selftest import scratch
 
     ws = scratch.scratch_workspace("sandbox-test-weak-launch-")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 import shutil
 
-from launcher import baseline, scan, surfaces
+from launcher.host import baseline, scan
+from launcher.policy import surfaces
 from launcher.selftest import scratch
 from launcher.selftest import runner as st
 from launcher.selftest import cases as sc

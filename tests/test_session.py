@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 import launcher
-from launcher import session
-from launcher.enginefake import FakeEngine
+from launcher.engine.enginefake import FakeEngine
+from launcher.engine.verify import Check, ProbeReport
 from launcher.errors import ExitCode, PolicyError
-from launcher.launch import Outcome
-from launcher.verify import Check, ProbeReport
+from launcher.launch import session
+from launcher.launch.launch import Outcome
 
 
 class Heard:
@@ -51,7 +51,7 @@ def test_a_bad_policy_is_a_result_not_an_exception(tmp_path, capsys):
 
 
 def test_a_run_reports_to_its_listener_and_returns_the_agents_status(tmp_path, monkeypatch, capsys):
-    from launcher import launch
+    from launcher.launch import launch
 
     probe = ProbeReport(checks=(Check(id="identity.uid", ok=True, expected="1000", observed="1000"),),
                         finished=True, verdict_ok=True)

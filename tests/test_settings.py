@@ -10,9 +10,9 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from launcher import settings
 from launcher.cli import main
 from launcher.errors import PolicyError
+from launcher.policy import settings
 
 PRESETS = ("ci", "devcontainer", "read-only", "untrusted", "untrusted-gvisor")
 AGENTS = ("aider", "claude-code", "codex", "neo")
@@ -99,7 +99,7 @@ def test_the_environment_is_parsed_and_named_in_its_errors():
 
 
 def split(text: str):
-    from launcher.yamlsafe import load_yaml
+    from launcher.policy.yamlsafe import load_yaml
 
     return settings.split_repository(load_yaml(text.encode(), "/ws/.sandbox.yaml"), "/ws/.sandbox.yaml", **KNOWN)
 
@@ -295,7 +295,7 @@ def test_run_takes_the_user_files_defaults_into_its_request(place, monkeypatch):
 def test_a_limit_from_a_settings_file_is_that_files_ceiling_not_the_command_lines_request(place):
     """Under --strict (or CI=true) a --timeout a ceiling shortened is refused; the same value from the
     user's file is a user ceiling like the user's policy layer: noted, never a failure."""
-    from launcher import pipeline
+    from launcher.pipeline import pipeline
 
     with pytest.raises(PolicyError) as caught:
         pipeline.layered("untrusted", "ws", pipeline.LayerOptions(timeout="2h", strict=True))
@@ -322,7 +322,9 @@ def test_the_agent_image_a_run_builds_trusts_the_settings_ca_files(monkeypatch):
     """session.ready builds a missing agent image with the AgentChoice's CA files, else the host's."""
     from types import SimpleNamespace
 
-    from launcher import images, pipeline, session
+    from launcher.engine import images
+    from launcher.launch import session
+    from launcher.pipeline import pipeline
 
     built = []
     monkeypatch.setattr(images, "build_agent", lambda engine, name, status, cas: built.append([str(p) for p in cas]))

@@ -15,12 +15,14 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from launcher import engine, labels as label, sandboxes, terminal
+from launcher import labels as label
 from launcher.cli import main
-from launcher.compiler import hostname
-from launcher.enginefake import FakeEngine
+from launcher.engine import engine
+from launcher.engine.enginefake import FakeEngine
+from launcher.engine.execsocket import ExecSocket
 from launcher.errors import EngineError, ExitCode, NoSandbox, PolicyError
-from launcher.execsocket import ExecSocket
+from launcher.launch import sandboxes, terminal
+from launcher.plan.compiler import hostname
 
 
 class TerminalEngine(FakeEngine):

@@ -18,9 +18,11 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from test_attest import fake_run, invoke, statement
 
-from launcher import attest, pipeline, records, signing
-from launcher.enginefake import FakeEngine
+from launcher import signing
+from launcher.engine.enginefake import FakeEngine
 from launcher.errors import AttestationInvalid, ExitCode
+from launcher.launch import attest, records
+from launcher.pipeline import pipeline
 
 MAKERS = {"ed25519": ed25519.Ed25519PrivateKey.generate, "ecdsa-p256": lambda: ec.generate_private_key(ec.SECP256R1())}
 
@@ -319,8 +321,9 @@ def test_a_signing_key_others_can_read_is_warned_of(tmp_path, monkeypatch, mode)
 
 
 def test_up_keeps_the_record_and_down_writes_it_signed(keys, tmp_path, monkeypatch):
-    from launcher import engine, sandboxes
+    from launcher.engine import engine
     from launcher.errors import NotFound
+    from launcher.launch import sandboxes
 
     algorithm, key, public = keys
     fake_run(monkeypatch)
@@ -348,8 +351,9 @@ def test_up_keeps_the_record_and_down_writes_it_signed(keys, tmp_path, monkeypat
 
 
 def test_down_with_the_key_gone_says_so_keeps_the_record_and_exits_118(tmp_path, monkeypatch):
-    from launcher import engine, sandboxes
+    from launcher.engine import engine
     from launcher.errors import NotFound
+    from launcher.launch import sandboxes
 
     key, _ = pem_pair(tmp_path, "k", ed25519.Ed25519PrivateKey.generate())
     fake_run(monkeypatch)
@@ -368,8 +372,9 @@ def test_down_with_the_key_gone_says_so_keeps_the_record_and_exits_118(tmp_path,
 
 
 def test_a_sandbox_gc_removes_gets_its_record_written_by_gc(tmp_path, monkeypatch):
-    from launcher import engine, sandboxes
+    from launcher.engine import engine
     from launcher.errors import NotFound
+    from launcher.launch import sandboxes
 
     fake_run(monkeypatch)
     monkeypatch.setattr(sandboxes, "find", lambda eng, name: (_ for _ in ()).throw(NotFound(name)))
@@ -413,8 +418,8 @@ def test_without_the_key_a_keyid_that_is_not_the_statements_signer_is_still_caug
 
 
 def test_a_kept_record_of_a_sandbox_removed_behind_our_back_is_written_by_the_next_up(tmp_path, monkeypatch):
-    from launcher import sandboxes
     from launcher.errors import NotFound
+    from launcher.launch import sandboxes
 
     fake_run(monkeypatch)
     monkeypatch.setattr(sandboxes, "find", lambda eng, name: (_ for _ in ()).throw(NotFound(name)))

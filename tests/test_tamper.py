@@ -17,13 +17,14 @@ from conftest import BIND, launch_facts, preset
 
 from fakes import Recorder
 
-from launcher.dialects import for_engine
-from launcher import checks, launch, runtimes
-from launcher.compiler import compile_policy
+from launcher.plan.dialects import for_engine
 from launcher.errors import EngineError, ProbeFailed
-from launcher.model import HomeMode, NetworkMode, Runtime, WorkspaceMode
-from launcher.plan import Mount, MountKind
-from launcher.surfaces import GIT_READS
+from launcher.launch import launch
+from launcher.plan import checks, runtimes
+from launcher.plan.compiler import compile_policy
+from launcher.plan.plan import Mount, MountKind
+from launcher.policy.model import HomeMode, NetworkMode, Runtime, WorkspaceMode
+from launcher.policy.surfaces import GIT_READS
 
 pytestmark = pytest.mark.engine
 MARKER = "AGENT-RAN"
@@ -239,7 +240,7 @@ def test_a_home_that_is_not_the_agents_own_tmpfs_fails_home_private(engine, work
 def test_a_home_volume_of_another_workspace_fails_home_private(engine, workspace, tmp_path, probe_only):
     """Two workspaces sharing one home: workspace B's home volume (made and handed to the agent as
     the launcher does) mounted in A's sandbox fails, and the agent never runs."""
-    from launcher import home
+    from launcher.launch import home
 
     other = tmp_path / "other"
     other.mkdir()
@@ -277,7 +278,7 @@ def test_an_extra_writable_mount_beside_the_home_fails_mounts_writable(engine, w
 
 def test_inspect_comparison_refuses_a_container_that_differs_from_the_plan(engine, workspace):
     """The host-side half: the real engine's `docker inspect` of a tampered container is caught."""
-    from launcher.verify import compare_inspect
+    from launcher.engine.verify import compare_inspect
 
     plan = plan_for(engine, workspace)
     tampered = replace(plan.container, cap_add=("NET_RAW",), security_opt=("no-new-privileges", "seccomp=unconfined"),

@@ -14,11 +14,13 @@ import pytest
 
 from conftest import BIND, fake_facts, preset
 from fakes import Recorder
-from launcher import launch, overlap, timings
-from launcher.compiler import compile_policy
-from launcher.enginefake import FakeEngine
+from launcher import timings
+from launcher.engine import overlap
+from launcher.engine.enginefake import FakeEngine
 from launcher.errors import EngineError
-from launcher.policy import with_allowed
+from launcher.launch import launch
+from launcher.plan.compiler import compile_policy
+from launcher.policy.policy import with_allowed
 
 
 def test_the_timeline_records_each_phase_and_a_plain_listener_records_nothing():

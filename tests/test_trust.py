@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from launcher import trust
 from launcher.errors import PolicyError
+from launcher.policy import trust
 
 SANDBOX = [sys.executable, "-m", "launcher"]
 NARROW = b"version: 1\n# this repository needs few processes\nlimits: {pids: 64}\n"
@@ -207,7 +207,8 @@ def test_review_text_escapes_terminal_controls():
 def test_concurrent_approvals_are_all_kept(tmp_path, monkeypatch):
     from concurrent.futures import ThreadPoolExecutor
 
-    from launcher import host, trust
+    from launcher.host import host
+    from launcher.policy import trust
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
 

@@ -10,8 +10,8 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
-from launcher import trust
 from launcher.cli import main
+from launcher.policy import trust
 from test_trust import NARROW, SANDBOX, compile_, env, in_terminal, pids, repo, store  # noqa: F401 - env, repo: fixtures
 
 DIGEST = trust.sha256(NARROW)

@@ -13,15 +13,16 @@ from dataclasses import replace
 
 import pytest
 
-from launcher import home, sandboxes, trustlevel
 from launcher import labels as label
-from launcher.allowlist import parse_rule
-from launcher.compiler import compile_policy
 from launcher.copies import store
-from launcher.enginefake import FakeEngine
+from launcher.engine.enginefake import FakeEngine
 from launcher.errors import PolicyError
-from launcher.model import Access, HomeMode, MountPolicy, NetworkMode, Runtime, SecretPolicy, WorkspaceMode
-from launcher.plan import CopySpec, HomeSpec
+from launcher.launch import home, sandboxes
+from launcher.plan import trustlevel
+from launcher.plan.compiler import compile_policy
+from launcher.plan.plan import CopySpec, HomeSpec
+from launcher.policy.allowlist import parse_rule
+from launcher.policy.model import Access, HomeMode, MountPolicy, NetworkMode, Runtime, SecretPolicy, WorkspaceMode
 from conftest import fake_facts, preset
 
 SANDBOX = [sys.executable, "-m", "launcher"]

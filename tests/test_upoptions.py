@@ -12,14 +12,15 @@ import pytest
 from click.testing import CliRunner
 
 from fakes import Recorder
-from launcher import engine as engine_module, launch, proof, session, upoptions
 from launcher import labels as label
 from launcher.cli import main
-from launcher.enginefake import FakeEngine
+from launcher.engine import engine as engine_module
+from launcher.engine.enginefake import FakeEngine
+from launcher.engine.verify import Check, ProbeReport
 from launcher.errors import ExitCode, PolicyError
-from launcher.pipeline import AgentChoice, LayerOptions
-from launcher.ports import parse_spec
-from launcher.verify import Check, ProbeReport
+from launcher.launch import launch, proof, session, upoptions
+from launcher.launch.ports import parse_spec
+from launcher.pipeline.pipeline import AgentChoice, LayerOptions
 
 PASSED = ProbeReport(checks=(Check(id="identity.uid", ok=True, expected="1000", observed="1000"),),
                      finished=True, verdict_ok=True)

@@ -7,11 +7,11 @@ import pytest
 
 from conftest import fake_facts, untrusted_bind
 from fakes import Recorder
-from launcher import launch
-from launcher.compiler import compile_policy
-from launcher.enginefake import FakeEngine
+from launcher.engine.enginefake import FakeEngine
+from launcher.engine.verify import compare_inspect, parse_probe
 from launcher.errors import ProbeFailed
-from launcher.verify import compare_inspect, parse_probe
+from launcher.launch import launch
+from launcher.plan.compiler import compile_policy
 
 PLAN = compile_policy(untrusted_bind(), fake_facts())
 

@@ -15,8 +15,8 @@ import time
 from datetime import datetime, timezone
 from typing import Callable
 
-from launcher import host
 from launcher.errors import PolicyError, Problem
+from launcher.host import host
 
 CLIENT_ID = "app_EMoamEEZ73f0CkXaXp7hrann"   # Codex's OAuth client (manager.rs CLIENT_ID)
 # The proxy's header is fixed at launch: a token with less than this left is refreshed first.

@@ -21,7 +21,7 @@ class Package:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelWiring:
-    """How the CLI reaches its model API through a proxy-injected secret (launcher/inject.py):
+    """How the CLI reaches its model API through a proxy-injected secret (launcher/policy/inject.py):
     the sandbox gets SANDBOX_ENDPOINT_<SECRET> = http://proxy:port, the proxy adds `header` toward
     `upstream`. `env` and `home_files` values may contain {endpoint}."""
 
@@ -97,14 +97,14 @@ class AgentProfile:
         return {"name": self.model.secret, "env": key_env, "upstream": self.model.upstream, "header": self.model.header}
 
     def endpoint_var(self) -> str | None:
-        from launcher.inject import endpoint_var
+        from launcher.policy.inject import endpoint_var
 
         return endpoint_var(self.model.secret) if self.model else None
 
 
 def check(profile: AgentProfile) -> AgentProfile:
     """Profiles are data the launcher trusts: refuse what a profile may never carry."""
-    from launcher import secrets
+    from launcher.policy import secrets
 
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", profile.name):
         raise ValueError(f"agent profile name {profile.name!r}")

@@ -9,8 +9,8 @@ from dataclasses import replace
 
 from launcher.agents.profile import AgentProfile
 from launcher.errors import PolicyError, Problem
-from launcher.model import NetworkMode, NetworkPolicy, Policy, SecretPolicy
-from launcher.plan import PROBE_BUSYBOX
+from launcher.plan.plan import PROBE_BUSYBOX
+from launcher.policy.model import NetworkMode, NetworkPolicy, Policy, SecretPolicy
 
 
 def _endpoint(profile: AgentProfile) -> str | None:

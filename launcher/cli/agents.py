@@ -21,8 +21,8 @@ def agents(as_json: bool) -> None:
     from dataclasses import asdict
 
     from launcher import agents as profiles
-    from launcher import images
     from launcher.agents import logins
+    from launcher.engine import images
 
     rows = []
     for p in profiles.PROFILES.values():

@@ -16,7 +16,7 @@ def _attest_path(ctx, param, value):
     """Checked before anything starts: a record that cannot be written must not be found out at the end."""
     if value is None:
         return None
-    from launcher import attest
+    from launcher.launch import attest
 
     try:
         return attest.writable(value)
@@ -104,7 +104,7 @@ def verify_attestation(file: str, key, as_json: bool) -> None:
 
 
 def _verified(file: str, key):
-    from launcher import attest
+    from launcher.launch import attest
 
     try:
         with open(file, "rb") as handle:
@@ -118,7 +118,7 @@ def _verified(file: str, key):
 
 def _signature(checked) -> str:
     """What the signature proves, honestly: a record signed but not verified proves nothing more."""
-    from launcher import attest
+    from launcher.launch import attest
 
     if not checked.signed:
         return attest.UNSIGNED

@@ -10,7 +10,7 @@ import click
 
 def duration(ctx, param, value, *, hint: str | None = None):
     """A duration option's callback (`hint`: the name of an argument checked by hand)."""
-    from launcher.policy import MAX_TIMEOUT_SECONDS, parse_duration
+    from launcher.policy.policy import MAX_TIMEOUT_SECONDS, parse_duration
 
     if value is not None and not re.fullmatch(r"[0-9]+[smh]?", value):
         raise click.BadParameter("expected seconds, or a number with s, m or h (for example 90s, 10m)", param_hint=hint)
@@ -33,7 +33,7 @@ def new_name(ctx, param, value):
 
 def port_specs(ctx, param, values):
     """--port: each [HOST_PORT:]PORT parsed (exit 2 when malformed), no host port twice."""
-    from launcher import ports
+    from launcher.launch import ports
 
     specs = []
     for text in values:

@@ -39,7 +39,8 @@ def agents(ctx, param, incomplete: str) -> list[CompletionItem]:
 
 
 def _engine_names(kinds: tuple[str, ...]) -> list[str]:
-    from launcher import engine, sandboxes
+    from launcher.engine import engine
+    from launcher.launch import sandboxes
 
     return sorted({item.name for item in sandboxes.ls(engine.connect()) if item.kind in kinds})
 

@@ -1,4 +1,4 @@
-"""`sandbox config`: the defaults the commands take (launcher/settings.py), each with where it came from."""
+"""`sandbox config`: the defaults the commands take (launcher/policy/settings.py), each with where it came from."""
 
 from __future__ import annotations
 
@@ -27,7 +27,9 @@ def config(workspace: str, as_json: bool) -> None:
     Example:
       sandbox config -w ~/src/repo --json
     """
-    from launcher import host, settings, tables
+    from launcher import tables
+    from launcher.host import host
+    from launcher.policy import settings
 
     ctx = click.get_current_context()
     resolved, applies = ctx.meta[SETTINGS], defaulted(ctx.find_root().command)
@@ -61,7 +63,7 @@ def defaulted(group: click.Group, prefix: str = "") -> dict[str, str]:
                     if any(flag in p.opts for p in command.params):
                         found.setdefault(key, {}).setdefault(flag, []).append(prefix + name)
     walk(group, prefix)
-    from launcher import settings
+    from launcher.policy import settings
 
     return {key.name: "; ".join([*(f"{flag} of {', '.join(names)}" for flag, names in found[key.name].items()), *(
             [key.also] if key.also else [])]) if key.name in found

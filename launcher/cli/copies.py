@@ -17,7 +17,7 @@ _COPY = name_argument(complete.COPIES)
 
 
 def _size(ctx, param, value):
-    from launcher.policy import parse_size
+    from launcher.policy.policy import parse_size
 
     if value is None:
         return None
@@ -47,7 +47,7 @@ def _limits(max_file: int | None, max_copy: int | None):
 
 
 def _engine():
-    from launcher import engine
+    from launcher.engine import engine
     from launcher.usecases import copywork
 
     return copywork.tools_engine(engine.connect(), Console().status)   # the copies' tools run in our image
@@ -202,7 +202,7 @@ def discard(name: str, yes: bool, dry_run: bool, as_json: bool) -> None:
     Example:
       sandbox discard sandbox-myrepo --dry-run
     """
-    from launcher import host
+    from launcher.host import host
     from launcher.usecases import copywork
 
     asking = host.is_interactive() and not yes and not dry_run

@@ -70,7 +70,7 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
     if result.internal or isinstance(result.error, SandboxError):
         raise result.error   # the group's handler prints it (and any clean-up failure) and exits with its code
     if isinstance(result.error, (KeyboardInterrupt, Terminated)):
-        from launcher.session import interrupted
+        from launcher.launch.session import interrupted
 
         output.error(interrupted(result.error))
     elif outcome and outcome.timed_out:
@@ -177,7 +177,8 @@ def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str
         output.status(f"no terminal for {what}; use `sandbox exec {started.sandbox} -- "
                       f"{shlex.join(command) if command else 'CMD'}`")
         return
-    from launcher import engine, terminal
+    from launcher.engine import engine
+    from launcher.launch import terminal
 
     if command or _agent(started, command):
         output.status(f"opening {what} in {started.sandbox}")
@@ -198,7 +199,7 @@ def shell(name: str | None) -> None:
       sandbox shell
       sandbox shell sandbox-myrepo
     """
-    from launcher import terminal
+    from launcher.launch import terminal
 
     sys.exit(output.attach(name, list(terminal.SHELL), "sandbox shell"))
 
@@ -230,7 +231,9 @@ def extend(words: tuple[str, ...], as_json: bool) -> None:
     """
     import os
 
-    from launcher import engine, policy, sandboxes
+    from launcher.engine import engine
+    from launcher.launch import sandboxes
+    from launcher.policy import policy
 
     if len(words) not in (1, 2):
         raise click.UsageError("expected [NAME] DURATION, for example `sandbox extend 2h` or `sandbox extend NAME 30m`")
@@ -259,8 +262,9 @@ def _when(epoch: int) -> str:
 
 def up_fields(started, command: tuple[str, ...] = ()) -> dict:
     """`up --json`'s own fields."""
-    from launcher import proven, upoptions
+    from launcher.host import proven
     from launcher.labels import COPY
+    from launcher.launch import upoptions
 
     plan = started.planned.plan
     return {"reused": started.reused, "policy": {"name": plan.policy_name, "sha256": plan.policy_digest},

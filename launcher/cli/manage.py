@@ -30,7 +30,9 @@ def exec_(interactive: bool, tty: bool, name: str, command: tuple[str, ...], as_
       sandbox exec sandbox-myrepo --json -- make test 2>test.log
       sandbox exec -it sandbox-myrepo -- python3
     """
-    from launcher import engine, proven, sandboxes
+    from launcher.engine import engine
+    from launcher.host import proven
+    from launcher.launch import sandboxes
 
     if interactive or tty:
         if not (interactive and tty) or as_json:
@@ -64,7 +66,8 @@ def ls_(as_json: bool) -> None:
     """
     from dataclasses import asdict
 
-    from launcher import engine, sandboxes
+    from launcher.engine import engine
+    from launcher.launch import sandboxes
 
     items = sandboxes.ls(engine.connect())
     if as_json:
@@ -134,7 +137,7 @@ def down(name: str, purge: bool, strict: bool, as_json: bool) -> None:
 def take_down(name: str, purge: bool = False, strict: bool = False) -> tuple[dict, int]:
     """`sandbox down NAME` (launcher.usecases.remove.down) said on stderr (also before `up` starts
     an ended sandbox anew): its --json fields and its exit code."""
-    from launcher import engine
+    from launcher.engine import engine
     from launcher.usecases import remove
 
     done = remove.down(engine.connect(), name, purge=purge, strict=strict)
@@ -186,7 +189,7 @@ def gc(everything: bool, force: bool, volumes: bool, as_json: bool) -> None:
     Example:
       sandbox gc --force   # also copies whose changes were never applied
     """
-    from launcher import engine
+    from launcher.engine import engine
     from launcher.usecases import remove
 
     done = remove.gc(engine.connect(), everything=everything, force=force, volumes=volumes, progress=Console().status)
@@ -240,7 +243,8 @@ def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, suggest: 
     if report_path:
         events = from_report(report_path)
     else:
-        from launcher import engine, sandboxes
+        from launcher.engine import engine
+        from launcher.launch import sandboxes
 
         events = sandboxes.egress_log(engine.connect(), name)
     if events is None:
@@ -302,7 +306,8 @@ def build(force: bool, full: bool, agent_names: tuple[str, ...], ca_bundles: tup
     """
     from pathlib import Path
 
-    from launcher import agents, engine, images as imgs
+    from launcher import agents
+    from launcher.engine import engine, images as imgs
 
     console = Console()
     eng = engine.connect()
@@ -328,7 +333,7 @@ def bootstrap() -> None:
     Example:
       sandbox images bootstrap && sandbox images build
     """
-    from launcher import engine, images as imgs
+    from launcher.engine import engine, images as imgs
 
     imgs.bootstrap(engine.connect(), Console().status)
 

@@ -15,7 +15,7 @@ _LAYER_OPTIONS = "sandbox.layer-options"
 
 
 def _layer_option(ctx, param, value):
-    from launcher.trust import normalise_pin
+    from launcher.policy.trust import normalise_pin
 
     if param.name == "pin" and value is not None:
         if normalise_pin(value) is None:
@@ -74,8 +74,9 @@ def _flag_given(ctx, param, instead: str | None) -> bool:
 def settle(ctx, command: Defaulted) -> None:
     """Resolve the defaults (flag > environment > repository, approved only > user > built-in),
     put each into its option, and say on stderr which came from where and what was not applied."""
-    from launcher import settings, stack
     from launcher.errors import PolicyError, Problem
+    from launcher.pipeline import stack
+    from launcher.policy import settings
     from launcher.values import visible
 
     params = {key: next((p for p in command.params if flag in p.opts), None) for key, flag in command.defaults.items()}
@@ -108,7 +109,7 @@ def settle(ctx, command: Defaulted) -> None:
 
 def origins() -> tuple[tuple[str, str, str], ...]:
     """(timeout|session|idle, source, file) of each limit a settings file or variable gave this command."""
-    from launcher import settings
+    from launcher.policy import settings
 
     resolved = click.get_current_context().meta.get(SETTINGS)
     if resolved is None:
@@ -173,7 +174,7 @@ def agent_options(command):
 
 def agent_choice():
     """The --agent options as the pipeline's AgentChoice, or None."""
-    from launcher.pipeline import AgentChoice
+    from launcher.pipeline.pipeline import AgentChoice
 
     opts = click.get_current_context().meta.get(_AGENT, {})
     if not opts.get("agent"):
@@ -206,7 +207,7 @@ def down_strict_option(command):
 
 
 _COMMAND = "sandbox.command"
-# up's option (click's parameter name) for each option a sandbox stores (launcher/upoptions.py FIELDS)
+# up's option (click's parameter name) for each option a sandbox stores (launcher/launch/upoptions.py FIELDS)
 _STORED = {"policy": "policy", "workspace_mode": "workspace_mode", "pin": "pin", "ignore_repo": "ignore_repo",
            "allow": "allow", "allow_private": "allow_private", "egress_network": "egress_network", "timeout": "session",
            "idle": "idle", "ports": "ports", "agent": "agent", "key_env": "key_env", "key_file": "key_file",
@@ -309,8 +310,8 @@ def layer_settings(*, allow: tuple[str, ...] = (), timeout: str | None = None, s
                    idle: str | None = None, approved_only: bool = False, strict: bool = False):
     """The pipeline's LayerOptions from this command's flags. An unapproved repository policy is
     asked about only in a terminal, never in CI."""
-    from launcher import host
-    from launcher.pipeline import LayerOptions
+    from launcher.host import host
+    from launcher.pipeline.pipeline import LayerOptions
 
     opts = click.get_current_context().meta.get(_LAYER_OPTIONS, {})
     if opts.get("pin") and opts.get("ignore_repo"):
@@ -323,7 +324,7 @@ def layer_settings(*, allow: tuple[str, ...] = (), timeout: str | None = None, s
 
 def tell(layered) -> None:
     """The layers' notes, and the layer table when --show-layers asked for it."""
-    from launcher import layers
+    from launcher.policy import layers
 
     from launcher.values import visible
 
@@ -338,7 +339,7 @@ def request(policy_ref: str, workspace: str, command: tuple[str, ...] = (), *, t
             **how):
     """The library's session.Request from this command's flags (`how`: name, egress_network,
     attest, fresh)."""
-    from launcher.session import Request
+    from launcher.launch.session import Request
 
     allow = tuple(allow) + click.get_current_context().meta.get(_PRIVATE, ())
     return Request(policy=policy_ref, workspace=workspace, command=tuple(command),
@@ -347,11 +348,11 @@ def request(policy_ref: str, workspace: str, command: tuple[str, ...] = (), *, t
 
 
 def session(timings=None):
-    """launcher.session, its imports (the pipeline's) made like the commands' (launcher/cli/__init__.py);
+    """launcher.launch.session, its imports (the pipeline's) made like the commands' (launcher/cli/__init__.py);
     the CLI's imports phase ends here."""
     gc.disable()
     try:
-        from launcher import session
+        from launcher.launch import session
     finally:
         gc.freeze()
         gc.enable()
@@ -369,7 +370,7 @@ def plan(policy_ref: str, workspace: str, command: tuple[str, ...], *, kind: str
                                   name=name, egress_network=egress_network),
                           output.Console(), kind=kind, launched=launched, timings=timings)
     if click.get_current_context().meta.get(_LAYER_OPTIONS, {}).get("show_layers"):
-        from launcher import layers
+        from launcher.policy import layers
 
         click.echo(layers.layers_table(planned.layered.effective), err=True)
     return planned
@@ -382,7 +383,8 @@ def timings_option(command):
 
 def timeline(asked: bool):
     """A Timeline from the CLI's first import on, when --timings or SANDBOX_TIMINGS=1 asked for one."""
-    from launcher import host, timings
+    from launcher import timings
+    from launcher.host import host
 
     if not (asked or host.timings_requested()):
         return None

@@ -24,7 +24,7 @@ _STATUS = (("probe passed", GOOD), ("error:", BAD), ("warning:", WARN), ("egress
 
 def colour_on(err: bool = False) -> bool:
     """Whether stdout (stderr with `err`) may carry colour now."""
-    from launcher import host
+    from launcher.host import host
 
     isatty = getattr(sys.stderr if err else sys.stdout, "isatty", None)
     return bool(isatty and isatty()) and host.colour_allowed()
@@ -53,7 +53,7 @@ def page(lines: list[str], pager: bool = True) -> None:
     import shlex
     import subprocess
 
-    from launcher import host
+    from launcher.host import host
 
     text = "\n".join(lines)
     command, env = host.pager()
@@ -153,7 +153,7 @@ def print_blocked(events, data: bool = False) -> None:
 
 def print_changes(changes, failing: bool) -> None:
     """The surface report on stderr: an error when it decides the exit code, else a warning."""
-    from launcher.surfaces import render
+    from launcher.policy.surfaces import render
 
     if changes:
         lines = render(changes)
@@ -187,7 +187,7 @@ def print_copy(outcome) -> None:
 def write_report(result, path: str | None, as_json: bool) -> None:
     """A run's JSON report in the envelope: to --report's file, on stdout with --json, and into the
     CI's step summary. Its exit_code is the process's (an attestation record not written: 118)."""
-    from launcher import host
+    from launcher.host import host
     from launcher.targets import report as reports
     from launcher.targets import summary
 
@@ -272,7 +272,9 @@ def on_terminal() -> bool:
 def attach(name: str | None, argv: list[str], command: str) -> int:
     """`argv` on a terminal in the running sandbox `name` (none: the current workspace's), after the
     line on when it was last proven; its exit code."""
-    from launcher import engine, proven, sandboxes, terminal
+    from launcher.engine import engine
+    from launcher.host import proven
+    from launcher.launch import sandboxes, terminal
 
     connected = engine.connect()
     item = sandboxes.chosen(connected, name, os.path.realpath("."))

@@ -15,7 +15,7 @@ from launcher.errors import ExitCode, PolicyError
 from launcher.targets import FORMATS, TARGETS, Target
 
 if TYPE_CHECKING:
-    from launcher.plan import LaunchPlan
+    from launcher.plan.plan import LaunchPlan
 
 
 @click.command(cls=Defaulted, short_help="Compile a policy into a launch plan (no engine).",
@@ -60,7 +60,7 @@ def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: s
     Example:
       sandbox compile -p ci -w . --allow api.example.com --format argv
     """
-    from launcher import statefiles
+    from launcher.host import statefiles
 
     target = FORMATS[fmt]
     if warm is not None and "warm" not in target.options:
@@ -93,7 +93,7 @@ def compile(policy: str, workspace: str, fmt: str, claim: str, workspace_root: s
 def home_relative(files) -> dict[str, str]:
     """The launcher's files by host path, as ${HOME}/... where they are under the home directory
     (the state directory's default): a compose file names no user's home."""
-    from launcher import host
+    from launcher.host import host
 
     home = host.home_dir().rstrip("/") + "/"
     named = {f.path: "${HOME}/" + f.path[len(home):] for f in files if f.path.startswith(home)}
@@ -136,7 +136,7 @@ def check(policies: tuple[str, ...], policy_flag: str | None, workspace: str, fm
     Example:
       sandbox check -p untrusted -w ~/src/repo --json
     """
-    from launcher import lint, lintstack
+    from launcher.check import lint, lintstack
 
     stack = (policy_flag, *policies) if policy_flag else policies or ("untrusted",)
     findings, docs = lintstack.check(stack, workspace, target=target, strict=strict)
@@ -170,8 +170,9 @@ def explain(policy: str | None, policy_flag: str | None, workspace: str, fmt: st
     Example:
       sandbox explain -p ci --target compose
     """
-    from launcher import explain as table, pipeline
+    from launcher.check import explain as table
     from launcher.cli.options import layer_settings, tell
+    from launcher.pipeline import pipeline
 
     fmt = "json" if as_json else fmt
     policy = either(policy, policy_flag, "policy", "untrusted")
@@ -179,7 +180,8 @@ def explain(policy: str | None, policy_flag: str | None, workspace: str, fmt: st
     tell(result)
     facts = refused = None
     if ask_engine:
-        from launcher import engine, engineid
+        from launcher.engine import engine
+        from launcher.host import engineid
 
         facts = engineid.asked(engine.connect())
     pipeline.compiled(result, workspace, kind=TARGETS[target].kind)   # refused as `compile` would refuse it

@@ -37,7 +37,8 @@ def port(name: str, spec: str, address: str, listen_fd: int | None, as_json: boo
     is a stream of JSON lines: "listening" (read host_port from it), then "stopped" with the
     connections served, or the error.
     """
-    from launcher import engine, forward, ports
+    from launcher.engine import engine
+    from launcher.launch import forward, ports
 
     try:
         forward.parse_address(address)

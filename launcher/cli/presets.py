@@ -11,7 +11,7 @@ from launcher.cli import output
 
 
 def _writes(policy) -> str:
-    from launcher.model import Access, WorkspaceMode
+    from launcher.policy.model import Access, WorkspaceMode
 
     if policy.workspace.access is Access.READ_ONLY:
         return "no"
@@ -20,7 +20,8 @@ def _writes(policy) -> str:
 
 def rows() -> list[dict]:
     """Each bundled preset through the base loader (its `extends` applied)."""
-    from launcher import resources, stack
+    from launcher import resources
+    from launcher.pipeline import stack
 
     found = []
     for name in resources.preset_names():

@@ -30,7 +30,7 @@ def selftest(policies: tuple[str, ...], as_json: bool, json_path: str | None) ->
     Example:
       sandbox selftest -p untrusted -p ci --output selftest.json
     """
-    from launcher import engine
+    from launcher.engine import engine
     from launcher.selftest import runner as st
 
     results = st.run(engine.connect(), policies, output.Console().status)

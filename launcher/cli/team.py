@@ -32,7 +32,9 @@ def doctor(as_json: bool, fix: bool) -> None:
     """
     import shutil
 
-    from launcher import doctor as checks, engine, hostengines, hostpaths, registration
+    from launcher.doctor import doctor as checks, registration
+    from launcher.engine import engine, hostengines
+    from launcher.host import hostpaths
 
     runsc = shutil.which("runsc")
     if fix:
@@ -47,8 +49,10 @@ def doctor(as_json: bool, fix: bool) -> None:
 
 
 def _fix(engine, registration, runsc: str | None) -> None:
-    from launcher import engineid, hostengines, runtimes
+    from launcher.engine import hostengines
     from launcher.errors import EngineError
+    from launcher.host import engineid
+    from launcher.plan import runtimes
 
     if not runsc:
         raise EngineError(("runsc is not installed: nothing to register.\n    hint: apt-get install runsc "

@@ -27,8 +27,9 @@ def trust() -> None:
 
 def _state(approval) -> str:
     """Whether the workspace's file is still the approved one."""
-    from launcher import hostfiles, trust as tofu
     from launcher.errors import PolicyError
+    from launcher.host import hostfiles
+    from launcher.policy import trust as tofu
 
     try:
         source = hostfiles.repo_policy_file(approval.workspace)
@@ -49,7 +50,7 @@ def list_(as_json: bool) -> None:
     Example:
       sandbox trust list --json
     """
-    from launcher import approvals
+    from launcher.host import approvals
     from launcher.values import visible
 
     store_path, items = approvals.listed()
@@ -67,9 +68,10 @@ def list_(as_json: bool) -> None:
 
 def _source(workspace: str):
     """(the workspace's real path, its .sandbox.yaml), validated; errors in words when there is none."""
-    from launcher import hostfiles, hostpaths, stack
     from launcher.errors import PolicyError, Problem
-    from launcher.layers import LayerKind
+    from launcher.host import hostfiles, hostpaths
+    from launcher.pipeline import stack
+    from launcher.policy.layers import LayerKind
 
     ws = hostpaths.workspace_real(workspace)
     source = hostfiles.repo_policy_file(ws)
@@ -96,7 +98,9 @@ def approve(workspace: str, yes: bool, pin: str | None) -> None:
     Example:
       sandbox trust approve -w ~/src/repo --sha256 SHA256   # without a terminal: only this content
     """
-    from launcher import approvals, host, stack, trust as tofu
+    from launcher.host import approvals, host
+    from launcher.pipeline import stack
+    from launcher.policy import trust as tofu
 
     wanted = None if pin is None else tofu.normalise_pin(pin)
     if pin is not None and wanted is None:
@@ -136,7 +140,7 @@ def revoke(workspace: str) -> None:
     Example:
       sandbox trust revoke -w ~/src/repo
     """
-    from launcher import approvals, hostpaths
+    from launcher.host import approvals, hostpaths
 
     removed = approvals.revoke(hostpaths.workspace_real(workspace))
     output.status(f"revoked the approval of {removed.workspace}/.sandbox.yaml (sha256 {removed.sha256})")

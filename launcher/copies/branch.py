@@ -11,9 +11,9 @@ import shutil
 import tempfile
 from typing import BinaryIO
 
-from launcher import hostgit
 from launcher.copies.apply import Exported
 from launcher.errors import PolicyError, Problem
+from launcher.host import hostgit
 
 
 def _refuse(found: str, hint: str) -> PolicyError:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, ContextManager, Iterator
 
 from launcher.errors import EngineError
-from launcher.plan import CopySpec
+from launcher.plan.plan import CopySpec
 
 MAX_ENTRIES = 20_000      # beyond, the tools container's tar|tar is as fast and its start cost is noise
 MAX_BYTES = 256 << 20

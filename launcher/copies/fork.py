@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from launcher import labels as label
 from launcher.copies import store
 from launcher.copies.limits import Limits, human
-from launcher.engineproto import Engine
+from launcher.engine.engineproto import Engine
+from launcher.engine.tools import run_tool
 from launcher.errors import EngineError, NotFound, PolicyError, Problem
-from launcher.plan import Mount, MountKind
-from launcher.tools import run_tool
+from launcher.plan.plan import Mount, MountKind
 
 PARTS = ("base", "upper", "tree")
 

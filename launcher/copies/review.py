@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from launcher import names
 from launcher.errors import Problem
+from launcher.policy.surfaces import Surface, named
 from launcher.style import ADDED, BAD, HEADER, HUNK, REMOVED, WARN, Mark, plain
-from launcher.surfaces import Surface, named
 from launcher.values import visible
 
 

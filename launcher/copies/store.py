@@ -19,15 +19,16 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 from launcher import labels as label
-from launcher import overlap, resources
+from launcher import resources
 from launcher.copies import fill
 from launcher.copies.export import Exported, read_export
 from launcher.copies.limits import Limits, upper_refused
 from launcher.copies.review import Allowed
-from launcher.engineproto import Engine, VolumeInfo
+from launcher.engine import overlap
+from launcher.engine.engineproto import Engine, VolumeInfo
+from launcher.engine.tools import TOOL_SECONDS, created, read_files, run_tool, tool_stream
 from launcher.errors import EngineError, NotFound, PolicyError, Problem
-from launcher.plan import CopySpec, Mount, MountKind
-from launcher.tools import TOOL_SECONDS, created, read_files, run_tool, tool_stream
+from launcher.plan.plan import CopySpec, Mount, MountKind
 
 TOOL = (resources.images_dir() / "tools" / "copytool.py").read_text()
 # root in the tools container: it copies files of any owner into the agent's, and whiteouts (the

@@ -52,7 +52,7 @@ def parse_log(text: str) -> tuple[EgressEvent, ...]:
 def agents_own(events: tuple[EgressEvent, ...]) -> tuple[EgressEvent, ...]:
     """The requests without the probe's own: the one for the name the proxy must refuse
     (plan.PROBE_DENIED_HOST) is no request of the agent, never shown nor suggested."""
-    from launcher.plan import PROBE_DENIED_HOST
+    from launcher.plan.plan import PROBE_DENIED_HOST
 
     return tuple(e for e in events if e.host != PROBE_DENIED_HOST)
 
@@ -72,7 +72,7 @@ def suggest(events: tuple[EgressEvent, ...]) -> tuple[list[str], list[str]]:
     applied: the person reads it."""
     import ipaddress
 
-    from launcher.allowlist import DEFAULT_PORTS
+    from launcher.policy.allowlist import DEFAULT_PORTS
     from launcher.values import visible
 
     entries, skipped = {}, {}

@@ -7,11 +7,12 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, TypeVar
 
-from launcher import host, subnets
-from launcher.engine import Engine
 from launcher.egress.audit import EgressEvent, agents_own, parse_log
+from launcher.engine import subnets
+from launcher.engine.engine import Engine
 from launcher.errors import EngineError, NotFound
-from launcher.plan import LaunchPlan, pinned_proxy
+from launcher.host import host
+from launcher.plan.plan import LaunchPlan, pinned_proxy
 from launcher.timings import timed
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ def _proxy(engine: Engine, plan: LaunchPlan, values: dict[str, str], listener, p
 def secret_values(plan: LaunchPlan) -> dict[str, str]:
     """The proxy's variables carrying the injected secrets, read from the host; refused when unusable."""
     from launcher.errors import PolicyError, Problem
-    from launcher.inject import squid_value
+    from launcher.policy.inject import squid_value
 
     values = {}
     for secret in plan.proxy.secrets if plan.proxy else ():

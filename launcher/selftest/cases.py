@@ -6,10 +6,10 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from launcher.paths import CREDENTIAL_PATHS
+from launcher.host.paths import CREDENTIAL_PATHS
+from launcher.policy.secrets import SECRET_NAME_PATTERNS, SECRET_VALUE_PREFIXES
+from launcher.policy.surfaces import INVENTORY, PROTECTED
 from launcher.selftest import scratch
-from launcher.secrets import SECRET_NAME_PATTERNS, SECRET_VALUE_PREFIXES
-from launcher.surfaces import INVENTORY, PROTECTED
 
 BOTH = ("none", "proxy")
 
@@ -127,7 +127,7 @@ e2="$(mv "$WS/.repos/sub" "$WS/.repos/moved" 2>&1)" && { mv "$WS/.repos/moved" "
 PLANTED = {f"report.{_slug(s.example)}": s.example for s in INVENTORY
            if not s.protect and s.example != scratch.HOOKS_PATH} | {
     "report.nested_git": "src/.git", "report.symlink_out": "report-link",
-    "report.include": f"{scratch.INCLUDED_DIR}/jobs.yml"}   # a file .gitlab-ci.yml includes (launcher/includes.py)
+    "report.include": f"{scratch.INCLUDED_DIR}/jobs.yml"}   # a file .gitlab-ci.yml includes (launcher/host/includes.py)
 _PLANT_BODY = {
     "report.include": f'plant "$WS/{scratch.INCLUDED_DIR}/jobs.yml" "evil: {{script: [\'touch /tmp/x\']}}"',
     "report.nested_git": r'''
@@ -142,7 +142,7 @@ PLANTS = tuple(_c(case_id, "planted; the after-run report must list it",
                   _PLANT_BODY.get(case_id, f'plant "$WS/{path}" "# planted by sandbox selftest"'))
                for case_id, path in PLANTED.items())
 
-# The launcher's own lists (launcher/secrets.py, launcher/paths.py), as the shell sees them.
+# The launcher's own lists (launcher/policy/secrets.py, launcher/host/paths.py), as the shell sees them.
 _NAMES_ERE = "^(" + "|".join(p.replace("*", "[^=]*").replace("?", "[^=]") for p in SECRET_NAME_PATTERNS) + ")="
 _VALUES_ERE = "=(" + "|".join(SECRET_VALUE_PREFIXES) + ")|-----BEGIN [A-Z ]*PRIVATE KEY-----"   # plain names: no ERE escapes needed
 
@@ -292,7 +292,7 @@ x="$(tcp_try fd00::1 80 3)"; case $x in unreachable*) ok "no IPv6 path: $x" ;; *
 gw="$(default_gateway)" || { ok "no default route"; exit; }
 [ "$MODE" = proxy ] || { escaped "a default route via $gw in a sandbox without network (not tried)"; exit; }
 # Only a private gateway is tried: a public one would be someone else's router. 198.18.0.0/15
-# (RFC 2544, never routed publicly) is where the launcher puts its own networks (launcher/subnets.py).
+# (RFC 2544, never routed publicly) is where the launcher puts its own networks (launcher/engine/subnets.py).
 case $gw in 10.* | 192.168.* | 172.1[6-9].* | 172.2[0-9].* | 172.3[01].* | 198.1[89].*) host_reach "$LISTEN_PORT" "$gw" ;; *) escaped "gateway $gw is not a private address (not tried)" ;; esac'''),
     _c("host.loopback", "loopback is the sandbox's own", r'''
 r="$(tcp_try 127.0.0.1 "$LISTEN_PORT" 2)"; case $r in connected) escaped "the host's listener answers on 127.0.0.1" ;; *) ok "own loopback: $r" ;; esac'''),

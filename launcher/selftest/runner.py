@@ -12,19 +12,24 @@ from importlib import resources as pkg_resources
 from typing import Callable
 
 from launcher import labels as label
-from launcher import baseline, engineid, host, hostengines, hostpaths, images, pipeline, resources, runtimes, scan, session, stack
-from launcher.selftest import scratch
-from launcher.dialects.podman import MARKER as PODMAN_MARKER
-from launcher.engine import Engine
+from launcher import resources
+from launcher.plan.dialects.podman import MARKER as PODMAN_MARKER
+from launcher.engine import hostengines, images
+from launcher.engine.engine import Engine
 from launcher.errors import ProbeFailed, SandboxError
-from launcher.plan import PROBE_BUSYBOX, MountKind
-from launcher.model import WorkspaceMode
+from launcher.host import baseline, engineid, host, hostpaths, scan
+from launcher.launch import session
+from launcher.pipeline import pipeline, stack
+from launcher.plan import runtimes
+from launcher.plan.plan import PROBE_BUSYBOX, MountKind
+from launcher.policy.model import WorkspaceMode
+from launcher.selftest import scratch
 from launcher.selftest.cases import PLANTED, PLANTS, WAY_BACK, Case, for_mode
 from launcher.selftest.verdicts import (  # noqa: F401 - the judgments: callers and tests find them here too
     ERROR, FAIL, PASS, CaseResult, PresetResult, judge_canary, judge_home_trust, judge_host_dir, judge_host_git,
     judge_leftovers, judge_listener, judge_surfaces_reported, judge_time_limit, judge_way_back, judged)
-from launcher.values import visible
 from launcher.style import BAD, GOOD, Mark, plain
+from launcher.values import visible
 
 # Proxy-mode presets get these allow rules; the test network's upstream answers for them.
 # Our upstreams live on a private test network: the rules opt in (see network.allow private).

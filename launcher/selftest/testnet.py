@@ -7,8 +7,8 @@ import os
 import time
 
 from launcher import labels as label
-from launcher import enginebodies, images
-from launcher.engine import Engine
+from launcher.engine import enginebodies, images
+from launcher.engine.engine import Engine
 from launcher.errors import EngineError
 
 # Names the upstream answers for, and names that land on the canary (which must never see a request).

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from launcher.compiler import compile_policy
 from launcher.errors import SandboxError
-from launcher.model import HomeMode
+from launcher.plan.compiler import compile_policy
+from launcher.policy.model import HomeMode
 from launcher.selftest import scratch
 from launcher.selftest.cases import OUTSIDE, PLANTED
 from launcher.values import visible

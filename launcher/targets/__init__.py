@@ -12,8 +12,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:   # imported by the CLI at start: only names here; the cells and renderers load on use
-    from launcher.enforcement import Enforcement
-    from launcher.plan import LaunchPlan
+    from launcher.plan.enforcement import Enforcement
+    from launcher.plan.plan import LaunchPlan
 
 Losses = list[tuple[str, str]]   # (policy field or protection, why it is not enforced)
 
@@ -51,7 +51,7 @@ class Target:
     def write(self, plan: "LaunchPlan", **options) -> str | dict[str, str]:
         if self.writer is None:
             raise ValueError(f"target {self.name}: the launcher starts it, there is nothing to write")
-        from launcher.plan import unwatched
+        from launcher.plan.plan import unwatched
 
         return self.writer(unwatched(plan), **self._mine(options))
 

@@ -6,8 +6,8 @@ import enum
 import shlex
 from dataclasses import asdict, is_dataclass
 
-from launcher.plan import LaunchPlan, Mount, MountKind, proxy_env, unwatched
-from launcher.runtimes import as_file
+from launcher.plan.plan import LaunchPlan, Mount, MountKind, proxy_env, unwatched
+from launcher.plan.runtimes import as_file
 
 
 def plain(value):

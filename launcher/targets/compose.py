@@ -4,8 +4,8 @@ both read it): the same sandbox container, proxy and networks, without the launc
 from __future__ import annotations
 
 from launcher import labels as label
-from launcher.plan import LaunchPlan, Mount, MountKind, ProxySpec, proxy_env, unwatched
-from launcher.runtimes import GVISOR_SECCOMP, GVISOR_SECCOMP_FILE
+from launcher.plan.plan import LaunchPlan, Mount, MountKind, ProxySpec, proxy_env, unwatched
+from launcher.plan.runtimes import GVISOR_SECCOMP, GVISOR_SECCOMP_FILE
 from launcher.targets.portable import WSROOT_ENV, Places, network_labels, portable_labels, probe_start, workspace_of
 
 PROBE_VOLUME_KEY = "sandbox-probe"

@@ -14,10 +14,10 @@ from dataclasses import replace
 
 import yaml
 
-from launcher.targets.compose import to_compose
-from launcher.plan import LaunchPlan, MountKind
+from launcher.plan.plan import LaunchPlan, MountKind
+from launcher.plan.runtimes import GVISOR_SECCOMP, as_file
 from launcher.targets.argv import log_flags, mount_flag, tmpfs_flag
-from launcher.runtimes import GVISOR_SECCOMP, as_file
+from launcher.targets.compose import to_compose
 from launcher.targets.portable import WSROOT_ENV, Places, launcher_files, portable_labels, probe_start, workspace_of
 
 LOCAL = "${localWorkspaceFolder}"   # the Dev Containers tools put the checkout's host path there

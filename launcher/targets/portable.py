@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from launcher import labels as label
-from launcher.plan import LaunchPlan, MountKind
+from launcher.plan.plan import LaunchPlan, MountKind
 
 WSROOT_ENV = "SANDBOX_WSROOT"   # the workspace's host path, set by the tool that starts the container
 

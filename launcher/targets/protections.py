@@ -1,6 +1,6 @@
 """How each target has the rows whose enforcement depends on who starts the sandbox: the policy's
 time limit and the launcher's own protections. Every other row (each field and each ALWAYS entry
-of `launcher.explain`) is enforced by the container itself in every target, and proven by the
+of `launcher.check.explain`) is enforced by the container itself in every target, and proven by the
 probe, which is the entrypoint of all of them. Below the renderers: a target's loss report (the
 Kubernetes header too) reads its cells from here; `Target.cells` loads them on use (the CLI's start
 needs only the registry's names)."""
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from launcher.enforcement import Component, Enforcement
+from launcher.plan.enforcement import Component, Enforcement
 
 
 def enforced_by_nothing(why: str) -> Enforcement:
@@ -44,7 +44,7 @@ RUN = _cells(
     inspect=_COMPARED, binds=_RESOLVED,
     surfaces=Enforcement(mechanism="compared after the run (exit 123 under CI)", component=Component.LAUNCHER,
                          checks=()))
-_SESSION = "the main process ends the sandbox at limits.session or limits.idle (launcher/lifetime.py)"
+_SESSION = "the main process ends the sandbox at limits.session or limits.idle (launcher/plan/lifetime.py)"
 UP = _cells(
     timeout=Enforcement(mechanism=_SESSION, component=Component.PROCESS, checks=()),
     inspect=_COMPARED, binds=_RESOLVED,

@@ -9,12 +9,13 @@ import time
 
 from dataclasses import asdict
 
-from launcher import checks, surfaces
 from launcher.__version__ import __version__
 from launcher.egress.audit import summarize
-from launcher.plan import LaunchPlan
+from launcher.engine.verify import ProbeReport
+from launcher.plan import checks
+from launcher.plan.plan import LaunchPlan
+from launcher.policy import surfaces
 from launcher.targets.argv import plan_to_dict
-from launcher.verify import ProbeReport
 
 
 def build(*, status: str, exit_code: int, started: float, plan: LaunchPlan | None = None,

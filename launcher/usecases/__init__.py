@@ -1,4 +1,4 @@
 """The commands that act on what exists — `down`, `gc`, `logs` and the copy's `diff`, `discard`,
 `checkpoint`, `rewind` — as library calls: each does the whole of its command's work and returns
 what happened as frozen data; nothing here prints or exits. `launcher/cli/` parses flags for them and
-prints their answers; `run` and `up` are launcher.session's."""
+prints their answers; `run` and `up` are launcher.launch.session's."""

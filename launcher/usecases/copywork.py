@@ -8,10 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from launcher import images, sandboxes
 from launcher.copies import apply as applying, branch as branches, fork, limits, review, store
-from launcher.engineproto import Engine
+from launcher.engine import images
+from launcher.engine.engineproto import Engine
 from launcher.errors import CopyConflict, NotFound, PolicyError, Problem, SandboxError
+from launcher.launch import sandboxes
 from launcher.values import visible
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from launcher import baseline, host, records, sandboxes
-from launcher.engineproto import Engine
+from launcher.engine.engineproto import Engine
 from launcher.errors import ExitCode
-from launcher.surfaces import Change
+from launcher.host import baseline, host
+from launcher.launch import records, sandboxes
+from launcher.policy.surfaces import Change
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,7 +63,7 @@ def surface_reports(names) -> tuple[Surfaces, ...]:
 
 
 def to_json(reports: tuple[Surfaces, ...]) -> dict[str, list[dict]]:
-    from launcher import surfaces
+    from launcher.policy import surfaces
 
     return {r.sandbox: surfaces.to_json(r.changes) for r in reports}
 
@@ -83,7 +84,8 @@ def gc(engine: Engine, *, everything: bool = False, force: bool = False, volumes
     """Remove what launchers left behind (with `everything`, running `up` sandboxes too), probe
     volumes of earlier versions, copies whose work is on the host (all unused ones with `force`),
     with `volumes` home volumes no sandbox uses; then the reports of sandboxes gone without `down`."""
-    from launcher import home, images
+    from launcher.engine import images
+    from launcher.launch import home
 
     removed = sandboxes.gc(engine, everything)
     removed += sandboxes.stale_probe_volumes(engine, images.probe_volume_name())

@@ -9,9 +9,9 @@ import re
 from dataclasses import dataclass, replace
 
 from launcher import labels as label
-from launcher.plan import PROXY_ALIAS
 from launcher.errors import PolicyError, Problem
-from launcher.plan import PROBE_DIR, LaunchPlan
+from launcher.plan.plan import PROXY_ALIAS
+from launcher.plan.plan import PROBE_DIR, LaunchPlan
 from launcher.targets.kubernetes import hostfirewall, network, pod
 from launcher.targets.kubernetes.losses import header, losses
 

@@ -7,7 +7,7 @@ controller's own default policy never applies."""
 from __future__ import annotations
 
 from launcher.errors import PolicyError, Problem
-from launcher.plan import LaunchPlan
+from launcher.plan.plan import LaunchPlan
 from launcher.targets import kubernetes
 from launcher.targets.kubernetes import network
 from launcher.targets.kubernetes.losses import header, pod_losses

@@ -3,7 +3,7 @@ top of the manifests and said on stderr by `sandbox compile`."""
 
 from __future__ import annotations
 
-from launcher.plan import LaunchPlan
+from launcher.plan.plan import LaunchPlan
 from launcher.targets.kubernetes.hostfirewall import WHAT_IT_ADDS
 from launcher.targets.kubernetes.network import private_rules
 from launcher.targets.kubernetes.pod import NODE_PORTS

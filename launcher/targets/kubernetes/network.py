@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from launcher.plan import LaunchPlan, ProxySpec, proxy_env
+from launcher.plan.plan import LaunchPlan, ProxySpec, proxy_env
 from launcher.targets.kubernetes.pod import restricted_context
 
 SECRET_DIR = "/run/sandbox-secrets"

@@ -8,9 +8,9 @@ import hashlib
 import posixpath
 from dataclasses import replace
 
-from launcher import checks
 from launcher.errors import PolicyError, Problem
-from launcher.plan import PROBE_DIR, LaunchPlan, Mount, MountKind
+from launcher.plan import checks
+from launcher.plan.plan import PROBE_DIR, LaunchPlan, Mount, MountKind
 
 # The kubelet mounts a file for the termination message in every container. At its default,
 # /dev/termination-log, it is a regular file in /dev (the probe's dev.nodes refuses any); here it

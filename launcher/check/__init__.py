@@ -1,0 +1,1 @@
+"""`sandbox check` and `sandbox explain`: a policy stack judged and explained, nothing run."""

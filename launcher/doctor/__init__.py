@@ -1,0 +1,1 @@
+"""`sandbox doctor`: is this host fit to run sandboxes, and gVisor's registration."""

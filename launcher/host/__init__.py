@@ -1,0 +1,1 @@
+"""Facts about this machine and the workspace, read once, and what the launcher keeps on the host."""

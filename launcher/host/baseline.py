@@ -1,0 +1,49 @@
+"""The workspace's surfaces as they were before a sandbox started, kept on the host (never where the
+agent can write) so that `sandbox down` and `gc` can say what the agent changed."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from launcher.host import host, scan
+from launcher.policy import surfaces
+
+
+def changes(workspace: str, before: dict[str, str]) -> tuple[surfaces.Change, ...]:
+    """What the agent changed, comparing `before` with the workspace as it is now."""
+    # Whatever was fingerprinted before is fingerprinted again, also where only the include graph named it.
+    extra = tuple(p for p, f in before.items() if f.startswith("git:"))
+    included = tuple(p for p, f in before.items() if f.startswith("include:"))
+    return surfaces.compare(before, scan.snapshot(workspace, extra=extra, included=included))
+
+
+def _path(name: str) -> str:
+    return os.path.join(host.state_dir(), "baselines", f"{name}.json")
+
+
+def save(name: str, workspace: str, before: dict[str, str]) -> None:
+    path = _path(name)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as out:
+        json.dump({"workspace": workspace, "surfaces": before}, out)
+    os.replace(tmp, path)
+
+
+def take(name: str) -> tuple[str, dict[str, str]] | None:
+    """The saved (workspace, surfaces) of sandbox `name`, removed from the store; None if none."""
+    try:
+        with open(_path(name)) as data:
+            saved = json.load(data)
+        os.unlink(_path(name))
+    except (OSError, ValueError):
+        return None
+    return saved["workspace"], saved["surfaces"]
+
+
+def names() -> tuple[str, ...]:
+    try:
+        return tuple(n[:-5] for n in os.listdir(os.path.dirname(_path("x"))) if n.endswith(".json"))
+    except OSError:
+        return ()

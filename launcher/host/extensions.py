@@ -1,0 +1,42 @@
+"""Each running session's end as `sandbox extend` moved it, kept on the host where the agent cannot
+write, for `sandbox ls` (a container's labels cannot change once it runs). The running sandbox
+learns its new end from a root-owned file inside (lifetime.END_FILE), not from here."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from launcher.host import host
+
+
+def _path(name: str) -> str:
+    return os.path.join(host.state_dir(), "sessions", f"{name}.json")
+
+
+def save(name: str, container: str, end: int) -> None:
+    """Record that the container `container` (its id) of the sandbox `name` now ends at `end`."""
+    path = _path(name)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as out:
+        json.dump({"container": container, "end": end}, out)
+    os.replace(tmp, path)
+
+
+def end_of(name: str, container: str) -> int | None:
+    """The end `sandbox extend` gave this container of `name` (epoch seconds), or None: never
+    extended, or the record is of an earlier container of the same name."""
+    try:
+        with open(_path(name)) as data:
+            found = json.load(data)
+        return int(found["end"]) if found["container"] == container else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def forget(name: str) -> None:
+    try:
+        os.unlink(_path(name))
+    except OSError:
+        pass

@@ -1,0 +1,1 @@
+"""A plan meets the engine: the library's session, launch, proof, and long-lived sandboxes."""

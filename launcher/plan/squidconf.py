@@ -1,0 +1,51 @@
+"""The egress proxy's Squid configuration, rendered at compile time from a jinja2 template
+(squid.conf.j2 beside this file): the allow rules and the injected secrets' endpoints. The plan's
+proxy types and constants (ProxySpec, PROXY_ALIAS, INTERNAL_OPTIONS, ...) are launcher/plan/plan.py's."""
+
+from __future__ import annotations
+
+import re
+
+from launcher.plan.plan import PROXY_ALIAS, PROXY_PORT, SecretEndpoint
+from launcher.policy.allowlist import AllowRule
+from launcher.policy.inject import CA_PATH
+
+
+def _pattern(rule: AllowRule) -> str:
+    # Any name below the suffix, never the suffix itself (Squid's ".suffix" would match both).
+    return "^([a-z0-9-]+\\.)+" + re.escape(rule.host).replace("\\-", "-") + "$"
+
+
+def _acl(rule: AllowRule) -> str:
+    if rule.wildcard:
+        return "dstdom_regex -n -i " + _pattern(rule)  # -n: an IP literal is not reverse-resolved (hung here)
+    return f"dstdomain -n {rule.host}"  # -n: compare the name as written, no reverse lookups
+
+
+def _sni_acl(rule: AllowRule) -> str:
+    # --client-requested: the name the client sent (SNI), whatever the server's certificate says.
+    if rule.wildcard:
+        return "ssl::server_name_regex --client-requested -i " + _pattern(rule)
+    return f"ssl::server_name --client-requested {rule.host}"
+
+
+def _endpoint(index: int, s: SecretEndpoint) -> dict:
+    # The value is filled in by the proxy's start script from s.var; % is doubled (logformat codes).
+    value = s.template.replace("%", "%%").replace("{value}", f"@{s.var}@")
+    headers = [{"name": s.header, "value": value}] + [{"name": name, "value": f"@{var}@"} for name, var in s.extra]
+    return {"id": f"secret{index}", "bind": PROXY_ALIAS, "port": s.port, "host": s.host, "upstream_port": s.upstream_port,
+            "tls": s.scheme == "https", "headers": headers, "path": s.path,
+            "cafile": CA_PATH % index if s.ca_pem else ""}
+
+
+def render_squid(sandbox: str, rules: tuple[AllowRule, ...], port: int = PROXY_PORT,
+                 secrets: tuple[SecretEndpoint, ...] = ()) -> str:
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
+    env = Environment(loader=PackageLoader("launcher.plan", "."), undefined=StrictUndefined,
+                      keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    context = [{"acl": _acl(r), "sni_acl": _sni_acl(r), "ports": " ".join(map(str, r.ports)), "private": r.private}
+               for r in rules]
+    endpoints = [_endpoint(i, s) for i, s in enumerate(secrets)]
+    return env.get_template("squid.conf.j2").render(sandbox=sandbox, rules=context, port=port, bind=PROXY_ALIAS,
+                                                    endpoints=endpoints)

@@ -1,0 +1,1 @@
+"""The policy language: one file read, validated and typed; layers combined as ceilings."""
