@@ -1,10 +1,12 @@
 """Architecture rules: one module imports docker, one reads the environment, only the CLI prints;
-no import circle and no module importing another's private name; files small enough to read."""
+no import circle and no module importing another's private name; each folder imports only what its
+__init__.py allows; files small enough to read."""
 
 from __future__ import annotations
 
 import ast
 import functools
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,7 +65,8 @@ NAMES = {name for name, _ in modules()}
 def test_only_engine_imports_docker_and_only_lazily():
     users = {name for name, tree in modules() if "docker" in imported(tree)}
     assert users == {"engine.engine"}
-    top_level = {n.names[0].name for n in ast.parse((PACKAGE / "engine" / "engine.py").read_text()).body if isinstance(n, ast.Import)}
+    engine = ast.parse((PACKAGE / "engine" / "engine.py").read_text())
+    top_level = {n.names[0].name for n in engine.body if isinstance(n, ast.Import)}
     assert "docker" not in top_level
 
 
@@ -118,45 +121,95 @@ def test_no_import_circle_through_imports_inside_functions_either():
     assert not found, "import circle: " + "; ".join(" <-> ".join(sorted(c)) for c in found)
 
 
-# The layers under the egress proxy, lowest first: each module imports only from its own layer and
-# the ones below (inside functions too). Egress (the proxy at launch and its audit) builds on the
-# plan and the engine; the compiler, which renders the proxy's configuration, sits below it.
-LAYERS = (
-    ("basics", {"errors", "names", "values", "host.paths", "labels", "policy.secrets", "resources", "timings", "policy.yamlsafe"}),
-    ("policy.policy", {"policy.allowlist", "policy.inject", "policy.surfaces", "policy.model", "policy.schema", "policy.policy", "policy.layers", "policy.settings"}),
-    ("host facts", {"host.hostpaths", "host.hostfiles", "host.host", "host.cafiles", "host.imagebuild", "host.statefiles", "host.hostgit", "host.gitdirs",
-                    "host.gitgraph", "host.gitscan", "host.scan", "host.engineid", "host.hostfacts", "host.extensions"}),
-    ("plan.plan", {"plan.plan", "dialects", "dialects.docker", "dialects.podman", "plan.squidconf", "plan.checks", "plan.runtimes", "plan.trustfiles", "plan.refusals", "plan.lifetime", "plan.compiler"}),
-    ("engine.engine", {"engine.engineproto", "engine.engineapi", "engine.enginebodies", "engine.engine", "engine.enginefake", "engine.hostengines", "engine.subnets", "engine.images",
-                "engine.imageext"}),
-    ("egress", {"egress", "egress.audit", "egress.proxy"}),
-    ("copies", {"copies", "copies.store", "copies.fill", "copies.review", "copies.export", "copies.finaltree",
-                "copies.apply", "copies.branch", "copies.limits", "copies.fork"}),
-    ("launch.session", {"launch.upoptions"}),   # what `up` was started with: above every layer, beside launcher/launch/session.py
-    ("use-cases", {"usecases", "usecases.remove", "usecases.copywork"}),   # the commands as library calls: above every layer
-)
+# The layers are the folders: each folder's __init__.py says in one paragraph what it owns and, on
+# its last line, which folders it may import ("May import: a, b" or "none"). Its modules import only
+# from their own folder, those folders and the shared modules at the top (inside functions too); the
+# shared modules import no folder, and the package's face (launcher/__init__.py's own line) only
+# what it names. Nothing here lists a module: a new one is ruled by the folder it is put in.
+RULE = re.compile(r"^May import: (none|[a-z_]+(?:, [a-z_]+)*)\.$")
 
 
-def test_each_layer_imports_only_from_itself_and_below():
+def folders() -> tuple[str, ...]:
+    return tuple(sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py")))
+
+
+def may_import(init: Path) -> set[str]:
+    """The folders an __init__.py's docstring allows: its last paragraph, "May import: a, b."."""
+    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+    paragraphs = [p for p in doc.split("\n\n") if p.strip()]
+    assert len(paragraphs) == 2, f"{init.relative_to(PACKAGE.parent)}: one paragraph, then the May import line"
+    match = RULE.match(paragraphs[1].strip())
+    assert match, f"{init.relative_to(PACKAGE.parent)}: the last line is not 'May import: a, b.' ({paragraphs[1]!r})"
+    return set() if match[1] == "none" else set(match[1].split(", "))
+
+
+def folder_of(module: str) -> str | None:
+    """The folder a module is in (its first part), or None for a module at the top."""
+    first = module.split(".")[0]
+    return first if first in folders() else None
+
+
+def face(name: str, tree) -> bool:
+    """The package's face at the top: __init__, __main__, and a module that only re-exports."""
+    only_imports = all(isinstance(n, (ast.Import, ast.ImportFrom)) or
+                       (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)) for n in tree.body)
+    return name in ("__init__", "__main__") or only_imports
+
+
+def test_each_folder_imports_only_the_folders_its_init_names():
     edges = graph(at_top=False)
-    listed = [m for _, layer in LAYERS for m in layer]
-    assert len(listed) == len(set(listed)) and set(listed) <= NAMES, set(listed) - NAMES
-    for index, (layer_name, layer) in enumerate(LAYERS):
-        above = set().union(*(modules for _, modules in LAYERS[index + 1:]))
-        for module in sorted(layer):
-            assert not edges[module] & above, f"{module} ({layer_name}) imports {sorted(edges[module] & above)} from above"
+    rules = {folder: may_import(PACKAGE / folder / "__init__.py") for folder in folders()}
+    assert {"policy", "host", "plan", "engine", "launch", "cli"} <= set(rules)
+    for folder, allowed in rules.items():
+        assert allowed <= set(rules), f"{folder} may import {sorted(allowed - set(rules))}: no such folder"
+        used = {folder_of(m) for name in NAMES if folder_of(name) == folder for m in edges[name]} - {None, folder}
+        for name in sorted(n for n in NAMES if folder_of(n) == folder):
+            beyond = sorted(m for m in edges[name] if folder_of(m) not in allowed | {None, folder})
+            assert not beyond, f"{name} imports {beyond}: {folder}/__init__.py does not allow it"
+        assert used == allowed, f"{folder}/__init__.py allows {sorted(allowed - used)}, which it no longer imports"
+    assert circles({folder: allowed for folder, allowed in rules.items()}) == set(), "the folders' rules make a circle"
 
 
-# Below the egress package: every layer under it, and what ends in a plan or checks one without
-# launching (the pipeline, the stack of layers, `sandbox check`, the workspaces' state). None of them
-# may reach launcher.egress, directly or through another module, at import time or inside a function.
-BELOW_EGRESS = tuple(sorted(set().union(*(layer for name, layer in LAYERS if name not in ("egress", "launch.session", "use-cases")))
-                            | {"pipeline.pipeline", "pipeline.stack", "check.lint", "check.lintstack", "host.workspaces", "host.approvals", "policy.trust"}))
+def test_the_shared_modules_at_the_top_import_no_folder():
+    edges = graph(at_top=False)
+    allowed = may_import(PACKAGE / "__init__.py")
+    top = {name: tree for name, tree in modules() if folder_of(name) is None}
+    assert {"errors", "values", "labels"} <= set(top)
+    for name, tree in top.items():
+        into = sorted(m for m in edges[name] if folder_of(m) is not None)
+        if face(name, tree):
+            assert {folder_of(m) for m in into} <= allowed, f"{name} imports {into}: launcher/__init__.py does not allow it"
+        else:
+            assert not into, f"{name} is shared by every stage and imports {into} from a folder"
+    faces = {folder_of(m) for name, tree in top.items() if face(name, tree) for m in edges[name]} - {None}
+    assert faces == allowed, f"launcher/__init__.py allows {sorted(allowed - faces)}, which no face imports"
+
+
+def test_the_rules_are_read():
+    """may_import refuses what is not the rule's form."""
+    assert RULE.match("May import: host, plan.") and RULE.match("May import: none.")
+    assert not RULE.match("May import: host and plan") and not RULE.match("may import: host.")
+
+
+# Below the egress package: every folder whose rule does not reach it (the policy, host facts, the
+# plan, the engine, copies, the pipeline, ...), and what checks a policy without launching
+# (`sandbox check`: check/lint.py and check/lintstack.py, in a folder above egress only for the
+# targets' registry). None of them may reach launcher.egress, directly or through another module,
+# at import time or inside a function.
+def below_egress() -> tuple[str, ...]:
+    rules = {folder: may_import(PACKAGE / folder / "__init__.py") for folder in folders()}
+    under = {folder for folder in rules if folder != "egress" and "egress" not in reached(rules, folder)}
+    return tuple(sorted({name for name in NAMES if folder_of(name) in under} | {"check.lint", "check.lintstack"}))
+
+
+BELOW_EGRESS = below_egress()
 
 
 def test_nothing_below_the_plan_and_the_engine_imports_egress():
     edges = graph(at_top=False)
     assert set(BELOW_EGRESS) <= NAMES, f"no such module: {set(BELOW_EGRESS) - NAMES}"
+    assert {"pipeline.pipeline", "pipeline.stack", "host.workspaces", "host.approvals", "policy.trust",
+            "plan.compiler", "engine.engine", "copies.store"} <= set(BELOW_EGRESS)
     for name in BELOW_EGRESS:
         into = sorted(m for m in reached(edges, name) | {name} if m == "egress" or m.startswith("egress."))
         assert not into, f"{name} reaches {into}: egress builds on the plan and the engine, never below them"

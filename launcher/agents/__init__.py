@@ -1,7 +1,10 @@
-"""Agent profiles: what each real agent CLI needs inside a sandbox, as data (one module per agent).
+"""Agent profiles: what each real agent CLI needs inside a sandbox, as data (one module per agent). A
+profile only adds environment, files in the agent's home and an image; never network, mounts or
+capabilities (layers still narrow everything). `PROFILES` is the registry, keyed by name; wiring.py
+applies one to the base policy and the command, logins.py brokers subscription logins through the
+proxy.
 
-A profile only adds environment, files in the agent's home and an image; never network, mounts or
-capabilities (layers still narrow everything). `PROFILES` is the registry, keyed by name."""
+May import: host, plan, policy."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""The `sandbox` command: a thin click layer over the pipeline, and the only package that prints
-or exits. One error handler for every command: a SandboxError gives its stable exit code, anything
-else 125 with a one-line message (the traceback with --debug); SIGINT and SIGTERM give 130 and 143."""
+"""The `sandbox` command: a thin click layer over the library, and the only package that prints or
+exits. One error handler for every command: a SandboxError gives its stable exit code, anything else
+125 with a one-line message (the traceback with --debug); SIGINT and SIGTERM give 130 and 143.
+
+May import: agents, check, copies, doctor, egress, engine, host, launch, pipeline, plan, policy, selftest, targets."""
 
 from __future__ import annotations
 

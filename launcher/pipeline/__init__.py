@@ -1,4 +1,10 @@
-"""The one path from a policy reference to a plan: the stack of layers, host facts, compile."""
+"""The one path from a policy reference to a plan: which layers apply and in what order (the stack:
+base and its `extends`, org, user, the repository's once approved, git, command line), an agent's
+profile applied, host facts gathered, compiled. The library's session, the CLI, the selftest and
+`sandbox check` all go through here. `launcher.pipeline.LayerOptions` (docs/library.md) is kept
+here, loaded on first use.
+
+May import: agents, engine, host, plan, policy."""
 
 # docs/library.md names launcher.pipeline.LayerOptions: kept here, loaded on first use.
 _FACE = ('LayerOptions',)

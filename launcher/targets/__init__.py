@@ -1,8 +1,11 @@
 """Output targets of a LaunchPlan, as one family: every way a sandbox comes to exist — launched by us
 (`run`, `up`; `exec` enters an `up` one), or by another tool from the files we write
-(`compile --format argv|compose|kubernetes|agent-sandbox`, `sandbox devcontainer`). TARGETS is the one registry:
-`check --target`, `explain --target`, `compile --format` and `sandbox devcontainer` read it. The
-run report and its step summary (report.py, summary.py) are outputs of a run, not targets."""
+(`compile --format argv|compose|kubernetes|agent-sandbox`, `sandbox devcontainer`). TARGETS is the
+one registry: `check --target`, `explain --target`, `compile --format` and `sandbox devcontainer`
+read it. The run report and its step summary (report.py, summary.py) are outputs of a run, not
+targets.
+
+May import: egress, engine, plan, policy."""
 
 from __future__ import annotations
 
