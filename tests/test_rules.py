@@ -178,7 +178,8 @@ def test_the_shared_modules_at_the_top_import_no_folder():
     for name, tree in top.items():
         into = sorted(m for m in edges[name] if folder_of(m) is not None)
         if face(name, tree):
-            assert {folder_of(m) for m in into} <= allowed, f"{name} imports {into}: launcher/__init__.py does not allow it"
+            assert {folder_of(m) for m in into} <= allowed, \
+                f"{name} imports {into}: launcher/__init__.py does not allow it"
         else:
             assert not into, f"{name} is shared by every stage and imports {into} from a folder"
     faces = {folder_of(m) for name, tree in top.items() if face(name, tree) for m in edges[name]} - {None}
