@@ -141,3 +141,29 @@ def test_cli_exit_codes_and_json(place):
 def test_line_of_finds_nested_paths():
     data = b"a: 1\nnetwork:\n  allow:\n    - x\n    - y\nenv:\n  set: {K: v}\n"
     assert [lint.line_of(data, p) for p in ("network.allow[1]", "env.set.K", "missing", "line 9, column 2")] == [5, 7, 1, 9]
+
+
+def test_check_reads_the_pipelines_layer_files_and_compiles_through_it(place, monkeypatch):
+    """One path (issue 41): the layers after the base come from stack.layer_files, which `sandbox run`
+    applies too, and the compile is the pipeline's own step."""
+    from launcher.errors import PolicyError, Problem
+    from launcher.host.hostfiles import LayerFile
+    from launcher.pipeline import pipeline, stack
+    from launcher.policy.layers import LayerKind
+
+    extra = LayerFile(path=str(place / "elsewhere.yaml"), data=b"version: 1\n")
+    monkeypatch.setattr(stack, "layer_files", lambda ws: ((LayerKind.ORG, lambda: extra),))
+    docs = lintstack.check(("untrusted",), str(place / "ws"))[1]
+    assert [(d.kind, d.file) for d in docs] == [(LayerKind.BASE, docs[0].file), (LayerKind.ORG, extra.path)]
+
+    asked = []
+
+    def refuse(result, workspace, **how):
+        asked.append((workspace, how))
+        raise PolicyError([Problem(file=docs[0].file, path="network", expected="what the pipeline allows",
+                                   found="a refusal")])
+
+    monkeypatch.setattr(pipeline, "compiled", refuse)
+    found = findings(place)
+    assert asked == [(os.path.realpath(place / "ws"), {"kind": "run"})]
+    assert any(f.path == "network" and "a refusal" in str(f) for f in found), [str(f) for f in found]

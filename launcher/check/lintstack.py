@@ -1,10 +1,8 @@
 """`sandbox check`: read the stack `sandbox run` would apply (the files named, then the org, user and
-repository layers), gather the host facts, lint it (launcher/check/lint.py) and compile it, so that check
-and compile never disagree."""
+repository layers of the pipeline's own list), gather the host facts, lint it (launcher/check/lint.py)
+and compile it through the pipeline, so that check and compile never disagree."""
 
 from __future__ import annotations
-
-import functools
 
 from launcher.check.lint import Doc, Finding, Severity, in_order, lint, Report
 from launcher.errors import PolicyError
@@ -14,7 +12,7 @@ from launcher.policy.layers import Effective, Layer, LayerKind, combine
 def check(refs: tuple[str, ...], workspace: str, target: str = "run",
           strict: bool = False) -> tuple[list[Finding], list[Doc]]:
     """Read the stack `sandbox run` would apply (plus the files named after the base) and lint it."""
-    from launcher.host import host, hostfiles, hostpaths
+    from launcher.host import host, hostpaths
     from launcher.pipeline import pipeline, stack
     from launcher.policy import trust
     from launcher.policy.policy import read_policy
@@ -27,11 +25,11 @@ def check(refs: tuple[str, ...], workspace: str, target: str = "run",
         base = stack.load_base(refs[0])
     except PolicyError as exc:
         base_problem = exc
-    # Files named after the base, then what `sandbox run` would add: org, user, the workspace's.
+    # Files named after the base, then what `sandbox run` would add (the pipeline's own list): org,
+    # user, the workspace's.
     pending: list[tuple[LayerKind, object]] = [
         (LayerKind.REPO if ref.rstrip("/").endswith(".sandbox.yaml") else LayerKind.EXTRA, ref) for ref in refs[1:]]
-    pending += [(LayerKind.ORG, host.org_policy_file), (LayerKind.USER, host.user_policy_file),
-                (LayerKind.REPO, functools.partial(hostfiles.repo_policy_file, ws))]
+    pending += stack.layer_files(ws)
     seen = {hostpaths.workspace_real(d.file) for d in docs}
     for kind, source in pending:
         try:
@@ -66,26 +64,26 @@ def check(refs: tuple[str, ...], workspace: str, target: str = "run",
         else:
             state = (f"not approved on this machine (sha256 {digest}); after review, approve it "
                      f"(`{trust.approve_command(repo.file)}`) or pass --trust-repo-policy {digest}")
-    facts = pipeline.facts_for(base.policy, workspace) if base else None
+    facts = pipeline.facts_for(base.policy, ws) if base else None
     findings = lint(docs, base=base, base_problem=base_problem, layers=layers, layer_problems=layer_problems,
                     facts=facts, workspace=ws, git_paths=_git_paths(ws), repo_state=state,
                     target=target, strict=strict)
     if base is not None and not any(f.severity is Severity.ERROR for f in findings):
-        findings = _compiled(findings, docs, base, layers, workspace, target)
+        findings = _compiled(findings, docs, base, layers, ws, target)
     return findings, docs
 
 
 def _compiled(findings: list[Finding], docs: list[Doc], base: Effective, layers: list[Layer], workspace: str,
               target: str) -> list[Finding]:
     """What the compiler refuses for this stack on this host is an error here too, so `check` and
-    `compile` (and run, up, explain) never disagree; a warning at the same place gives way to it."""
-    from launcher.pipeline import pipeline
-    from launcher.plan import compiler
+    `compile` (and run, up, explain) never disagree: it is compiled by the pipeline's own step. A
+    warning at the same place gives way to it."""
+    from launcher.pipeline import pipeline, stack
     from launcher.targets import TARGETS
 
     eff, _ = combine(base.policy, layers, prior=base)
     try:
-        compiler.compile_policy(eff.policy, pipeline.facts_for(eff.policy, workspace), kind=TARGETS[target].kind)
+        pipeline.compiled(stack.Stack(effective=eff, notes=()), workspace, kind=TARGETS[target].kind)
     except PolicyError as exc:
         report = Report()
         report.problems(Severity.ERROR, "refused", exc.problems, {d.file: d for d in docs})

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 from dataclasses import dataclass, replace
@@ -10,6 +11,7 @@ from typing import Callable
 
 from launcher.errors import PolicyError, Problem
 from launcher.host import approvals, host, hostfiles, hostpaths
+from launcher.host.hostfiles import LayerFile
 from launcher.policy import settings, trust
 from launcher.policy.layers import FIELDS, Effective, Layer, LayerKind, combine, effective, full_layer, get
 from launcher.policy.model import BUILTIN_PROTECTED, Access, Policy
@@ -168,6 +170,14 @@ def load_base(ref: str, *, _seen: tuple[str, ...] = ()) -> Effective:
     return replace(result, policy=policy, steps=result.steps[:-1] + (policy,))
 
 
+def layer_files(workspace: str) -> tuple[tuple[LayerKind, Callable[[], LayerFile | None]], ...]:
+    """The policy files that apply after the base, in order, each read when asked: the org's, the
+    user's, and the repository's at the root of `workspace` (its real path). `sandbox run` layers
+    them (build, the repository's once approved); `sandbox check` lints the same list."""
+    return ((LayerKind.ORG, host.org_policy_file), (LayerKind.USER, host.user_policy_file),
+            (LayerKind.REPO, functools.partial(hostfiles.repo_policy_file, workspace)))
+
+
 @dataclass(frozen=True, kw_only=True)
 class Stack:
     effective: Effective
@@ -177,12 +187,13 @@ class Stack:
 Ask = Callable[[str], bool]
 
 
-def _repo_layer(workspace: str, base: Policy, prior: Effective, so_far: list[Layer], *, pin: str | None,
-                ignore: bool, ask: Ask | None, approved_only: bool, notes: list[str]) -> Layer | None:
+def _repo_layer(read: Callable[[], LayerFile | None], workspace: str, base: Policy, prior: Effective,
+                so_far: list[Layer], *, pin: str | None, ignore: bool, ask: Ask | None, approved_only: bool,
+                notes: list[str]) -> Layer | None:
     if ignore:
         notes.append(f"--ignore-repo-policy: {workspace}/.sandbox.yaml, if any, is not applied")
         return None
-    source = hostfiles.repo_policy_file(workspace)
+    source = read()
     if source is None:
         if pin is not None:
             raise PolicyError([Problem(file=f"{workspace}/.sandbox.yaml", path="", found="no such file",
@@ -257,11 +268,12 @@ def build(base: Policy, prior: Effective, workspace: str, *, timeout: str | None
     `origins`: (timeout|session|idle, settings source, file) of a limit that came from a settings file."""
     notes: list[str] = []
     layers: list[Layer] = []
-    for kind, source in ((LayerKind.ORG, host.org_policy_file()), (LayerKind.USER, host.user_policy_file())):
-        if source is not None:
-            layers.append(parse_layer(source.data, source.path, kind))
     ws = hostpaths.workspace_real(workspace)
-    repo = _repo_layer(ws, base, prior, list(layers), pin=pin, ignore=ignore_repo, ask=ask,
+    files = layer_files(ws)
+    for kind, read in files[:-1]:   # the org's and the user's
+        if (source := read()) is not None:
+            layers.append(parse_layer(source.data, source.path, kind))
+    repo = _repo_layer(files[-1][1], ws, base, prior, list(layers), pin=pin, ignore=ignore_repo, ask=ask,
                        approved_only=approved_only, notes=notes)
     if repo is not None:
         layers.append(repo)
