@@ -83,6 +83,29 @@ def test_every_module_is_on_the_architecture_map():
     assert not missing, "docs/architecture.md does not name: " + ", ".join(missing)
 
 
+def test_every_launcher_name_the_pages_give_resolves():
+    """`launcher.pipeline.LayerOptions`, `launcher.engine.Engine`, ... in a page's code spans: each
+    imports (a module) and has the attribute named, so a move of code cannot leave a page wrong."""
+    import importlib
+
+    named = sorted({n for page in PAGES for n in re.findall(r"`(launcher(?:\.\w+)+)", page.read_text())})
+    assert "launcher.pipeline.LayerOptions" in named and len(named) > 10
+    unresolved = []
+    for name in named:
+        parts = name.split(".")
+        for split in range(len(parts), 0, -1):
+            try:
+                found = importlib.import_module(".".join(parts[:split]))
+                break
+            except ImportError:
+                continue
+        for attribute in parts[split:]:
+            found = getattr(found, attribute, None)
+        if found is None:
+            unresolved.append(name)
+    assert not unresolved, f"the pages name what does not resolve: {unresolved}"
+
+
 def test_the_checks_catch_what_they_should(tmp_path):
     assert slug("gVisor (`runtime: gvisor`)") == "gvisor-runtime-gvisor"
     assert slug("Copy mode: review before anything reaches your tree") == \
