@@ -12,7 +12,7 @@ from launcher.policy.layers import Effective, Layer, LayerKind, combine
 def check(refs: tuple[str, ...], workspace: str, target: str = "run",
           strict: bool = False) -> tuple[list[Finding], list[Doc]]:
     """Read the stack `sandbox run` would apply (plus the files named after the base) and lint it."""
-    from launcher.host import host, hostpaths
+    from launcher.host import host, hostfiles, hostpaths
     from launcher.pipeline import pipeline, stack
     from launcher.policy import trust
     from launcher.policy.policy import read_policy

@@ -2,7 +2,7 @@
 exits. One error handler for every command: a SandboxError gives its stable exit code, anything else
 125 with a one-line message (the traceback with --debug); SIGINT and SIGTERM give 130 and 143.
 
-May import: agents, check, copies, doctor, egress, engine, host, launch, pipeline, plan, policy, selftest, targets."""
+May import: agents, check, copies, doctor, egress, engine, host, launch, pipeline, plan, policy, selftest, targets, usecases."""
 
 from __future__ import annotations
 
