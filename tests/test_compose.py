@@ -99,7 +99,7 @@ def test_a_gvisor_compose_file_names_a_copy_of_the_profile_in_the_state_director
     named = lines[0][1].removeprefix("seccomp=")
     assert named.startswith("${HOME}/") and named.endswith("-gvisor.json")
     copy = home / named.removeprefix("${HOME}/")
-    assert copy.read_text() == (Path(launcher.__file__).parent / "gvisor-seccomp.json").read_text()
+    assert copy.read_text() == (Path(launcher.__file__).parent / "plan" / "gvisor-seccomp.json").read_text()
 
 
 def test_a_gvisor_dev_container_in_proxy_mode_is_refused_with_what_works(tmp_path):
