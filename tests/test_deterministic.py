@@ -145,3 +145,22 @@ def test_check_and_explain_gather_and_compile_and_write_nothing(setup, monkeypat
         result = CliRunner().invoke(main, args, catch_exceptions=False)
         assert result.exit_code == 0, result.output
         assert not state.exists(), f"sandbox {args[0]} wrote into the state directory"
+
+
+def test_the_workspace_is_resolved_once_and_every_later_stage_takes_it_from_the_stack(tmp_path):
+    """A link swapped between the layers and the compile changes nothing: the plan binds what the
+    layers were read from (issue 41: the workspace path resolved once)."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    for ws in (first, second):
+        ws.mkdir()
+        os.chown(ws, 1000, 1000)
+    link = tmp_path / "link"
+    link.symlink_to(first)
+    result = pipeline.layered("read-only", str(link))
+    assert result.workspace == str(first)
+    link.unlink()
+    link.symlink_to(second)
+    planned = pipeline.compiled(result, str(link), kind="external", launched=False)
+    c = planned.plan.container
+    assert next(m.source for m in c.mounts if m.target == c.working_dir) == str(first)
+    assert planned.facts.workspace.real == str(first)

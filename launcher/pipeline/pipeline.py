@@ -110,8 +110,9 @@ class Planned:
 
 def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions(),
             timings: Timeline | None = None) -> stack.Stack:
-    """The effective policy for `ref` on `workspace`: the base, then every layer after it."""
-    hostpaths.existing_workspace(workspace)
+    """The effective policy for `ref` on `workspace`: the base, then every layer after it. The
+    workspace's real path is resolved here, once: every later stage takes it from the Stack."""
+    real = hostpaths.existing_workspace(workspace)
     with timed(timings, "load"):
         base = stack.load_base(ref)
     policy = with_allowed(base.policy, options.allow) if options.allow else base.policy
@@ -124,7 +125,7 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions(),
         policy = with_agent(policy, choice.profile, choice.image(policy.image), key_env=choice.key_env,
                             key_file=choice.key_file, upstream=choice.upstream)
     with timed(timings, "layers"):
-        result = stack.build(policy, base, workspace, timeout=options.timeout, session=options.session,
+        result = stack.build(policy, base, real, timeout=options.timeout, session=options.session,
                              idle=options.idle, pin=options.pin,
                              ignore_repo=options.ignore_repo, ask=options.ask, approved_only=options.approved_only,
                              strict=options.strict, origins=options.origins)
@@ -137,14 +138,14 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions(),
 
 
 def facts_for(policy, workspace: str, launched: bool = True) -> HostFacts:
-    return facts_and_files(policy, workspace, launched)[0]
+    return facts_and_files(policy, hostpaths.workspace_real(workspace), launched)[0]
 
 
 def facts_and_files(policy, workspace: str, launched: bool = True,
                     engine: EngineFacts | None = None) -> tuple[HostFacts, tuple[StateFile, ...]]:
     """The host facts (with the engine's, when it was asked), and the state files they name
-    (nothing written: statefiles.write does)."""
-    shared = workspaces.placeholders(hostpaths.workspace_real(workspace))   # other sandboxes' mount points
+    (nothing written: statefiles.write does). `workspace`: its real path (Stack.workspace)."""
+    shared = workspaces.placeholders(workspace)   # other sandboxes' mount points
     config, git = workspaces.config_placeholder(), workspaces.git_placeholder()
     facts = hostfacts.gather(policy, workspace, images.probe_volume_name(), images.proxy_image().tag, placeholders=shared,
                              config_placeholder=config.path, git_placeholder=git.path, launched=launched)
@@ -191,8 +192,9 @@ def compiled(result: stack.Stack, workspace: str, command: tuple[str, ...] = (),
     With `agent`, the command runs behind the profile's start-up wrapper (its home files).
     launched=False: files for another tool, the same bytes on every compile (no nonce, no pid)."""
     policy = imagebuild.protected(result.effective.policy)   # a build's Dockerfile: read-only inside
+    real = result.workspace or hostpaths.workspace_real(workspace)   # a Stack made elsewhere (check) has none
     with timed(timings, "host facts"):
-        facts, files = facts_and_files(policy, workspace, launched, engine)
+        facts, files = facts_and_files(policy, real, launched, engine)
     if agent and command:
         from launcher.agents.wiring import wrapped
 

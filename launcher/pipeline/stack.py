@@ -182,6 +182,7 @@ def layer_files(workspace: str) -> tuple[tuple[LayerKind, Callable[[], LayerFile
 class Stack:
     effective: Effective
     notes: tuple[str, ...]      # warnings for the person at the terminal
+    workspace: str = ""         # the workspace's real path, resolved once (pipeline.layered); "": not yet
 
 
 Ask = Callable[[str], bool]
@@ -261,14 +262,14 @@ def _git_layers(workspace: str, notes: list[str]) -> tuple[list[Layer], list[str
     return layers, at_root
 
 
-def build(base: Policy, prior: Effective, workspace: str, *, timeout: str | None = None, session: str | None = None,
+def build(base: Policy, prior: Effective, ws: str, *, timeout: str | None = None, session: str | None = None,
           idle: str | None = None, pin: str | None = None, ignore_repo: bool = False, ask: Ask | None = None,
           approved_only: bool = False, strict: bool = False, origins: tuple[tuple[str, str, str], ...] = ()) -> Stack:
-    """Every layer after the base, applied to `base` (prior.policy, possibly amended by --allow).
+    """Every layer after the base, applied to `base` (prior.policy, possibly amended by --allow), for
+    the workspace at the real path `ws` (as pipeline.layered resolved it, once).
     `origins`: (timeout|session|idle, settings source, file) of a limit that came from a settings file."""
     notes: list[str] = []
     layers: list[Layer] = []
-    ws = hostpaths.workspace_real(workspace)
     files = layer_files(ws)
     for kind, read in files[:-1]:   # the org's and the user's
         if (source := read()) is not None:
@@ -300,4 +301,4 @@ def build(base: Policy, prior: Effective, workspace: str, *, timeout: str | None
                                    expected="a hooks directory below the workspace root", found=at_root[0],
                                    hint="git would run hooks the agent can write; use a subdirectory such as "
                                         ".githooks, or a read-only workspace")])
-    return Stack(effective=eff, notes=tuple(notes))
+    return Stack(effective=eff, notes=tuple(notes), workspace=ws)
