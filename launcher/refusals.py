@@ -156,6 +156,12 @@ def _launched_elsewhere(policy: Policy, kind: str) -> list[Problem]:
         problems.append(Problem(file=file, path="home.mode", expected="tmpfs for a sandbox another tool launches",
                                 found="volume", hint="the launcher makes the home volume and hands it to the agent's "
                                 "uid before the start (`sandbox run`, `sandbox up`); use home: {mode: tmpfs}"))
+    for index, rule in enumerate(policy.network.allow):
+        if rule.http:
+            problems.append(Problem(file=file, path=f"network.allow[{index}].http", expected="host rules only for a "
+                                    "sandbox another tool launches", found=str(rule), hint="the proxy's CA for rules "
+                                    "per request is made when `sandbox run` or `sandbox up` starts the sandbox; drop "
+                                    "http: here to allow the whole host"))
     return problems
 
 
@@ -183,3 +189,4 @@ def _git_refusals(policy: Policy, host: HostFacts) -> list[Problem]:
                                     found=f"{anchor.real} is a {anchor.kind}",
                                     hint="remove it; a link there could redirect a read-only mount"))
     return problems
+

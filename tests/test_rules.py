@@ -123,13 +123,13 @@ def test_no_import_circle_through_imports_inside_functions_either():
 # plan and the engine; the compiler, which renders the proxy's configuration, sits below it.
 LAYERS = (
     ("basics", {"errors", "names", "values", "paths", "labels", "secrets", "resources", "timings", "yamlsafe"}),
-    ("policy", {"allowlist", "inject", "surfaces", "model", "schema", "policy", "layers", "settings"}),
+    ("policy", {"httprules", "allowlist", "inject", "surfaces", "model", "schema", "policy", "layers", "settings"}),
     ("host facts", {"hostpaths", "hostfiles", "host", "cafiles", "imagebuild", "statefiles", "hostgit", "gitdirs",
                     "gitgraph", "gitscan", "scan", "engineid", "hostfacts", "extensions"}),
-    ("plan", {"plan", "squidconf", "checks", "runtimes", "trustfiles", "refusals", "lifetime", "compiler"}),
+    ("plan", {"plan", "probehttp", "squidconf", "checks", "runtimes", "trustfiles", "refusals", "lifetime", "compiler"}),
     ("engine", {"engineproto", "engineapi", "enginebodies", "engine", "enginefake", "hostengines", "subnets", "images",
                 "imageext"}),
-    ("egress", {"egress", "egress.audit", "egress.proxy"}),
+    ("egress", {"egress", "egress.audit", "egress.bump", "egress.proxy"}),
     ("copies", {"copies", "copies.store", "copies.fill", "copies.review", "copies.export", "copies.finaltree",
                 "copies.apply", "copies.branch", "copies.limits", "copies.fork"}),
     ("session", {"upoptions"}),   # what `up` was started with: above every layer, beside launcher/session.py
