@@ -124,3 +124,9 @@ def test_the_proxys_rule_helper_judges_as_the_launcher_does(tmp_path):
     bad = subprocess.run([sys.executable, str(HELPER), str(tmp_path / "rules")], input="GET /x 7\n",
                          capture_output=True, text=True).stdout
     assert bad.startswith("ERR "), bad   # a lookup it cannot read is refused, never passed
+
+
+def test_check_warns_about_audit_mode(place):  # noqa: F811
+    done = policy_file(place, "network: {mode: proxy, allow: [{host: api.example.com, http: {mode: audit}}]}\n")
+    assert done.exit_code == 0 and "warning: network.allow[0].http.mode: " in done.stdout, done.stdout
+    assert "audit mode enforces nothing" in done.stdout
