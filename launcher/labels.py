@@ -20,6 +20,7 @@ PROTECTED = f"{PREFIX}.protected"                # a copy's volumes: JSON list o
 FORKED = f"{PREFIX}.forked"                      # a fork's volumes (`sandbox fork`): "ORIGIN@CHECKPOINT" it was made from
 CONTEXT = f"{PREFIX}.context"                    # images with a fixed tag: the hash of the build context
 PLACEHOLDERS = f"{PREFIX}.placeholders"          # JSON list of mount points created in the workspace
+CA_FILES = f"{PREFIX}.ca-files"                  # a proxy's: its launch's own CA files (rules per request), removed with it
 SESSION = f"{PREFIX}.session"                    # up: "SESSION IDLE", limits.session and limits.idle in seconds
 SESSION_CEILING = f"{PREFIX}.session-ceiling"    # up: "SECONDS SOURCE", how far `sandbox extend` may go, and who said so
 PORTS = f"{PREFIX}.ports"                        # `up --port`: HOST_PORT:PORT,… forwarded from the host's loopback

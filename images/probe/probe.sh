@@ -211,6 +211,7 @@ parse_args() {
 	local keys bad= seen= dash=0 nafter=0 arg k v ok
 	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,wsupper,home,homesrc,net,pids,mem,kernel,userns,proxy,denyhost,dnsname,resolver,na,"
 	keys="${keys}checks,secretnames,secretvalues,runtimenames,runtimesockets,credpaths,gate,"
+	keys="${keys}bump,bumphello,bumpca,refuse,tunnel,tunnelhello,"
 	for arg in "$@"; do
 		if [ "$dash" = 1 ]; then nafter=$((nafter + 1)); continue; fi
 		case $arg in
@@ -235,6 +236,10 @@ parse_args() {
 		userns) case $v in - | remapped) ;; *) ok=0 ;; esac ;;
 		proxy) case $v in -) ;; *:*[!0-9]* | :* | *: | *[!a-z0-9.:-]*) ok=0 ;; *:*) ;; *) ok=0 ;; esac ;;
 		denyhost | dnsname) case $v in -) ;; '' | *[!a-z0-9.-]*) ok=0 ;; esac ;;
+		bump | tunnel) case $v in -) ;; *:*[!0-9]* | :* | *: | *[!a-z0-9.:-]*) ok=0 ;; *:*) ;; *) ok=0 ;; esac ;;
+		bumphello | tunnelhello) case $v in -) ;; '' | *[!0-7\\]*) ok=0 ;; esac ;;
+		bumpca) [ "$v" = - ] || _p_validpath "$v" || ok=0 ;;
+		refuse) case $v in *[!A-Za-z0-9@:/._~,-]* | ,* | *, | *,,*) ok=0 ;; esac ;;
 		resolver) case $v in - | 127.0.0.1 | 127.0.0.11) ;; *) ok=0 ;; esac ;;
 		gate) case $v in -) ;; '' | 0* | *[!0-9]* | ?????*) ok=0 ;; esac ;;
 		workspace | wsroot | wsupper | home) [ "$v" = - ] || _p_validpath "$v" || ok=0 ;;
@@ -484,19 +489,26 @@ gather_egress() {
 		# podproxy: pod.reach and pod.dns observe the rest (gather_reach)
 		[ -z "$EG_GW_IP" ] || [ "$A_net" = podproxy ] || _p_try_gateway &
 		[ "$A_dnsname" = - ] || [ "$A_net" = podproxy ] || _p_lookup &
+		# rules per request (bump=, refuse=, tunnel=: only when the plan has http: rules)
+		[ "$A_bump" = - ] || _p_ask_tls bump "$A_bump" "$A_bumphello" &
+		[ -z "$A_refuse" ] || _p_ask_refuse &
+		[ "$A_tunnel" = - ] || _p_ask_tls tunnel "$A_tunnel" "$A_tunnelhello" &
 		wait
 	} )
-	EG_REPORTED= EG_PROXY= EG_DIRECT= EG_DNS=
+	EG_REPORTED= EG_PROXY= EG_DIRECT= EG_DNS= EG_BUMP= EG_REFUSE= EG_TUNNEL=
 	set -f; IFS=$_P_NL
 	for ln in $out; do
 		case $ln in
+		bump"$_P_TAB"*) EG_BUMP=${ln#*"$_P_TAB"}; _p_add EG_REPORTED bump ;;
+		refuse"$_P_TAB"*) EG_REFUSE=${ln#*"$_P_TAB"}; _p_add EG_REPORTED refuse ;;
+		tunnel"$_P_TAB"*) EG_TUNNEL=${ln#*"$_P_TAB"}; _p_add EG_REPORTED tunnel ;;
 		proxy"$_P_TAB"*) EG_PROXY=${ln#*"$_P_TAB"}; _p_add EG_REPORTED proxy ;;
 		direct"$_P_TAB"*) EG_DIRECT=${ln#*"$_P_TAB"}; _p_add EG_REPORTED direct ;;
 		dns"$_P_TAB"*) EG_DNS=${ln#*"$_P_TAB"}; _p_add EG_REPORTED dns ;;
 		esac
 	done
 	IFS=$_P_IFS; set +f
-	readonly EG_GW_IP EG_NOGW EG_REPORTED EG_PROXY EG_DIRECT EG_DNS
+	readonly EG_GW_IP EG_NOGW EG_REPORTED EG_PROXY EG_DIRECT EG_DNS EG_BUMP EG_REFUSE EG_TUNNEL
 }
 
 # one plain-HTTP request for the deny-test host through the proxy
@@ -508,6 +520,40 @@ _p_ask_proxy() {
 	_r=$( { printf 'GET http://%s/ HTTP/1.0\r\nHost: %s\r\n\r\n' "$A_denyhost" "$A_denyhost"; "$BB" sleep 0.3; } |
 		"$BB" nc -w 3 "$_host" "$_port" 2>&1 | "$BB" head -n 1)
 	printf 'proxy\t%s\n' "${_r%"$_P_CR"}"
+}
+
+# KEY HOST:PORT HELLO -- through the proxy, CONNECT HOST:PORT and send the plan's TLS 1.2
+# ClientHello (printf octal escapes: busybox has no TLS client); TLS 1.2 shows the certificate in
+# the clear. Prints "KEY<TAB>" the CONNECT's status line and the "sandbox egress CA <id>" name the
+# answer carries (the issuer of the proxy's own certificates), ";"-separated.
+_p_ask_tls() {
+	local _r
+	_r=$( { printf 'CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n' "$2" "$2"; "$BB" sleep 0.3; printf "$3"; "$BB" sleep 1; } |
+		"$BB" nc -w 3 "${A_proxy%:*}" "${A_proxy##*:}" 2>&1 | "$BB" tr -c 'A-Za-z0-9 ./' '\n' |
+		"$BB" grep -E -o '^HTTP/1\.[01] [0-9]+|sandbox egress CA [0-9a-f]{16}' | "$BB" head -n 3 | "$BB" tr '\n' ';')
+	printf '%s\t%s\n' "$1" "$_r"
+}
+
+# one plain request per refuse= entry (METHOD@HOST:PORT/PATH), all at once: "ENTRY=STATUS;MARK;"
+# each, space-separated (MARK: the proxy's own refusal page, "refused by the egress policy")
+_p_ask_refuse() {
+	local _i _obs
+	_obs=$(set -f; IFS=,; for _i in $A_refuse; do (
+		_m=${_i%%@*}; _t=${_i#*@}; _hp=${_t%%/*}
+		_r=$( { printf '%s http://%s HTTP/1.0\r\nHost: %s\r\nContent-Length: 0\r\n\r\n' "$_m" "$_t" "$_hp"; "$BB" sleep 0.5; } |
+			"$BB" nc -w 3 "${A_proxy%:*}" "${A_proxy##*:}" 2>&1 | "$BB" tr -d '\r' |
+			"$BB" grep -E -o '^HTTP/1\.[01] [0-9]+|refused by the egress policy' | "$BB" head -n 2 | "$BB" tr '\n' ';')
+		printf '%s=%s\n' "$_i" "$_r" ) &
+	done; wait)
+	printf 'refuse\t%s\n' "$(printf '%s' "$_obs" | "$BB" sort | "$BB" tr '\n' ' ')"
+}
+
+# the name of this sandbox's own CA, from the CA file the plan names (bumpca=): the last
+# certificate there (the proxy's, appended at start), decoded, its "sandbox egress CA <id>"
+_p_own_ca() {
+	"$BB" awk '/-----BEGIN CERTIFICATE-----/ { b = ""; next } /-----END CERTIFICATE-----/ { last = b; next } { b = b $0 "\n" }
+		END { printf "%s", last }' "$A_bumpca" 2>/dev/null | "$BB" base64 -d 2>/dev/null | "$BB" tr -c 'A-Za-z0-9 ' '\n' |
+		"$BB" grep -E -o 'sandbox egress CA [0-9a-f]{16}' | "$BB" head -n 1
 }
 
 # direct connections to the gateway, a few ports at once. Each verdict is what connect() itself
@@ -1417,6 +1463,41 @@ check_egress_dns() {
 		case $EG_DNS in "no answer within "*) obs="$obs $A_dnsname:$EG_DNS" ;; *) ok=0; obs="$obs $A_dnsname:$EG_DNS" ;; esac
 	fi
 	_p_line egress.dns "$ok" "no outside name resolves ($A_dnsname)" "${obs# }"
+}
+
+# rules per request (only when the plan has http: rules): the proxy answers a CONNECT to an
+# intercepted host with a certificate from this sandbox's own CA
+check_egress_bump_ca() {
+	local own
+	_p_unreported egress.bump_ca bump && return
+	own=$(_p_own_ca)
+	case $EG_BUMP in
+	"HTTP/1."[01]" 200;$own;"*) [ -n "$own" ] && _p_line egress.bump_ca 1 "a certificate of $own for $A_bump" "$EG_BUMP" && return ;;
+	esac
+	_p_line egress.bump_ca 0 "a certificate of ${own:-this sandbox's CA (none in $A_bumpca)} for $A_bump" "${EG_BUMP:-no answer}"
+}
+
+# a method and a path that no rule allows are refused by the proxy itself: 403 and its own page
+check_egress_http_refused() {
+	local ok=1 _i
+	_p_unreported egress.http_refused refuse && return
+	set -f
+	IFS=,
+	for _i in $A_refuse; do
+		case " $EG_REFUSE" in *" $_i=HTTP/1."[01]" 403;refused by the egress policy; "*) ;; *) ok=0 ;; esac
+	done
+	IFS=$_P_IFS; set +f
+	_p_line egress.http_refused "$ok" "403 from the proxy for $A_refuse" "${EG_REFUSE% }"
+}
+
+# a host without http: rules stays a plain tunnel: no certificate of this sandbox's CA for it
+check_egress_tunnel() {
+	_p_unreported egress.tunnel tunnel && return
+	case $EG_TUNNEL in
+	*"sandbox egress CA"*) _p_line egress.tunnel 0 "a tunnel to $A_tunnel, nothing decrypted" "$EG_TUNNEL" ;;
+	"HTTP/1."[01]" 200;"*) _p_line egress.tunnel 1 "a tunnel to $A_tunnel, nothing decrypted" "$EG_TUNNEL" ;;
+	*) _p_line egress.tunnel 0 "a tunnel to $A_tunnel, nothing decrypted" "${EG_TUNNEL:-no answer}" ;;
+	esac
 }
 
 # pod.*: pod and podproxy modes only (see run_checks); they judge what gather_reach observed.

@@ -102,6 +102,15 @@ ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
                                  checks=("net.interfaces", "net.routes")),
     ("network.allow", "proxy"): E(mechanism="proxy ACL (host and port) in its config", component=Component.PROXY,
                                   checks=("egress.proxy", "egress.denied")),
+    # with rules per request (network.allow[].http): the proxy terminates TLS for those hosts
+    ("network.allow", "proxy-http"): E(mechanism="proxy ACL (host and port); for hosts with http: rules, TLS "
+                                                 "terminated with this sandbox's own CA and every request judged "
+                                                 "by method and normalised path (403 from the proxy; audit: logged)",
+                                       component=Component.PROXY,
+                                       checks=("egress.proxy", "egress.denied", "egress.bump_ca", "egress.http_refused",
+                                               "egress.tunnel"),
+                                       note="a check runs only where the rules give it something to try: a refusable "
+                                            "request (not in audit mode), a host without http: rules"),
     ("network.allow_ip_literals", "none"): E(mechanism="nothing to allow: no interface but lo",
                                              component=Component.NAMESPACE, checks=("net.interfaces",)),
     ("network.allow_ip_literals", "proxy"): E(mechanism="proxy ACL (IP entries only if on)", component=Component.PROXY,
@@ -192,6 +201,8 @@ def for_target(name: str, target: str, default: Enforcement) -> Enforcement:
 
 
 def _variant(field: str, eff: Effective) -> str:
+    if field == "network.allow" and any(r.http for r in eff.policy.network.allow):
+        return "proxy-http"
     if field.startswith("network.") or field == "secrets":
         return eff.policy.network.mode.value
     if field in ("workspace.access", "workspace.git", "workspace.mode"):

@@ -129,6 +129,10 @@ def _egress(report: Report, doc: Doc, rules: tuple[AllowRule, ...], ip_literals:
         if rule.wildcard:
             report.add(Severity.WARNING, "egress-broad", doc, at, f"{rule} allows every name below {rule.host}",
                        "list the exact hosts the agent needs")
+        if rule.http and rule.http.mode == "audit":
+            report.add(Severity.WARNING, "egress-audit", doc, f"{at}.http.mode", f"{rule}: audit mode enforces "
+                       "nothing: every request to the host goes through, what enforce would refuse is only logged",
+                       "set mode: enforce once `sandbox logs` shows no 'would refuse' the agent needs")
         if rule.private:
             report.add(Severity.WARNING, "egress-private", doc, at, f"{rule} may resolve to a private or internal "
                        "address, and the proxy will connect there", "only for an internal host you trust; whoever "

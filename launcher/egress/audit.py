@@ -20,7 +20,9 @@ class EgressEvent:
     status: str
     verdict: str        # Squid's, e.g. TCP_DENIED, TCP_MISS, TCP_TUNNEL
     sni: str = "-"      # the TLS server name the client sent inside a CONNECT tunnel
-    tls: str = "-"      # what Squid did with that TLS: peek, splice, or terminate (SNI not allowed)
+    tls: str = "-"      # what Squid did with that TLS: peek, splice, bump (rules per request) or terminate
+    path: str = "-"     # with rules per request: the request's path (decrypted ones too)
+    reason: str = "-"   # ... and the rule helper's word: "refused: ...", "would refuse: ..." (audit) or -
 
     @property
     def denied(self) -> bool:
@@ -41,11 +43,13 @@ def parse_log(text: str) -> tuple[EgressEvent, ...]:
     events = []
     for line in text.splitlines():
         fields = line.split()
-        if len(fields) == 9 and fields[0] == MARK and fields[1].isdigit():
+        if len(fields) in (9, 11) and fields[0] == MARK and fields[1].isdigit():
             # URL-decoded (squid.conf's %#): the agent's own bytes, shown only through values.visible
-            method, host, sni = (unquote(f, errors="surrogateescape") for f in (fields[2], fields[3], fields[7]))
+            method, host, sni, *rest = (unquote(f, errors="surrogateescape") for f in (fields[2], fields[3], fields[7],
+                                                                                          *fields[9:]))
             events.append(EgressEvent(time=int(fields[1]), method=method, host=host, port=fields[4],
-                                      status=fields[5], verdict=fields[6], sni=sni, tls=fields[8]))
+                                      status=fields[5], verdict=fields[6], sni=sni, tls=fields[8],
+                                      **dict(zip(("path", "reason"), rest))))
     return tuple(events)
 
 
@@ -53,8 +57,11 @@ def agents_own(events: tuple[EgressEvent, ...]) -> tuple[EgressEvent, ...]:
     """The requests without the probe's own: the one for the name the proxy must refuse
     (plan.PROBE_DENIED_HOST) is no request of the agent, never shown nor suggested."""
     from launcher.plan.plan import PROBE_DENIED_HOST
+    from launcher.plan.probehttp import METHOD_PROBE, OUTSIDE
 
-    return tuple(e for e in events if e.host != PROBE_DENIED_HOST)
+    probes = (OUTSIDE, "/" + METHOD_PROBE)   # the probe's own refused requests (rules per request)
+    return tuple(e for e in events if e.host != PROBE_DENIED_HOST
+                 and not (e.denied and e.path.endswith(probes)))
 
 
 def summarize(events: tuple[EgressEvent, ...]) -> tuple[EgressSummary, ...]:

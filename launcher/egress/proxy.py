@@ -69,7 +69,12 @@ def _proxy(engine: Engine, plan: LaunchPlan, values: dict[str, str], listener, p
     deadline = time.monotonic() + PROXY_TIMEOUT
     with timed(listener, "proxy ready"):
         while time.monotonic() < deadline and not interrupted.is_set():
-            if PROXY_READY in engine.logs(ref, stdout=False, stderr=True):
+            log = engine.logs(ref, stdout=False, stderr=True)
+            if PROXY_READY in log:
+                if plan.proxy.http_rules:   # before the sandbox starts: it trusts the proxy's CA from then on
+                    from launcher.egress import bump
+
+                    bump.hand_over(plan.proxy, log)
                 return
             if not engine.inspect(ref).running:
                 break

@@ -35,6 +35,9 @@ class HostFacts:
     config_placeholder: str = ""           # the file a missing protected config file is bound from
     ca_certs: tuple[cafiles.CaFile, ...] = ()   # each ca_certificates entry, read and checked
     ca_store: tuple[str, str] = ("", "")   # trustfiles.store_files: the extras alone, the system CAs plus them
+    # With rules per request: this launch's own pair of them, which the proxy's CA joins at start
+    # (trustfiles.bump_files); ("", ""): none (no http: rule, or files for another tool).
+    bump_store: tuple[str, str] = ("", "")
     # Writable bind workspaces only: what git on the host reads for it (gitscan.py), and every
     # host-executed surface's fingerprint (scan.py).
     git: GitFacts = GitFacts()
@@ -84,7 +87,9 @@ def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str =
         proxy_image=proxy_image,
         nonce=os.urandom(3).hex() if launched else "",
         owner_pid=os.getpid() if launched else 0,
-        ca_files=tuple(cafiles.ca_file(given) for given in dict.fromkeys(s.ca_file for s in policy.secrets if s.ca_file)),
+        ca_files=tuple(cafiles.ca_file(given) for given in dict.fromkeys(
+            [s.ca_file for s in policy.secrets if s.ca_file]
+            + [r.http.ca_file for r in policy.network.allow if r.http and r.http.ca_file])),
         git=git,
         surfaces=None if surfaces is None else tuple(sorted(surfaces.items())),
         rlimits=hard_rlimits(),

@@ -221,6 +221,10 @@ def remove_sandbox(engine: Engine, name: str) -> None:
         networks = [n.name for n in engine.list_networks(label.selector(label.SANDBOX, name))]
         if networks:
             overlap.each(engine.remove_network, networks)
+        from launcher.plan import trustfiles
+
+        for item in containers:   # a proxy's CA files for rules per request: public, but this launch's alone
+            trustfiles.drop_launch_files(tuple(item.labels.get(label.CA_FILES, "").split()))
         for workspace, paths in made.items():
             if workspace:
                 with workspaces.locked(workspace):

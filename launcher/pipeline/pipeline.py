@@ -154,6 +154,10 @@ def facts_and_files(policy, workspace: str, launched: bool = True,
     store = _ca_store(facts)
     if store:
         facts = replace(facts, ca_store=(store[0].path, store[1].path))
+    bump = _bump_store(policy, facts)
+    if bump:
+        facts = replace(facts, bump_store=(bump[0].path, bump[1].path))
+        store = (*store, *bump) if facts.nonce else store   # written for a launch only
     seccomp = podman_seccomp(facts)
     if seccomp:
         facts = replace(facts, seccomp_profile=seccomp[0].path)
@@ -182,6 +186,16 @@ def _ca_store(facts: HostFacts) -> tuple[StateFile, ...]:
 
     pems = [ca.pem for ca in facts.ca_certs]
     return trustfiles.store_files("".join(pems)) if any(pems) else ()
+
+
+def _bump_store(policy, facts: HostFacts) -> tuple[StateFile, ...]:
+    """With rules per request: this launch's own CA files (ca_certificates' plus, at start, the
+    proxy's CA: launcher/egress/bump.py); none without an http: rule."""
+    from launcher.plan import trustfiles
+
+    if not any(r.http for r in policy.network.allow):
+        return ()
+    return trustfiles.store_files("".join(ca.pem for ca in facts.ca_certs), launch=facts.nonce or "unlaunched")
 
 
 def compiled(result: stack.Stack, workspace: str, command: tuple[str, ...] = (), *, kind: str = "run",

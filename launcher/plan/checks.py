@@ -15,6 +15,9 @@ ALWAYS = FIRST + (
     "env.secrets", "env.runtime", "creds.files", "net.interfaces", "net.routes",
 )
 PROXY_ONLY = ("egress.proxy", "egress.denied", "egress.direct", "egress.dns")
+# Proxy mode with rules per request (network.allow[].http) only, each when the plan gives it
+# something to try (launcher/probehttp.py checks_for): after the proxy-only ones.
+HTTP_ONLY = ("egress.bump_ca", "egress.http_refused", "egress.tunnel")
 # The Pod modes (the Kubernetes target only): what a Pod's network lets through, judged by answers.
 POD_ONLY = ("pod.reach", "pod.dns")
 LAST = ("limits.pids", "limits.memory", "proc.pid1", "dev.nodes")
@@ -31,14 +34,14 @@ _BY_MODE = {
 }
 
 
-def for_mode(mode: str, userns: bool = False) -> tuple[str, ...]:
+def for_mode(mode: str, userns: bool = False, http: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The ids the probe reports for a sandbox in probe network mode `mode` (with identity.userns
-    on an engine that remaps ids), in order."""
-    rest = ALWAYS[len(FIRST):] + _BY_MODE[mode] + LAST
+    on an engine that remaps ids, and the HTTP_ONLY checks in `http`), in order."""
+    rest = ALWAYS[len(FIRST):] + _BY_MODE[mode] + tuple(c for c in HTTP_ONLY if c in http) + LAST
     return FIRST + (USERNS if userns else ()) + rest
 
 
-ALL = FIRST + USERNS + ALWAYS[len(FIRST):] + PROXY_ONLY + POD_ONLY + LAST
+ALL = FIRST + USERNS + ALWAYS[len(FIRST):] + PROXY_ONLY + HTTP_ONLY + POD_ONLY + LAST
 
 # Checks that cannot observe, on a kernel or target, what they prove: the plan marks them not
 # applicable (ProbeExpectations.na) with these reasons, the probe reports `n/a` (what it can see

@@ -23,10 +23,10 @@ from launcher.plan.plan import (ARP_SYSCTLS, ContainerSpec, CopySpec, HOME_PROFI
                            Mount, MountKind, NetworkSpec, PROBE_BUSYBOX, PROBE_DENIED_HOST, PROBE_DIR, PROBE_GATE,
                            PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ProbeExpectations, ProxySpec, SecretEndpoint, home_volume_name)
 from launcher.host.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS
-from launcher.plan import checks, refusals, runtimes, trustlevel
+from launcher.plan import checks, probehttp, refusals, runtimes, trustfiles, trustlevel
 from launcher.plan.refusals import under
-from launcher.plan.squidconf import render_squid
-from launcher.plan.trustfiles import CA_DIR, CA_VARIABLES
+from launcher.plan.squidconf import http_rules_file, render_squid
+from launcher.plan.trustfiles import CA_DIR
 from launcher.policy.policy import CAPABILITY_BITS
 from launcher.policy.secrets import RUNTIME_NAMES, SECRET_NAMES, SECRET_VALUES, caseless
 from launcher.policy.surfaces import FILE_PLACEHOLDERS, GIT_BY_EXISTENCE, GIT_READS
@@ -90,10 +90,15 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
     if not egress_network:
         networks.append(NetworkSpec(name=egress, internal=False, options=(), labels=net_labels))
     secrets = tuple(_endpoint(i, s, policy.network.allow_ip_literals, cas) for i, s in enumerate(policy.secrets))
-    proxy = ProxySpec(name=f"{name}-proxy", image=host.proxy_image,
+    http = [r for r in policy.network.allow if r.http]
+    proxy = ProxySpec(name=f"{name}-proxy", image=host.proxy_image, http_rules=http_rules_file(policy.network.allow),
+                      rule_ca_pems=tuple(cas[r.http.ca_file][1] for r in http if r.http.ca_file),
+                      ca_files=host.bump_store if http else ("", ""), bump_names=tuple(dict.fromkeys(r.host for r in http)),
                       config=render_squid(name, policy.network.allow, secrets=secrets), internal_network=internal,
                       egress_network=egress, alias=PROXY_ALIAS, port=PROXY_PORT,
-                      labels=tuple(sorted({**labels, label.KIND: "proxy"}.items())), secrets=secrets,
+                      labels=tuple(sorted({**labels, label.KIND: "proxy",
+                                           **({label.CA_FILES: " ".join(host.bump_store)} if http else {})}.items())),
+                      secrets=secrets,
                       hosts_entry=dialect_of(host.engine.kind).proxy_by_hosts_entry, ulimits=_ulimits(host))
     url = f"http://{PROXY_ALIAS}:{PROXY_PORT}"
     # The endpoints are reached directly, not through the forward proxy (which would refuse the name).
@@ -180,7 +185,7 @@ def _mounts(policy: Policy, host: HostFacts, copy: CopySpec | None, volume: str,
     for mount, fact in zip(policy.mounts, host.mounts):
         mounts.append(Mount(kind=MountKind.BIND, source=fact.real, target=mount.target,
                             read_only=mount.access is Access.READ_ONLY))
-    ca_mounts, ca_env = _ca_mounts(policy, host)
+    ca_mounts, ca_env = trustfiles.ca_mounts(policy, host)
     mounts += ca_mounts
     for tmpfs in policy.tmpfs:
         mounts.append(Mount(kind=MountKind.TMPFS, target=tmpfs.target, read_only=False, size_bytes=tmpfs.size_bytes,
@@ -239,18 +244,6 @@ def _workspace_mounts(policy: Policy, host: HostFacts, copy: CopySpec | None) ->
     return mounts, placeholders
 
 
-def _ca_mounts(policy: Policy, host: HostFacts) -> tuple[list[Mount], dict[str, str]]:
-    """ca_certificates: the prepared CA files, read-only, and the variables naming them."""
-    if not policy.ca_certificates:
-        return [], {}
-    if not all(host.ca_store):   # fail closed: never a sandbox without them
-        raise PolicyError([Problem(file=policy.source, path="ca_certificates", expected="CA files the launcher prepared",
-                                   found="none were prepared", hint="run it through `sandbox` (pipeline.facts_for)")])
-    mounts = [Mount(kind=MountKind.BIND, source=source, target=f"{CA_DIR}/{kind}.pem", read_only=True)
-              for kind, source in zip(("extra", "bundle"), host.ca_store)]
-    return mounts, {name: f"{CA_DIR}/{kind}.pem" for name, kind in CA_VARIABLES.items()}
-
-
 def _labels(policy: Policy, host: HostFacts, kind: str, name: str) -> dict[str, str]:
     """The container's labels that its networks and proxy share (the volumes' come later)."""
     return {
@@ -277,6 +270,7 @@ def _probe(policy: Policy, host: HostFacts, mounts: list[Mount], copy: CopySpec 
     ws, target = host.workspace, policy.workspace.target
     writable = tuple(m.target for m in mounts if not m.read_only)
     capbnd = sum(1 << CAPABILITY_BITS[c] for c in policy.capabilities)
+    http = probehttp.expectations(policy.network.allow) if proxy else {}
     return ProbeExpectations(
         uid=uid, gid=gid, capbnd=f"{capbnd:016x}", nnp=1, seccomp=2, kernel=runtimes.kernel(policy.runtime),
         rofs=tuple(d for d in _ROOT_DIRS if not any(under(d, w) for w in writable)),
@@ -292,12 +286,13 @@ def _probe(policy: Policy, host: HostFacts, mounts: list[Mount], copy: CopySpec 
         pids=str(policy.limits.pids), mem=str(policy.limits.memory_bytes),
         userns="remapped" if host.engine.remapped else "-",
         gate=str(PROBE_GATE) if host.nonce else "-",   # a launch's plan: the launcher's word starts the agent
-        checks=checks.for_mode(policy.network.mode.value, userns=host.engine.remapped),
+        checks=checks.for_mode(policy.network.mode.value, userns=host.engine.remapped, http=probehttp.checks_for(http)),
         na=checks.not_applicable(runtimes.kernel(policy.runtime)),
         secretnames=tuple(map(caseless, SECRET_NAMES)), secretvalues=SECRET_VALUES,
         runtimenames=tuple(map(caseless, RUNTIME_NAMES)), runtimesockets=RUNTIME_SOCKETS, credpaths=CREDENTIAL_PATHS,
         **({"proxy": f"{PROXY_ALIAS}:{PROXY_PORT}", "denyhost": PROBE_DENIED_HOST, "resolver": _resolver(proxy),
-            "dnsname": next((r.host for r in policy.network.allow if not r.wildcard and not r.ip), "-")}
+            "dnsname": next((r.host for r in policy.network.allow if not r.wildcard and not r.ip), "-"), **http,
+            **({"bumpca": f"{CA_DIR}/extra.pem"} if http else {})}
            if proxy else {}),
     )
 

@@ -83,6 +83,13 @@ class ProxySpec:
     # Its output is the egress audit: bounded (about a million requests), never unbounded.
     log_options: tuple[tuple[str, str], ...] = (("max-size", "50m"), ("max-file", "4"))
     ulimits: tuple[tuple[str, int, int], ...] = ()   # as ContainerSpec.ulimits (an engine dialect's ulimits)
+    # Rules per request (network.allow[].http; empty: none): the rule helper's file, the hosts the
+    # proxy's CA may sign for, the rules' CA bundles (SANDBOX_CA_<i> after the secrets'), and the host
+    # files the sandbox trusts the proxy's CA from (filled at start: launcher/egress/bump.py).
+    http_rules: str = ""
+    bump_names: tuple[str, ...] = ()
+    rule_ca_pems: tuple[str, ...] = ()
+    ca_files: tuple[str, str] = ("", "")
 
 
 def proxy_address(subnet: str) -> str:
@@ -109,6 +116,11 @@ def proxy_env(spec: ProxySpec) -> dict[str, str]:
 
     env = {"SANDBOX_SQUID_CONF": base64.b64encode(spec.config.encode()).decode()}
     env.update({f"{CA_VAR}{i}": base64.b64encode(s.ca_pem.encode()).decode() for i, s in enumerate(spec.secrets) if s.ca_pem})
+    env.update({f"{CA_VAR}{len(spec.secrets) + i}": base64.b64encode(pem.encode()).decode()
+                for i, pem in enumerate(spec.rule_ca_pems)})
+    if spec.http_rules:
+        env["SANDBOX_HTTP_RULES"] = base64.b64encode(spec.http_rules.encode()).decode()
+        env["SANDBOX_BUMP_NAMES"] = " ".join(spec.bump_names)
     return env
 
 
@@ -210,6 +222,13 @@ class ProbeExpectations:
     # A launch's own: seconds the probe waits, after its checks passed, for the launcher's word
     # (SIGUSR1) before it starts the agent; "-" for files another tool runs (no launcher watches).
     gate: str = "-"
+    # Rules per request only (launcher/probehttp.py, images/probe/CONTRACT.md; "-" or () otherwise)
+    bump: str = "-"
+    bumphello: str = "-"
+    bumpca: str = "-"
+    refuse: tuple[str, ...] = ()
+    tunnel: str = "-"
+    tunnelhello: str = "-"
     # The launcher's one lists, so that the probe never keeps a copy of its own:
     checks: tuple[str, ...] = ()          # launcher/plan/checks.py, for this mode, in report order
     secretnames: tuple[str, ...] = ()     # launcher/policy/secrets.py, as caseless globs

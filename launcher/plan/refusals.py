@@ -164,6 +164,12 @@ def _launched_elsewhere(policy: Policy, kind: str) -> list[Problem]:
                                 "in proxy mode", found="gvisor with network proxy",
                                 hint="start it with `sandbox up` (and `sandbox shell`), or use network: {mode: none}: "
                                 "that dev container is one docker run, with gVisor's profile beside devcontainer.json"))
+    for index, rule in enumerate(policy.network.allow):
+        if rule.http:
+            problems.append(Problem(file=file, path=f"network.allow[{index}].http", expected="host rules only for a "
+                                    "sandbox another tool launches", found=str(rule), hint="the proxy's CA for rules "
+                                    "per request is made when `sandbox run` or `sandbox up` starts the sandbox; drop "
+                                    "http: here to allow the whole host"))
     return problems
 
 
@@ -191,3 +197,4 @@ def _git_refusals(policy: Policy, host: HostFacts) -> list[Problem]:
                                     found=f"{anchor.real} is a {anchor.kind}",
                                     hint="remove it; a link there could redirect a read-only mount"))
     return problems
+

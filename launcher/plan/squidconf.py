@@ -44,8 +44,27 @@ def render_squid(sandbox: str, rules: tuple[AllowRule, ...], port: int = PROXY_P
 
     env = Environment(loader=PackageLoader("launcher.plan", "."), undefined=StrictUndefined,
                       keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
-    context = [{"acl": _acl(r), "sni_acl": _sni_acl(r), "ports": " ".join(map(str, r.ports)), "private": r.private}
-               for r in rules]
+    http = [r for r in rules if r.http]
+    context = [{"acl": _acl(r), "sni_acl": _sni_acl(r), "ports": " ".join(map(str, r.ports)), "private": r.private,
+                "index": i, "text": str(r), **_http(r, http, len(secrets))} for i, r in enumerate(rules, 1)]
     endpoints = [_endpoint(i, s) for i, s in enumerate(secrets)]
     return env.get_template("squid.conf.j2").render(sandbox=sandbox, rules=context, port=port, bind=PROXY_ALIAS,
-                                                    endpoints=endpoints)
+                                                    endpoints=endpoints, bump=bool(http))
+
+
+def _http(rule: AllowRule, http: list[AllowRule], cas: int) -> dict:
+    """A rule's part of the rules per request: its line in the helper's file, and the cache_peer
+    that checks its host's certificate against its own CA file (the proxy's SANDBOX_CA_<i>, after
+    the secrets' own)."""
+    if not rule.http:
+        return {"http": None, "peer": ""}
+    index = http.index(rule)
+    with_ca = [r for r in http if r.http.ca_file]
+    peer = {"peer": rule.host, "peer_port": max(rule.ports), "cafile": CA_PATH % (cas + with_ca.index(rule))} \
+        if rule.http.ca_file else {"peer": ""}
+    return {"http": index, **peer}
+
+
+def http_rules_file(rules: tuple[AllowRule, ...]) -> str:
+    """The rule helper's file (images/proxy/sandbox-http-rules): "MODE METHOD,... PREFIX ..." per rule with http:."""
+    return "".join(f"{r.http.mode} {','.join(r.http.methods)} {' '.join(r.http.paths)}\n" for r in rules if r.http)

@@ -22,7 +22,7 @@ def parts(policy: Policy) -> dict:
         "workspace": {"mode": ws.mode.value, "access": ws.access.value, "git": ws.git.value,
                       "protect": sorted(ws.protect), "exclude": sorted(ws.exclude)},
         "mounts": sorted([m.source, m.target, m.access.value] for m in policy.mounts),
-        "network": {"mode": policy.network.mode.value, "allow": sorted(repr(r) for r in policy.network.allow),
+        "network": {"mode": policy.network.mode.value, "allow": sorted(repr(r) + (repr(r.http) if r.http else "") for r in policy.network.allow),
                     "ip_literals": policy.network.allow_ip_literals, "model": policy.network.model},
         "env": {"pass": sorted(policy.env.pass_names), "set": sorted(list(kv) for kv in policy.env.set_values)},
         "secrets": sorted([s.name, s.upstream, s.header, s.login, s.path, bool(s.env), bool(s.file)]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from launcher.policy.httprules import HttpRule, RuleError, parse_http
 
 DEFAULT_PORTS = (80, 443)
 
@@ -32,11 +34,16 @@ class AllowRule:
     # Its name may resolve to a private, loopback, CGNAT or multicast address (an internal host);
     # off by default: an allowed name pointing there would let the proxy connect inside for the agent.
     private: bool = False
+    # Rules per request (methods, path prefixes), enforced by the proxy with TLS terminated; None:
+    # a plain tunnel, nothing decrypted.
+    # repr=False: the repr of a rule without one is what it always was (trust keys, digests: trustlevel.py)
+    http: HttpRule | None = field(default=None, repr=False)
 
     def __str__(self) -> str:
         name = f"*.{self.host}" if self.wildcard else self.host
         name = name if self.ports == DEFAULT_PORTS else f"{name}:{self.ports[0]}"
-        return f"{name} (private)" if self.private else name
+        name = f"{name} (private)" if self.private else name
+        return f"{name} [{self.http}]" if self.http else name
 
     def matches(self, host: str, port: int) -> bool:
         host = host.lower().rstrip(".")
@@ -52,15 +59,25 @@ METADATA_NAMES = frozenset({"metadata", "metadata.google.internal", "metadata.go
 
 
 def parse_rule(entry, allow_ip_literals: bool = False) -> AllowRule:
-    """Parse `host`, `*.suffix`, either with `:port`, or `{host: ..., private: true}`. Raises
-    ValueError with a hint-ready message."""
+    """Parse `host`, `*.suffix`, either with `:port`, or `{host: ..., private: true, http: {...}}`.
+    Raises ValueError with a hint-ready message (a RuleError naming the key below the entry)."""
     if isinstance(entry, dict):
-        if set(entry) - {"host", "private"} or not isinstance(entry.get("host"), str) \
+        if set(entry) - {"host", "private", "http"} or not isinstance(entry.get("host"), str) \
                 or not isinstance(entry.get("private", False), bool):
-            raise ValueError("{host: NAME, private: true|false}")
+            raise ValueError("{host: NAME, private: true|false, http: {methods: [...], paths: [...], mode: ...}}")
         from dataclasses import replace
 
-        return replace(parse_rule(entry["host"], allow_ip_literals), private=entry.get("private", False))
+        rule = replace(parse_rule(entry["host"], allow_ip_literals), private=entry.get("private", False))
+        if "http" not in entry:
+            return rule
+        if rule.ip:
+            raise RuleError("a host name for a rule with http: (the proxy's certificate names it)", ".host",
+                            repr(entry["host"]))
+        http = parse_http(entry["http"], rule.ports)
+        if http.ca_file and rule.wildcard:
+            raise RuleError("an exact host for a rule with its own ca_file (the proxy checks that one name)", ".host",
+                            repr(entry["host"]))
+        return replace(rule, http=http)
     text = entry.strip().lower()
     if "://" in text:
         raise ValueError("a host name, not a URL (drop the scheme)")

@@ -9,6 +9,7 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from launcher.policy import httprules
 from launcher.errors import PolicyError, Problem
 from launcher.policy.allowlist import AllowRule
 from launcher.policy.model import Access, HomeMode, NetworkMode, Policy, Runtime, WorkspaceMode
@@ -141,7 +142,8 @@ def _pin(a: str, b: str) -> str:
 
 def covers(wide: AllowRule, narrow: AllowRule) -> bool:
     """True when every (host, port, address kind) `narrow` allows is allowed by `wide`."""
-    if not set(narrow.ports) <= set(wide.ports) or narrow.ip != wide.ip or (narrow.private and not wide.private):
+    if not set(narrow.ports) <= set(wide.ports) or narrow.ip != wide.ip or (narrow.private and not wide.private) \
+            or not httprules.covers(wide.http, narrow.http):
         return False
     if not wide.wildcard:
         return not narrow.wildcard and narrow.host == wide.host
@@ -150,13 +152,13 @@ def covers(wide: AllowRule, narrow: AllowRule) -> bool:
 
 def _meet(a: AllowRule, b: AllowRule) -> AllowRule | None:
     """The rule allowing exactly what both allow, or None: the narrower name, the common ports."""
-    ports, private = tuple(p for p in a.ports if p in b.ports), a.private and b.private
-    if not ports or a.ip != b.ip:
+    ports, private, http = tuple(p for p in a.ports if p in b.ports), a.private and b.private, httprules.meet(a.http, b.http)
+    if not ports or a.ip != b.ip or http is False:
         return None
-    name = lambda r: replace(r, ports=ports, private=private)   # noqa: E731 - the narrower rule, what both allow
-    if covers(replace(a, ports=ports, private=private), name(b)):
+    name = lambda r: replace(r, ports=ports, private=private, http=http)   # noqa: E731 - the narrower rule, what both allow
+    if covers(name(a), name(b)):
         return name(b)
-    if covers(replace(b, ports=ports, private=private), name(a)):
+    if covers(name(b), name(a)):
         return name(a)
     return None
 

@@ -190,7 +190,8 @@ def _semantic_problems(doc: dict, file: str) -> list[Problem]:
         try:
             parse_rule(entry, net["allow_ip_literals"])
         except ValueError as exc:
-            bad(f"network.allow[{i}]", str(exc), repr(entry), "for example api.example.com, *.pypi.org or host:8443")
+            bad(f"network.allow[{i}]{getattr(exc, 'path', '')}", str(exc), getattr(exc, "found", "") or repr(entry),
+                _allow_hint(exc))
     for i, name in enumerate(doc["env"]["pass"]):
         if secret_name(name):
             bad(f"env.pass[{i}]", "a non-secret variable name", repr(name),
@@ -214,6 +215,21 @@ def _semantic_problems(doc: dict, file: str) -> list[Problem]:
     for path, expected, found, hint in inject.problems(doc["secrets"], net):
         bad(path, expected, found, hint)
     return problems
+
+
+def _allow_hint(exc: ValueError) -> str:
+    if getattr(exc, "path", "").startswith(".http"):
+        return "for example {host: api.example.com, http: {methods: [GET, HEAD], paths: [/repos/acme/], mode: enforce}}"
+    return "for example api.example.com, *.pypi.org or host:8443"
+
+
+def _rule_file(rule, file: str):
+    """An http: rule's ca_file as a host path (relative to the policy file, like every host path in it)."""
+    if not (rule.http and rule.http.ca_file):
+        return rule
+    from dataclasses import replace
+
+    return replace(rule, http=replace(rule.http, ca_file=_host_path(rule.http.ca_file, file)))
 
 
 def _host_path(value: str, file: str) -> str:
@@ -240,7 +256,7 @@ def _build(doc: dict, file: str, digest: str) -> Policy:
         home=HomePolicy(mode=HomeMode(doc["home"]["mode"]), target=posixpath.normpath(doc["home"]["target"]),
                         size_bytes=parse_size(doc["home"]["size"])),
         network=NetworkPolicy(mode=NetworkMode(doc["network"]["mode"]),
-                              allow=tuple(dict.fromkeys(parse_rule(e, doc["network"]["allow_ip_literals"])
+                              allow=tuple(dict.fromkeys(_rule_file(parse_rule(e, doc["network"]["allow_ip_literals"]), file)
                                                         for e in doc["network"]["allow"])),
                               allow_ip_literals=doc["network"]["allow_ip_literals"], model=doc["network"]["model"]),
         env=EnvPolicy(pass_names=tuple(doc["env"]["pass"]), set_values=tuple(doc["env"]["set"].items())),
