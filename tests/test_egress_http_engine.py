@@ -174,7 +174,7 @@ def test_the_sandbox_trusts_its_own_ca_whose_key_stays_in_the_proxy(tls_upstream
     assert seen["cafiles"] == "1 0", seen   # the proxy's CA alone (no ca_certificates), no key anywhere inside
     assert seen["issuer"].startswith("O=sandbox; CN=sandbox egress CA "), seen
     assert seen["env"] == "0", seen
-    from launcher import host
+    from launcher.host import host
 
     left = [f for f in os.listdir(os.path.join(host.state_dir(), "cas")) if f.startswith("bump-")]
     assert not left, left   # removed with the sandbox
@@ -239,7 +239,7 @@ HTTP_TAMPERS = {
 def test_a_removed_protection_fails_its_check_and_the_agent_never_runs(engine, tls_upstream, workspace, tmp_path,
                                                                       certs, check, monkeypatch):  # noqa: F811
     from fakes import Recorder
-    from launcher import launch
+    from launcher.launch import launch
     from launcher.errors import ProbeFailed
 
     network = tls_upstream[0]
