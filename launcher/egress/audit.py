@@ -172,13 +172,11 @@ def suggest(events: tuple[EgressEvent, ...]) -> tuple[list[str], list[str]]:
 def suggestion_yaml(entries: list[str], skipped: list[str], requests: int, http: tuple = ()) -> str:
     """The policy snippet learn mode prints: host entries for what was refused by name, and (from a
     run with rules per request) an http: rule per host the proxy read requests of (learn.py)."""
-    from launcher.egress.learn import entry_yaml
-
     read = sum(s.requests for s in http)
     head = [f"# learned from {requests} refused requests" + (f" and {read} requests read per request (methods and "
             "paths; keep private: and ca_file: of the rules they replace)" if http else "")
             + ": review each host before adding it, every one is a way out"]
-    lines = [f"    - {e}" for e in entries] + [line for s in http for line in entry_yaml(s)]
+    lines = [f"    - {e}" for e in entries] + [line for s in http for line in _http_entry(s)]
     body = ["network:", "  allow:", *lines] if lines else ["# nothing to allow by name"]
     return "\n".join(head + body + [f"# not suggested: {s}" for s in skipped])
 
@@ -213,3 +211,16 @@ def from_report(path: str) -> tuple[EgressEvent, ...] | None:
         return agents_own(tuple(EgressEvent(**{k: v for k, v in r.items() if k in names}) for r in requests))
     except (AttributeError, TypeError):
         raise refuse("requests that are not egress records") from None
+
+
+def _http_entry(s) -> list[str]:
+    """A learn.HttpSuggestion's allow entry lines (under `allow:`): enforce, since that is what the
+    audit run was for."""
+    import json
+
+    quoted = lambda items: ", ".join(json.dumps(i) if not re.fullmatch(r"[A-Za-z0-9/._~-]+", i) else i  # noqa: E731
+                                     for i in items)
+    note = f"   # {s.requests} requests" + (f", {s.would_refuse} refused or would be refused by the rule in force"
+                                              if s.would_refuse else "")
+    return [f"    - host: {s.host}{note}",
+            f"      http: {{methods: [{quoted(s.methods)}], paths: [{quoted(s.paths)}], mode: enforce}}"]

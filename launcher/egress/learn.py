@@ -90,15 +90,3 @@ def suggest_http(events: tuple[EgressEvent, ...]) -> tuple[list[HttpSuggestion],
         found.append(HttpSuggestion(host=host, methods=tuple(m for m in METHODS if m in methods), paths=_merge(prefixes),
                                     requests=len(group), would_refuse=sum(1 for e in group if e.decision != "allowed")))
     return found, skipped
-
-
-def entry_yaml(s: HttpSuggestion) -> list[str]:
-    """The allow entry's lines (under `allow:`): enforce, since that is what the audit run was for."""
-    import json
-
-    quoted = lambda items: ", ".join(json.dumps(i) if not re.fullmatch(r"[A-Za-z0-9/._~-]+", i) else i  # noqa: E731
-                                     for i in items)
-    note = f"   # {s.requests} requests" + (f", {s.would_refuse} refused or would be refused by the rule in force"
-                                              if s.would_refuse else "")
-    return [f"    - host: {s.host}{note}",
-            f"      http: {{methods: [{quoted(s.methods)}], paths: [{quoted(s.paths)}], mode: enforce}}"]

@@ -15,7 +15,7 @@ from launcher.engine.verify import ProbeReport
 from launcher.plan import checks
 from launcher.plan.plan import LaunchPlan
 from launcher.policy import surfaces
-from launcher.targets.argv import plan_to_dict
+from launcher.targets.argv import plain, plan_to_dict
 
 
 def build(*, status: str, exit_code: int, started: float, plan: LaunchPlan | None = None,
@@ -57,7 +57,7 @@ def egress_json(egress: tuple, plan: LaunchPlan | None = None) -> dict:
 
 def rules_json(plan: LaunchPlan) -> list[dict]:
     """The allow rules as the proxy enforces them (host, ports, methods, paths, mode, enforcer)."""
-    return [asdict(r) for r in plan.proxy.rules] if plan.proxy else []
+    return [plain(r) for r in plan.proxy.rules] if plan.proxy else []
 
 
 def write(path: str, report: dict) -> None:
