@@ -288,3 +288,22 @@ def test_check_says_nothing_of_rules_that_do_not_meet(tmp_path):
                                      "    - {host: '*.pkgs.test', http: {methods: [GET]}}\n    - 'pkgs.test:8443'\n")
     found = lintstack.check((str(tmp_path / "p.yaml"),), str(tmp_path))[0]
     assert not [f for f in found if f.code in ("egress-unenforced", "shadowed")], [str(f) for f in found]
+
+
+def test_check_and_explain_say_each_rules_enforcer(tmp_path):
+    from launcher.check import explain, lintstack
+
+    text = ("version: 1\nname: t\ndescription: d\nnetwork:\n  mode: proxy\n  allow:\n    - pypi.org\n"
+            "    - {host: api.test, http: {methods: [GET], mode: audit}}\n")
+    (tmp_path / "p.yaml").write_text(text)
+    found = lintstack.check((str(tmp_path / "p.yaml"),), str(tmp_path))[0]
+    said = [(f.path, f.message) for f in found if f.code == "egress-enforcer"]
+    assert said == [("network.allow[0]", "pypi.org: proxy (tunnel): host and port only, nothing decrypted"),
+                    ("network.allow[1]", "api.test [GET / (audit)]: proxy (intercepted): TLS terminated with this "
+                                         "sandbox's CA, methods and paths judged per request, only logged (audit)")]
+    from launcher.pipeline import stack
+
+    eff = stack.load_base(str(tmp_path / "p.yaml"))
+    assert explain.egress_rules(eff) == (("pypi.org", "proxy (tunnel)"),
+                                         ("api.test [GET / (audit)]", "proxy (intercepted), audit: only logged"))
+    assert "egress rule pypi.org: proxy (tunnel)" in explain.render(eff)

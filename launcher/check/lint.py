@@ -124,8 +124,11 @@ def _egress(report: Report, doc: Doc, rules: tuple[AllowRule, ...], ip_literals:
     if ip_literals:
         report.add(Severity.WARNING, "egress-broad", doc, "network.allow_ip_literals",
                    "IP literals are allowed: the proxy cannot tell who answers at an address")
+    intercepting = any(r.http for r in rules)
     for i, rule in enumerate(rules):
         at = f"network.allow[{i}]"
+        if intercepting:   # where some rules are judged per request, say which enforcer each rule has
+            report.add(Severity.INFO, "egress-enforcer", doc, at, f"{rule}: {_enforcer(rule)}")
         if rule.wildcard:
             report.add(Severity.WARNING, "egress-broad", doc, at, f"{rule} allows every name below {rule.host}",
                        "list the exact hosts the agent needs")
@@ -148,6 +151,14 @@ def _egress(report: Report, doc: Doc, rules: tuple[AllowRule, ...], ip_literals:
                 report.add(Severity.WARNING, "shadowed", doc, at, f"{rule} is already covered by {other} "
                            f"(network.allow[{j}])", "remove one of them")
                 break
+
+
+def _enforcer(rule: AllowRule) -> str:
+    if not rule.http:
+        return "proxy (tunnel): host and port only, nothing decrypted"
+    judged = "methods and paths judged per request, " + ("only logged (audit)" if rule.http.mode == "audit"
+                                                        else "refused with 403")
+    return f"proxy (intercepted): TLS terminated with this sandbox's CA, {judged}"
 
 
 def _overlap(http: AllowRule, plain: AllowRule) -> str:
