@@ -307,3 +307,12 @@ def test_check_and_explain_say_each_rules_enforcer(tmp_path):
     assert explain.egress_rules(eff) == (("pypi.org", "proxy (tunnel)"),
                                          ("api.test [GET / (audit)]", "proxy (intercepted), audit: only logged"))
     assert "egress rule pypi.org: proxy (tunnel)" in explain.render(eff)
+
+
+def test_a_run_ends_saying_how_many_requests_audit_mode_would_refuse(capsys):
+    from launcher.cli import output
+
+    output.print_blocked(EVENTS)
+    said = capsys.readouterr().err
+    assert "egress blocked (4 requests):" in said and "  POST api.test:443  x1" in said
+    assert "egress: 2 requests would be refused by rules in audit mode" in said
