@@ -74,7 +74,7 @@ done < /workspace/calls
 def tls_upstream(engine, certs):  # noqa: F811
     env = {"API_CERT": certs["api.test.crt"], "API_KEY": certs["api.test.key"],
            "WRONG_CERT": certs["wrong.test.crt"], "WRONG_KEY": certs["wrong.test.key"]}
-    with script_upstream(engine, "http-rules", "api.test", UPSTREAM, env) as upstream:
+    with script_upstream(engine, "http-rules", ("api.test", "front.test"), UPSTREAM, env) as upstream:
         yield upstream
 
 
@@ -211,6 +211,20 @@ def test_a_forged_host_header_in_an_intercepted_tunnel_does_not_lift_its_rules(t
     for label in ("forged", "forgedget"):
         assert not seen[label].startswith("200"), (label, seen)
         assert label not in log, f"{label} reached the upstream:\n{log}"
+
+
+def test_a_tunnel_to_another_allowed_name_cannot_ask_for_an_intercepted_host(tls_upstream, workspace, tmp_path,
+                                                                              certs):  # noqa: F811
+    """Fronting: a CONNECT to front.test (a plain tunnel rule, the same server as api.test here, as
+    a CDN would be) whose TLS asks for api.test (SNI) must not be spliced on the strength of
+    api.test's name: api.test is reached only through its own rule, which judges every request."""
+    calls = {"fronted": "-k -X POST --connect-to api.test:443:front.test:443 https://api.test/repos/acme/fronted",
+             "front": "-k https://front.test/front"}   # the tunnel rule itself still works (its own name)
+    seen, log, _, done = run_calls(tls_upstream, workspace, tmp_path, certs,
+                                   [ENFORCED, "{host: front.test, private: true}"], calls)
+    assert done.returncode == 0, done.stderr
+    assert seen["front"].startswith("200"), seen
+    assert not seen["fronted"].startswith("200") and "fronted" not in log, (seen, log)
 
 
 def _plan(engine, workspace, tmp_path, certs, network):  # noqa: F811
