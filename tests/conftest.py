@@ -114,9 +114,10 @@ def docker_sdk():
 
 
 @contextlib.contextmanager
-def script_upstream(engine, prefix: str, alias: str, script: str, environment: dict | None = None):
+def script_upstream(engine, prefix: str, alias: str | tuple[str, ...], script: str, environment: dict | None = None):
     """A Python `script` (printing READY once it listens) in the upstream image, reachable as
-    `alias` on a fresh internal network; yields (network, function returning its log, container)."""
+    `alias` (or each of several names) on a fresh internal network; yields (network, function
+    returning its log, container)."""
     from launcher.engine import images
     from launcher.selftest import testnet
 
@@ -128,7 +129,7 @@ def script_upstream(engine, prefix: str, alias: str, script: str, environment: d
     ref = api.create_container(upstream_image, name=f"{network}-upstream", command=["python3", "-u", "-c", script],
                                environment=environment or {}, host_config=host_config,
                                networking_config=api.create_networking_config(
-                                   {network: api.create_endpoint_config(aliases=[alias])}))["Id"]
+                                   {network: api.create_endpoint_config(aliases=[alias] if isinstance(alias, str) else list(alias))}))["Id"]
     try:
         api.start(ref)
         deadline = time.monotonic() + 30

@@ -17,7 +17,7 @@ from launcher.plan.dialects import Dialect, of as dialect_of
 from launcher.errors import PolicyError, Problem
 from launcher.host.hostfacts import HostFacts
 from launcher.plan.lifetime import Ceiling, up_main
-from launcher.policy import inject
+from launcher.policy import inject, registries
 from launcher.policy.model import Access, HomeMode, NetworkMode, Policy, Runtime, SecretPolicy, WorkspaceMode
 from launcher.plan.plan import (ARP_SYSCTLS, ContainerSpec, CopySpec, HOME_PROFILE, HomeSpec, INTERNAL_OPTIONS, LaunchPlan,
                            Mount, MountKind, NetworkSpec, PROBE_BUSYBOX, PROBE_DENIED_HOST, PROBE_DIR, PROBE_GATE,
@@ -255,9 +255,11 @@ def _labels(policy: Policy, host: HostFacts, kind: str, name: str) -> dict[str, 
 
 
 def _env(policy: Policy, host: HostFacts, proxy_env: dict[str, str], ca_env: dict[str, str]) -> dict[str, str]:
-    """The agent's environment: env.pass, HOME, env.set, then the proxy's and the CA files' variables."""
+    """The agent's environment: env.pass, HOME, the registries' tool variables, env.set, then the proxy's and
+    the CA files' variables."""
     env = dict(host.env)
     env["HOME"] = policy.home.target   # unless env.set says otherwise
+    env.update(registries.tool_environment(policy))   # installs as the agent's user; env.set still decides
     env.update(policy.env.set_values)
     env.update(proxy_env)
     env.update(ca_env)

@@ -155,7 +155,8 @@ def _meet(a: AllowRule, b: AllowRule) -> AllowRule | None:
     ports, private, http = tuple(p for p in a.ports if p in b.ports), a.private and b.private, httprules.meet(a.http, b.http)
     if not ports or a.ip != b.ip or http is False:
         return None
-    name = lambda r: replace(r, ports=ports, private=private, http=http)   # noqa: E731 - the narrower rule, what both allow
+    registry = a.registry or b.registry   # what explain says it came from
+    name = lambda r: replace(r, ports=ports, private=private, http=http, registry=registry)   # noqa: E731 - the narrower rule
     if covers(name(a), name(b)):
         return name(b)
     if covers(name(b), name(a)):
