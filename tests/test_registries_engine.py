@@ -98,7 +98,9 @@ threading.Event().wait()
 
 
 def _wheel() -> bytes:
-    files = {"tinypkg/__init__.py": b"VALUE = 'from our index'\n",
+    files = {"tinypkg/__init__.py": b"VALUE = 'from our index'\ndef main():\n    print('hello', VALUE.replace(' ', '_'))\n",
+             "tinypkg/__main__.py": b"from tinypkg import main\nmain()\n",
+             "tinypkg-1.0.dist-info/entry_points.txt": b"[console_scripts]\ntinypkg-hello = tinypkg:main\n",
              "tinypkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n",
              "tinypkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: sandbox-test\nRoot-Is-Purelib: true\n"
                                             b"Tag: py3-none-any\n"}
@@ -169,7 +171,10 @@ cd /tmp
 echo "uid $(id -u)"
 pip install --retries 1 --timeout 20 tinypkg > /tmp/pip.log 2>&1; echo "pip $?"; grep -o 'Defaulting to user installation' /tmp/pip.log | head -n 1
 python3 -c "import tinypkg, sys; print('import', tinypkg.VALUE.replace(' ', '_'), tinypkg.__file__)"
+echo "module $(python3 -m tinypkg)"
+tinypkg-hello > /tmp/script.out 2>&1; echo "homescript $? $(command -v tinypkg-hello)"
 python3 -m venv /workspace/.venv && /workspace/.venv/bin/pip install tinypkg > /tmp/venv.log 2>&1; echo "venv $?"
+echo "venvscript $(/workspace/.venv/bin/tinypkg-hello)"
 cd /workspace && npm install --fetch-retries=1 tinynpm > /tmp/npm.log 2>&1; echo "npm $?"
 node -e "console.log('node', require('tinynpm').value.replace(/ /g, '_'))"
 cd /tmp
@@ -206,6 +211,11 @@ def test_untrusted_with_registries_installs_as_the_agent_and_uploads_are_refused
     assert seen["uid"] != "0", seen
     assert seen["pip"] == "0" and seen["import"].startswith("from_our_index /home/agent/.local/"), (seen, done.stderr[-3000:])
     assert "Defaulting to user installation" in done.stdout
+    # the tool as a module works; its script in ~/.local/bin is on PATH (home is a noexec tmpfs in untrusted:
+    # 126 there, docs/egress.md says so); a venv in the workspace runs its scripts
+    assert seen["module"] == "hello from_our_index", seen
+    assert seen["homescript"].split(" ")[1:] == ["/home/agent/.local/bin/tinypkg-hello"], seen
+    assert seen["venvscript"] == "hello from_our_index", seen
     assert seen["venv"] == "0" and seen["npm"] == "0" and seen["node"] == "from_our_registry", (seen, done.stderr[-3000:])
     assert "REQ GET pypi.org/simple/tinypkg/" in log and "REQ GET registry.npmjs.org/tinynpm/-/tinynpm-1.0.0.tgz" in log
     for label, reason in (("upload", "method POST not allowed"), ("publish", "method PUT not allowed"),
