@@ -237,3 +237,52 @@ def test_up_stores_the_registries_and_a_later_up_with_others_is_refused():
     assert upoptions.parse(upoptions.label_value(options)) == options
     assert "--registries pypi --registries npm" in upoptions.shown(options)
     assert upoptions._same("registries", ("npm", "pypi"), ("pypi", "npm"), ())
+
+
+# ---- the download cache
+
+def test_a_sandbox_with_registries_gets_a_download_cache_per_workspace_and_reach(place):
+    plan = json.loads(invoke("compile", "-w", "ws", "--registries", "pypi,npm").stdout)
+    cache, env = plan["cache"], plan["container"]["env"]
+    labels = dict(plan["container"]["labels"])
+    assert cache["volume"].startswith("sandbox-cache-") and cache["profile"] == "downloads"
+    assert cache["trust"] == labels["dev.sandbox.trust"] and labels["dev.sandbox.cache"] == cache["volume"]
+    assert dict(cache["labels"])["dev.sandbox.kind"] == "home"   # listed and purged with the home volumes
+    assert any(m["target"] == "/var/cache/sandbox-downloads" and m["source"] == cache["volume"] and not m["read_only"]
+               for m in plan["container"]["mounts"])
+    assert "/var/cache/sandbox-downloads" in next(a for a in plan["container"]["command"] if a.startswith("writable="))
+    assert (env["PIP_CACHE_DIR"], env["npm_config_cache"], env["UV_CACHE_DIR"]) == tuple(
+        f"/var/cache/sandbox-downloads/{tool}" for tool in ("pip", "npm", "uv"))
+    # another reach, another volume: what a sandbox of one reach downloaded never enters another's
+    other = json.loads(invoke("compile", "-w", "ws", "-p", "ci", "--registries", "pypi,npm").stdout)["cache"]
+    assert other["volume"] != cache["volume"] and other["trust"] != cache["trust"]
+    (place / "ws2").mkdir()
+    elsewhere = json.loads(invoke("compile", "-w", "ws2", "--registries", "pypi,npm").stdout)["cache"]
+    assert elsewhere["volume"] != cache["volume"] and elsewhere["trust"] == cache["trust"]
+
+
+def test_no_registry_no_cache_and_files_for_another_tool_keep_none(place):
+    assert json.loads(invoke("compile", "-w", "ws").stdout)["cache"] is None
+    assert json.loads(invoke("compile", "-w", "ws", "-p", "devcontainer", "--registries", "pypi").stdout)["cache"] is None
+    from launcher.plan import downloads
+
+    policy = layered(place, names=("pypi",))
+    assert downloads.cache(policy, str(place / "ws"), "k", 1000, 1000, "external") == (None, (), {})
+
+
+def test_a_cache_volume_written_under_another_reach_is_refused_and_purge_keeps_one_in_use():
+    from launcher import labels as label
+    from launcher.engine.enginefake import FakeEngine
+    from launcher.launch import home
+    from launcher.plan import downloads
+
+    policy = parse_policy(b"version: 1\nname: t\ndescription: t\nnetwork: {registries: [pypi]}\n", "/p/t.yaml")
+    spec = downloads.cache(policy, "/w/a", "key1", 1000, 1000, "run")[0]
+    engine = FakeEngine()
+    engine.create_volume(spec.volume, {**dict(spec.labels), label.TRUST: "key0"})   # a sandbox of another reach wrote it
+    with pytest.raises(PolicyError, match="never shared between policies of different reach"):
+        home.prepare(engine, spec, lambda line: None)
+    engine.create_volume("sandbox-cache-other", dict(spec.labels))
+    engine.http.add_container("s1", {label.MANAGED: "1", label.KIND: "up", label.CACHE: spec.volume})
+    gone, kept = home.remove_unused(engine, "/w/a")   # down --purge; gc --volumes: every workspace
+    assert gone == ["sandbox-cache-other"] and kept == [f"{spec.volume} (in use by s1)"]

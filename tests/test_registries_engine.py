@@ -75,7 +75,7 @@ def serve(conn, ctx):
             kind, payload = found or ("text/plain", b"not here\n")
             status = b"200 OK" if found else b"404 Not Found"
             conn.sendall(b"HTTP/1.1 " + status + b"\r\nContent-Type: " + kind.encode() + b"\r\nContent-Length: "
-                         + str(len(payload)).encode() + b"\r\nConnection: close\r\n\r\n"
+                         + str(len(payload)).encode() + b"\r\nCache-Control: max-age=600\r\nConnection: close\r\n\r\n"
                          + (b"" if method == "HEAD" else payload))
     except (OSError, ssl.SSLError, ValueError) as exc:
         print("FAIL %s" % exc, flush=True)
@@ -189,17 +189,33 @@ echo "debianpost $(call -X POST --data-binary x http://deb.debian.org/debian/upl
 """
 
 
+@pytest.fixture
+def caches(workspace):
+    """The download cache volumes of this test's workspace (listed by label), removed at the end."""
+    def listed():
+        return [v for v in docker_sdk().volumes.list(filters={"label": [f"dev.sandbox.workspace={os.path.realpath(workspace)}",
+                                                                       "dev.sandbox.profile=downloads"]})]
+    yield listed
+    for volume in listed():
+        volume.remove(force=True)
+
+
+def _policy(tmp_path, ca: str, names=("pypi", "npm", "debian")):
+    (tmp_path / "ca.pem").write_text(ca)
+    policy = tmp_path / f"policy-{'-'.join(names)}.yaml"
+    policy.write_text(POLICY + "".join(f"    - {{name: {name}, private: true, ca_file: ca.pem}}\n" for name in names))
+    return policy
+
+
 def _tree(root) -> dict[str, bytes]:
     return {os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
             for d, _, files in os.walk(root) for f in files}
 
 
-def test_untrusted_with_registries_installs_as_the_agent_and_uploads_are_refused(registries, workspace, tmp_path):
+def test_untrusted_with_registries_installs_as_the_agent_and_uploads_are_refused(registries, workspace, tmp_path,
+                                                                                caches):
     network, upstream_log, ca = registries
-    (tmp_path / "ca.pem").write_text(ca)
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(POLICY + "".join(f"    - {{name: {name}, private: true, ca_file: ca.pem}}\n"
-                                       for name in ("pypi", "npm", "debian")))
+    policy = _policy(tmp_path, ca)
     before = _tree(workspace)
     report = tmp_path / "report.json"
     done = subprocess.run(SANDBOX + ["run", "-p", str(policy), "-w", str(workspace), "--egress-network", network,
@@ -244,7 +260,7 @@ echo "get $(call https://pypi.org/simple/tinypkg/)"
 
 
 def test_the_switch_on_untrusted_is_proven_by_the_probe_and_refuses_uploads_and_other_registries(registries, workspace,
-                                                                                                tmp_path):
+                                                                                                tmp_path, caches):
     """`sandbox run -p untrusted --registries pypi` itself: the probe proves the proxy's CA for pypi.org and a
     refused method (egress.bump_ca, egress.http_refused); npm (not chosen) is refused; and nothing reaches
     our stand-in: the built-in rule allows public addresses only (ours is private) and trusts the system
@@ -268,3 +284,43 @@ def test_the_switch_on_untrusted_is_proven_by_the_probe_and_refuses_uploads_and_
     assert data["probe"]["ok"] and checks["egress.bump_ca"] and checks["egress.http_refused"], checks
     assert any(b["host"] == "registry.npmjs.org" for b in data["egress"]["blocked"]), data["egress"]["blocked"]
     assert _tree(workspace) == before
+
+
+INSTALL = r"""
+cd /tmp && pip install --retries 1 --timeout 20 tinypkg > /tmp/pip.log 2>&1; echo "pip $?"
+cd /workspace && npm install --fetch-retries=1 tinynpm > /tmp/npm.log 2>&1; echo "npm $?"
+echo "cached $(ls /var/cache/sandbox-downloads | sort | tr '\n' ' ')"
+"""
+
+
+def test_a_second_install_comes_from_the_download_cache_of_that_workspace_and_reach(registries, workspace, tmp_path,
+                                                                                   caches):
+    """The cache volume is the workspace's and the policy's reach's (its trust key): a second sandbox of
+    the same reach downloads nothing again; one of another reach gets a volume of its own."""
+    network, upstream_log, ca = registries
+
+    def run(policy):
+        done = subprocess.run(SANDBOX + ["run", "-p", str(policy), "-w", str(workspace), "--egress-network", network,
+                                         "--", "bash", "-c", INSTALL], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-4000:]
+        return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in done.stdout.splitlines() if " " in line}, done
+
+    files = ("GET files.pythonhosted.org/packages/tinypkg-1.0-py3-none-any.whl",
+             "GET registry.npmjs.org/tinynpm/-/tinynpm-1.0.0.tgz")
+    counts = lambda: [upstream_log().count(f) for f in files]   # noqa: E731
+    before = counts()
+    wide = _policy(tmp_path, ca, ("pypi", "npm"))
+    first, done = run(wide)
+    assert first["pip"] == first["npm"] == "0" and first["cached"].split() == ["npm", "pip"], first
+    assert "created the download cache sandbox-cache-" in done.stderr
+    assert [b - a for a, b in zip(before, counts())] == [1, 1]
+    (volume,) = caches()
+    assert volume.name.startswith("sandbox-cache-") and volume.attrs["Labels"]["dev.sandbox.kind"] == "home"
+    second, done = run(wide)
+    assert second["pip"] == second["npm"] == "0" and f"using the download cache {volume.name}" in done.stderr, second
+    assert [b - a for a, b in zip(before, counts())] == [1, 1], "the second install downloaded again"
+    # another reach (debian too: another trust key): another volume, nothing of the first one's comes in
+    third, done = run(_policy(tmp_path, ca, ("npm", "pypi", "debian")))
+    assert third["pip"] == "0" and volume.name not in done.stderr
+    assert len(caches()) == 2 and len({v.attrs["Labels"]["dev.sandbox.trust"] for v in caches()}) == 2
+    assert [b - a for a, b in zip(before, counts())] == [2, 2]

@@ -23,7 +23,7 @@ from launcher.plan.plan import (ARP_SYSCTLS, ContainerSpec, CopySpec, HOME_PROFI
                            Mount, MountKind, NetworkSpec, PROBE_BUSYBOX, PROBE_DENIED_HOST, PROBE_DIR, PROBE_GATE,
                            PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ProbeExpectations, ProxySpec, SecretEndpoint, home_volume_name)
 from launcher.host.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS
-from launcher.plan import checks, probehttp, refusals, runtimes, trustfiles, trustlevel
+from launcher.plan import checks, downloads, probehttp, refusals, runtimes, trustfiles, trustlevel
 from launcher.plan.refusals import under
 from launcher.plan.squidconf import http_rules_file, render_squid
 from launcher.plan.trustfiles import CA_DIR
@@ -138,11 +138,13 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     trust = trustlevel.key(policy)
     volume = home_volume_name(host.workspace.real, trust, profile) if policy.home.mode is HomeMode.VOLUME else ""
     mounts, placeholders, ca_env = _mounts(policy, host, copy, volume, uid, gid)
+    cache, cache_mounts, cache_env = downloads.cache(policy, host.workspace.real, trust, uid, gid, kind)
+    mounts += cache_mounts
     labels = _labels(policy, host, kind, container_name)
     networks, proxy, proxy_env = (), None, {}
     if policy.network.mode is NetworkMode.PROXY:
         networks, proxy, proxy_env = _proxy_parts(policy, host, container_name, labels, egress_network, cas)
-    env = _env(policy, host, proxy_env, ca_env)
+    env = {**cache_env, **_env(policy, host, proxy_env, ca_env)}   # env.set still decides
     probe = _probe(policy, host, mounts, copy, proxy, volume, uid, gid)
     agent = tuple(command) or policy.command
     long_lived = kind in LONG_LIVED
@@ -154,7 +156,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         labels[label.SESSION] = f"{limits.session_seconds} {limits.idle_seconds}"
         labels[label.SESSION_CEILING] = ceiling.label()
     home_spec, copy, volume_labels = _volume_specs(policy, host, copy, volume, profile, trust, uid, gid)
-    labels.update(volume_labels)
+    labels.update(volume_labels, **({label.CACHE: cache.volume} if cache else {}))
     container = _container(policy, container_name, probe, main, env, mounts, labels, proxy, uid, gid,
                            runtimes.security_opt(policy.runtime, host.seccomp_profile), _ulimits(host),
                            _sysctls(policy, proxy, dialect_of(host.engine.kind)))
@@ -165,7 +167,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
                       timeout_seconds=policy.limits.session_seconds if long_lived else policy.limits.timeout_seconds,
                       idle_seconds=policy.limits.idle_seconds if long_lived else 0,
                       placeholders=tuple(placeholders), warnings=_warnings(policy, host), networks=networks, proxy=proxy,
-                      copy=copy, home=home_spec, image_build=host.image_build)
+                      copy=copy, home=home_spec, cache=cache, image_build=host.image_build)
 
 
 def _copy_spec(policy: Policy, host: HostFacts, name: str, uid: int, gid: int) -> CopySpec | None:
