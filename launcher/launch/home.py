@@ -43,16 +43,16 @@ def prepare(engine: Engine, spec: HomeSpec, progress: Progress) -> bool:
     else:
         have = found.labels
         if have.get(label.KIND) != "home" or have.get(label.WORKSPACE) != spec.workspace:
-            raise PolicyError([Problem(file="command line", path="home.mode", expected=f"the home volume of {spec.workspace}",
+            raise PolicyError([Problem(file="command line", path=_path(spec), expected=f"the {_what(spec)} of {spec.workspace}",
                                        found=f"volume {spec.volume} is " + (f"the home of {have.get(label.WORKSPACE)}"
                                                                           if have.get(label.KIND) == "home" else "not a home volume of ours"),
-                                       hint="a home volume is never shared; remove that volume, or use home: {mode: tmpfs}")])
+                                       hint=f"a {_what(spec)} is never shared; remove that volume{_instead(spec)}")])
         if have.get(label.TRUST) != spec.trust:   # what a sandbox of another reach wrote never comes in
-            raise PolicyError([Problem(file="command line", path="home.mode",
-                                       expected=f"the home volume of {spec.workspace} under trust key {spec.trust}",
+            raise PolicyError([Problem(file="command line", path=_path(spec),
+                                       expected=f"the {_what(spec)} of {spec.workspace} under trust key {spec.trust}",
                                        found=f"volume {spec.volume} was written under trust key {have.get(label.TRUST) or 'none'}",
-                                       hint="a home volume is never shared between policies of different reach; "
-                                            "remove that volume, or use home: {mode: tmpfs}")])
+                                       hint=f"a {_what(spec)} is never shared between policies of different reach; "
+                                            f"remove that volume{_instead(spec)}")])
         progress(f"using the {_what(spec)} {spec.volume} (kept from earlier runs on this workspace)")
     try:
         run_tool(engine, name=spec.volume, entrypoint=("/bin/sh", "-c", 'chown "$1" "$2" && chmod 0700 "$2"', "home"),
@@ -71,6 +71,14 @@ def prepare(engine: Engine, spec: HomeSpec, progress: Progress) -> bool:
 
 def _what(spec: HomeSpec) -> str:
     return "download cache" if spec.profile == CACHE_PROFILE else "home volume"
+
+
+def _path(spec: HomeSpec) -> str:
+    return "network.registries" if spec.profile == CACHE_PROFILE else "home.mode"
+
+
+def _instead(spec: HomeSpec) -> str:
+    return "" if spec.profile == CACHE_PROFILE else ", or use home: {mode: tmpfs}"
 
 
 def _kept(spec: HomeSpec) -> str:
