@@ -286,3 +286,11 @@ def test_a_cache_volume_written_under_another_reach_is_refused_and_purge_keeps_o
     engine.http.add_container("s1", {label.MANAGED: "1", label.KIND: "up", label.CACHE: spec.volume})
     gone, kept = home.remove_unused(engine, "/w/a")   # down --purge; gc --volumes: every workspace
     assert gone == ["sandbox-cache-other"] and kept == [f"{spec.volume} (in use by s1)"]
+
+
+def test_check_names_a_registry_entrys_missing_ca_file_by_its_registry(place):
+    (place / "p.yaml").write_text("version: 1\nname: p\ndescription: p\nextends: [untrusted]\n"
+                                  "network: {registries: [pypi, {name: npm, ca_file: missing.pem}]}\n")
+    result = invoke("check", "-p", str(place / "p.yaml"), "-w", "ws")
+    assert result.exit_code == 120
+    assert f"network.registries (npm).ca_file: expected a PEM file of CA certificates" in result.stdout + result.stderr
