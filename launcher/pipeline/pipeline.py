@@ -17,8 +17,8 @@ from launcher.host.statefiles import StateFile
 from launcher.pipeline import stack
 from launcher.plan import compiler, lifetime
 from launcher.plan.plan import LaunchPlan
-from launcher.policy.model import Runtime, WorkspaceMode
 from launcher.policy import registries
+from launcher.policy.model import Runtime, WorkspaceMode
 from launcher.policy.policy import with_allowed
 from launcher.timings import Timeline, timed
 

@@ -341,7 +341,7 @@ def combine(base: Policy, layers: Sequence[Layer], *, prior: Effective | None = 
         policy = narrowed
         lost = [r for r in requested if not any(covers(x, r) for x in policy.network.allow)]
         if lost:
-            notes.append(Note(layer=layer.label, field="network.allow", asked=f"{', '.join(map(str, lost))} (--allow)",
+            notes.append(Note(layer=layer.label, field="network.allow", asked=f"{', '.join(map(str, lost))} ({_asked_by(lost)})",
                               left=show("network.allow", policy.network.allow), explicit=True))
             requested = tuple(r for r in requested if r not in lost)
         steps.append(policy)
@@ -354,6 +354,11 @@ def combine(base: Policy, layers: Sequence[Layer], *, prior: Effective | None = 
     earlier = prior.notes if prior is not None else ()
     return Effective(policy=policy, layers=all_layers, decisions=decisions, steps=tuple(steps),
                      notes=earlier + tuple(notes)), problems
+
+
+def _asked_by(rules) -> str:
+    """The flag that asked for these rules: --registries for a registry's, --allow for the rest."""
+    return " and ".join(dict.fromkeys("--registries" if r.registry else "--allow" for r in rules))
 
 
 def layers_digest(pairs: Sequence[tuple[str, str]]) -> str:
