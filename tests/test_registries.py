@@ -293,4 +293,4 @@ def test_check_names_a_registry_entrys_missing_ca_file_by_its_registry(place):
                                   "network: {registries: [pypi, {name: npm, ca_file: missing.pem}]}\n")
     result = invoke("check", "-p", str(place / "p.yaml"), "-w", "ws")
     assert result.exit_code == 120
-    assert f"network.registries (npm).ca_file: expected a PEM file of CA certificates" in result.stdout + result.stderr
+    assert "network.registries (npm).ca_file: expected a PEM file of CA certificates" in result.stdout + result.stderr
