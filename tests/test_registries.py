@@ -117,11 +117,10 @@ def test_an_unknown_registry_on_the_command_line_is_a_usage_error_with_the_known
 def test_explain_shows_each_registry_rule_and_its_enforcer(place):
     result = invoke("explain", "-w", "ws", "--registries", "npm", "--json")
     assert result.exit_code == 0, result.stderr
-    (rule,) = json.loads(result.stdout)["egress_rules"]
-    assert rule["rule"] == "registry.npmjs.org [GET/HEAD /] (registry npm)" and rule["registry"] == "npm"
-    assert rule["per_request"] and rule["mode"] == "enforce" and rule["enforced_by"].startswith("proxy, per request")
+    assert json.loads(result.stdout)["egress_rules"] == [{"rule": "registry.npmjs.org [GET/HEAD /] (registry npm)",
+                                                          "enforcer": "proxy (intercepted)"}]
     text = invoke("explain", "-w", "ws", "--registries", "npm").stdout
-    assert "egress rule registry.npmjs.org [GET/HEAD /] (registry npm): proxy, per request" in text
+    assert "egress rule registry.npmjs.org [GET/HEAD /] (registry npm): proxy (intercepted)" in text
     assert "egress rule" not in invoke("explain", "-w", "ws").stdout   # network none: no rule
 
 

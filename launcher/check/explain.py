@@ -284,12 +284,21 @@ def to_json(eff: Effective, target: str = "run", engine: EngineFacts | None = No
         "not_enforced_here": [{"field": name, "why": why} for name, why in TARGETS[target].cannot()],
         "opt_ins": [{"flag": flag, "adds": adds} for flag, adds in TARGETS[target].opt_ins],
         "proxy_mode": eff.policy.network.mode is NetworkMode.PROXY,
-        "egress_rules": list(egress_rules(eff)),
         "not_applicable": [{"check": c, "reason": why} for c, why in not_applicable(eff, target)],
+        "egress_rules": [{"rule": rule, "enforcer": enforcer} for rule, enforcer in egress_rules(eff)],
         **({"engine": {"engine": engine.kind, "rootless": engine.rootless, "userns_remap": engine.userns_remap,
                        "cgroup_version": engine.cgroup_version, "unenforced": list(engine.unenforced)}}
            if engine is not None else {}),
     }
+
+
+def egress_rules(eff: Effective) -> tuple[tuple[str, str], ...]:
+    """(rule, enforcer) per allow rule in proxy mode: a tunnel (host and port) or intercepted (methods
+    and paths judged per request, enforced or audited)."""
+    if eff.policy.network.mode is not NetworkMode.PROXY:
+        return ()
+    return tuple((str(r), "proxy (intercepted)" + (", audit: only logged" if r.http.mode == "audit" else "")
+                  if r.http else "proxy (tunnel)") for r in eff.policy.network.allow)
 
 
 def not_applicable(eff: Effective, target: str = "run") -> tuple[tuple[str, str], ...]:
@@ -300,23 +309,6 @@ def not_applicable(eff: Effective, target: str = "run") -> tuple[tuple[str, str]
     ids = tuple(c for c in checks.ALL if c in checks.not_applicable(kernel) or (pod and c in checks.NOT_APPLICABLE["pod"]))
     net = checks.POD_MODES[eff.policy.network.mode.value] if pod else eff.policy.network.mode.value
     return tuple((c, checks.reason(c, kernel=kernel, net=net)) for c in ids)
-
-
-def egress_rules(eff: Effective) -> tuple[dict, ...]:
-    """Each allow rule of a proxy-mode policy and what enforces it: the proxy per request (TLS terminated
-    with this sandbox's CA; audit only logs) or a tunnel by host and port; a registry's says which."""
-    if eff.policy.network.mode is not NetworkMode.PROXY:
-        return ()
-    out = []
-    for rule in eff.policy.network.allow:
-        http = rule.http
-        enforcer = ("proxy, host and port: a tunnel, nothing decrypted" if http is None else
-                    f"proxy, per request (TLS terminated with this sandbox's CA): {'/'.join(http.methods)} under "
-                    f"{' '.join(http.paths)}, anything else 403" + (" (audit: only logged, nothing refused)"
-                                                                     if http.mode == "audit" else ""))
-        out.append({"rule": str(rule), "registry": rule.registry, "per_request": http is not None,
-                    "mode": http.mode if http else "", "enforced_by": enforcer})
-    return tuple(out)
 
 
 def _refused(field: str, engine: EngineFacts | None) -> tuple[str, ...]:
@@ -347,10 +339,10 @@ def render(eff: Effective, markdown: bool = False, target: str = "run", width: i
     unprobed = [r.field for r in rows(eff, target, engine) if not r.enforcement.checks]
     lines += ["", f"policy {eff.policy.name} (sha256 {eff.policy.digest[:12]}), {len(eff.layers)} layer(s)",
               f"enforced by nothing: {', '.join(unenforced) or '-'}", f"not probed: {', '.join(unprobed) or '-'}"]
-    lines += [f"egress rule {r['rule']}: {r['enforced_by']}" for r in egress_rules(eff)]
     lines += [f"not enforced for {target} (`run` enforces it): {name}: {why}" for name, why in TARGETS[target].cannot()]
     lines += [f"probe check n/a (not observable inside): {c}: {why}" for c, why in not_applicable(eff, target)]
     lines += [f"opt-in for {target}: {flag} adds {adds}" for flag, adds in TARGETS[target].opt_ins]
+    lines += [f"egress rule {rule}: {enforcer}" for rule, enforcer in egress_rules(eff)]
     if engine is not None:
         lines.append(f"engine asked: {engine.label}" + (f"; refused there: {', '.join(engine.unenforced)}"
                                                          if engine.unenforced else ""))
