@@ -14,6 +14,7 @@ WORKSPACE = f"{PREFIX}.workspace"                # the workspace's real host pat
 OWNER_PID = f"{PREFIX}.owner-pid"                # the launcher process, for `gc`
 COPY = f"{PREFIX}.copy"                          # copy mode: the copy a sandbox works on (its volumes carry it too)
 HOME = f"{PREFIX}.home"                          # home.mode volume: the home volume a sandbox uses
+CACHE = f"{PREFIX}.cache"                        # read-only registries: the download cache volume a sandbox uses
 PROFILE = f"{PREFIX}.profile"                    # a home volume's agent profile
 TRUST = f"{PREFIX}.trust"                        # a home volume's or copy's trust key (trustlevel.key)
 PROTECTED = f"{PREFIX}.protected"                # a copy's volumes: JSON list of paths `apply` never carries back

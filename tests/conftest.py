@@ -116,8 +116,8 @@ def docker_sdk():
 @contextlib.contextmanager
 def script_upstream(engine, prefix: str, alias: str | tuple[str, ...], script: str, environment: dict | None = None):
     """A Python `script` (printing READY once it listens) in the upstream image, reachable as
-    `alias` (or each of several) on a fresh internal network; yields (network, function returning
-    its log, container)."""
+    `alias` (or each of several names) on a fresh internal network; yields (network, function
+    returning its log, container)."""
     from launcher.engine import images
     from launcher.selftest import testnet
 

@@ -60,7 +60,9 @@ def test_every_schema_field_has_a_combine_rule():
                 yield from leaves(sub["properties"], name + ".")
             else:
                 yield name
-    assert set(leaves(policy_schema()["properties"])) - set(stack.META_KEYS) == set(FIELDS)
+    # an alias sets another field (network.registries are network.allow rules)
+    assert set(leaves(policy_schema()["properties"])) - set(stack.META_KEYS) - set(stack.ALIASES) == set(FIELDS)
+    assert set(stack.ALIASES.values()) <= set(FIELDS)
     assert {rule for _, rule in FIELDS.values()} == set(layers.RULES)
 
 

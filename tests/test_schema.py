@@ -10,7 +10,8 @@ from launcher.policy.schema import policy_schema
 # Schema key -> model field, where the names differ.
 RENAMED = {"pass": "pass_names", "set": "set_values", "memory": "memory_bytes", "timeout": "timeout_seconds",
            "session": "session_seconds", "idle": "idle_seconds",
-           "size": "size_bytes", "version": None, "extends": None}  # version, extends: loader directives
+           "size": "size_bytes", "version": None, "extends": None,   # version, extends: loader directives
+           "registries": None}   # network.registries: the loader makes them network.allow rules
 # Model fields that come from loading, not from the file.
 LOADER_ONLY = {"source", "digest"}
 

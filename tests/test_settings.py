@@ -46,7 +46,10 @@ def test_an_empty_file_sets_nothing():
 BAD = [
     ("polcy: ci\n", "polcy", "one of the keys", "did you mean 'policy'?"),
     ("preset: ci\n", "preset", "one of the keys", "the preset is the key policy"),
-    ("registries: [r.example]\n", "registries", "one of the keys", "issue 42"),
+    ("registries: [r.example]\n", "registries[0]", "a package registry name", "known registries: pypi, npm, debian"),
+    ("registries: [pipy]\n", "registries[0]", "a package registry name", "did you mean 'pypi'?"),
+    ("registries: 3\n", "registries", "a list of registries", "registries: [pypi, npm]"),
+    ("registry: [pypi]\n", "registry", "one of the keys", "the key is registries"),
     ("policy: 3\n", "policy", "a preset name or a policy file path", "bundled presets"),
     ("policy: untrustd\n", "policy", "a preset name or a policy file path", "did you mean 'untrusted'?"),
     ("agent: claude\n", "agent", "an agent profile name", "did you mean 'claude-code'?"),

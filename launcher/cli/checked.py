@@ -1,5 +1,5 @@
 """Callbacks that check a flag's value before anything is created (a bad one is click's usage
-error, exit 2): durations, the names of sandboxes and copies to make, --port pairs."""
+error, exit 2): durations, the names of sandboxes and copies to make, --port pairs, --registries."""
 
 from __future__ import annotations
 
@@ -46,3 +46,28 @@ def port_specs(ctx, param, values):
     if twice:
         raise click.BadParameter(f"expected each host port once, found {', '.join(map(str, twice))} more than once")
     return tuple(specs)
+
+
+REGISTRIES = "sandbox.registries"   # ctx.meta: the names --registries (or the setting) gave
+
+
+def registries_option(command):
+    """--registries (run, up, compile, explain, devcontainer): the registries setting's flag."""
+    return click.option("--registries", "registries", multiple=True, metavar="NAMES", expose_value=False,
+                        callback=registry_names,
+                        help="Package registries to reach read-only (GET and HEAD only, through the proxy): a "
+                             "comma-separated list of pypi, npm, debian; repeatable. Any preset, untrusted too "
+                             "(network none becomes proxy mode with these rules alone; copy mode stays). "
+                             "Later layers can still narrow it. Default: the registries setting.")(command)
+
+
+def registry_names(ctx, param, value):
+    """--registries (or the setting's value, settle puts it here too), checked at once: names only."""
+    from launcher.errors import PolicyError
+    from launcher.policy import registries
+
+    try:
+        ctx.meta[REGISTRIES] = registries.names(value) if value else ()
+    except PolicyError as exc:
+        raise click.BadParameter(f"{exc.problems[0].found}: {exc.problems[0].hint}") from None
+    return ctx.meta[REGISTRIES]

@@ -20,7 +20,8 @@ from launcher.values import show
 
 
 @click.command(cls=Defaulted, short_help="Run a command as the agent in a fresh sandbox.",
-               defaults={"policy": "--policy", "agent": "--agent", "timeout": "--timeout", "ports": "--port"})
+               defaults={"policy": "--policy", "agent": "--agent", "timeout": "--timeout", "ports": "--port",
+                         "registries": "--registries"})
 @click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP, shell_complete=complete.presets)
 @click.option("--workspace", "-w", default=".", show_default=True, type=click.Path(file_okay=False),
               help="Host directory the agent works on.")
@@ -50,6 +51,7 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
     \b
     Example:
       sandbox run -p ci --allow pypi.org -w . -- make test
+      sandbox run --registries pypi -w . -- pip install -r requirements.txt
     """
     line = timeline(timings)
     console = output.Console(agent_stdout=sys.stderr.buffer if as_json else None, timeline=line)
@@ -80,7 +82,7 @@ def run(policy: str, workspace: str, timeout: str | None, name: str | None, as_j
 
 @click.command(cls=WithCommand, short_help="Start a long-lived sandbox (or attach to it) and open a terminal in it.",
                defaults={"policy": "--policy", "agent": "--agent", "session": "--timeout", "idle": "--idle",
-                         "ports": "--port"})
+                         "ports": "--port", "registries": "--registries"})
 @click.argument("workspace", required=False, type=click.Path(file_okay=False))
 @workspace_flag
 @click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP, shell_complete=complete.presets)
@@ -139,6 +141,7 @@ def up(workspace: str | None, workspace_flag: str | None, policy: str, name: str
     \b
     Example:
       sandbox up ~/src/repo --timeout 2h
+      sandbox up --registries pypi,npm ~/src/repo
       sandbox up -p ci --agent codex --model-key-env OPENAI_API_KEY --port 3000
       sandbox up                      # later, in the same directory: attaches, a shell
       sandbox up -- make test         # attaches, runs make test on the terminal

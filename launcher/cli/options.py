@@ -7,7 +7,7 @@ import gc
 import click
 
 from launcher.cli import complete, output
-from launcher.cli.checked import new_name
+from launcher.cli.checked import REGISTRIES as _REGISTRIES, new_name, registries_option
 from launcher.errors import ExitCode
 
 POLICY_HELP = "Preset name (`sandbox presets` lists them) or path to a policy file."
@@ -131,6 +131,7 @@ def egress_options(command):
     command = click.option("--allow-private", multiple=True, metavar="HOST", expose_value=False, callback=_private,
                            help="Like --allow, for an internal host whose address is private (10/8, 172.16/12, "
                                 "192.168/16, CGNAT, loopback): such addresses are refused for every other rule.")(command)
+    command = registries_option(command)
     return click.option("--allow", multiple=True, metavar="HOST",
                         help="Proxy mode: add HOST (or *.suffix, host:port) to the base policy's network.allow; "
                              "repeatable. Later layers can still narrow it.")(command)
@@ -209,7 +210,7 @@ def down_strict_option(command):
 _COMMAND = "sandbox.command"
 # up's option (click's parameter name) for each option a sandbox stores (launcher/launch/upoptions.py FIELDS)
 _STORED = {"policy": "policy", "workspace_mode": "workspace_mode", "pin": "pin", "ignore_repo": "ignore_repo",
-           "allow": "allow", "allow_private": "allow_private", "egress_network": "egress_network", "timeout": "session",
+           "allow": "allow", "allow_private": "allow_private", "registries": "registries", "egress_network": "egress_network", "timeout": "session",
            "idle": "idle", "ports": "ports", "agent": "agent", "key_env": "key_env", "key_file": "key_file",
            "kind": "kind", "upstream": "upstream"}
 
@@ -317,7 +318,8 @@ def layer_settings(*, allow: tuple[str, ...] = (), timeout: str | None = None, s
     if opts.get("pin") and opts.get("ignore_repo"):
         raise click.UsageError("--trust-repo-policy and --ignore-repo-policy exclude each other")
     ask = _ask if host.is_interactive() and not approved_only else None
-    return LayerOptions(allow=allow, timeout=timeout, session=session, idle=idle, pin=opts.get("pin"), ignore_repo=bool(opts.get("ignore_repo")),
+    registries = click.get_current_context().meta.get(_REGISTRIES, ())
+    return LayerOptions(allow=allow, registries=registries, timeout=timeout, session=session, idle=idle, pin=opts.get("pin"), ignore_repo=bool(opts.get("ignore_repo")),
                         ask=ask, approved_only=approved_only, strict=strict, workspace_mode=opts.get("workspace_mode"),
                         agent=agent_choice(), origins=origins())
 

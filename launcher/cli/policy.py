@@ -10,6 +10,7 @@ import click
 
 from launcher.cli import complete, output
 from launcher.cli.options import (POLICY_HELP, Defaulted, agent_options, egress_options, either, layer_options, plan, policy_flag,
+                                  registries_option,
                                   show_layers_option)
 from launcher.errors import ExitCode, PolicyError
 from launcher.targets import FORMATS, TARGETS, Target
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 
 @click.command(cls=Defaulted, short_help="Compile a policy into a launch plan (no engine).",
-               defaults={"policy": "--policy", "agent": "--agent"})
+               defaults={"policy": "--policy", "agent": "--agent", "registries": "--registries"})
 @click.option("--policy", "-p", default="untrusted", show_default=True, help=POLICY_HELP,
               shell_complete=complete.presets)
 @click.option("--workspace", "-w", default=".", show_default=True, type=click.Path(file_okay=False),
@@ -145,7 +146,8 @@ def check(policies: tuple[str, ...], policy_flag: str | None, workspace: str, fm
 
 
 @click.command(cls=Defaulted, short_help="Show what enforces and proves each policy field.",
-               defaults={"policy": "--policy", "agent": "--agent"}, instead={"policy": "policy"})
+               defaults={"policy": "--policy", "agent": "--agent", "registries": "--registries"},
+               instead={"policy": "policy"})
 @click.argument("policy", required=False, shell_complete=complete.presets)
 @policy_flag()
 @click.option("--workspace", "-w", default=".", show_default=True, help="Workspace whose layers count.")
@@ -157,6 +159,7 @@ def check(policies: tuple[str, ...], policy_flag: str | None, workspace: str, fm
                    "Rows this target cannot enforce are marked.")
 @click.option("--engine", "ask_engine", is_flag=True,
               help="Ask the engine (DOCKER_HOST) what it enforces: rootless, id maps, the limits it would ignore.")
+@registries_option
 @layer_options
 @agent_options
 def explain(policy: str | None, policy_flag: str | None, workspace: str, fmt: str, as_json: bool, target: str,

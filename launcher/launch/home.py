@@ -12,7 +12,7 @@ from launcher import labels as label
 from launcher.engine.engineproto import Engine
 from launcher.engine.tools import run_tool
 from launcher.errors import EngineError, PolicyError, Problem
-from launcher.plan.plan import HomeSpec, Mount, MountKind
+from launcher.plan.plan import CACHE_PROFILE, HomeSpec, Mount, MountKind
 
 AT = "/home-volume"     # where the tools container sees it (not in the image: nothing is copied in)
 CAPS = ("CHOWN", "FOWNER")   # chown the root to the agent, then chmod what is no longer root's
@@ -38,22 +38,22 @@ def prepare(engine: Engine, spec: HomeSpec, progress: Progress) -> bool:
     made = found is None
     if made:
         engine.create_volume(spec.volume, dict(spec.labels))
-        progress(f"created the home volume {spec.volume}: it keeps the agent's home for the next run on "
+        progress(f"created the {_what(spec)} {spec.volume}: it keeps {_kept(spec)} for the next run on "
                  f"{spec.workspace} (`sandbox down --purge`, `sandbox gc --volumes` remove it)")
     else:
         have = found.labels
         if have.get(label.KIND) != "home" or have.get(label.WORKSPACE) != spec.workspace:
-            raise PolicyError([Problem(file="command line", path="home.mode", expected=f"the home volume of {spec.workspace}",
+            raise PolicyError([Problem(file="command line", path=_path(spec), expected=f"the {_what(spec)} of {spec.workspace}",
                                        found=f"volume {spec.volume} is " + (f"the home of {have.get(label.WORKSPACE)}"
                                                                           if have.get(label.KIND) == "home" else "not a home volume of ours"),
-                                       hint="a home volume is never shared; remove that volume, or use home: {mode: tmpfs}")])
+                                       hint=f"a {_what(spec)} is never shared; remove that volume{_instead(spec)}")])
         if have.get(label.TRUST) != spec.trust:   # what a sandbox of another reach wrote never comes in
-            raise PolicyError([Problem(file="command line", path="home.mode",
-                                       expected=f"the home volume of {spec.workspace} under trust key {spec.trust}",
+            raise PolicyError([Problem(file="command line", path=_path(spec),
+                                       expected=f"the {_what(spec)} of {spec.workspace} under trust key {spec.trust}",
                                        found=f"volume {spec.volume} was written under trust key {have.get(label.TRUST) or 'none'}",
-                                       hint="a home volume is never shared between policies of different reach; "
-                                            "remove that volume, or use home: {mode: tmpfs}")])
-        progress(f"using the home volume {spec.volume} (kept from earlier runs on this workspace)")
+                                       hint=f"a {_what(spec)} is never shared between policies of different reach; "
+                                            f"remove that volume{_instead(spec)}")])
+        progress(f"using the {_what(spec)} {spec.volume} (kept from earlier runs on this workspace)")
     try:
         run_tool(engine, name=spec.volume, entrypoint=("/bin/sh", "-c", 'chown "$1" "$2" && chmod 0700 "$2"', "home"),
                  argv=[f"{spec.uid}:{spec.gid}", AT],
@@ -69,9 +69,26 @@ def prepare(engine: Engine, spec: HomeSpec, progress: Progress) -> bool:
     return made
 
 
+def _what(spec: HomeSpec) -> str:
+    return "download cache" if spec.profile == CACHE_PROFILE else "home volume"
+
+
+def _path(spec: HomeSpec) -> str:
+    return "network.registries" if spec.profile == CACHE_PROFILE else "home.mode"
+
+
+def _instead(spec: HomeSpec) -> str:
+    return "" if spec.profile == CACHE_PROFILE else ", or use home: {mode: tmpfs}"
+
+
+def _kept(spec: HomeSpec) -> str:
+    return "the registries' downloads" if spec.profile == CACHE_PROFILE else "the agent's home"
+
+
 def _users(engine: Engine, name: str) -> tuple[str, ...]:
-    return tuple(i.name for i in engine.list(label.selector(label.HOME, name))
-                 if i.labels.get(label.KIND) in ("run", "up"))
+    """The sandboxes using a home volume (or a download cache, kept the same way)."""
+    return tuple(dict.fromkeys(i.name for key in (label.HOME, label.CACHE) for i in engine.list(label.selector(key, name))
+                               if i.labels.get(label.KIND) in ("run", "up")))
 
 
 def all_homes(engine: Engine, workspace: str | None = None) -> list[HomeVolume]:

@@ -335,14 +335,23 @@ def _discard_new(engine: Engine, plan: LaunchPlan, filling: Filling, primary: Ba
     _cleaning_up(primary, lambda: store.discard(engine, plan.copy.name), f"removing copy {plan.copy.name}")
 
 
-def _prepare_home(engine: Engine, plan: LaunchPlan, listener: Listener) -> bool:
-    return bool(plan.home) and home.prepare(engine, plan.home, listener.status)
+def _prepare_home(engine: Engine, plan: LaunchPlan, listener: Listener) -> tuple[str, ...]:
+    """The home volume and the download cache (each when the plan has it): the ones this launch made."""
+    made: list[str] = []
+    try:
+        for spec in (plan.home, plan.cache):
+            if spec and home.prepare(engine, spec, listener.status):
+                made.append(spec.volume)
+    except BaseException as primary:
+        _drop_new_home(engine, plan, tuple(made), primary)
+        raise
+    return tuple(made)
 
 
-def _drop_new_home(engine: Engine, plan: LaunchPlan, made: bool, primary: BaseException) -> None:
-    """A home volume this launch made, when the agent never ran in it."""
-    if made:
-        _cleaning_up(primary, lambda: engine.remove_volume(plan.home.volume), f"removing {plan.home.volume}")
+def _drop_new_home(engine: Engine, plan: LaunchPlan, made: tuple[str, ...], primary: BaseException) -> None:
+    """The volumes this launch made (home, cache), when the agent never ran in them."""
+    for volume in made:
+        _cleaning_up(primary, lambda volume=volume: engine.remove_volume(volume), f"removing {volume}")
 
 
 def up(engine: Engine, plan: LaunchPlan, listener: Listener) -> ProbeReport:

@@ -35,6 +35,7 @@ class UpOptions:
     ignore_repo: bool = False
     allow: tuple[str, ...] = ()
     allow_private: tuple[str, ...] = ()
+    registries: tuple[str, ...] = ()
     egress_network: str | None = None
     session: str | None = None
     idle: str | None = None
@@ -48,7 +49,7 @@ class UpOptions:
 
 FLAGS = {"policy": "--policy", "workspace_mode": "--workspace-mode", "pin": "--trust-repo-policy",
          "ignore_repo": "--ignore-repo-policy", "allow": "--allow", "allow_private": "--allow-private",
-         "egress_network": "--egress-network", "session": "--timeout", "idle": "--idle", "ports": "--port",
+         "registries": "--registries", "egress_network": "--egress-network", "session": "--timeout", "idle": "--idle", "ports": "--port",
          "agent": "--agent", "key_env": "--model-key-env", "key_file": "--model-key-file", "kind": "--model-key-kind",
          "upstream": "--model-upstream"}
 FIELDS = tuple(FLAGS)
@@ -67,6 +68,7 @@ def of_request(request) -> UpOptions:
     return UpOptions(policy=_ref(request.policy), workspace_mode=o.workspace_mode, pin=o.pin,
                      ignore_repo=o.ignore_repo, allow=tuple(a for a in o.allow if isinstance(a, str)),
                      allow_private=tuple(a["host"] for a in o.allow if not isinstance(a, str)),
+                     registries=tuple(o.registries),
                      egress_network=request.egress_network, session=o.session, idle=o.idle,
                      ports=tuple(str(p) for p in request.ports), agent=agent.name if agent else None,
                      key_env=agent.key_env if agent else "",
@@ -137,7 +139,7 @@ def labelled(planned, request):
 
 
 def _same(name: str, given, stored, taken: tuple) -> bool:
-    if name in ("allow", "allow_private"):
+    if name in ("allow", "allow_private", "registries"):
         return set(given) == set(stored)
     if name == "ports":   # a running sandbox keeps the ports it started with: fewer are fine
         have = tuple(ports.parse_spec(p) for p in stored) + taken
@@ -172,7 +174,7 @@ def applied(request, stored: UpOptions, name: str):
     agent = AgentChoice(name=chosen.agent, key_env=chosen.key_env, key_file=chosen.key_file, upstream=chosen.upstream,
                         kind=chosen.kind) if chosen.agent else None
     allow = chosen.allow + tuple({"host": h, "private": True} for h in chosen.allow_private)
-    options = replace(request.options, allow=allow, session=chosen.session, idle=chosen.idle, pin=chosen.pin,
+    options = replace(request.options, allow=allow, registries=chosen.registries, session=chosen.session, idle=chosen.idle, pin=chosen.pin,
                       ignore_repo=chosen.ignore_repo, workspace_mode=chosen.workspace_mode, agent=agent)
     return replace(request, policy=chosen.policy, options=options, egress_network=chosen.egress_network,
                    ports=tuple(ports.parse_spec(p) for p in chosen.ports), name=name)

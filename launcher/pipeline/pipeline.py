@@ -17,6 +17,7 @@ from launcher.host.statefiles import StateFile
 from launcher.pipeline import stack
 from launcher.plan import compiler, lifetime
 from launcher.plan.plan import LaunchPlan
+from launcher.policy import registries
 from launcher.policy.model import Runtime, WorkspaceMode
 from launcher.policy.policy import with_allowed
 from launcher.timings import Timeline, timed
@@ -27,6 +28,7 @@ class LayerOptions:
     """How the repository layer is treated, and what the command line adds."""
 
     allow: tuple[str, ...] = ()          # --allow: widens the base only; later layers still narrow it
+    registries: tuple[str, ...] = ()     # --registries (or the setting): read-only registry rules on the base, likewise
     timeout: str | None = None           # run's --timeout: a layer like any other (it can only shorten)
     session: str | None = None           # up's --timeout (limits.session), likewise
     idle: str | None = None              # up's --idle (limits.idle), likewise
@@ -115,7 +117,9 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions(),
     real = hostpaths.existing_workspace(workspace)
     with timed(timings, "load"):
         base = stack.load_base(ref)
-    policy = with_allowed(base.policy, options.allow) if options.allow else base.policy
+    policy = registries.with_registries(base.policy, registries.names(options.registries)) if options.registries \
+        else base.policy
+    policy = with_allowed(policy, options.allow) if options.allow else policy
     if options.workspace_mode:
         policy = replace(policy, workspace=replace(policy.workspace, mode=WorkspaceMode(options.workspace_mode)))
     if options.agent:

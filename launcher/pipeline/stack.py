@@ -15,11 +15,13 @@ from launcher.host.hostfiles import LayerFile
 from launcher.policy import settings, trust
 from launcher.policy.layers import FIELDS, Effective, Layer, LayerKind, combine, effective, full_layer, get
 from launcher.policy.model import BUILTIN_PROTECTED, Access, Policy
-from launcher.policy.policy import parse_duration, policy_from_raw, read_policy
+from launcher.policy.policy import parse_duration, policy_from_raw, read_policy, with_registry_mode
 from launcher.policy.schema import policy_schema
 from launcher.policy.yamlsafe import load_yaml
 
 META_KEYS = ("version", "name", "description", "extends")
+# Keys that set another field: network.registries are allow rules (registries.py), a layer's allow ceiling too.
+ALIASES = {"network.registries": "network.allow"}
 MAX_EXTENDS = 4
 
 
@@ -36,7 +38,7 @@ def _unruled(raw: dict, props: dict, prefix: str = ""):
     """Schema fields set in `raw` that have no combine rule (a layer may not set them)."""
     for key, value in raw.items():
         name = prefix + str(key)
-        if name in FIELDS or name in META_KEYS or key not in props:
+        if name in FIELDS or name in META_KEYS or name in ALIASES or key not in props:
             continue
         sub = props[key]
         if isinstance(value, dict) and "properties" in sub and any(f.startswith(name + ".") for f in FIELDS):
@@ -59,11 +61,13 @@ def _partial(raw, data: bytes, file: str, kind: LayerKind, *, named: bool) -> tu
                                 hint="only the base policy (--policy) starts from presets"))
     problems += [Problem(file=file, path=name, expected="a field a layer can narrow", found="a field without a combine rule",
                          hint="set it in the base policy") for name in _unruled(raw, policy_schema()["properties"])]
+    if kind in (LayerKind.BASE, LayerKind.PRESET):   # registries switch a base to proxy mode (not a later layer)
+        raw = with_registry_mode(raw)
     doc = dict(raw)
     if not named:
         doc = {"name": "layer", "description": "layer", **doc}
     net = doc.get("network")
-    if isinstance(net, dict) and "allow" in net and "mode" not in net:
+    if isinstance(net, dict) and ("allow" in net or "registries" in net) and "mode" not in net:
         # The mode is inherited; a layer's allow entries never turn proxy mode on (none wins).
         doc["network"] = {**net, "mode": "proxy"}
     if doc.get("secrets") and not (isinstance(net, dict) and "mode" in net):
@@ -77,7 +81,7 @@ def _partial(raw, data: bytes, file: str, kind: LayerKind, *, named: bool) -> tu
         raise PolicyError(problems)
     values = []
     for field in FIELDS:
-        if present(raw, field):
+        if present(raw, field) or any(present(raw, alias) for alias, to in ALIASES.items() if to == field):
             # The model puts the built-in paths first; the layer's own additions follow.
             value = policy.workspace.protect[len(BUILTIN_PROTECTED):] if field == "workspace.protect" else get(policy, field)
             values.append((field, value))
@@ -149,6 +153,7 @@ def load_base(ref: str, *, _seen: tuple[str, ...] = ()) -> Effective:
     kind = LayerKind.PRESET if _seen else LayerKind.BASE
     extends = raw.get("extends") if isinstance(raw, dict) else None
     if not extends:
+        raw = with_registry_mode(raw)
         policy = policy_from_raw({} if raw is None else raw, file, data)
         defaulted = {f for f in FIELDS if not present(raw or {}, f)}
         return effective(policy, [full_layer(kind, policy, defaulted)])

@@ -17,13 +17,13 @@ from launcher.plan.dialects import Dialect, of as dialect_of
 from launcher.errors import PolicyError, Problem
 from launcher.host.hostfacts import HostFacts
 from launcher.plan.lifetime import Ceiling, up_main
-from launcher.policy import inject
+from launcher.policy import inject, registries
 from launcher.policy.model import Access, HomeMode, NetworkMode, Policy, Runtime, SecretPolicy, WorkspaceMode
 from launcher.plan.plan import (ARP_SYSCTLS, ContainerSpec, CopySpec, HOME_PROFILE, HomeSpec, INTERNAL_OPTIONS, LaunchPlan,
                            Mount, MountKind, NetworkSpec, PROBE_BUSYBOX, PROBE_DENIED_HOST, PROBE_DIR, PROBE_GATE,
                            PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ProbeExpectations, ProxySpec, SecretEndpoint, home_volume_name)
 from launcher.host.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS
-from launcher.plan import checks, probehttp, refusals, runtimes, trustfiles, trustlevel
+from launcher.plan import checks, downloads, probehttp, refusals, runtimes, trustfiles, trustlevel
 from launcher.plan.refusals import under
 from launcher.plan.squidconf import http_rules_file, render_squid, rules_in_force
 from launcher.plan.trustfiles import CA_DIR
@@ -138,11 +138,13 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     trust = trustlevel.key(policy)
     volume = home_volume_name(host.workspace.real, trust, profile) if policy.home.mode is HomeMode.VOLUME else ""
     mounts, placeholders, ca_env = _mounts(policy, host, copy, volume, uid, gid)
+    cache, cache_mounts, cache_env = downloads.cache(policy, host.workspace.real, trust, uid, gid, kind)
+    mounts += cache_mounts
     labels = _labels(policy, host, kind, container_name)
     networks, proxy, proxy_env = (), None, {}
     if policy.network.mode is NetworkMode.PROXY:
         networks, proxy, proxy_env = _proxy_parts(policy, host, container_name, labels, egress_network, cas)
-    env = _env(policy, host, proxy_env, ca_env)
+    env = {**cache_env, **_env(policy, host, proxy_env, ca_env)}   # env.set still decides
     probe = _probe(policy, host, mounts, copy, proxy, volume, uid, gid)
     agent = tuple(command) or policy.command
     long_lived = kind in LONG_LIVED
@@ -154,7 +156,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
         labels[label.SESSION] = f"{limits.session_seconds} {limits.idle_seconds}"
         labels[label.SESSION_CEILING] = ceiling.label()
     home_spec, copy, volume_labels = _volume_specs(policy, host, copy, volume, profile, trust, uid, gid)
-    labels.update(volume_labels)
+    labels.update(volume_labels, **({label.CACHE: cache.volume} if cache else {}))
     container = _container(policy, container_name, probe, main, env, mounts, labels, proxy, uid, gid,
                            runtimes.security_opt(policy.runtime, host.seccomp_profile), _ulimits(host),
                            _sysctls(policy, proxy, dialect_of(host.engine.kind)))
@@ -165,7 +167,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
                       timeout_seconds=policy.limits.session_seconds if long_lived else policy.limits.timeout_seconds,
                       idle_seconds=policy.limits.idle_seconds if long_lived else 0,
                       placeholders=tuple(placeholders), warnings=_warnings(policy, host), networks=networks, proxy=proxy,
-                      copy=copy, home=home_spec, image_build=host.image_build)
+                      copy=copy, home=home_spec, cache=cache, image_build=host.image_build)
 
 
 def _copy_spec(policy: Policy, host: HostFacts, name: str, uid: int, gid: int) -> CopySpec | None:
@@ -255,9 +257,11 @@ def _labels(policy: Policy, host: HostFacts, kind: str, name: str) -> dict[str, 
 
 
 def _env(policy: Policy, host: HostFacts, proxy_env: dict[str, str], ca_env: dict[str, str]) -> dict[str, str]:
-    """The agent's environment: env.pass, HOME, env.set, then the proxy's and the CA files' variables."""
+    """The agent's environment: env.pass, HOME, the registries' tool variables, env.set, then the proxy's and
+    the CA files' variables."""
     env = dict(host.env)
     env["HOME"] = policy.home.target   # unless env.set says otherwise
+    env.update(registries.tool_environment(policy))   # installs as the agent's user; env.set still decides
     env.update(policy.env.set_values)
     env.update(proxy_env)
     env.update(ca_env)

@@ -309,6 +309,16 @@ def home_volume_name(workspace_real: str, trust: str, profile: str = HOME_PROFIL
     return f"sandbox-home-{hashlib.sha256(workspace_real.encode()).hexdigest()[:16]}-{trust}-{profile}"
 
 
+CACHE_PROFILE = "downloads"     # the download cache's "profile": a home-kind volume of its own
+CACHE_DIR = "/var/cache/sandbox-downloads"   # where it is mounted (pip, npm, uv below it)
+
+
+def cache_volume_name(workspace_real: str, trust: str) -> str:
+    """The download cache of one workspace and trust key: kept like a home volume (listed, purged with
+    them), never shared across workspaces nor between sandboxes of different reach."""
+    return home_volume_name(workspace_real, trust, CACHE_PROFILE).replace("sandbox-home-", "sandbox-cache-", 1)
+
+
 @dataclass(frozen=True, kw_only=True)
 class HomeSpec:
     """home.mode volume: the volume the launcher creates (or reuses) and hands to the agent's
@@ -342,6 +352,7 @@ class LaunchPlan:
     proxy: ProxySpec | None = None
     copy: CopySpec | None = None        # copy mode: made (or reused) before the container
     home: HomeSpec | None = None        # home.mode volume: made (or reused) before the container
+    cache: HomeSpec | None = None       # read-only registries: the download cache volume, likewise
     image_build: ImageBuild | None = None   # packages: / build: the container's image, built before it
 
 

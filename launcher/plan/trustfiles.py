@@ -81,7 +81,8 @@ def ca_bundles(policy: Policy, host: HostFacts) -> tuple[dict[str, tuple[str, st
         if rule.http and rule.http.ca_file:
             ca = facts[rule.http.ca_file]
             if ca.problem:
-                problems.append(Problem(file=policy.source, path=f"network.allow[{index}].http.ca_file",
+                where = f"network.registries ({rule.registry}).ca_file" if rule.registry else f"network.allow[{index}].http.ca_file"
+                problems.append(Problem(file=policy.source, path=where,
                                         found=f"{ca.real}: {ca.problem}", **_CA_PROBLEM))
             else:
                 found[rule.http.ca_file] = (ca.real, ca.pem)

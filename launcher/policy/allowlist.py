@@ -38,12 +38,16 @@ class AllowRule:
     # a plain tunnel, nothing decrypted.
     # repr=False: the repr of a rule without one is what it always was (trust keys, digests: trustlevel.py)
     http: HttpRule | None = field(default=None, repr=False)
+    # The read-only registry (registries.py) this rule stands for, or "": what `explain` says it came
+    # from; not part of what the rule allows (equal rules are one rule, whoever asked for them).
+    registry: str = field(default="", repr=False, compare=False)
 
     def __str__(self) -> str:
         name = f"*.{self.host}" if self.wildcard else self.host
         name = name if self.ports == DEFAULT_PORTS else f"{name}:{self.ports[0]}"
         name = f"{name} (private)" if self.private else name
-        return f"{name} [{self.http}]" if self.http else name
+        name = f"{name} [{self.http}]" if self.http else name
+        return f"{name} (registry {self.registry})" if self.registry else name
 
     def matches(self, host: str, port: int) -> bool:
         host = host.lower().rstrip(".")

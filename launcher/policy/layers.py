@@ -155,7 +155,8 @@ def _meet(a: AllowRule, b: AllowRule) -> AllowRule | None:
     ports, private, http = tuple(p for p in a.ports if p in b.ports), a.private and b.private, httprules.meet(a.http, b.http)
     if not ports or a.ip != b.ip or http is False:
         return None
-    name = lambda r: replace(r, ports=ports, private=private, http=http)   # noqa: E731 - the narrower rule, what both allow
+    registry = a.registry or b.registry   # what explain says it came from
+    name = lambda r: replace(r, ports=ports, private=private, http=http, registry=registry)   # noqa: E731 - the narrower rule
     if covers(name(a), name(b)):
         return name(b)
     if covers(name(b), name(a)):
@@ -340,7 +341,7 @@ def combine(base: Policy, layers: Sequence[Layer], *, prior: Effective | None = 
         policy = narrowed
         lost = [r for r in requested if not any(covers(x, r) for x in policy.network.allow)]
         if lost:
-            notes.append(Note(layer=layer.label, field="network.allow", asked=f"{', '.join(map(str, lost))} (--allow)",
+            notes.append(Note(layer=layer.label, field="network.allow", asked=f"{', '.join(map(str, lost))} ({_asked_by(lost)})",
                               left=show("network.allow", policy.network.allow), explicit=True))
             requested = tuple(r for r in requested if r not in lost)
         steps.append(policy)
@@ -353,6 +354,11 @@ def combine(base: Policy, layers: Sequence[Layer], *, prior: Effective | None = 
     earlier = prior.notes if prior is not None else ()
     return Effective(policy=policy, layers=all_layers, decisions=decisions, steps=tuple(steps),
                      notes=earlier + tuple(notes)), problems
+
+
+def _asked_by(rules) -> str:
+    """The flag that asked for these rules: --registries for a registry's, --allow for the rest."""
+    return " and ".join(dict.fromkeys("--registries" if r.registry else "--allow" for r in rules))
 
 
 def layers_digest(pairs: Sequence[tuple[str, str]]) -> str:

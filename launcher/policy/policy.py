@@ -10,7 +10,7 @@ from pathlib import Path
 
 from launcher import resources
 from launcher.errors import PolicyError, Problem
-from launcher.policy import inject
+from launcher.policy import inject, registries
 from launcher.policy.allowlist import parse_rule
 from launcher.policy.model import (BUILTIN_PROTECTED, Access, BuildPolicy, EnvPolicy, HomeMode, HomePolicy, Limits, MountPolicy,
                             NetworkMode, NetworkPolicy, Policy, Runtime, SecretPolicy, TmpfsPolicy, WorkspaceMode,
@@ -99,10 +99,19 @@ def parse_policy(data: bytes, file: str) -> Policy:
     return policy_from_raw({} if raw is None else raw, file, data)
 
 
+def with_registry_mode(raw):
+    """A document whose network.registries has no network.mode: proxy mode (the registries' meaning in a
+    base policy; a later layer's mode is not taken from it, so there none still wins)."""
+    net = raw.get("network") if isinstance(raw, dict) else None
+    if isinstance(net, dict) and net.get("registries") and "mode" not in net:
+        return {**raw, "network": {**net, "mode": "proxy"}}
+    return raw
+
+
 def policy_from_raw(raw, file: str, data: bytes | None) -> Policy:
     """Validate a parsed document (the schema, what it cannot say, then the file's text: `data`, its
     bytes, also give the digest) and build the typed model."""
-    filled, problems = check(raw, policy_schema(), file)
+    filled, problems = check(with_registry_mode(raw), policy_schema(), file)
     if problems:
         raise PolicyError(problems)
     problems = _semantic_problems(filled, file)
@@ -186,6 +195,13 @@ def _semantic_problems(doc: dict, file: str) -> list[Problem]:
     if net["mode"] == "none" and net["allow"]:
         bad("network.allow", "no entries in mode none", f"{len(net['allow'])} entries",
             "set network.mode: proxy to allow hosts through the egress proxy")
+    if net["mode"] == "none" and net["registries"]:
+        bad("network.registries", "no registries in mode none", f"{len(net['registries'])} entries",
+            "leave network.mode out (registries then mean proxy mode with their rules alone), or set it to proxy")
+    for i, entry in enumerate(net["registries"]):
+        if (problem := registries.entry_problem(entry)) is not None:
+            bad(f"network.registries[{i}]{problem[0]}", problem[1], problem[2], registries.unknown(entry.get("name") if isinstance(entry, dict) else entry) if
+                "registry" in problem[1] else "for example pypi, or {name: pypi, ca_file: ~/corp-ca.pem}")
     for i, entry in enumerate(net["allow"]):
         try:
             parse_rule(entry, net["allow_ip_literals"])
@@ -256,8 +272,10 @@ def _build(doc: dict, file: str, digest: str) -> Policy:
         home=HomePolicy(mode=HomeMode(doc["home"]["mode"]), target=posixpath.normpath(doc["home"]["target"]),
                         size_bytes=parse_size(doc["home"]["size"])),
         network=NetworkPolicy(mode=NetworkMode(doc["network"]["mode"]),
-                              allow=tuple(dict.fromkeys(_rule_file(parse_rule(e, doc["network"]["allow_ip_literals"]), file)
-                                                        for e in doc["network"]["allow"])),
+                              allow=tuple(dict.fromkeys([_rule_file(parse_rule(e, doc["network"]["allow_ip_literals"]), file)
+                                                         for e in doc["network"]["allow"]]
+                                                        + [r for e in doc["network"]["registries"]
+                                                           for r in registries.entry_rules(e, lambda p: _host_path(p, file))])),
                               allow_ip_literals=doc["network"]["allow_ip_literals"], model=doc["network"]["model"]),
         env=EnvPolicy(pass_names=tuple(doc["env"]["pass"]), set_values=tuple(doc["env"]["set"].items())),
         limits=Limits(pids=doc["limits"]["pids"], memory_bytes=parse_size(doc["limits"]["memory"]),

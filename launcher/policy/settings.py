@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from launcher.errors import PolicyError, Problem
+from launcher.policy import registries
 from launcher.policy.policy import MAX_TIMEOUT_SECONDS, parse_duration
 from launcher.policy.yamlsafe import load_yaml
 
@@ -38,6 +39,8 @@ KEYS = (
     Key(name="session", kind="duration", env="SANDBOX_SESSION", builtin="the policy's limits.session", repository=True),
     Key(name="idle", kind="duration", env="SANDBOX_IDLE", builtin="the policy's limits.idle", repository=True),
     Key(name="ports", kind="ports", env="SANDBOX_PORTS", builtin="none", repository=True),
+    Key(name="registries", kind="registries", env="SANDBOX_REGISTRIES", builtin="none (the policy's network)",
+        repository=True),
     Key(name="ca_files", kind="paths", env="SANDBOX_CA_FILES",
         builtin="the host's extra CAs (/usr/local/share/ca-certificates)", repository=False,
         also="the agent image run and up build when it is missing"),
@@ -46,7 +49,7 @@ BY_NAME = {k.name: k for k in KEYS}
 
 # Names people reach for, and what to write instead.
 _HINTS = {"preset": "the preset is the key policy (a preset name or a policy file)",
-          "registries": "not supported yet: no option takes registries in this version (issue 42 adds --registries)",
+          "registry": "the key is registries, a list: [pypi, npm]",
           "port": "the key is ports, a list: [8080, \"3000:80\"]",
           "ca_bundle": "the key is ca_files, a list of PEM files", "ca_bundles": "the key is ca_files",
           "ca_certificates": "the key is ca_files (CAs a sandbox's tools trust are the policy's ca_certificates)"}
@@ -131,6 +134,13 @@ def _value(key: Key, value, file: str, *, base: str, home: str, presets, agents,
             return _problem(file, path, "a duration above zero and at most 168h: seconds, or a number with s, m or h",
                             _shown(value), "for example 90s, 20m, 2h")
         return text
+    if key.kind == "registries":   # a list, or the text a flag takes (pypi,npm)
+        if not isinstance(value, (list, str)):
+            return _problem(file, path, "a list of registries", _shown(value), f"for example {key.name}: [pypi, npm]")
+        try:
+            return registries.names(value, file=file, path=path)
+        except PolicyError as exc:
+            return exc.problems[0]
     items = value   # a variable holds a list as text: ports comma-separated, paths colon-separated
     if isinstance(value, str) and file == ENVIRONMENT:
         items = value.split("," if key.kind == "ports" else ":")
