@@ -211,7 +211,7 @@ parse_args() {
 	local keys bad= seen= dash=0 nafter=0 arg k v ok
 	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,wsupper,home,homesrc,net,pids,mem,kernel,userns,proxy,denyhost,dnsname,resolver,na,"
 	keys="${keys}checks,secretnames,secretvalues,runtimenames,runtimesockets,credpaths,gate,"
-	keys="${keys}bump,bumphello,bumpca,refuse,tunnel,tunnelhello,"
+	keys="${keys}bump,bumphello,bumpca,refuse,tunnel,tunnelhello,keyvars,"
 	for arg in "$@"; do
 		if [ "$dash" = 1 ]; then nafter=$((nafter + 1)); continue; fi
 		case $arg in
@@ -248,6 +248,7 @@ parse_args() {
 		na) case $v in ,* | *, | *,,* | *[!a-z0-9._,]*) ok=0 ;; esac ;;
 		secretnames | runtimenames) case $v in '' | *[!]A-Za-z0-9_*?,[]*) ok=0 ;; esac ;;
 		secretvalues) [ -n "$v" ] || ok=0 ;;
+		keyvars) case $v in ,* | *, | *,,* | *[!A-Za-z0-9_=,-]*) ok=0 ;; esac ;;
 		credpaths) case $v in '' | /* | *,/* | *..*) ok=0 ;; esac ;;
 		*) _p_validlist "$v" || ok=0 ;;
 		esac
@@ -447,7 +448,8 @@ gather_lists() {
 	_p_lines "$A_secretnames"; L_SECRETNAMES=$_P_R
 	_p_lines "$A_secretvalues"; L_SECRETVALUES=$_P_R
 	_p_lines "$A_runtimenames"; L_RUNTIMENAMES=$_P_R
-	readonly L_SECRETNAMES L_SECRETVALUES L_RUNTIMENAMES
+	_p_lines "$A_keyvars"; L_KEYVARS=$_P_R
+	readonly L_SECRETNAMES L_SECRETVALUES L_RUNTIMENAMES L_KEYVARS
 }
 
 gather_environ() {
@@ -1276,6 +1278,8 @@ check_env_secrets() {
 		eval "e=\$ENV_$i"
 		n=${e%%=*}
 		case $e in *=*) v=${e#*=} ;; *) v= ;; esac
+		# a key bound to its destination: its variable with exactly its placeholder (keyvars)
+		case "$_P_NL$L_KEYVARS" in *"$_P_NL$e$_P_NL"*) continue ;; esac
 		# the launcher's own lists (launcher/secrets.py), names in any letter case
 		if _p_matches "$n" "$L_SECRETNAMES" || _p_matches "$v" "$L_SECRETVALUES"; then
 			_p_esc "$n"; _p_add sec "$_P_R"

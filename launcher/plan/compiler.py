@@ -17,7 +17,7 @@ from launcher.plan.dialects import Dialect, of as dialect_of
 from launcher.errors import PolicyError, Problem
 from launcher.host.hostfacts import HostFacts
 from launcher.plan.lifetime import Ceiling, up_main
-from launcher.policy import inject
+from launcher.policy import inject, keybind
 from launcher.policy.model import Access, HomeMode, NetworkMode, Policy, Runtime, SecretPolicy, WorkspaceMode
 from launcher.plan.plan import (ARP_SYSCTLS, ContainerSpec, CopySpec, HOME_PROFILE, HomeSpec, INTERNAL_OPTIONS, LaunchPlan,
                            Mount, MountKind, NetworkSpec, PROBE_BUSYBOX, PROBE_DENIED_HOST, PROBE_DIR, PROBE_GATE,
@@ -37,6 +37,9 @@ def effective_digest(policy: Policy) -> str:
     equal digests mean the same envelope. A policy that extends no image keeps the digest it had
     before packages: and build: were fields (a running `up` sandbox is still the same one)."""
     text = repr(replace(policy, source="", digest="")).replace(_UNEXTENDED, "")
+    # Fields kept out of their dataclass's repr (so older digests stand): present only when set.
+    text += "".join(f"\n{r.http!r}" for r in policy.network.allow if r.http)
+    text += "".join(f"\n{s.bind!r}" for s in policy.secrets if s.bind)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -89,7 +92,9 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
     networks = [NetworkSpec(name=internal, internal=True, options=INTERNAL_OPTIONS, labels=net_labels)]
     if not egress_network:
         networks.append(NetworkSpec(name=egress, internal=False, options=(), labels=net_labels))
-    secrets = tuple(_endpoint(i, s, policy.network.allow_ip_literals, cas) for i, s in enumerate(policy.secrets))
+    seed = host.nonce or f"{effective_digest(policy)}\0{name}"   # a launch's own, else the same bytes each time
+    secrets = tuple(_endpoint(i, s, policy.network.allow_ip_literals, cas, seed) for i, s in enumerate(policy.secrets))
+    endpoints = tuple(s for s in secrets if not s.bind)
     http = [r for r in policy.network.allow if r.http]
     proxy = ProxySpec(name=f"{name}-proxy", image=host.proxy_image, http_rules=http_rules_file(policy.network.allow),
                       rule_ca_pems=tuple(cas[r.http.ca_file][1] for r in http if r.http.ca_file),
@@ -98,18 +103,36 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
                       egress_network=egress, alias=PROXY_ALIAS, port=PROXY_PORT,
                       labels=tuple(sorted({**labels, label.KIND: "proxy",
                                            **({label.CA_FILES: " ".join(host.bump_store)} if http else {})}.items())),
-                      secrets=secrets,
+                      secrets=secrets, keys=_keys_file(secrets),
                       hosts_entry=dialect_of(host.engine.kind).proxy_by_hosts_entry, ulimits=_ulimits(host))
     url = f"http://{PROXY_ALIAS}:{PROXY_PORT}"
     # The endpoints are reached directly, not through the forward proxy (which would refuse the name).
-    no_proxy = "localhost,127.0.0.1" + (f",{PROXY_ALIAS}" if secrets else "")
+    no_proxy = "localhost,127.0.0.1" + (f",{PROXY_ALIAS}" if endpoints else "")
     env = {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
            "NO_PROXY": no_proxy, "no_proxy": no_proxy}
-    env.update({inject.endpoint_var(s.name): f"http://{PROXY_ALIAS}:{s.port}" for s in secrets})
+    env.update({inject.endpoint_var(s.name): f"http://{PROXY_ALIAS}:{s.port}" for s in endpoints})
+    # A bound key: the placeholder in the agent's usual variable; the value stays in the proxy.
+    env.update({s.bind.variable: s.placeholder for s in secrets if s.bind})
     return tuple(networks), proxy, env
 
 
-def _endpoint(index: int, secret: SecretPolicy, ip_literals: bool, cas: dict[str, tuple[str, str]]) -> SecretEndpoint:
+def _keys_file(secrets: tuple[SecretEndpoint, ...]) -> str:
+    bound = [s for s in secrets if s.bind]
+    if not bound:
+        return ""
+    return keybind.keys_file(keybind.seen_headers(s.header for s in bound),
+                             [keybind.keys_line(s.bind, s.placeholder, s.header,
+                                                keybind.bound_value(s.template, s.placeholder)) for s in bound])
+
+
+def _endpoint(index: int, secret: SecretPolicy, ip_literals: bool, cas: dict[str, tuple[str, str]],
+              seed: str) -> SecretEndpoint:
+    if secret.bind:   # no endpoint: the proxy swaps the placeholder in requests to the bound host
+        header, template = inject.split_header(secret.header)
+        return SecretEndpoint(name=secret.name, var=f"{inject.PROXY_VAR}{index}", from_env=secret.env,
+                              from_file=secret.file, port=0, scheme="https", host=secret.bind.host,
+                              upstream_port=secret.bind.port, header=header, template=template, bind=secret.bind,
+                              placeholder=keybind.placeholder(seed, secret.name))
     upstream = inject.parse_upstream(secret.upstream, ip_literals)
     header, template = inject.split_header(secret.header)
     ca_file, ca_pem = cas.get(secret.ca_file, ("", ""))
@@ -289,6 +312,7 @@ def _probe(policy: Policy, host: HostFacts, mounts: list[Mount], copy: CopySpec 
         checks=checks.for_mode(policy.network.mode.value, userns=host.engine.remapped, http=probehttp.checks_for(http)),
         na=checks.not_applicable(runtimes.kernel(policy.runtime)),
         secretnames=tuple(map(caseless, SECRET_NAMES)), secretvalues=SECRET_VALUES,
+        keyvars=tuple(f"{s.bind.variable}={s.placeholder}" for s in proxy.secrets if s.bind) if proxy else (),
         runtimenames=tuple(map(caseless, RUNTIME_NAMES)), runtimesockets=RUNTIME_SOCKETS, credpaths=CREDENTIAL_PATHS,
         **({"proxy": f"{PROXY_ALIAS}:{PROXY_PORT}", "denyhost": PROBE_DENIED_HOST, "resolver": _resolver(proxy),
             "dnsname": next((r.host for r in policy.network.allow if not r.wildcard and not r.ip), "-"), **http,

@@ -8,6 +8,7 @@ import re
 
 from launcher.plan.plan import PROXY_ALIAS, PROXY_PORT, SecretEndpoint
 from launcher.policy.allowlist import AllowRule
+from launcher.policy import keybind
 from launcher.policy.inject import CA_PATH
 
 
@@ -47,9 +48,20 @@ def render_squid(sandbox: str, rules: tuple[AllowRule, ...], port: int = PROXY_P
     http = [r for r in rules if r.http]
     context = [{"acl": _acl(r), "sni_acl": _sni_acl(r), "ports": " ".join(map(str, r.ports)), "private": r.private,
                 "index": i, "text": str(r), **_http(r, http, len(secrets))} for i, r in enumerate(rules, 1)]
-    endpoints = [_endpoint(i, s) for i, s in enumerate(secrets)]
+    endpoints = [_endpoint(i, s) for i, s in enumerate(secrets) if not s.bind]
     return env.get_template("squid.conf.j2").render(sandbox=sandbox, rules=context, port=port, bind=PROXY_ALIAS,
-                                                    endpoints=endpoints, bump=bool(http))
+                                                    endpoints=endpoints, bump=bool(http),
+                                                    keys=[_key(i, s) for i, s in enumerate(secrets) if s.bind],
+                                                    seen=keybind.seen_headers(s.header for s in secrets if s.bind))
+
+
+def _key(index: int, s: SecretEndpoint) -> dict:
+    """A key bound to its destination: the ACLs that find its placeholder, exactly, in its header of
+    an HTTPS request to its host and port (the helper has refused it anywhere else), and the value
+    the proxy's start script fills in from s.var."""
+    value = keybind.bound_value(s.template.replace("%", "%%"), f"@{s.var}@")
+    return {"id": f"key{index}", "host": s.host, "port": s.upstream_port, "header": s.header,
+            "sent": keybind.squid_regex(keybind.bound_value(s.template, s.placeholder)), "value": value}
 
 
 def _http(rule: AllowRule, http: list[AllowRule], cas: int) -> dict:

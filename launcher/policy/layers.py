@@ -9,7 +9,7 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from launcher.policy import httprules
+from launcher.policy import httprules, keybind
 from launcher.errors import PolicyError, Problem
 from launcher.policy.allowlist import AllowRule
 from launcher.policy.model import Access, HomeMode, NetworkMode, Policy, Runtime, WorkspaceMode
@@ -178,7 +178,19 @@ def _intersect(field: str, a: tuple, b: tuple) -> tuple:
         other = {t.target: t for t in b}
         return tuple(replace(t, size_bytes=min(t.size_bytes, other[t.target].size_bytes), mode=t.mode & other[t.target].mode)
                      for t in a if t.target in other)
+    if field == "secrets":   # a bound key: the same secret and binding, its paths narrowed; never moved
+        met = [m for x in a for y in b if (m := _meet_secret(x, y)) is not None]
+        return tuple(dict.fromkeys(met))
     return tuple(entry for entry in a if entry in b)
+
+
+def _meet_secret(a, b):
+    if a.bind is None and b.bind is None:
+        return a if a == b else None
+    if replace(a, bind=None) != replace(b, bind=None):
+        return None
+    bind = keybind.meet(a.bind, b.bind)
+    return replace(a, bind=bind) if bind else None
 
 
 def apply_rule(field: str, a, b):

@@ -16,6 +16,7 @@ from launcher.policy.model import (BUILTIN_PROTECTED, Access, BuildPolicy, EnvPo
                             NetworkMode, NetworkPolicy, Policy, Runtime, SecretPolicy, TmpfsPolicy, WorkspaceMode,
                             WorkspacePolicy)
 from launcher.policy.schema import check, policy_schema
+from launcher.policy.keybind import parse_bind
 from launcher.policy.secrets import secret_name, secret_value
 from launcher.policy.yamlsafe import load_yaml, refuse_secret_literals
 
@@ -214,6 +215,17 @@ def _semantic_problems(doc: dict, file: str) -> list[Problem]:
             "a devcontainer.json names its Dockerfile itself (build.dockerfile in it)")
     for path, expected, found, hint in inject.problems(doc["secrets"], net):
         bad(path, expected, found, hint)
+    variables: dict[str, str] = {}
+    for i, entry in enumerate(doc["secrets"]):   # a bound key's placeholder variable: its own
+        variable = (entry.get("bind") or {}).get("variable", entry["env"]) if isinstance(entry.get("bind"), dict) else ""
+        if isinstance(variable, str) and variable:
+            if variable in doc["env"]["pass"] or variable in doc["env"]["set"]:
+                bad(f"secrets[{i}].bind.variable", "a variable env.pass and env.set do not name", repr(variable),
+                    "the sandbox gets the placeholder in it; drop it from env")
+            elif variable in variables:
+                bad(f"secrets[{i}].bind.variable", "a variable one binding uses", repr(variable),
+                    f"also used by {variables[variable]}")
+            variables.setdefault(variable, f"secrets[{i}]")
     return problems
 
 
@@ -269,7 +281,9 @@ def _build(doc: dict, file: str, digest: str) -> Policy:
         command=tuple(doc["command"]),
         secrets=tuple(SecretPolicy(name=e["name"], env=e["env"], file=_host_path(e["file"], file),
                                    upstream=e["upstream"].rstrip("/"), header=e["header"],
-                                   ca_file=_host_path(e["ca_file"], file)) for e in doc["secrets"]),
+                                   ca_file=_host_path(e["ca_file"], file),
+                                   bind=parse_bind(e["bind"], e["env"]) if e.get("bind") is not None else None)
+                      for e in doc["secrets"]),
         ca_certificates=tuple(dict.fromkeys(_host_path(c, file) for c in doc["ca_certificates"])),
         runtime=Runtime(doc["runtime"]),
         packages=tuple(dict.fromkeys(doc["packages"])),
