@@ -211,7 +211,7 @@ parse_args() {
 	local keys bad= seen= dash=0 nafter=0 arg k v ok
 	keys=",uid,gid,capbnd,nnp,seccomp,rofs,writable,mounts,protected,workspace,wsroot,wsupper,home,homesrc,net,pids,mem,kernel,userns,proxy,denyhost,dnsname,resolver,na,"
 	keys="${keys}checks,secretnames,secretvalues,runtimenames,runtimesockets,credpaths,gate,"
-	keys="${keys}bump,bumphello,bumpca,refuse,tunnel,tunnelhello,keyvars,"
+	keys="${keys}bump,bumphello,bumpca,refuse,tunnel,tunnelhello,"
 	for arg in "$@"; do
 		if [ "$dash" = 1 ]; then nafter=$((nafter + 1)); continue; fi
 		case $arg in
@@ -219,7 +219,7 @@ parse_args() {
 		*=*) k=${arg%%=*}; v=${arg#*=} ;;
 		*) _p_esc "$arg"; _p_add bad "bad:$_P_R"; continue ;;
 		esac
-		case $keys,forbidden, in *",$k,"*) ;; *) _p_esc "$k"; _p_add bad "unknown:$_P_R"; continue ;; esac
+		case $keys,forbidden,keyvars, in *",$k,"*) ;; *) _p_esc "$k"; _p_add bad "unknown:$_P_R"; continue ;; esac
 		if _p_in "$k" "$seen"; then _p_add bad "duplicate:$k"; continue; fi
 		_p_add seen "$k"
 		eval "A_$k=\$v"
@@ -298,7 +298,8 @@ parse_args() {
 	for k in ${keys#,}; do [ -z "$k" ] || readonly "A_$k"; done
 	IFS=$_P_IFS; set +f
 	A_forbidden=${A_forbidden-}
-	readonly A_forbidden
+	A_keyvars=${A_keyvars-}   # optional: only with keys bound to their destination
+	readonly A_forbidden A_keyvars
 }
 
 # =============================================================================================

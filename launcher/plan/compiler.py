@@ -17,15 +17,15 @@ from launcher.plan.dialects import Dialect, of as dialect_of
 from launcher.errors import PolicyError, Problem
 from launcher.host.hostfacts import HostFacts
 from launcher.plan.lifetime import Ceiling, up_main
-from launcher.policy import inject, keybind
-from launcher.policy.model import Access, HomeMode, NetworkMode, Policy, Runtime, SecretPolicy, WorkspaceMode
+from launcher.policy import inject
+from launcher.policy.model import Access, HomeMode, NetworkMode, Policy, Runtime, WorkspaceMode
 from launcher.plan.plan import (ARP_SYSCTLS, ContainerSpec, CopySpec, HOME_PROFILE, HomeSpec, INTERNAL_OPTIONS, LaunchPlan,
                            Mount, MountKind, NetworkSpec, PROBE_BUSYBOX, PROBE_DENIED_HOST, PROBE_DIR, PROBE_GATE,
-                           PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ProbeExpectations, ProxySpec, SecretEndpoint, home_volume_name)
+                           PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ProbeExpectations, ProxySpec, home_volume_name)
 from launcher.host.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS
 from launcher.plan import checks, probehttp, refusals, runtimes, trustfiles, trustlevel
 from launcher.plan.refusals import under
-from launcher.plan.squidconf import http_rules_file, render_squid
+from launcher.plan.squidconf import http_rules_file, keys_file, render_squid, secret_endpoint
 from launcher.plan.trustfiles import CA_DIR
 from launcher.policy.policy import CAPABILITY_BITS
 from launcher.policy.secrets import RUNTIME_NAMES, SECRET_NAMES, SECRET_VALUES, caseless
@@ -38,8 +38,7 @@ def effective_digest(policy: Policy) -> str:
     before packages: and build: were fields (a running `up` sandbox is still the same one)."""
     text = repr(replace(policy, source="", digest="")).replace(_UNEXTENDED, "")
     # Fields kept out of their dataclass's repr (so older digests stand): present only when set.
-    text += "".join(f"\n{r.http!r}" for r in policy.network.allow if r.http)
-    text += "".join(f"\n{s.bind!r}" for s in policy.secrets if s.bind)
+    text += "".join(f"\n{x!r}" for x in [r.http for r in policy.network.allow] + [s.bind for s in policy.secrets] if x)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -93,7 +92,7 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
     if not egress_network:
         networks.append(NetworkSpec(name=egress, internal=False, options=(), labels=net_labels))
     seed = host.nonce or f"{effective_digest(policy)}\0{name}"   # a launch's own, else the same bytes each time
-    secrets = tuple(_endpoint(i, s, policy.network.allow_ip_literals, cas, seed) for i, s in enumerate(policy.secrets))
+    secrets = tuple(secret_endpoint(i, s, policy.network.allow_ip_literals, cas, seed) for i, s in enumerate(policy.secrets))
     endpoints = tuple(s for s in secrets if not s.bind)
     http = [r for r in policy.network.allow if r.http]
     proxy = ProxySpec(name=f"{name}-proxy", image=host.proxy_image, http_rules=http_rules_file(policy.network.allow),
@@ -103,7 +102,7 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
                       egress_network=egress, alias=PROXY_ALIAS, port=PROXY_PORT,
                       labels=tuple(sorted({**labels, label.KIND: "proxy",
                                            **({label.CA_FILES: " ".join(host.bump_store)} if http else {})}.items())),
-                      secrets=secrets, keys=_keys_file(secrets),
+                      secrets=secrets, keys=keys_file(secrets),
                       hosts_entry=dialect_of(host.engine.kind).proxy_by_hosts_entry, ulimits=_ulimits(host))
     url = f"http://{PROXY_ALIAS}:{PROXY_PORT}"
     # The endpoints are reached directly, not through the forward proxy (which would refuse the name).
@@ -114,32 +113,6 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
     # A bound key: the placeholder in the agent's usual variable; the value stays in the proxy.
     env.update({s.bind.variable: s.placeholder for s in secrets if s.bind})
     return tuple(networks), proxy, env
-
-
-def _keys_file(secrets: tuple[SecretEndpoint, ...]) -> str:
-    bound = [s for s in secrets if s.bind]
-    if not bound:
-        return ""
-    return keybind.keys_file(keybind.seen_headers(s.header for s in bound),
-                             [keybind.keys_line(s.bind, s.placeholder, s.header,
-                                                keybind.bound_value(s.template, s.placeholder)) for s in bound])
-
-
-def _endpoint(index: int, secret: SecretPolicy, ip_literals: bool, cas: dict[str, tuple[str, str]],
-              seed: str) -> SecretEndpoint:
-    if secret.bind:   # no endpoint: the proxy swaps the placeholder in requests to the bound host
-        header, template = inject.split_header(secret.header)
-        return SecretEndpoint(name=secret.name, var=f"{inject.PROXY_VAR}{index}", from_env=secret.env,
-                              from_file=secret.file, port=0, scheme="https", host=secret.bind.host,
-                              upstream_port=secret.bind.port, header=header, template=template, bind=secret.bind,
-                              placeholder=keybind.placeholder(seed, secret.name))
-    upstream = inject.parse_upstream(secret.upstream, ip_literals)
-    header, template = inject.split_header(secret.header)
-    ca_file, ca_pem = cas.get(secret.ca_file, ("", ""))
-    return SecretEndpoint(name=secret.name, var=f"{inject.PROXY_VAR}{index}", from_env=secret.env,
-                          from_file=secret.file, port=inject.FIRST_PORT + index, scheme=upstream.scheme,
-                          host=upstream.host, upstream_port=upstream.port, header=header, template=template, ca_file=ca_file,
-                          ca_pem=ca_pem, login=secret.login, path=secret.path, extra=inject.login_headers(secret.login, index))
 
 
 def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] = (),

@@ -259,8 +259,8 @@ class ProbeExpectations:
     def to_args(self) -> tuple[str, ...]:
         args = []
         for key, value in asdict(self).items():
-            if key == "forbidden" and self.net in ("none", "proxy"):
-                continue
+            if (key == "forbidden" and self.net in ("none", "proxy")) or (key == "keyvars" and not value):
+                continue   # keyvars: only with keys bound to their destination (the probe takes it as optional)
             if isinstance(value, tuple):
                 value = ",".join(escape_path(v) for v in value)
             elif key in ("workspace", "wsroot", "wsupper", "home", "homesrc"):

@@ -8,8 +8,9 @@ import re
 
 from launcher.plan.plan import PROXY_ALIAS, PROXY_PORT, SecretEndpoint
 from launcher.policy.allowlist import AllowRule
-from launcher.policy import keybind
+from launcher.policy import inject, keybind
 from launcher.policy.inject import CA_PATH
+from launcher.policy.model import SecretPolicy
 
 
 def _pattern(rule: AllowRule) -> str:
@@ -80,3 +81,29 @@ def _http(rule: AllowRule, http: list[AllowRule], cas: int) -> dict:
 def http_rules_file(rules: tuple[AllowRule, ...]) -> str:
     """The rule helper's file (images/proxy/sandbox-http-rules): "MODE METHOD,... PREFIX ..." per rule with http:."""
     return "".join(f"{r.http.mode} {','.join(r.http.methods)} {' '.join(r.http.paths)}\n" for r in rules if r.http)
+
+
+def keys_file(secrets: tuple[SecretEndpoint, ...]) -> str:
+    """The key helper's file (images/proxy/sandbox-keys) for the keys bound to their destination; "" none."""
+    bound = [s for s in secrets if s.bind]
+    if not bound:
+        return ""
+    return keybind.keys_file(keybind.seen_headers(s.header for s in bound),
+                             [keybind.keys_line(s.bind, s.placeholder, s.header,
+                                                keybind.bound_value(s.template, s.placeholder)) for s in bound])
+
+
+def secret_endpoint(index: int, secret: SecretPolicy, ip_literals: bool, cas: dict[str, tuple[str, str]],
+                    seed: str) -> SecretEndpoint:
+    """A policy's secret as the proxy serves it (seed: what its placeholder is made from, if bound)."""
+    header, template = inject.split_header(secret.header)
+    common = dict(name=secret.name, var=f"{inject.PROXY_VAR}{index}", from_env=secret.env, from_file=secret.file,
+                  header=header, template=template)
+    if secret.bind:   # no endpoint (port 0): the proxy swaps the placeholder in requests to the bound host
+        return SecretEndpoint(**common, port=0, scheme="https", host=secret.bind.host, upstream_port=secret.bind.port,
+                              bind=secret.bind, placeholder=keybind.placeholder(seed, secret.name))
+    upstream = inject.parse_upstream(secret.upstream, ip_literals)
+    ca_file, ca_pem = cas.get(secret.ca_file, ("", ""))
+    return SecretEndpoint(**common, port=inject.FIRST_PORT + index, scheme=upstream.scheme, host=upstream.host,
+                          upstream_port=upstream.port, ca_file=ca_file, ca_pem=ca_pem, login=secret.login,
+                          path=secret.path, extra=inject.login_headers(secret.login, index))

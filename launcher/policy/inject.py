@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from launcher.policy import keybind
 from launcher.policy.allowlist import parse_rule
 from launcher.policy.secrets import secret_name
 
@@ -72,8 +73,9 @@ def header_problems(header: str) -> str | None:
     return None
 
 
-def problems(secrets: list[dict], network: dict) -> list[tuple[str, str, str, str]]:
-    """(key path, expected, found, hint) for every secrets entry the schema could not refuse."""
+def problems(secrets: list[dict], network: dict, inherited_allow: bool = False) -> list[tuple[str, str, str, str]]:
+    """(key path, expected, found, hint) for every secrets entry the schema could not refuse
+    (inherited_allow: a layer's, whose bound hosts are judged on the combined policy)."""
     out, seen = [], {}
     for i, entry in enumerate(secrets):
         at = f"secrets[{i}]"
@@ -86,8 +88,8 @@ def problems(secrets: list[dict], network: dict) -> list[tuple[str, str, str, st
         if entry["name"] in seen:
             out.append((f"{at}.name", "a name used once", repr(entry["name"]), f"also used by {seen[entry['name']]}"))
         seen.setdefault(entry["name"], at)
-        if entry.get("bind") is not None:
-            out += _bind_problems(i, entry, network)
+        if keybind.given(entry["bind"]):
+            out += _bind_problems(i, entry, network, inherited_allow)
             continue
         if not entry["upstream"]:
             out.append((at, "exactly one of upstream and bind", "neither",
@@ -112,8 +114,7 @@ def problems(secrets: list[dict], network: dict) -> list[tuple[str, str, str, st
     return out
 
 
-def _bind_problems(i: int, entry: dict, network: dict) -> list[tuple[str, str, str, str]]:
-    from launcher.policy import keybind
+def _bind_problems(i: int, entry: dict, network: dict, inherited_allow: bool) -> list[tuple[str, str, str, str]]:
     from launcher.policy.httprules import RuleError
 
     try:
@@ -131,7 +132,7 @@ def _bind_problems(i: int, entry: dict, network: dict) -> list[tuple[str, str, s
             allow.append(parse_rule(rule, network["allow_ip_literals"]))
         except ValueError:
             pass   # said at network.allow[...]
-    return out + keybind.problems(i, entry, bind, allow)
+    return out + keybind.problems(i, entry, bind, None if inherited_allow else allow)
 
 
 def squid_value(value: str) -> str:

@@ -49,6 +49,8 @@ def parse_bind(entry, env: str) -> KeyBinding:
         extra = sorted(set(entry) - set(_KEYS)) if isinstance(entry, dict) else []
         raise RuleError("{host: api.example.com, paths: [/v1/], variable: EXAMPLE_API_KEY}", ".bind",
                         f"unknown key {extra[0]!r}" if extra else repr(entry))
+    if not entry["host"]:
+        raise RuleError("the host the key goes to", ".bind.host", "none")
     try:
         rule = parse_rule(entry["host"])
     except ValueError as exc:
@@ -64,7 +66,7 @@ def parse_bind(entry, env: str) -> KeyBinding:
                 or re.search(r"[\s%;?#]", path):
             raise RuleError("a plain path prefix starting with / (no dot segments, doubled slashes, %-escapes, ;, ? "
                             "or spaces)", f".bind.paths[{i}]", repr(path))
-    variable = entry.get("variable", env)
+    variable = entry.get("variable") or env
     if not isinstance(variable, str) or not _VARIABLE.match(variable) or variable in RESERVED \
             or variable.startswith("SANDBOX_"):
         raise RuleError("the agent's variable for the placeholder: letters, digits and _, not one the launcher sets",
@@ -73,15 +75,26 @@ def parse_bind(entry, env: str) -> KeyBinding:
     return KeyBinding(host=rule.host, port=port, paths=tuple(dict.fromkeys(paths)), variable=variable)
 
 
-def problems(index: int, entry: dict, bind: KeyBinding, allow: list) -> list[tuple[str, str, str, str]]:
+def given(bind: dict) -> bool:
+    """Whether a secrets entry's `bind:` (its schema defaults filled in) says anything."""
+    return bool(bind) and (bool(bind.get("host")) or bind.get("paths", ["/"]) != ["/"] or bool(bind.get("variable")))
+
+
+def serving(bind: KeyBinding, allow) -> list:
+    """The allow rules that intercept a binding's host and port (exact host, http: rules)."""
+    return [r for r in allow if r.http and not r.wildcard and r.host == bind.host and bind.port in r.ports]
+
+
+def problems(index: int, entry: dict, bind: KeyBinding, allow: list | None) -> list[tuple[str, str, str, str]]:
     """(key path, expected, found, hint) for a bound secret whose binding the rest of the policy
-    cannot serve: its host must be intercepted, its header a form the swap can compare."""
+    cannot serve: its host must be intercepted (allow None: a layer's, judged when combined), its
+    header a form the swap can compare."""
     at, out = f"secrets[{index}]", []
     if entry["upstream"] or entry["ca_file"]:
         key = "upstream" if entry["upstream"] else "ca_file"
         out.append((f"{at}.{key}", "no upstream or ca_file with bind (the key goes to the bound host itself)",
                     repr(entry[key]), "a bound host's certificate is checked by its network.allow rule (http.ca_file)"))
-    rules = [r for r in allow if r.http and not r.wildcard and r.host == bind.host and bind.port in r.ports]
+    rules = serving(bind, allow) if allow is not None else [None]
     if not rules:
         hint = (f"add {{host: {bind.host}{'' if bind.port == 443 else f':{bind.port}'}, http: {{methods: [GET, POST]}}}} "
                 "to network.allow: only an intercepted host lets the proxy see the placeholder")
@@ -89,7 +102,7 @@ def problems(index: int, entry: dict, bind: KeyBinding, allow: list) -> list[tup
                     f"{bind.host}:{bind.port}" + (" (a plain tunnel: nothing decrypted)"
                                                   if any(r.matches(bind.host, bind.port) for r in allow) else " (not allowed)"),
                     hint))
-    elif not any(all(any(under(p, q) for q in r.http.paths) for p in bind.paths) for r in rules):
+    elif allow is not None and not any(all(any(under(p, q) for q in r.http.paths) for p in bind.paths) for r in rules):
         out.append((f"{at}.bind.paths", "paths the host's http: rule allows", ", ".join(bind.paths),
                     f"the rule allows {', '.join(rules[0].http.paths)}"))
     name, _, form = entry["header"].partition(": ")

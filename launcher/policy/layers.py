@@ -223,8 +223,8 @@ def apply_rule(field: str, a, b):
 
 
 def _consistent(policy: Policy) -> Policy:
-    """Values a narrower neighbour field took away: no allow-list without a proxy, no IP rules once
-    IP literals are off, no model API once network.model is off."""
+    """Values a narrower neighbour field took away: no allow-list without a proxy, no IP rules once IP
+    literals are off, no model API once network.model is off, no bound key its host not intercepted."""
     allow = policy.network.allow
     if not policy.network.model and any(s.model for s in policy.secrets):
         policy = put(policy, "secrets", tuple(s for s in policy.secrets if not s.model))
@@ -234,6 +234,8 @@ def _consistent(policy: Policy) -> Policy:
             policy = put(policy, "secrets", ())
     elif not policy.network.allow_ip_literals:
         allow = tuple(r for r in allow if not r.ip)
+    served = tuple(s for s in policy.secrets if not s.bind or keybind.serving(s.bind, allow))
+    policy = policy if served == policy.secrets else put(policy, "secrets", served)   # nothing would swap it
     return policy if allow == policy.network.allow else put(policy, "network.allow", allow)
 
 
