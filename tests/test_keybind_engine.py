@@ -138,3 +138,70 @@ def test_the_key_goes_only_to_its_host_and_paths_and_the_placeholder_nowhere_els
     reasons = [r["reason"] for r in json.loads(report.read_text())["egress"]["requests"]
                if "placeholder of ANTHROPIC_API_KEY" in r["reason"]]
     assert len(reasons) == len(REFUSED) and all(r.startswith("refused: ") for r in reasons), reasons
+
+
+# ---- the probe proves it: the placeholder sent to another allowed destination is refused by the
+# proxy (egress.key_refused), and env.secrets lets in exactly the plan's placeholder, nothing else
+
+def _plan(engine, workspace, tmp_path, certs, network):  # noqa: F811
+    from dataclasses import replace
+
+    from conftest import launch_facts
+    from launcher.engine import images
+    from launcher.host import statefiles
+    from launcher.plan import trustfiles
+    from launcher.plan.compiler import compile_policy
+    from launcher.policy.policy import parse_policy
+
+    (tmp_path / "good.pem").write_text(certs["good.pem"])
+    policy = parse_policy(POLICY.replace("image: sandbox/agent:bookworm-full\n", "").encode(), str(tmp_path / "policy.yaml"))
+    facts = launch_facts(engine, policy, workspace, proxy_image=images.proxy_image().tag, launched=True)
+    files = trustfiles.store_files("", launch=facts.nonce)
+    statefiles.write(files)
+    facts = replace(facts, bump_store=(files[0].path, files[1].path))
+    return compile_policy(policy, facts, egress_network=network,
+                          command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
+
+
+def _without_key_check(plan):
+    from dataclasses import replace
+
+    line = "http_access deny !keys_connect !keys_ok\n"
+    assert line in plan.proxy.config
+    return replace(plan, proxy=replace(plan.proxy, config=plan.proxy.config.replace(line, "")))
+
+
+def _another_placeholder(plan):
+    from dataclasses import replace
+
+    env = tuple((k, "sandbox-placeholder-" + "0" * 32 if k == "ANTHROPIC_API_KEY" else v) for k, v in plan.container.env)
+    return replace(plan, container=replace(plan.container, env=env))
+
+
+KEY_TAMPERS = {"egress.key_refused": _without_key_check, "env.secrets": _another_placeholder}
+
+
+@pytest.mark.parametrize("check", [None, *KEY_TAMPERS])
+def test_a_removed_key_protection_fails_its_check_and_the_agent_never_runs(engine, upstream, workspace, tmp_path, certs,
+                                                                          check, monkeypatch):  # noqa: F811
+    from fakes import Recorder
+    from launcher.errors import ProbeFailed
+    from launcher.launch import launch
+
+    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env, podman=False: [])
+    monkeypatch.setenv("SANDBOX_TEST_BOUND_KEY", "real-bound-key-" + os.urandom(8).hex())
+    plan = _plan(engine, workspace, tmp_path, certs, upstream[0])
+    assert plan.probe.keyrefuse == "Authorization@wrong.test:8443/sandbox-probe-key", plan.probe.keyrefuse
+    if check is None:   # the control: untampered, every check passes and the agent runs
+        outcome = launch.run(engine, plan, Recorder())
+        assert outcome.probe.ok and (workspace / "AGENT-RAN").exists()
+        assert {"egress.key_refused", "env.secrets"} <= {c.id for c in outcome.probe.checks}
+        assert "sandbox-probe-key" not in upstream[1]()   # refused by the proxy itself
+        return
+    with pytest.raises(ProbeFailed) as info:
+        launch.run(engine, KEY_TAMPERS[check](plan), Recorder())
+    assert info.value.report is not None, str(info.value)
+    failed = {c.id for c in info.value.report.failed}
+    assert check in failed, f"{check} passed although its protection was removed; failed: {failed}"
+    assert not (workspace / "AGENT-RAN").exists()
+    assert engine.list(f"dev.sandbox.workspace={workspace}") == []

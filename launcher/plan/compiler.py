@@ -266,7 +266,8 @@ def _probe(policy: Policy, host: HostFacts, mounts: list[Mount], copy: CopySpec 
     ws, target = host.workspace, policy.workspace.target
     writable = tuple(m.target for m in mounts if not m.read_only)
     capbnd = sum(1 << CAPABILITY_BITS[c] for c in policy.capabilities)
-    http = probehttp.expectations(policy.network.allow) if proxy else {}
+    http = {**probehttp.expectations(policy.network.allow), **probehttp.key_expectations(policy.network.allow, proxy.secrets)} \
+        if proxy else {}
     return ProbeExpectations(
         uid=uid, gid=gid, capbnd=f"{capbnd:016x}", nnp=1, seccomp=2, kernel=runtimes.kernel(policy.runtime),
         rofs=tuple(d for d in _ROOT_DIRS if not any(under(d, w) for w in writable)),

@@ -88,7 +88,7 @@ def problems(secrets: list[dict], network: dict, inherited_allow: bool = False) 
         if entry["name"] in seen:
             out.append((f"{at}.name", "a name used once", repr(entry["name"]), f"also used by {seen[entry['name']]}"))
         seen.setdefault(entry["name"], at)
-        if keybind.given(entry["bind"]):
+        if keybind.given(entry.get("bind") or {}):
             out += _bind_problems(i, entry, network, inherited_allow)
             continue
         if not entry["upstream"]:
