@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from launcher.plan.plan import PROXY_ALIAS, PROXY_PORT, SecretEndpoint
+from launcher.plan.plan import PROXY_ALIAS, PROXY_PORT, EgressRule, SecretEndpoint
 from launcher.policy.allowlist import AllowRule
 from launcher.policy import inject, keybind
 from launcher.policy.inject import CA_PATH
@@ -107,3 +107,12 @@ def secret_endpoint(index: int, secret: SecretPolicy, ip_literals: bool, cas: di
     return SecretEndpoint(**common, port=inject.FIRST_PORT + index, scheme=upstream.scheme, host=upstream.host,
                           upstream_port=upstream.port, ca_file=ca_file, ca_pem=ca_pem, login=secret.login,
                           path=secret.path, extra=inject.login_headers(secret.login, index))
+
+
+def rules_in_force(rules: tuple[AllowRule, ...]) -> tuple[EgressRule, ...]:
+    """Each allow rule as the proxy enforces it: a tunnel (host and port), or intercepted (methods
+    and path prefixes, enforced or audited)."""
+    return tuple(EgressRule(host=f"*.{r.host}" if r.wildcard else r.host, ports=r.ports, private=r.private,
+                            **({"methods": r.http.methods, "paths": r.http.paths, "mode": r.http.mode,
+                                "enforcer": "proxy (intercepted)"} if r.http else {}))
+                 for r in rules)
