@@ -56,7 +56,8 @@ def show_entry(field: str, entry) -> str:
         return f"{entry[0]}={entry[1]}"
     if field == "secrets":   # where the value comes from is shown, never the value
         ca = f", CA {entry.ca_file}" if entry.ca_file else ""
-        return f"{entry.name} ({'$' + entry.env if entry.env else entry.file} -> {entry.upstream}{ca})"
+        where = f"placeholder in {entry.bind}" if entry.bind else entry.upstream
+        return f"{entry.name} ({'$' + entry.env if entry.env else entry.file} -> {where}{ca})"
     return str(entry)
 
 

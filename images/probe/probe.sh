@@ -219,7 +219,7 @@ parse_args() {
 		*=*) k=${arg%%=*}; v=${arg#*=} ;;
 		*) _p_esc "$arg"; _p_add bad "bad:$_P_R"; continue ;;
 		esac
-		case $keys,forbidden,owntmpfs, in *",$k,"*) ;; *) _p_esc "$k"; _p_add bad "unknown:$_P_R"; continue ;; esac
+		case $keys,forbidden,owntmpfs,keyvars,keyrefuse, in *",$k,"*) ;; *) _p_esc "$k"; _p_add bad "unknown:$_P_R"; continue ;; esac
 		if _p_in "$k" "$seen"; then _p_add bad "duplicate:$k"; continue; fi
 		_p_add seen "$k"
 		eval "A_$k=\$v"
@@ -248,6 +248,8 @@ parse_args() {
 		na) case $v in ,* | *, | *,,* | *[!a-z0-9._,]*) ok=0 ;; esac ;;
 		secretnames | runtimenames) case $v in '' | *[!]A-Za-z0-9_*?,[]*) ok=0 ;; esac ;;
 		secretvalues) [ -n "$v" ] || ok=0 ;;
+		keyvars) case $v in ,* | *, | *,,* | *[!A-Za-z0-9_=,-]*) ok=0 ;; esac ;;
+		keyrefuse) case $v in *@*:*/* ) ;; *) ok=0 ;; esac; case $v in *[!A-Za-z0-9@:/._~-]*) ok=0 ;; esac ;;
 		credpaths) case $v in '' | /* | *,/* | *..*) ok=0 ;; esac ;;
 		*) _p_validlist "$v" || ok=0 ;;
 		esac
@@ -297,7 +299,8 @@ parse_args() {
 	for k in ${keys#,}; do [ -z "$k" ] || readonly "A_$k"; done
 	IFS=$_P_IFS; set +f
 	A_forbidden=${A_forbidden-}
-	readonly A_forbidden
+	A_keyvars=${A_keyvars-} A_keyrefuse=${A_keyrefuse-}   # optional: only with keys bound to their destination
+	readonly A_forbidden A_keyvars A_keyrefuse
 }
 
 # =============================================================================================
@@ -447,7 +450,8 @@ gather_lists() {
 	_p_lines "$A_secretnames"; L_SECRETNAMES=$_P_R
 	_p_lines "$A_secretvalues"; L_SECRETVALUES=$_P_R
 	_p_lines "$A_runtimenames"; L_RUNTIMENAMES=$_P_R
-	readonly L_SECRETNAMES L_SECRETVALUES L_RUNTIMENAMES
+	_p_lines "$A_keyvars"; L_KEYVARS=$_P_R
+	readonly L_SECRETNAMES L_SECRETVALUES L_RUNTIMENAMES L_KEYVARS
 }
 
 gather_environ() {
@@ -493,22 +497,24 @@ gather_egress() {
 		[ "$A_bump" = - ] || _p_ask_tls bump "$A_bump" "$A_bumphello" &
 		[ -z "$A_refuse" ] || _p_ask_refuse &
 		[ "$A_tunnel" = - ] || _p_ask_tls tunnel "$A_tunnel" "$A_tunnelhello" &
+		[ -z "$A_keyrefuse" ] || _p_ask_key &
 		wait
 	} )
-	EG_REPORTED= EG_PROXY= EG_DIRECT= EG_DNS= EG_BUMP= EG_REFUSE= EG_TUNNEL=
+	EG_REPORTED= EG_PROXY= EG_DIRECT= EG_DNS= EG_BUMP= EG_REFUSE= EG_TUNNEL= EG_KEY=
 	set -f; IFS=$_P_NL
 	for ln in $out; do
 		case $ln in
 		bump"$_P_TAB"*) EG_BUMP=${ln#*"$_P_TAB"}; _p_add EG_REPORTED bump ;;
 		refuse"$_P_TAB"*) EG_REFUSE=${ln#*"$_P_TAB"}; _p_add EG_REPORTED refuse ;;
 		tunnel"$_P_TAB"*) EG_TUNNEL=${ln#*"$_P_TAB"}; _p_add EG_REPORTED tunnel ;;
+		keyrefuse"$_P_TAB"*) EG_KEY=${ln#*"$_P_TAB"}; _p_add EG_REPORTED keyrefuse ;;
 		proxy"$_P_TAB"*) EG_PROXY=${ln#*"$_P_TAB"}; _p_add EG_REPORTED proxy ;;
 		direct"$_P_TAB"*) EG_DIRECT=${ln#*"$_P_TAB"}; _p_add EG_REPORTED direct ;;
 		dns"$_P_TAB"*) EG_DNS=${ln#*"$_P_TAB"}; _p_add EG_REPORTED dns ;;
 		esac
 	done
 	IFS=$_P_IFS; set +f
-	readonly EG_GW_IP EG_NOGW EG_REPORTED EG_PROXY EG_DIRECT EG_DNS EG_BUMP EG_REFUSE EG_TUNNEL
+	readonly EG_GW_IP EG_NOGW EG_REPORTED EG_PROXY EG_DIRECT EG_DNS EG_BUMP EG_REFUSE EG_TUNNEL EG_KEY
 }
 
 # one plain-HTTP request for the deny-test host through the proxy
@@ -546,6 +552,19 @@ _p_ask_refuse() {
 		printf '%s=%s\n' "$_i" "$_r" ) &
 	done; wait)
 	printf 'refuse\t%s\n' "$(printf '%s' "$_obs" | "$BB" sort | "$BB" tr '\n' ' ')"
+}
+
+# a key bound to its destination: its placeholder (the first keyvars= value) in its header
+# (keyrefuse= HEADER@HOST:PORT/PATH), a plain request to another allowed destination: "STATUS;MARK;"
+# (MARK: the proxy's key helper's own refusal, "refused by the egress policy: placeholder of")
+_p_ask_key() {
+	local _h _t _v _r
+	_h=${A_keyrefuse%%@*}; _t=${A_keyrefuse#*@}
+	_v=${L_KEYVARS%%"$_P_NL"*}; _v=${_v#*=}
+	_r=$( { printf 'GET http://%s HTTP/1.0\r\nHost: %s\r\n%s: %s\r\n\r\n' "$_t" "${_t%%/*}" "$_h" "$_v"; "$BB" sleep 0.5; } |
+		"$BB" nc -w 3 "${A_proxy%:*}" "${A_proxy##*:}" 2>&1 | "$BB" tr -d '\r' |
+		"$BB" grep -E -o '^HTTP/1\.[01] [0-9]+|refused by the egress policy: placeholder of' | "$BB" head -n 2 | "$BB" tr '\n' ';')
+	printf 'keyrefuse\t%s\n' "$_r"
 }
 
 # the name of this sandbox's own CA, from the CA file the plan names (bumpca=): the last
@@ -1279,6 +1298,8 @@ check_env_secrets() {
 		eval "e=\$ENV_$i"
 		n=${e%%=*}
 		case $e in *=*) v=${e#*=} ;; *) v= ;; esac
+		# a key bound to its destination: its variable with exactly its placeholder (keyvars)
+		case "$_P_NL$L_KEYVARS" in *"$_P_NL$e$_P_NL"*) continue ;; esac
 		# the launcher's own lists (launcher/secrets.py), names in any letter case
 		if _p_matches "$n" "$L_SECRETNAMES" || _p_matches "$v" "$L_SECRETVALUES"; then
 			_p_esc "$n"; _p_add sec "$_P_R"
@@ -1500,6 +1521,16 @@ check_egress_tunnel() {
 	*"sandbox egress CA"*) _p_line egress.tunnel 0 "a tunnel to $A_tunnel, nothing decrypted" "$EG_TUNNEL" ;;
 	"HTTP/1."[01]" 200;"*) _p_line egress.tunnel 1 "a tunnel to $A_tunnel, nothing decrypted" "$EG_TUNNEL" ;;
 	*) _p_line egress.tunnel 0 "a tunnel to $A_tunnel, nothing decrypted" "${EG_TUNNEL:-no answer}" ;;
+	esac
+}
+
+# a bound key's placeholder sent to another allowed destination is refused by the proxy's key helper
+check_egress_key_refused() {
+	_p_unreported egress.key_refused keyrefuse && return
+	case $EG_KEY in
+	"HTTP/1."[01]" 403;refused by the egress policy: placeholder of;") _p_line egress.key_refused 1 \
+		"403 from the proxy for a placeholder sent to ${A_keyrefuse#*@}" "$EG_KEY" ;;
+	*) _p_line egress.key_refused 0 "403 from the proxy for a placeholder sent to ${A_keyrefuse#*@}" "${EG_KEY:-no answer}" ;;
 	esac
 }
 

@@ -90,9 +90,9 @@ def agents_own(events: tuple[EgressEvent, ...]) -> tuple[EgressEvent, ...]:
     """The requests without the probe's own: the one for the name the proxy must refuse
     (plan.PROBE_DENIED_HOST) is no request of the agent, never shown nor suggested."""
     from launcher.plan.plan import PROBE_DENIED_HOST
-    from launcher.plan.probehttp import METHOD_PROBE, OUTSIDE
+    from launcher.plan.probehttp import KEY_PATH, METHOD_PROBE, OUTSIDE
 
-    probes = (OUTSIDE, "/" + METHOD_PROBE)   # the probe's own refused requests (rules per request)
+    probes = (OUTSIDE, "/" + METHOD_PROBE, KEY_PATH)   # the probe's own refused requests (rules per request, keys)
     return tuple(e for e in events if e.host != PROBE_DENIED_HOST
                  and not (e.denied and e.path.endswith(probes)))
 

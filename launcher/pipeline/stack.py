@@ -74,7 +74,7 @@ def _partial(raw, data: bytes, file: str, kind: LayerKind, *, named: bool) -> tu
         # Likewise for secrets: only a proxy injects them; under mode none they are dropped.
         doc["network"] = {**(net if isinstance(net, dict) else {}), "mode": "proxy"}
     try:
-        policy = policy_from_raw(doc, file, data)
+        policy = policy_from_raw(doc, file, data, inherited_allow=not (isinstance(net, dict) and "allow" in net))
     except PolicyError as exc:
         problems += exc.problems
     if problems:

@@ -18,14 +18,14 @@ from launcher.errors import PolicyError, Problem
 from launcher.host.hostfacts import HostFacts
 from launcher.plan.lifetime import Ceiling, up_main
 from launcher.policy import inject, registries
-from launcher.policy.model import Access, HomeMode, NetworkMode, Policy, Runtime, SecretPolicy, WorkspaceMode
+from launcher.policy.model import Access, HomeMode, NetworkMode, Policy, Runtime, WorkspaceMode
 from launcher.plan.plan import (ARP_SYSCTLS, ContainerSpec, CopySpec, HOME_PROFILE, HomeSpec, INTERNAL_OPTIONS, LaunchPlan,
                            Mount, MountKind, NetworkSpec, PROBE_BUSYBOX, PROBE_DENIED_HOST, PROBE_DIR, PROBE_GATE,
-                           PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ProbeExpectations, ProxySpec, SecretEndpoint, home_volume_name)
+                           PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ProbeExpectations, ProxySpec, home_volume_name)
 from launcher.host.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS
 from launcher.plan import checks, downloads, probehttp, refusals, runtimes, trustfiles, trustlevel
 from launcher.plan.refusals import under
-from launcher.plan.squidconf import http_rules_file, render_squid, rules_in_force
+from launcher.plan.squidconf import http_rules_file, keys_file, render_squid, rules_in_force, secret_endpoint
 from launcher.plan.trustfiles import CA_DIR
 from launcher.policy.policy import CAPABILITY_BITS
 from launcher.policy.secrets import RUNTIME_NAMES, SECRET_NAMES, SECRET_VALUES, caseless
@@ -37,6 +37,8 @@ def effective_digest(policy: Policy) -> str:
     equal digests mean the same envelope. A policy that extends no image keeps the digest it had
     before packages: and build: were fields (a running `up` sandbox is still the same one)."""
     text = repr(replace(policy, source="", digest="")).replace(_UNEXTENDED, "")
+    # Fields kept out of their dataclass's repr (so older digests stand): present only when set.
+    text += "".join(f"\n{x!r}" for x in [r.http for r in policy.network.allow] + [s.bind for s in policy.secrets] if x)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -89,7 +91,9 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
     networks = [NetworkSpec(name=internal, internal=True, options=INTERNAL_OPTIONS, labels=net_labels)]
     if not egress_network:
         networks.append(NetworkSpec(name=egress, internal=False, options=(), labels=net_labels))
-    secrets = tuple(_endpoint(i, s, policy.network.allow_ip_literals, cas) for i, s in enumerate(policy.secrets))
+    seed = host.nonce or f"{effective_digest(policy)}\0{name}"   # a launch's own, else the same bytes each time
+    secrets = tuple(secret_endpoint(i, s, policy.network.allow_ip_literals, cas, seed) for i, s in enumerate(policy.secrets))
+    endpoints = tuple(s for s in secrets if not s.bind)
     http = [r for r in policy.network.allow if r.http]
     proxy = ProxySpec(name=f"{name}-proxy", image=host.proxy_image, http_rules=http_rules_file(policy.network.allow),
                       rule_ca_pems=tuple(cas[r.http.ca_file][1] for r in http if r.http.ca_file),
@@ -98,25 +102,17 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
                       egress_network=egress, alias=PROXY_ALIAS, port=PROXY_PORT,
                       labels=tuple(sorted({**labels, label.KIND: "proxy",
                                            **({label.CA_FILES: " ".join(host.bump_store)} if http else {})}.items())),
-                      secrets=secrets, rules=rules_in_force(policy.network.allow),
+                      secrets=secrets, keys=keys_file(secrets), rules=rules_in_force(policy.network.allow),
                       hosts_entry=dialect_of(host.engine.kind).proxy_by_hosts_entry, ulimits=_ulimits(host))
     url = f"http://{PROXY_ALIAS}:{PROXY_PORT}"
     # The endpoints are reached directly, not through the forward proxy (which would refuse the name).
-    no_proxy = "localhost,127.0.0.1" + (f",{PROXY_ALIAS}" if secrets else "")
+    no_proxy = "localhost,127.0.0.1" + (f",{PROXY_ALIAS}" if endpoints else "")
     env = {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
            "NO_PROXY": no_proxy, "no_proxy": no_proxy}
-    env.update({inject.endpoint_var(s.name): f"http://{PROXY_ALIAS}:{s.port}" for s in secrets})
+    env.update({inject.endpoint_var(s.name): f"http://{PROXY_ALIAS}:{s.port}" for s in endpoints})
+    # A bound key: the placeholder in the agent's usual variable; the value stays in the proxy.
+    env.update({s.bind.variable: s.placeholder for s in secrets if s.bind})
     return tuple(networks), proxy, env
-
-
-def _endpoint(index: int, secret: SecretPolicy, ip_literals: bool, cas: dict[str, tuple[str, str]]) -> SecretEndpoint:
-    upstream = inject.parse_upstream(secret.upstream, ip_literals)
-    header, template = inject.split_header(secret.header)
-    ca_file, ca_pem = cas.get(secret.ca_file, ("", ""))
-    return SecretEndpoint(name=secret.name, var=f"{inject.PROXY_VAR}{index}", from_env=secret.env,
-                          from_file=secret.file, port=inject.FIRST_PORT + index, scheme=upstream.scheme,
-                          host=upstream.host, upstream_port=upstream.port, header=header, template=template, ca_file=ca_file,
-                          ca_pem=ca_pem, login=secret.login, path=secret.path, extra=inject.login_headers(secret.login, index))
 
 
 def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] = (),
@@ -274,7 +270,8 @@ def _probe(policy: Policy, host: HostFacts, mounts: list[Mount], copy: CopySpec 
     ws, target = host.workspace, policy.workspace.target
     writable = tuple(m.target for m in mounts if not m.read_only)
     capbnd = sum(1 << CAPABILITY_BITS[c] for c in policy.capabilities)
-    http = probehttp.expectations(policy.network.allow) if proxy else {}
+    http = {**probehttp.expectations(policy.network.allow), **probehttp.key_expectations(policy.network.allow, proxy.secrets)} \
+        if proxy else {}
     return ProbeExpectations(
         uid=uid, gid=gid, capbnd=f"{capbnd:016x}", nnp=1, seccomp=2, kernel=runtimes.kernel(policy.runtime),
         rofs=tuple(d for d in _ROOT_DIRS if not any(under(d, w) for w in writable)),
@@ -293,6 +290,7 @@ def _probe(policy: Policy, host: HostFacts, mounts: list[Mount], copy: CopySpec 
         checks=checks.for_mode(policy.network.mode.value, userns=host.engine.remapped, http=probehttp.checks_for(http)),
         na=checks.not_applicable(runtimes.kernel(policy.runtime)),
         secretnames=tuple(map(caseless, SECRET_NAMES)), secretvalues=SECRET_VALUES,
+        keyvars=tuple(f"{s.bind.variable}={s.placeholder}" for s in proxy.secrets if s.bind) if proxy else (),
         runtimenames=tuple(map(caseless, RUNTIME_NAMES)), runtimesockets=RUNTIME_SOCKETS, credpaths=CREDENTIAL_PATHS,
         **({"proxy": f"{PROXY_ALIAS}:{PROXY_PORT}", "denyhost": PROBE_DENIED_HOST, "resolver": _resolver(proxy),
             "dnsname": next((r.host for r in policy.network.allow if not r.wildcard and not r.ip), "-"), **http,

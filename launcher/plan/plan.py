@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from launcher.host.imagebuild import ImageBuild
 from launcher.policy.inject import CA_VAR
+from launcher.policy.model import KeyBinding
 
 # The egress proxy: its name on the sandbox's network and its port; the name the probe expects it to refuse.
 PROXY_ALIAS = "sandbox-proxy"
@@ -57,6 +58,10 @@ class SecretEndpoint:
     login: str = ""           # SecretPolicy.login: how the value is read at launch ("" as it is)
     path: str = ""            # only paths under this reach the upstream ("" any)
     extra: tuple[tuple[str, str], ...] = ()   # a login's further headers: (name, proxy variable)
+    # A key bound to its destination (secrets[].bind): no endpoint (port 0); the sandbox holds
+    # `placeholder` in bind.variable, the proxy swaps it in `header` for requests to host:upstream_port.
+    bind: KeyBinding | None = None
+    placeholder: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,6 +110,8 @@ class ProxySpec:
     rules: tuple[EgressRule, ...] = ()   # every allow rule, as enforced (what the report and the record say)
     rule_ca_pems: tuple[str, ...] = ()
     ca_files: tuple[str, str] = ("", "")
+    # Keys bound to their destination: the helper's file (images/proxy/sandbox-keys), "" none.
+    keys: str = ""
 
 
 def proxy_address(subnet: str) -> str:
@@ -133,6 +140,8 @@ def proxy_env(spec: ProxySpec) -> dict[str, str]:
     env.update({f"{CA_VAR}{i}": base64.b64encode(s.ca_pem.encode()).decode() for i, s in enumerate(spec.secrets) if s.ca_pem})
     env.update({f"{CA_VAR}{len(spec.secrets) + i}": base64.b64encode(pem.encode()).decode()
                 for i, pem in enumerate(spec.rule_ca_pems)})
+    if spec.keys:
+        env["SANDBOX_KEYS"] = base64.b64encode(spec.keys.encode()).decode()
     if spec.http_rules:
         env["SANDBOX_HTTP_RULES"] = base64.b64encode(spec.http_rules.encode()).decode()
         env["SANDBOX_BUMP_NAMES"] = " ".join(spec.bump_names)
@@ -244,6 +253,10 @@ class ProbeExpectations:
     refuse: tuple[str, ...] = ()
     tunnel: str = "-"
     tunnelhello: str = "-"
+    # Keys bound to their destination: NAME=PLACEHOLDER pairs, the only secret-shaped names
+    # env.secrets lets in, each with exactly that value (launcher/policy/keybind.py)
+    keyvars: tuple[str, ...] = ()
+    keyrefuse: str = ""   # HEADER@HOST:PORT/PATH: where the first key's placeholder must get 403 ("" none)
     # The launcher's one lists, so that the probe never keeps a copy of its own:
     checks: tuple[str, ...] = ()          # launcher/plan/checks.py, for this mode, in report order
     secretnames: tuple[str, ...] = ()     # launcher/policy/secrets.py, as caseless globs
@@ -262,8 +275,8 @@ class ProbeExpectations:
     def to_args(self) -> tuple[str, ...]:
         args = []
         for key, value in asdict(self).items():
-            if key == "forbidden" and self.net in ("none", "proxy"):
-                continue
+            if (key == "forbidden" and self.net in ("none", "proxy")) or (key in ("keyvars", "keyrefuse") and not value):
+                continue   # keyvars: only with keys bound to their destination (the probe takes it as optional)
             if isinstance(value, tuple):
                 value = ",".join(escape_path(v) for v in value)
             elif key in ("workspace", "wsroot", "wsupper", "home", "homesrc"):

@@ -14,6 +14,7 @@ from launcher.policy.httprules import under
 
 PROBE_LABEL = "sandbox-probe"   # the label a wildcard rule's probe name starts with
 OUTSIDE = "/sandbox-probe-outside"
+KEY_PATH = "/sandbox-probe-key"   # the path of the probe's request carrying a bound key's placeholder
 METHOD_PROBE = "sandbox-probe-method"   # the last segment of the probe's refused-method request
 
 
@@ -76,10 +77,23 @@ def expectations(rules: tuple[AllowRule, ...]) -> dict[str, object]:
     return found
 
 
+def key_expectations(rules: tuple[AllowRule, ...], secrets) -> dict[str, str]:
+    """keyrefuse= for a plan with keys bound to their destination (none without): the first key's
+    header, "@", and another allowed destination than its host (else its host over plain HTTP),
+    where the probe sends that key's placeholder (from keyvars=) and the proxy must refuse it."""
+    key = next((s for s in secrets if s.bind), None)
+    if key is None:
+        return {}
+    other = next((r for r in rules if not r.ip and (r.wildcard or r.host != key.host)), None)
+    target = f"{_name(other)}:{_tls_port(other)}" if other else f"{key.host}:80"
+    return {"keyrefuse": f"{key.header}@{target}{KEY_PATH}"}
+
+
 def checks_for(found: dict[str, object]) -> tuple[str, ...]:
     """The rules-per-request checks these expectations give the probe something to try for."""
     if not found:
         return ()
     return ("egress.bump_ca",) + (("egress.http_refused",) if found.get("refuse") else ()) \
-        + (("egress.tunnel",) if found.get("tunnel", "-") != "-" else ())
+        + (("egress.tunnel",) if found.get("tunnel", "-") != "-" else ()) \
+        + (("egress.key_refused",) if found.get("keyrefuse") else ())
 

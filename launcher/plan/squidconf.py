@@ -8,7 +8,9 @@ import re
 
 from launcher.plan.plan import PROXY_ALIAS, PROXY_PORT, EgressRule, SecretEndpoint
 from launcher.policy.allowlist import AllowRule
+from launcher.policy import inject, keybind
 from launcher.policy.inject import CA_PATH
+from launcher.policy.model import SecretPolicy
 
 
 def _pattern(rule: AllowRule) -> str:
@@ -47,9 +49,20 @@ def render_squid(sandbox: str, rules: tuple[AllowRule, ...], port: int = PROXY_P
     http = [r for r in rules if r.http]
     context = [{"acl": _acl(r), "sni_acl": _sni_acl(r), "ports": " ".join(map(str, r.ports)), "private": r.private,
                 "index": i, "text": str(r), **_http(r, http, len(secrets))} for i, r in enumerate(rules, 1)]
-    endpoints = [_endpoint(i, s) for i, s in enumerate(secrets)]
+    endpoints = [_endpoint(i, s) for i, s in enumerate(secrets) if not s.bind]
     return env.get_template("squid.conf.j2").render(sandbox=sandbox, rules=context, port=port, bind=PROXY_ALIAS,
-                                                    endpoints=endpoints, bump=bool(http))
+                                                    endpoints=endpoints, bump=bool(http),
+                                                    keys=[_key(i, s) for i, s in enumerate(secrets) if s.bind],
+                                                    seen=keybind.seen_headers(s.header for s in secrets if s.bind))
+
+
+def _key(index: int, s: SecretEndpoint) -> dict:
+    """A key bound to its destination: the ACLs that find its placeholder, exactly, in its header of
+    an HTTPS request to its host and port (the helper has refused it anywhere else), and the value
+    the proxy's start script fills in from s.var."""
+    value = keybind.bound_value(s.template.replace("%", "%%"), f"@{s.var}@")
+    return {"id": f"key{index}", "host": s.host, "port": s.upstream_port, "header": s.header,
+            "sent": keybind.squid_regex(keybind.bound_value(s.template, s.placeholder)), "value": value}
 
 
 def _http(rule: AllowRule, http: list[AllowRule], cas: int) -> dict:
@@ -68,6 +81,32 @@ def _http(rule: AllowRule, http: list[AllowRule], cas: int) -> dict:
 def http_rules_file(rules: tuple[AllowRule, ...]) -> str:
     """The rule helper's file (images/proxy/sandbox-http-rules): "MODE METHOD,... PREFIX ..." per rule with http:."""
     return "".join(f"{r.http.mode} {','.join(r.http.methods)} {' '.join(r.http.paths)}\n" for r in rules if r.http)
+
+
+def keys_file(secrets: tuple[SecretEndpoint, ...]) -> str:
+    """The key helper's file (images/proxy/sandbox-keys) for the keys bound to their destination; "" none."""
+    bound = [s for s in secrets if s.bind]
+    if not bound:
+        return ""
+    return keybind.keys_file(keybind.seen_headers(s.header for s in bound),
+                             [keybind.keys_line(s.bind, s.placeholder, s.header,
+                                                keybind.bound_value(s.template, s.placeholder)) for s in bound])
+
+
+def secret_endpoint(index: int, secret: SecretPolicy, ip_literals: bool, cas: dict[str, tuple[str, str]],
+                    seed: str) -> SecretEndpoint:
+    """A policy's secret as the proxy serves it (seed: what its placeholder is made from, if bound)."""
+    header, template = inject.split_header(secret.header)
+    common = dict(name=secret.name, var=f"{inject.PROXY_VAR}{index}", from_env=secret.env, from_file=secret.file,
+                  header=header, template=template)
+    if secret.bind:   # no endpoint (port 0): the proxy swaps the placeholder in requests to the bound host
+        return SecretEndpoint(**common, port=0, scheme="https", host=secret.bind.host, upstream_port=secret.bind.port,
+                              bind=secret.bind, placeholder=keybind.placeholder(seed, secret.name))
+    upstream = inject.parse_upstream(secret.upstream, ip_literals)
+    ca_file, ca_pem = cas.get(secret.ca_file, ("", ""))
+    return SecretEndpoint(**common, port=inject.FIRST_PORT + index, scheme=upstream.scheme, host=upstream.host,
+                          upstream_port=upstream.port, ca_file=ca_file, ca_pem=ca_pem, login=secret.login,
+                          path=secret.path, extra=inject.login_headers(secret.login, index))
 
 
 def rules_in_force(rules: tuple[AllowRule, ...]) -> tuple[EgressRule, ...]:

@@ -26,7 +26,7 @@ def parts(policy: Policy) -> dict:
                     "ip_literals": policy.network.allow_ip_literals, "model": policy.network.model},
         "env": {"pass": sorted(policy.env.pass_names), "set": sorted(list(kv) for kv in policy.env.set_values)},
         "secrets": sorted([s.name, s.upstream, s.header, s.login, s.path, bool(s.env), bool(s.file)]
-                          for s in policy.secrets),
+                          + ([repr(s.bind)] if s.bind else []) for s in policy.secrets),
         "ca_certificates": sorted(policy.ca_certificates),
         "user": list(policy.user) if policy.user else "auto",
         "capabilities": sorted(policy.capabilities),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from launcher.policy import keybind
 from launcher.policy.allowlist import parse_rule
 from launcher.policy.secrets import secret_name
 
@@ -72,8 +73,9 @@ def header_problems(header: str) -> str | None:
     return None
 
 
-def problems(secrets: list[dict], network: dict) -> list[tuple[str, str, str, str]]:
-    """(key path, expected, found, hint) for every secrets entry the schema could not refuse."""
+def problems(secrets: list[dict], network: dict, inherited_allow: bool = False) -> list[tuple[str, str, str, str]]:
+    """(key path, expected, found, hint) for every secrets entry the schema could not refuse
+    (inherited_allow: a layer's, whose bound hosts are judged on the combined policy)."""
     out, seen = [], {}
     for i, entry in enumerate(secrets):
         at = f"secrets[{i}]"
@@ -86,6 +88,13 @@ def problems(secrets: list[dict], network: dict) -> list[tuple[str, str, str, st
         if entry["name"] in seen:
             out.append((f"{at}.name", "a name used once", repr(entry["name"]), f"also used by {seen[entry['name']]}"))
         seen.setdefault(entry["name"], at)
+        if keybind.given(entry.get("bind") or {}):
+            out += _bind_problems(i, entry, network, inherited_allow)
+            continue
+        if not entry["upstream"]:
+            out.append((at, "exactly one of upstream and bind", "neither",
+                        "upstream: https://api.example.com serves an endpoint; bind: {host: api.example.com} a placeholder"))
+            continue
         if secret_name(endpoint_var(entry["name"])):
             out.append((f"{at}.name", "a name whose endpoint variable does not look like a secret",
                         f"{entry['name']!r} ({endpoint_var(entry['name'])})",
@@ -103,6 +112,27 @@ def problems(secrets: list[dict], network: dict) -> list[tuple[str, str, str, st
         if expected:
             out.append((f"{at}.header", expected, repr(entry["header"]), "for example 'Authorization: Bearer {value}'"))
     return out
+
+
+def _bind_problems(i: int, entry: dict, network: dict, inherited_allow: bool) -> list[tuple[str, str, str, str]]:
+    from launcher.policy.httprules import RuleError
+
+    try:
+        bind = keybind.parse_bind(entry["bind"], entry["env"])
+    except RuleError as exc:
+        return [(f"secrets[{i}]{exc.path}", str(exc), exc.found,
+                 "for example bind: {host: api.anthropic.com, paths: [/v1/], variable: ANTHROPIC_API_KEY}")]
+    out = []
+    expected = header_problems(entry["header"])
+    if expected:
+        out.append((f"secrets[{i}].header", expected, repr(entry["header"]), "for example 'Authorization: Bearer {value}'"))
+    allow = []
+    for rule in network["allow"]:
+        try:
+            allow.append(parse_rule(rule, network["allow_ip_literals"]))
+        except ValueError:
+            pass   # said at network.allow[...]
+    return out + keybind.problems(i, entry, bind, None if inherited_allow else allow)
 
 
 def squid_value(value: str) -> str:

@@ -9,7 +9,7 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from launcher.policy import httprules
+from launcher.policy import httprules, keybind
 from launcher.errors import PolicyError, Problem
 from launcher.policy.allowlist import AllowRule
 from launcher.policy.model import Access, HomeMode, NetworkMode, Policy, Runtime, WorkspaceMode
@@ -179,6 +179,9 @@ def _intersect(field: str, a: tuple, b: tuple) -> tuple:
         other = {t.target: t for t in b}
         return tuple(replace(t, size_bytes=min(t.size_bytes, other[t.target].size_bytes), mode=t.mode & other[t.target].mode)
                      for t in a if t.target in other)
+    if field == "secrets":   # a bound key: the same secret and binding, its paths narrowed; never moved
+        met = [m for x in a for y in b if (m := keybind.meet_secret(x, y)) is not None]
+        return tuple(dict.fromkeys(met))
     return tuple(entry for entry in a if entry in b)
 
 
@@ -212,8 +215,8 @@ def apply_rule(field: str, a, b):
 
 
 def _consistent(policy: Policy) -> Policy:
-    """Values a narrower neighbour field took away: no allow-list without a proxy, no IP rules once
-    IP literals are off, no model API once network.model is off."""
+    """Values a narrower neighbour field took away: no allow-list without a proxy, no IP rules once IP
+    literals are off, no model API once network.model is off, no bound key its host not intercepted."""
     allow = policy.network.allow
     if not policy.network.model and any(s.model for s in policy.secrets):
         policy = put(policy, "secrets", tuple(s for s in policy.secrets if not s.model))
@@ -223,6 +226,8 @@ def _consistent(policy: Policy) -> Policy:
             policy = put(policy, "secrets", ())
     elif not policy.network.allow_ip_literals:
         allow = tuple(r for r in allow if not r.ip)
+    served = tuple(s for s in policy.secrets if not s.bind or keybind.serving(s.bind, allow))
+    policy = policy if served == policy.secrets else put(policy, "secrets", served)   # nothing would swap it
     return policy if allow == policy.network.allow else put(policy, "network.allow", allow)
 
 

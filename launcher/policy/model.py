@@ -107,6 +107,22 @@ class Limits:
 
 
 @dataclass(frozen=True, kw_only=True)
+class KeyBinding:
+    """A key handed to the agent as a placeholder (secrets[].bind): the proxy swaps it for the real
+    value only in HTTPS requests it intercepts to `host` on `port`, under `paths`; anywhere else the
+    placeholder is refused (launcher/policy/keybind.py)."""
+
+    host: str                          # an exact name with http: rules in network.allow
+    port: int = 443
+    paths: tuple[str, ...] = ("/",)    # plain path prefixes, compared after normalisation
+    variable: str = ""                 # the agent's variable holding the placeholder
+
+    def __str__(self) -> str:
+        port = "" if self.port == 443 else f":{self.port}"
+        return f"{self.variable} -> {self.host}{port} {' '.join(self.paths)}"
+
+
+@dataclass(frozen=True, kw_only=True)
 class SecretPolicy:
     """A credential the proxy adds to requests for one upstream; the sandbox never holds it."""
 
@@ -120,6 +136,9 @@ class SecretPolicy:
     # Set by --agent for a subscription login (launcher/agents/logins.py), not in policy files:
     login: str = ""   # how the value is read at launch: "" as it is; "codex-chatgpt" a Codex auth.json (refreshed on the host)
     path: str = ""    # only requests whose path starts with this reach the upstream ("" any)
+    # A key bound to its destination instead of an endpoint (then upstream is ""). repr=False: the
+    # repr of a secret without one is what it always was (digests: compiler.effective_digest adds it).
+    bind: KeyBinding | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)

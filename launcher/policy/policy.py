@@ -16,6 +16,7 @@ from launcher.policy.model import (BUILTIN_PROTECTED, Access, BuildPolicy, EnvPo
                             NetworkMode, NetworkPolicy, Policy, Runtime, SecretPolicy, TmpfsPolicy, WorkspaceMode,
                             WorkspacePolicy)
 from launcher.policy.schema import check, policy_schema
+from launcher.policy.keybind import given, parse_bind
 from launcher.policy.secrets import secret_name, secret_value
 from launcher.policy.yamlsafe import load_yaml, refuse_secret_literals
 
@@ -108,13 +109,14 @@ def with_registry_mode(raw):
     return raw
 
 
-def policy_from_raw(raw, file: str, data: bytes | None) -> Policy:
+def policy_from_raw(raw, file: str, data: bytes | None, *, inherited_allow: bool = False) -> Policy:
     """Validate a parsed document (the schema, what it cannot say, then the file's text: `data`, its
-    bytes, also give the digest) and build the typed model."""
+    bytes, also give the digest) and build the typed model. inherited_allow: a layer without its own
+    network.allow (a bound key's host is judged on the combined policy, layers.py)."""
     filled, problems = check(with_registry_mode(raw), policy_schema(), file)
     if problems:
         raise PolicyError(problems)
-    problems = _semantic_problems(filled, file)
+    problems = _semantic_problems(filled, file, inherited_allow)
     if problems:
         raise PolicyError(problems)
     if data is not None:
@@ -122,7 +124,7 @@ def policy_from_raw(raw, file: str, data: bytes | None) -> Policy:
     return _build(filled, file, hashlib.sha256(data).hexdigest() if data is not None else "")
 
 
-def _semantic_problems(doc: dict, file: str) -> list[Problem]:
+def _semantic_problems(doc: dict, file: str, inherited_allow: bool = False) -> list[Problem]:
     """Rules the schema cannot say: reserved targets, paths, capabilities, secrets, sizes."""
     problems: list[Problem] = []
 
@@ -228,8 +230,19 @@ def _semantic_problems(doc: dict, file: str) -> list[Problem]:
     if doc["build"]["dockerfile"] and doc["build"]["devcontainer"]:
         bad("build.devcontainer", "either build.dockerfile or build.devcontainer", "both",
             "a devcontainer.json names its Dockerfile itself (build.dockerfile in it)")
-    for path, expected, found, hint in inject.problems(doc["secrets"], net):
+    for path, expected, found, hint in inject.problems(doc["secrets"], net, inherited_allow):
         bad(path, expected, found, hint)
+    variables: dict[str, str] = {}
+    for i, entry in enumerate(doc["secrets"]):   # a bound key's placeholder variable: its own
+        variable = (entry["bind"]["variable"] or entry["env"]) if given(entry["bind"]) else ""
+        if isinstance(variable, str) and variable:
+            if variable in doc["env"]["pass"] or variable in doc["env"]["set"]:
+                bad(f"secrets[{i}].bind.variable", "a variable env.pass and env.set do not name", repr(variable),
+                    "the sandbox gets the placeholder in it; drop it from env")
+            elif variable in variables:
+                bad(f"secrets[{i}].bind.variable", "a variable one binding uses", repr(variable),
+                    f"also used by {variables[variable]}")
+            variables.setdefault(variable, f"secrets[{i}]")
     return problems
 
 
@@ -287,7 +300,9 @@ def _build(doc: dict, file: str, digest: str) -> Policy:
         command=tuple(doc["command"]),
         secrets=tuple(SecretPolicy(name=e["name"], env=e["env"], file=_host_path(e["file"], file),
                                    upstream=e["upstream"].rstrip("/"), header=e["header"],
-                                   ca_file=_host_path(e["ca_file"], file)) for e in doc["secrets"]),
+                                   ca_file=_host_path(e["ca_file"], file),
+                                   bind=parse_bind(e["bind"], e["env"]) if given(e["bind"]) else None)
+                      for e in doc["secrets"]),
         ca_certificates=tuple(dict.fromkeys(_host_path(c, file) for c in doc["ca_certificates"])),
         runtime=Runtime(doc["runtime"]),
         packages=tuple(dict.fromkeys(doc["packages"])),

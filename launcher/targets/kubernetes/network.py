@@ -36,7 +36,7 @@ def private_rules(proxy: ProxySpec) -> bool:
 
 
 def listen_ports(proxy: ProxySpec) -> tuple[int, ...]:
-    return (proxy.port,) + tuple(s.port for s in proxy.secrets)
+    return (proxy.port,) + tuple(s.port for s in proxy.secrets if not s.bind)   # a bound key has no endpoint
 
 
 def secret_name(plan: LaunchPlan) -> str:

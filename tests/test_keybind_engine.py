@@ -1,0 +1,207 @@
+"""Keys bound to their destination on a real engine (issue 42 item 3): the agent holds only a
+placeholder in its usual variable; the proxy swaps it for the real key in requests it intercepts to
+the key's host and paths, and refuses (403, logged) the placeholder anywhere else: another
+intercepted host, a plain-HTTP host, the key's host outside its paths or over plain HTTP, the URL,
+another header. The upstream is our own TLS container answering as api.test and wrong.test
+(certificates from a throwaway CA made in the test), recording every header it gets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from contextlib import contextmanager
+
+import pytest
+
+from conftest import docker_sdk
+from test_egress_http_engine import UPSTREAM
+from test_secrets_engine import SANDBOX, certs  # noqa: F401 - a fixture
+
+pytestmark = pytest.mark.engine
+
+POLICY = """version: 1
+name: keybind-test
+description: a key bound to its destination, against our own TLS upstream
+image: sandbox/agent:bookworm-full
+workspace: {access: read-write}
+tmpfs: [{target: /tmp, size: 16m}]
+limits: {timeout: 5m}
+network:
+  mode: proxy
+  allow:
+    - {host: api.test, private: true, http: {methods: [GET, POST], ca_file: good.pem}}
+    - {host: 'wrong.test:8443', private: true, http: {methods: [GET, POST], ca_file: good.pem}}
+    - {host: 'wrong.test:80', private: true}
+secrets:
+  - name: model
+    env: SANDBOX_TEST_BOUND_KEY
+    header: "Authorization: Bearer {value}"
+    bind: {host: api.test, paths: [/v1/], variable: ANTHROPIC_API_KEY}
+"""
+# One curl per line of the calls file: "<label> <status> <first line of the body>"; then what the
+# agent's environment holds.
+CALLS = r"""
+while read -r label args; do
+  status=$(eval curl -s --max-time 20 -o /tmp/body -w '%{http_code}' $args)
+  echo "$label $status $(head -n 1 /tmp/body | tr -d '\r')"
+done < /workspace/calls
+echo "placeholder $ANTHROPIC_API_KEY"
+env > /workspace/envdump
+"""
+AUTH = "-H \"Authorization: Bearer $ANTHROPIC_API_KEY\""
+CALLS_FILE = {
+    "good": f"{AUTH} https://api.test/v1/good",
+    "goodpost": f"-X POST {AUTH} https://api.test/v1/messages/goodpost",
+    "clean": "https://wrong.test:8443/v1/clean",   # the other host works, without the placeholder
+    "otherhost": f"{AUTH} https://wrong.test:8443/v1/otherhost",
+    "plainhost": f"{AUTH} http://wrong.test/v1/plainhost",
+    "plainsame": f"{AUTH} http://api.test/v1/plainsame",
+    "otherpath": f"{AUTH} https://api.test/v2/otherpath",
+    "dotpath": f"--path-as-is {AUTH} 'https://api.test/v1/%2e%2e/v2/dotpath'",
+    "inurl": f"{AUTH} \"https://api.test/v1/inurl?key=$ANTHROPIC_API_KEY\"",
+    "otherheader": "-H \"x-api-key: $ANTHROPIC_API_KEY\" https://api.test/v1/otherheader",
+    "twice": f"{AUTH} -H \"Cookie: k=$ANTHROPIC_API_KEY\" https://api.test/v1/twice",
+    "noprefix": "-H \"Authorization: $ANTHROPIC_API_KEY\" https://api.test/v1/noprefix",
+}
+REFUSED = ("otherhost", "plainhost", "plainsame", "otherpath", "dotpath", "inurl", "otherheader", "twice", "noprefix")
+
+
+@contextmanager
+def two_name_upstream(engine, env: dict):
+    """UPSTREAM (443 api.test's certificate, 8443 wrong.test's, 80 plain) reachable as api.test and
+    wrong.test on a fresh internal network."""
+    from launcher.engine import images
+    from launcher.selftest import testnet
+
+    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
+    image = testnet.ensure_upstream(engine)
+    api, network = docker_sdk().api, f"sandbox-test-keybind-{os.getpid()}"
+    api.create_network(network, driver="bridge", internal=True)
+    host_config = api.create_host_config(network_mode=network, ulimits=testnet.podman_ulimits(engine))
+    ref = api.create_container(image, name=f"{network}-upstream", command=["python3", "-u", "-c", UPSTREAM],
+                               environment=env, host_config=host_config,
+                               networking_config=api.create_networking_config(
+                                   {network: api.create_endpoint_config(aliases=["api.test", "wrong.test"])}))["Id"]
+    try:
+        api.start(ref)
+        deadline = time.monotonic() + 30
+        while b"READY" not in api.logs(ref) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        yield network, lambda: api.logs(ref).decode()
+    finally:
+        api.remove_container(ref, force=True)
+        api.remove_network(network)
+
+
+@pytest.fixture(scope="module")
+def upstream(engine, certs):  # noqa: F811
+    env = {"API_CERT": certs["api.test.crt"], "API_KEY": certs["api.test.key"],
+           "WRONG_CERT": certs["wrong.test.crt"], "WRONG_KEY": certs["wrong.test.key"]}
+    with two_name_upstream(engine, env) as running:
+        yield running
+
+
+def test_the_key_goes_only_to_its_host_and_paths_and_the_placeholder_nowhere_else(upstream, workspace, tmp_path,
+                                                                                   certs):  # noqa: F811
+    network, upstream_log = upstream
+    (tmp_path / "good.pem").write_text(certs["good.pem"])
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    (workspace / "calls").write_text("".join(f"{k} {v}\n" for k, v in CALLS_FILE.items()))
+    real = "real-bound-key-" + os.urandom(12).hex()
+    report = tmp_path / "report.json"
+    done = subprocess.run(SANDBOX + ["run", "-p", str(policy), "-w", str(workspace), "--egress-network", network,
+                                     "--report", str(report), "--", "bash", "-c", CALLS],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "SANDBOX_TEST_BOUND_KEY": real})
+    assert done.returncode == 0, done.stderr + done.stdout
+    seen = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in done.stdout.splitlines() if " " in line}
+    log = upstream_log()
+    placeholder = seen["placeholder"]
+    assert placeholder.startswith("sandbox-placeholder-") and len(placeholder) > 40, seen
+    inside = (workspace / "envdump").read_text()   # the agent's environment: the placeholder, never the key
+    assert f"ANTHROPIC_API_KEY={placeholder}\n" in inside and real not in inside and "SANDBOX_SECRET" not in inside
+    for label in ("good", "goodpost", "clean"):
+        assert seen[label].startswith("200"), (label, seen)
+        assert label in log, (label, log)
+    # the upstream saw the real key, in the bound requests alone, and never the placeholder
+    assert log.count(f"REQ Authorization: Bearer {real}") == 2, log
+    assert placeholder not in log, log
+    for label in REFUSED:
+        status, _, body = seen[label].partition(" ")
+        assert status == "403" and body.startswith("sandbox: refused by the egress policy: placeholder of "
+                                                   "ANTHROPIC_API_KEY"), (label, seen[label])
+        assert label not in log, f"{label} reached the upstream:\n{log}"
+    assert "sent to https://wrong.test:8443" in seen["otherhost"] and "sent to http://api.test:80" in seen["plainsame"]
+    assert "sent to path /v2/dotpath" in seen["dotpath"], seen["dotpath"]
+    reasons = [r["reason"] for r in json.loads(report.read_text())["egress"]["requests"]
+               if "placeholder of ANTHROPIC_API_KEY" in r["reason"]]
+    assert len(reasons) == len(REFUSED) and all(r.startswith("refused: ") for r in reasons), reasons
+
+
+# ---- the probe proves it: the placeholder sent to another allowed destination is refused by the
+# proxy (egress.key_refused), and env.secrets lets in exactly the plan's placeholder, nothing else
+
+def _plan(engine, workspace, tmp_path, certs, network):  # noqa: F811
+    from dataclasses import replace
+
+    from conftest import launch_facts
+    from launcher.engine import images
+    from launcher.host import statefiles
+    from launcher.plan import trustfiles
+    from launcher.plan.compiler import compile_policy
+    from launcher.policy.policy import parse_policy
+
+    (tmp_path / "good.pem").write_text(certs["good.pem"])
+    policy = parse_policy(POLICY.replace("image: sandbox/agent:bookworm-full\n", "").encode(), str(tmp_path / "policy.yaml"))
+    facts = launch_facts(engine, policy, workspace, proxy_image=images.proxy_image().tag, launched=True)
+    files = trustfiles.store_files("", launch=facts.nonce)
+    statefiles.write(files)
+    facts = replace(facts, bump_store=(files[0].path, files[1].path))
+    return compile_policy(policy, facts, egress_network=network,
+                          command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
+
+
+def _without_key_check(plan):
+    from dataclasses import replace
+
+    line = "http_access deny !keys_connect !keys_ok\n"
+    assert line in plan.proxy.config
+    return replace(plan, proxy=replace(plan.proxy, config=plan.proxy.config.replace(line, "")))
+
+
+def _another_placeholder(plan):
+    from dataclasses import replace
+
+    env = tuple((k, "sandbox-placeholder-" + "0" * 32 if k == "ANTHROPIC_API_KEY" else v) for k, v in plan.container.env)
+    return replace(plan, container=replace(plan.container, env=env))
+
+
+KEY_TAMPERS = {"egress.key_refused": _without_key_check, "env.secrets": _another_placeholder}
+
+
+@pytest.mark.parametrize("check", [None, *KEY_TAMPERS])
+def test_a_removed_key_protection_fails_its_check_and_the_agent_never_runs(engine, upstream, workspace, tmp_path, certs,
+                                                                          check, monkeypatch):  # noqa: F811
+    from fakes import Recorder
+    from launcher.errors import ProbeFailed
+    from launcher.launch import launch
+
+    monkeypatch.setattr(launch, "compare_inspect", lambda spec, attrs, image_env, podman=False: [])
+    monkeypatch.setenv("SANDBOX_TEST_BOUND_KEY", "real-bound-key-" + os.urandom(8).hex())
+    plan = _plan(engine, workspace, tmp_path, certs, upstream[0])
+    assert plan.probe.keyrefuse == "Authorization@wrong.test:8443/sandbox-probe-key", plan.probe.keyrefuse
+    if check is None:   # the control: untampered, every check passes and the agent runs
+        outcome = launch.run(engine, plan, Recorder())
+        assert outcome.probe.ok and (workspace / "AGENT-RAN").exists()
+        assert {"egress.key_refused", "env.secrets"} <= {c.id for c in outcome.probe.checks}
+        assert "sandbox-probe-key" not in upstream[1]()   # refused by the proxy itself
+        return
+    with pytest.raises(ProbeFailed) as info:
+        launch.run(engine, KEY_TAMPERS[check](plan), Recorder())
+    assert info.value.report is not None, str(info.value)
+    failed = {c.id for c in info.value.report.failed}
+    assert check in failed, f"{check} passed although its protection was removed; failed: {failed}"
+    assert not (workspace / "AGENT-RAN").exists()
+    assert engine.list(f"dev.sandbox.workspace={workspace}") == []
