@@ -7,7 +7,8 @@ same code, so the CLI keeps that code, keyed by the exact text, in one file in t
 `__pycache__` (where Python keeps the modules' bytecode, trusted alike: whoever can write one can
 write the other; `sys.pycache_prefix` and `PYTHONDONTWRITEBYTECODE` are honoured as Python honours
 them for bytecode). A text not in the file is compiled as `dataclasses` compiles it; the file is
-read once, and written again at exit only when this process compiled something new. Nothing else
+read once (each module's part decoded when that module makes its first class), and written again
+at exit only when this process compiled something new. Nothing else
 is kept: what a class does is decided by its text alone, exactly as without the file.
 """
 
@@ -22,45 +23,57 @@ import sys
 from importlib.util import MAGIC_NUMBER, cache_from_source
 from types import CodeType
 
-MAX_ENTRIES = 4000      # the file is rewritten with this process's texts alone beyond it (old versions' texts)
-MAX_BYTES = 8 << 20     # a larger file is not read
+MAX_BYTES = 8 << 20     # a larger file is not read; past half of it, only this process's modules are written
 _installed = False
 
 
 class _Cache:
+    """The kept code by module (each decoded when that module makes its first class), and the
+    texts this process's classes had: a module's part is written back with those alone (all of a
+    module's classes are made at its import), so a class changed by an upgrade leaves nothing behind."""
+
     def __init__(self, path: str):
         self.path = path
-        self.known: dict[str, CodeType] = _read(path)
-        self.used: dict[str, CodeType] = {}
+        self.stored: dict[str, bytes] = _read(path)    # module -> its texts' code, still marshalled
+        self.known: dict[str, dict[str, CodeType]] = {}
+        self.used: dict[str, dict[str, CodeType]] = {}
         self.new = False
+
+    def _module(self, name: str) -> dict[str, CodeType]:
+        if name not in self.known:
+            self.known[name] = _decoded(self.stored.pop(name, b""))
+        return self.known[name]
 
     def exec(self, source, globals=None, locals=None, /):
         """`exec` as the dataclasses module sees it: the text of one of the launcher's classes that
         was compiled before runs its kept code (any other class's is compiled as always)."""
         if isinstance(source, str):
-            ours = _ours(globals)
-            code = self.known.get(source) if ours else None
+            name = _ours(globals)
+            kept = self._module(name) if name else {}
+            code = kept.get(source)
             if code is None:
                 # as exec compiles a text called from dataclasses: no __future__ flags (it has none;
                 # a text exec'd from here would take this module's)
                 code = compile(source, "<string>", "exec", dont_inherit=True)
-                if ours:
-                    self.known[source] = code
+                if name:
+                    kept[source] = code
                     self.new = True
-            if ours:
-                self.used[source] = code
+            if name:
+                self.used.setdefault(name, {})[source] = code
             source = code
         return builtins.exec(source, globals, locals)
 
     def save(self) -> None:
         if not self.new or sys.dont_write_bytecode:
             return
-        keep = self.known if len(self.known) <= MAX_ENTRIES else self.used
+        modules = {name: marshal.dumps(code) for name, code in self.used.items()}
+        if sum(len(v) for v in self.stored.values()) + sum(len(v) for v in modules.values()) <= MAX_BYTES // 2:
+            modules = {**self.stored, **modules}   # beyond: this process's modules alone (old versions' go)
         temporary = f"{self.path}.{os.getpid()}.tmp"
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             with open(temporary, "wb") as out:
-                out.write(MAGIC_NUMBER + marshal.dumps(keep))
+                out.write(MAGIC_NUMBER + marshal.dumps(modules))
             os.replace(temporary, self.path)   # whole or not at all, also with many launchers at once
         except (OSError, ValueError):   # a read-only install: every start compiles, as without the file
             try:
@@ -69,13 +82,14 @@ class _Cache:
                 pass
 
 
-def _ours(namespace) -> bool:
-    """The generated methods' globals are their class's module's: the launcher's own modules."""
+def _ours(namespace) -> str:
+    """The module whose class this is (the generated methods' globals are its module's), when it is
+    one of the launcher's own; else ""."""
     name = namespace.get("__name__") if isinstance(namespace, dict) else None
-    return isinstance(name, str) and (name == "launcher" or name.startswith("launcher."))
+    return name if isinstance(name, str) and (name == "launcher" or name.startswith("launcher.")) else ""
 
 
-def _read(path: str) -> dict[str, CodeType]:
+def _read(path: str) -> dict[str, bytes]:
     try:
         with open(path, "rb") as source:
             data = source.read(MAX_BYTES + 1)
@@ -85,6 +99,17 @@ def _read(path: str) -> dict[str, CodeType]:
         return {}
     try:
         found = marshal.loads(data[len(MAGIC_NUMBER):])
+    except (EOFError, ValueError, TypeError):
+        return {}
+    if not isinstance(found, dict) or not all(isinstance(k, str) and isinstance(v, bytes) for k, v in found.items()):
+        return {}
+    return found
+
+
+def _decoded(data: bytes) -> dict[str, CodeType]:
+    """One module's texts and their code; {} when that part of the file is not such a mapping."""
+    try:
+        found = marshal.loads(data) if data else {}
     except (EOFError, ValueError, TypeError):
         return {}
     if not isinstance(found, dict) or not all(isinstance(k, str) and isinstance(v, CodeType) for k, v in found.items()):

@@ -50,14 +50,14 @@ def test_kept_code_makes_the_same_class(cache):
     dataclasses.exec = patched
     assert str(inspect.signature(_make(_module("elsewhere_classcode")))) == str(inspect.signature(plain))
     first = _make(_module("launcher.fake_classcode"))
-    assert cache.new and cache.used   # compiled, and kept
+    assert cache.new and list(cache.used) == ["launcher.fake_classcode"]   # compiled, and kept (ours alone)
     cache.save()
     again = classcode._Cache(cache.path)
-    assert set(again.known) == set(cache.known)
+    assert list(again.stored) == ["launcher.fake_classcode"] and not again.known   # decoded only when needed
     sys.modules.pop("launcher.fake_classcode")
     dataclasses.exec = again.exec
     second = _make(_module("launcher.fake_classcode"))
-    assert not again.new   # every text came from the file
+    assert not again.new and set(again.known["launcher.fake_classcode"]) == set(cache.used["launcher.fake_classcode"])
     for cls in (first, second):
         p = cls(a=1)
         assert repr(p) == repr(plain(a=1)).replace("elsewhere_classcode.", "launcher.fake_classcode.")
@@ -72,16 +72,35 @@ def test_kept_code_makes_the_same_class(cache):
 
 def test_only_the_launchers_classes_are_kept(cache):
     _make(_module("elsewhere_classcode"))
-    assert not cache.known and not cache.new
+    assert not cache.known and not cache.used and not cache.new
+
+
+def test_a_changed_class_leaves_its_old_code_behind(cache, tmp_path):
+    module = _module("launcher.fake_classcode")
+    _make(module)
+    cache.save()
+    stale = classcode._Cache(cache.path)
+    stale.known["launcher.fake_classcode"] = {"old text": compile("pass", "<string>", "exec"),
+                                              **classcode._decoded(stale.stored.pop("launcher.fake_classcode"))}
+    stale.new = True
+    stale.used = {"launcher.fake_classcode": {"new text": compile("pass", "<string>", "exec")}}
+    stale.save()
+    assert set(classcode._decoded(classcode._read(cache.path)["launcher.fake_classcode"])) == {"new text"}
 
 
 @pytest.mark.parametrize("content", [b"", b"not marshal", MAGIC_NUMBER + b"\xff\x00garbage",
-                                     MAGIC_NUMBER + marshal.dumps({"text": 1}), MAGIC_NUMBER + marshal.dumps([1]),
+                                     MAGIC_NUMBER + marshal.dumps({"launcher.x": 1}), MAGIC_NUMBER + marshal.dumps([1]),
                                      b"\x00\x00\r\n" + marshal.dumps({})])
 def test_a_bad_or_foreign_file_is_ignored(tmp_path, content):
     path = tmp_path / "dataclass-code.bin"
     path.write_bytes(content)
     assert classcode._read(str(path)) == {}
+
+
+@pytest.mark.parametrize("part", [b"garbage", marshal.dumps({"text": 1}), marshal.dumps({1: compile("", "", "exec")}),
+                                  marshal.dumps(["x"])])
+def test_a_bad_module_part_is_compiled_anew(part):
+    assert classcode._decoded(part) == {}
 
 
 def test_nothing_written_without_bytecode(cache, monkeypatch):
