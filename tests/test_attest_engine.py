@@ -245,4 +245,7 @@ def test_up_in_proxy_mode_records_the_egress_read_at_down_before_the_proxy_goes(
     egress = pred["report"]["egress"]
     assert "error" not in egress and [(b["host"], b["count"]) for b in egress["blocked"]] == [("denied.test", 1)]
     assert any(r["host"] == "allowed.test" and not r["denied"] for r in egress["requests"])
+    # the rules in force, as the start recorded them, kept when down adds the log
+    assert {"host": "allowed.test", "ports": [80, 443], "private": True, "methods": None, "paths": None,
+            "mode": "enforce", "enforcer": "proxy (tunnel)"} in egress["rules"]
     assert pred["run"]["removed_by"] == "sandbox down" and "proxy" in pred["images"]

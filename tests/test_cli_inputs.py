@@ -77,7 +77,7 @@ def test_a_real_process_exits_with_the_code_and_prints_no_traceback(argv, code, 
 def test_logs_writes_its_data_on_stdout_and_needs_no_egress_flag(place):
     done = run_process("logs", "--report", "none-mode.json", "--allowed", cwd=place)   # a real process's stdout
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "egress: nothing was blocked\negress allowed (0 requests):\n"
+    assert done.stdout == "egress: 0 refused, 0 would be refused (audit mode), 0 allowed\n"
 
 
 def test_a_devcontainer_for_the_bind_variant_is_written(place):

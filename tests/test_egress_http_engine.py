@@ -196,6 +196,23 @@ def test_the_probe_proves_interception_refusal_and_the_tunnel(tls_upstream, work
     assert "sandbox-probe" not in log, log   # the probe's refused requests: refused by the proxy itself
 
 
+def test_a_forged_host_header_in_an_intercepted_tunnel_does_not_lift_its_rules(tls_upstream, workspace, tmp_path,
+                                                                                      certs):  # noqa: F811
+    """Inside the intercepted tunnel to api.test:443 (GET and HEAD only), a Host header naming
+    another allowed port (api.test:8443, a plain tunnel rule) is judged by that port's rule, so it
+    must go there and only there: never to the tunnel's upstream, where its rule would be lifted.
+    (api.test:8443's certificate fails the proxy's verification: nothing reaches any upstream.)"""
+    calls = {"forged": "-X POST -H 'Host: api.test:8443' https://api.test/repos/acme/forged",
+             "forgedget": "-H 'Host: api.test:8443' https://api.test/repos/acme/forgedget",
+             "get": "https://api.test/repos/acme/get"}
+    seen, log, _, done = run_calls(tls_upstream, workspace, tmp_path, certs, [ENFORCED, TUNNEL], calls)
+    assert done.returncode == 0, done.stderr
+    assert seen["get"].startswith("200"), seen
+    for label in ("forged", "forgedget"):
+        assert not seen[label].startswith("200"), (label, seen)
+        assert label not in log, f"{label} reached the upstream:\n{log}"
+
+
 def _plan(engine, workspace, tmp_path, certs, network):  # noqa: F811
     from dataclasses import replace
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import docker_sdk, launch_facts, preset
+from conftest import ROOT, docker_sdk, launch_facts, preset
 
 from fakes import Recorder
 
@@ -162,29 +162,33 @@ def _cli(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("weaken", [None, "socket"])
-def test_up_that_attaches_again_proves_the_sandbox_first(engine, workspace, weaken):
-    """`up` on a running sandbox re-runs the probe in it: a sandbox that still holds passes again;
-    one whose state broke the policy meanwhile (a socket on a mount, from the agent) is refused,
-    left running, and nothing new starts. (Its probe files are compared as at a start: the same
-    function, tested on a changed volume above.)"""
+@pytest.mark.parametrize("weaken", [None, "own", "socket"])
+def test_up_that_attaches_again_proves_the_sandbox_first(engine, workspace, tmp_path, weaken):
+    """`up` on a running sandbox re-runs the probe in it: a sandbox that still holds passes again,
+    also with a socket the agent made in its own tmpfs (Claude Code keeps one in /tmp); one whose
+    state broke the policy meanwhile (a socket on a mount that outlives it: its home volume) is
+    refused, left running, and nothing new starts. (Its probe files are compared as at a start:
+    the same function, tested on a changed volume above.)"""
     name = f"sandbox-test-reprove-{os.urandom(2).hex()}"
-    up = ("up", "--workspace-mode", "bind", str(workspace), "--name", name, "--no-shell")
+    policy = tmp_path / "home-volume.yaml"   # a home volume: a mount the sandbox does not make empty
+    policy.write_text((ROOT / "policies" / "untrusted.yaml").read_text().replace("home: {mode: tmpfs}", "home: {mode: volume}"))
+    up = ("up", "-p", str(policy), "--workspace-mode", "bind", str(workspace), "--name", name, "--no-shell")
     assert _cli(*up).returncode == 0
     try:
         said = _cli("exec", name, "--", "true").stderr
         assert f"{name} was last proven" in said and "at its start" in said
-        if weaken == "socket":
+        if weaken:
+            where = "/tmp/agent.sock" if weaken == "own" else "/home/agent/agent.sock"
             made = _cli("exec", name, "--", "python3", "-c",
-                        "import socket; socket.socket(socket.AF_UNIX).bind('/tmp/agent.sock')")
+                        f"import socket; socket.socket(socket.AF_UNIX).bind({where!r})")
             assert made.returncode == 0, made.stderr
         again = _cli(*up)
-        if weaken is None:
+        if weaken != "socket":
             assert again.returncode == 0 and "probe passed again" in again.stderr, again.stderr
             assert "on attach" in _cli("exec", name, "--", "true").stderr
         else:
             assert again.returncode == 122 and "no longer holds what its policy says" in again.stderr, again.stderr
-            assert "sockets.mounts" in again.stderr
+            assert "sockets.mounts" in again.stderr and "agent.sock" in again.stderr
             assert engine.inspect(name).running   # left as it was: the user's work is in it
     finally:
-        assert _cli("down", name).returncode == 0
+        assert _cli("down", name, "--purge").returncode == 0

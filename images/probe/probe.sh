@@ -219,7 +219,7 @@ parse_args() {
 		*=*) k=${arg%%=*}; v=${arg#*=} ;;
 		*) _p_esc "$arg"; _p_add bad "bad:$_P_R"; continue ;;
 		esac
-		case $keys,forbidden, in *",$k,"*) ;; *) _p_esc "$k"; _p_add bad "unknown:$_P_R"; continue ;; esac
+		case $keys,forbidden,owntmpfs, in *",$k,"*) ;; *) _p_esc "$k"; _p_add bad "unknown:$_P_R"; continue ;; esac
 		if _p_in "$k" "$seen"; then _p_add bad "duplicate:$k"; continue; fi
 		_p_add seen "$k"
 		eval "A_$k=\$v"
@@ -1187,7 +1187,9 @@ check_fs_protected() {
 # no socket file on any mount. Kernel filesystems hold no socket files: pruned. The image's
 # root (read-only overlay) cannot hold one either: image layers cannot carry sockets and its
 # upper layer is read-only. Every other mount is walked once: as a start point when the mount
-# it sits on is not walked, else through that one. One find for all of them.
+# it sits on is not walked, else through that one. One find for all of them. owntmpfs (given only
+# when a running sandbox is proven again): its planned tmpfs mounts, pruned as the kernel's are,
+# since a socket there now was made inside (the engine made them empty; mounts never change).
 check_sockets_mounts() {
 	local ok=1 obs= walk= walked= kern= wk=' ' ln id par mp opts fst p q o rc denied
 	if [ "$MI_OK" != 1 ]; then _p_line sockets.mounts 0 "no socket" "$MI_ERR"; return; fi
@@ -1195,6 +1197,7 @@ check_sockets_mounts() {
 	for ln in $MI_TABLE; do
 		IFS=' '; set -- $ln
 		id=$1 par=$2 mp=$5 opts=$6 fst=$7
+		if [ "$fst" = tmpfs ] && _p_in "$mp" "${A_owntmpfs-}"; then _p_add kern "$mp"; continue; fi
 		case $fst in
 		proc | sysfs | cgroup | cgroup2 | devpts | mqueue | securityfs | debugfs | tracefs | \
 			pstore | bpf | configfs | fusectl | binfmt_misc | hugetlbfs)

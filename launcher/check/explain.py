@@ -285,10 +285,20 @@ def to_json(eff: Effective, target: str = "run", engine: EngineFacts | None = No
         "opt_ins": [{"flag": flag, "adds": adds} for flag, adds in TARGETS[target].opt_ins],
         "proxy_mode": eff.policy.network.mode is NetworkMode.PROXY,
         "not_applicable": [{"check": c, "reason": why} for c, why in not_applicable(eff, target)],
+        "egress_rules": [{"rule": rule, "enforcer": enforcer} for rule, enforcer in egress_rules(eff)],
         **({"engine": {"engine": engine.kind, "rootless": engine.rootless, "userns_remap": engine.userns_remap,
                        "cgroup_version": engine.cgroup_version, "unenforced": list(engine.unenforced)}}
            if engine is not None else {}),
     }
+
+
+def egress_rules(eff: Effective) -> tuple[tuple[str, str], ...]:
+    """(rule, enforcer) per allow rule in proxy mode: a tunnel (host and port) or intercepted (methods
+    and paths judged per request, enforced or audited)."""
+    if eff.policy.network.mode is not NetworkMode.PROXY:
+        return ()
+    return tuple((str(r), "proxy (intercepted)" + (", audit: only logged" if r.http.mode == "audit" else "")
+                  if r.http else "proxy (tunnel)") for r in eff.policy.network.allow)
 
 
 def not_applicable(eff: Effective, target: str = "run") -> tuple[tuple[str, str], ...]:
@@ -332,6 +342,7 @@ def render(eff: Effective, markdown: bool = False, target: str = "run", width: i
     lines += [f"not enforced for {target} (`run` enforces it): {name}: {why}" for name, why in TARGETS[target].cannot()]
     lines += [f"probe check n/a (not observable inside): {c}: {why}" for c, why in not_applicable(eff, target)]
     lines += [f"opt-in for {target}: {flag} adds {adds}" for flag, adds in TARGETS[target].opt_ins]
+    lines += [f"egress rule {rule}: {enforcer}" for rule, enforcer in egress_rules(eff)]
     if engine is not None:
         lines.append(f"engine asked: {engine.label}" + (f"; refused there: {', '.join(engine.unenforced)}"
                                                          if engine.unenforced else ""))

@@ -124,8 +124,11 @@ def _egress(report: Report, doc: Doc, rules: tuple[AllowRule, ...], ip_literals:
     if ip_literals:
         report.add(Severity.WARNING, "egress-broad", doc, "network.allow_ip_literals",
                    "IP literals are allowed: the proxy cannot tell who answers at an address")
+    intercepting = any(r.http for r in rules)
     for i, rule in enumerate(rules):
         at = f"network.allow[{i}]"
+        if intercepting:   # where some rules are judged per request, say which enforcer each rule has
+            report.add(Severity.INFO, "egress-enforcer", doc, at, f"{rule}: {_enforcer(rule)}")
         if rule.wildcard:
             report.add(Severity.WARNING, "egress-broad", doc, at, f"{rule} allows every name below {rule.host}",
                        "list the exact hosts the agent needs")
@@ -141,11 +144,66 @@ def _egress(report: Report, doc: Doc, rules: tuple[AllowRule, ...], ip_literals:
                 rule.wildcard and any(h.endswith("." + rule.host) for h in _SHARED_HOSTS)):
             report.add(Severity.WARNING, "egress-broad", doc, at, f"{rule} serves content anyone can publish",
                        "an allowed shared host is a channel out of the sandbox")
+        if rule.http:
+            _unenforced(report, doc, rules, i)
         for j, other in enumerate(rules):
-            if j != i and covers(other, rule) and (not covers(rule, other) or j < i):
+            if j != i and not (rule.http and not other.http) and covers(other, rule) and (not covers(rule, other) or j < i):
                 report.add(Severity.WARNING, "shadowed", doc, at, f"{rule} is already covered by {other} "
                            f"(network.allow[{j}])", "remove one of them")
                 break
+
+
+def _enforcer(rule: AllowRule) -> str:
+    if not rule.http:
+        return "proxy (tunnel): host and port only, nothing decrypted"
+    judged = "methods and paths judged per request, " + ("only logged (audit)" if rule.http.mode == "audit"
+                                                        else "refused with 403")
+    return f"proxy (intercepted): TLS terminated with this sandbox's CA, {judged}"
+
+
+def _overlap(http: AllowRule, plain: AllowRule) -> str:
+    """How a tunnel rule's names meet an http: rule's: "same" (every name of the tunnel is one the
+    proxy intercepts for the http: rule), "wider" (the tunnel's wildcard covers the http: rule's
+    names and more), or "" (none shared)."""
+    def below(name: str, suffix: str) -> bool:
+        return name.endswith("." + suffix)
+    if not http.wildcard:
+        return "same" if not plain.wildcard and plain.host == http.host else "wider" if plain.wildcard and \
+            below(http.host, plain.host) else ""
+    if below(plain.host, http.host) or plain.host == http.host and plain.wildcard:
+        return "same"
+    return "wider" if plain.wildcard and below(http.host, plain.host) else ""
+
+
+def _ports(ports: list[int]) -> str:
+    return ("port " if len(ports) == 1 else "ports ") + ", ".join(map(str, ports))
+
+
+def _unenforced(report: Report, doc: Doc, rules: tuple[AllowRule, ...], i: int) -> None:
+    """A tunnel rule beside rule i (with http:) on the same names: on ports the http: rule lacks it
+    opens the host without methods or paths; a wildcard tunnel lets another name carry the host's
+    (TLS server name, Host header: domain fronting); on the same names and ports it adds nothing."""
+    rule, at = rules[i], f"network.allow[{i}]"
+    for j, other in enumerate(rules):
+        overlap = "" if other.http or other.ip else _overlap(rule, other)
+        if not overlap:
+            continue
+        extra = [p for p in other.ports if p not in rule.ports]
+        shared = [p for p in other.ports if p in rule.ports]
+        if extra:
+            report.add(Severity.WARNING, "egress-unenforced", doc, f"{at}.http", f"{rule}: {other} (network.allow[{j}]) "
+                       f"reaches {'the same host' if overlap == 'same' else 'it'} on {_ports(extra)} "
+                       "as a tunnel, where these methods and paths are not enforced",
+                       f"remove network.allow[{j}], or give it the same http: rule")
+        if shared and overlap == "wider":
+            report.add(Severity.WARNING, "egress-unenforced", doc, f"{at}.http", f"{rule}: {other} "
+                       f"(network.allow[{j}]) lets a tunnel to another name below {other.host} carry this host's name "
+                       "(TLS server name, Host header): a server that answers for both (one front, a CDN) serves it "
+                       "without these methods and paths", f"allow the exact hosts the agent needs instead of {other}")
+        elif shared:
+            report.add(Severity.WARNING, "shadowed", doc, f"network.allow[{j}]", f"{other} adds nothing on "
+                       f"{_ports(shared)}: the proxy judges every request there by {at}'s methods and paths "
+                       f"({rule})", f"remove it; to allow every request, drop http: from {at}")
 
 
 def _mounts(report: Report, doc: Doc, policy: Policy, facts: HostFacts | None, workspace: str) -> None:

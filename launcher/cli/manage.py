@@ -8,7 +8,7 @@ import click
 
 from launcher.cli import complete
 from launcher.cli.options import Defaulted, down_strict_option, json_option, name_argument
-from launcher.cli.output import Console, attach, emit, envelope, error, print_blocked, print_changes
+from launcher.cli.output import Console, attach, emit, envelope, error, print_changes
 from launcher.errors import ExitCode
 from launcher.values import show, visible
 
@@ -214,32 +214,40 @@ def gc(everything: bool, force: bool, volumes: bool, as_json: bool) -> None:
                       "workspace_changes": remove.to_json(done.surfaces)}, 0)
 
 
-@click.command(short_help="Show what a sandbox tried to reach (egress).")
+@click.command(short_help="Show what a sandbox tried to reach (egress), per request.")
 @name_argument(required=False)
 @click.option("--egress", is_flag=True, help="The egress proxy's record (the only log kept, so the default).")
-@click.option("--allowed", is_flag=True, help="List allowed requests too, not only the blocked ones.")
+@click.option("--allowed", is_flag=True, help="List every request, not only the refused and would-refuse ones.")
 @json_option("Every request as JSON on stdout (an array; [] when the preset has no egress).")
+@click.option("--format", "fmt", type=click.Choice(["text", "ocsf"]), default="text", show_default=True,
+              help="ocsf: every request as an OCSF HTTP Activity event (class 4002), one JSON object per line.")
 @click.option("--suggest", is_flag=True, help="Learn mode: print the narrowest network.allow entries that would have "
-              "admitted what was blocked, as a policy snippet (never applied).")
+              "admitted what was refused, and from a run with rules per request (best in audit mode) an http: "
+              "{methods, paths} rule per host, as a policy snippet (never applied).")
 @click.option("--report", "report_path", type=click.Path(exists=True, dir_okay=False),
               help="Read the requests from a `sandbox run --report` file instead (the sandbox is gone after a run).")
-def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, suggest: bool, report_path: str | None) -> None:
-    """Show what the sandbox NAME (or a run's report) tried to reach through its egress proxy: the
-    blocked requests (with --allowed, the allowed ones too) on stdout. A sandbox whose preset has
-    no network (network: none) has no egress to show, and says so. The probe's own test requests
-    are never shown nor suggested.
+def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, fmt: str, suggest: bool,
+         report_path: str | None) -> None:
+    """Show what the sandbox NAME (or a run's report) tried to reach through its egress proxy, one
+    request per line: time, decision (refused; would-refuse: let through by a rule in audit mode;
+    allowed), method, host:port, path (known for a request the proxy read: plain HTTP, or decrypted
+    for a host with http: rules; a tunnel has none) and why. Without --allowed only the refused and
+    would-refuse requests are listed. A sandbox whose preset has no network (network: none) has no
+    egress to show, and says so. The probe's own test requests are never shown nor suggested.
 
     \b
     Example:
       sandbox logs sandbox-myrepo --allowed
+      sandbox logs sandbox-myrepo --suggest          # after a run with http: {mode: audit}
+      sandbox logs sandbox-myrepo --format ocsf > egress.ocsf.jsonl
     """
-    from dataclasses import asdict
-
-    from launcher.egress.audit import from_report, suggest as learn, suggestion_yaml, summarize
-    from launcher.values import visible
+    from launcher.egress.audit import as_json as record, counts, from_report, listing, suggest as learn, suggestion_yaml
+    from launcher.egress.learn import suggest_http
 
     if bool(name) == bool(report_path):
         raise click.UsageError("give a sandbox NAME or --report FILE")
+    if fmt == "ocsf" and (as_json or suggest):
+        raise click.UsageError("--format ocsf writes JSON lines of its own: without --json or --suggest")
     if report_path:
         events = from_report(report_path)
     else:
@@ -248,28 +256,42 @@ def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, suggest: 
 
         events = sandboxes.egress_log(engine.connect(), name)
     if events is None:
-        _no_egress(as_json, suggest)
+        _no_egress(as_json, suggest, fmt)
         return
     if suggest:
         entries, skipped = learn(events)
-        click.echo(suggestion_yaml(entries, skipped, sum(1 for e in events if e.denied)))
+        http, unsuggested = suggest_http(events)
+        click.echo(suggestion_yaml(entries, skipped + unsuggested, sum(1 for e in events if e.denied and e.reason == "-"),
+                                    tuple(http)))
+        return
+    if fmt == "ocsf":
+        from launcher.egress.ocsf import lines
+
+        for line in lines(events, sandbox=name or ""):
+            click.echo(line)
         return
     if as_json:
-        emit([asdict(e) | {"denied": e.denied} for e in events])
+        emit([record(e) for e in events])
         return
-    print_blocked(events, data=True)
-    if allowed:
-        passed = summarize(tuple(e for e in events if not e.denied))
-        click.echo(f"egress allowed ({sum(p.count for p in passed)} requests):")
-        for p in passed:
-            click.echo(f"  {visible(p.method, keep_lines=False)} {visible(p.host, keep_lines=False)}:{p.port}  x{p.count}")
+    from launcher import tables
+    from launcher.cli.output import columns
+
+    click.echo(counts(events))
+    rows = listing(events, allowed)
+    if len(rows) > 1:
+        for line in tables.table(rows, columns() or sys.maxsize):
+            click.echo("  " + line)
+    if not allowed and any(e.decision == "allowed" for e in events):
+        click.echo("  (--allowed lists the allowed requests too)")
 
 
-def _no_egress(as_json: bool, suggest: bool) -> None:
+def _no_egress(as_json: bool, suggest: bool, fmt: str = "text") -> None:
     """`logs` of a sandbox without a network: nothing left it, so nothing to show or learn."""
     said = "no egress in this preset (network: none)"
     if suggest:
         click.echo(f"# {said}: nothing to allow")
+    elif fmt == "ocsf":
+        click.echo(f"sandbox: {said}", err=True)
     elif as_json:
         emit([])
         click.echo(f"sandbox: {said}", err=True)

@@ -136,19 +136,23 @@ class Console:
         target.flush()
 
 
-def print_blocked(events, data: bool = False) -> None:
-    """The blocked requests: a status line on stderr after a run; `data` (sandbox logs): on stdout."""
+def print_blocked(events) -> None:
+    """After a run, on stderr: the blocked requests summarized, and how many a rule in audit mode
+    would have refused (`sandbox logs --report FILE` lists each)."""
     from launcher.egress.audit import summarize
 
     blocked = summarize(tuple(e for e in events if e.denied))
-    say = (lambda text: click.echo(text)) if data else status
+    audited = sum(1 for e in events if e.decision == "would-refuse")
     if not blocked:
-        say("egress: nothing was blocked")
-        return
-    say(f"egress blocked ({sum(b.count for b in blocked)} requests):")
-    for b in blocked:
-        click.echo(f"  {visible(b.method, keep_lines=False)} {visible(b.host, keep_lines=False)}:{b.port}  x{b.count}",
-                   err=not data)
+        status("egress: nothing was blocked")
+    else:
+        status(f"egress blocked ({sum(b.count for b in blocked)} requests):")
+        for b in blocked:
+            click.echo(f"  {visible(b.method, keep_lines=False)} {visible(b.host, keep_lines=False)}:{b.port}  x{b.count}",
+                       err=True)
+    if audited:
+        status(f"egress: {audited} requests would be refused by rules in audit mode (`sandbox logs --report FILE` "
+               "lists them, `--suggest` proposes rules)")
 
 
 def print_changes(changes, failing: bool) -> None:

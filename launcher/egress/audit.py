@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from urllib.parse import unquote
 
 MARK = "SANDBOX-EGRESS"
 # A DNS name as learn mode may suggest it: letters, digits and hyphens in dot-separated labels.
+# Squid's verdicts of a request it forwarded: a 403 with one of these is the upstream's answer.
+_FORWARDED = ("TCP_MISS", "TCP_TUNNEL", "TCP_HIT", "TCP_REFRESH", "TCP_IMS", "TCP_MEM_HIT", "TCP_SWAPFAIL")
 _HOST_NAME = re.compile(r"(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 
 
@@ -26,7 +28,38 @@ class EgressEvent:
 
     @property
     def denied(self) -> bool:
-        return self.verdict.startswith("TCP_DENIED") or self.status == "403" or self.tls == "terminate"
+        """Refused by the proxy: its own verdict, a cut tunnel, or a 403 that no upstream answered
+        (an upstream's own 403 to a forwarded request is its answer, not the proxy's refusal)."""
+        return self.verdict.startswith("TCP_DENIED") or self.tls == "terminate" or (
+            self.status == "403" and not self.verdict.startswith(_FORWARDED))
+
+    @property
+    def decision(self) -> str:
+        """refused (by the proxy), would-refuse (let through by a rule in audit mode) or allowed."""
+        if self.denied:
+            return "refused"
+        return "would-refuse" if self.reason.startswith("would refuse") else "allowed"
+
+    @property
+    def kind(self) -> str:
+        """tunnel (a CONNECT: host and port only), intercepted (a request decrypted by the proxy:
+        method and path known), plain (plain HTTP: method and path known), or - (no request read)."""
+        if self.method == "CONNECT":
+            return "tunnel"
+        if self.method == "-":
+            return "-"
+        return "intercepted" if self.tls == "bump" else "plain"
+
+    @property
+    def message(self) -> str:
+        """Why, in one line: the rule helper's word, or what the proxy's host rules decided."""
+        if self.reason != "-":
+            return self.reason
+        if self.decision == "allowed":
+            return "allowed" if self.kind != "tunnel" or self.tls != "bump" else "allowed (intercepted: its requests follow)"
+        if self.tls == "terminate":
+            return f"refused: TLS server name {self.sni} not allowed"
+        return "refused: host or port not allowed (or the name resolves to a private address)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +97,41 @@ def agents_own(events: tuple[EgressEvent, ...]) -> tuple[EgressEvent, ...]:
                  and not (e.denied and e.path.endswith(probes)))
 
 
+def as_json(event: EgressEvent) -> dict:
+    """One request as `logs --json` and the run report give it: the log's fields, and what they mean."""
+    return asdict(event) | {"denied": event.denied, "decision": event.decision, "kind": event.kind,
+                            "message": event.message}
+
+
+def listing(events: tuple[EgressEvent, ...], allowed: bool) -> list[tuple[str, ...]]:
+    """`sandbox logs`' table (the header first): per request its time (UTC), decision, method,
+    host:port, path and why; the refused and would-refuse ones, or with `allowed` every request.
+    Left out: a CONNECT the proxy intercepted (its requests are the rows) and a connection that
+    sent no request (nothing to show). Every field the agent chose is made visible."""
+    import time
+
+    from launcher.values import visible
+
+    rows = [("TIME (UTC)", "DECISION", "METHOD", "HOST:PORT", "PATH", "WHY")]
+    for e in events:
+        if e.kind == "-" or (e.kind == "tunnel" and e.tls == "bump" and not e.denied) or (
+                not allowed and e.decision == "allowed"):
+            continue
+        rows.append((time.strftime("%H:%M:%S", time.gmtime(e.time)), e.decision, visible(e.method, keep_lines=False),
+                     f"{visible(e.host, keep_lines=False)}:{e.port}",
+                     "(tunnel)" if e.kind == "tunnel" else visible(e.path, keep_lines=False),
+                     visible(e.message.removeprefix("refused: ").removeprefix("would refuse: "), keep_lines=False)))
+    return rows
+
+
+def counts(events: tuple[EgressEvent, ...]) -> str:
+    """One line: how many requests were refused, would be refused (audit) and allowed."""
+    shown = [e for e in events if e.kind != "-" and not (e.kind == "tunnel" and e.tls == "bump" and not e.denied)]
+    said = {d: sum(1 for e in shown if e.decision == d) for d in ("refused", "would-refuse", "allowed")}
+    return (f"egress: {said['refused']} refused, {said['would-refuse']} would be refused (audit mode), "
+            f"{said['allowed']} allowed")
+
+
 def summarize(events: tuple[EgressEvent, ...]) -> tuple[EgressSummary, ...]:
     groups: dict[tuple[str, str, str], list[int]] = {}
     for event in events:
@@ -84,7 +152,7 @@ def suggest(events: tuple[EgressEvent, ...]) -> tuple[list[str], list[str]]:
 
     entries, skipped = {}, {}
     for event in events:
-        if not event.denied:
+        if not event.denied or event.reason != "-":   # a reason: refused by a rule per request, the host is allowed
             continue
         host = (event.sni if event.sni not in ("-", "") else event.host).lower()
         try:
@@ -101,9 +169,15 @@ def suggest(events: tuple[EgressEvent, ...]) -> tuple[list[str], list[str]]:
     return sorted(entries), [f"{h}: {why}" for h, why in sorted(skipped.items())]
 
 
-def suggestion_yaml(entries: list[str], skipped: list[str], requests: int) -> str:
-    head = [f"# learned from {requests} refused requests: review each host before adding it, every one is a way out"]
-    body = ["network:", "  allow:", *[f"    - {e}" for e in entries]] if entries else ["# nothing to allow by name"]
+def suggestion_yaml(entries: list[str], skipped: list[str], requests: int, http: tuple = ()) -> str:
+    """The policy snippet learn mode prints: host entries for what was refused by name, and (from a
+    run with rules per request) an http: rule per host the proxy read requests of (learn.py)."""
+    read = sum(s.requests for s in http)
+    head = [f"# learned from {requests} refused requests" + (f" and {read} requests read per request (methods and "
+            "paths; keep private: and ca_file: of the rules they replace)" if http else "")
+            + ": review each host before adding it, every one is a way out"]
+    lines = [f"    - {e}" for e in entries] + [line for s in http for line in _http_entry(s)]
+    body = ["network:", "  allow:", *lines] if lines else ["# nothing to allow by name"]
     return "\n".join(head + body + [f"# not suggested: {s}" for s in skipped])
 
 
@@ -137,3 +211,16 @@ def from_report(path: str) -> tuple[EgressEvent, ...] | None:
         return agents_own(tuple(EgressEvent(**{k: v for k, v in r.items() if k in names}) for r in requests))
     except (AttributeError, TypeError):
         raise refuse("requests that are not egress records") from None
+
+
+def _http_entry(s) -> list[str]:
+    """A learn.HttpSuggestion's allow entry lines (under `allow:`): enforce, since that is what the
+    audit run was for."""
+    import json
+
+    quoted = lambda items: ", ".join(json.dumps(i) if not re.fullmatch(r"[A-Za-z0-9/._~-]+", i) else i  # noqa: E731
+                                     for i in items)
+    note = f"   # {s.requests} requests" + (f", {s.would_refuse} refused or would be refused by the rule in force"
+                                              if s.would_refuse else "")
+    return [f"    - host: {s.host}{note}",
+            f"      http: {{methods: [{quoted(s.methods)}], paths: [{quoted(s.paths)}], mode: enforce}}"]

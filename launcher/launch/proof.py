@@ -12,7 +12,7 @@ from launcher.engine.engineproto import Engine
 from launcher.engine.verify import ProbeReport, parse_probe
 from launcher.errors import ProbeFailed
 from launcher.plan import checks
-from launcher.plan.plan import PROBE_DIR, ContainerSpec, LaunchPlan, MountKind, unwatched
+from launcher.plan.plan import PROBE_DIR, ContainerSpec, LaunchPlan, MountKind, escape_path, unwatched
 from launcher.values import visible
 
 REPORT_LIMIT = 1 << 20  # bytes of a re-probe's report read at most (a report is a few kB)
@@ -65,6 +65,14 @@ def verify_files(engine: Engine, ref: str, spec: ContainerSpec) -> None:
                           + "\n  ".join(found) + f"\n  hint: `docker volume rm {volume}` (the next launch fills it again)")
 
 
+def own_tmpfs(spec: ContainerSpec) -> str:
+    """The probe's word, on a running sandbox only, that its planned tmpfs mounts are its own: made
+    empty by the engine at create (the inspect comparison proved their type then, and a container's
+    mounts never change), so a socket in one now is one the sandbox made (an agent's, like Claude
+    Code's in /tmp), never the host's. Every other mount is searched for sockets as at start."""
+    return "owntmpfs=" + ",".join(escape_path(m.target) for m in spec.mounts if m.kind is MountKind.TMPFS)
+
+
 def reprove(engine: Engine, plan: LaunchPlan, ref: str) -> ProbeReport:
     """Prove a running sandbox again before new work starts in it (`up` attaching): its probe
     files as it runs them, then the probe with this plan's expectations in it, as its user; the
@@ -76,7 +84,8 @@ def reprove(engine: Engine, plan: LaunchPlan, ref: str) -> ProbeReport:
         raise ProbeFailed(f"{stays}:\n  its probe ({volume}) is not this launcher's: " + "; ".join(found)
                           + f"\n  hint: `sandbox down {plan.container.name}`, then `sandbox up` starts it anew")
     args = unwatched(plan).container.command
-    argv = [*plan.container.entrypoint, *args[:args.index("--")], "--", PROBE_DIR + "/busybox", "true"]
+    argv = [*plan.container.entrypoint, *args[:args.index("--")], own_tmpfs(plan.container), "--",
+            PROBE_DIR + "/busybox", "true"]
     exec_id, stream = engine.exec_stream(ref, argv, user=plan.container.user)
     out, errors = b"", []
     for stdout, stderr in stream:

@@ -88,8 +88,9 @@ def finish(name: str, removed_by: str, changes: list[dict], egress: dict | None)
     pred = statement["predicate"]
     pred["run"].update(finished_at=attest.now(), removed_by=removed_by)
     pred["report"]["workspace_changes"] = changes
-    if egress is not None:
-        pred["report"]["egress"] = egress
+    if egress is not None:   # the rules in force stay as the start recorded them
+        kept = pred["report"].get("egress") or {}
+        pred["report"]["egress"] = {**({"rules": kept["rules"]} if "rules" in kept else {}), **egress}
     statement["subject"] = attest.subjects(pred)
     try:
         key = None
@@ -130,8 +131,8 @@ def keep_start(planned, engine, recorder, probe, started: float, path: str, key)
     data = report.build(status="ok", exit_code=0, started=started, plan=plan, probe=probe,
                         layer_notes=planned.layered.effective.notes)
     if plan.proxy:   # replaced by the proxy's log at `sandbox down`; `gc` finds the proxy gone
-        data["egress"] = {"blocked": [], "requests": [], "error": "not read: the sandbox was removed without "
-                          "`sandbox down` (its proxy's log went with it)"}
+        data["egress"] = {**data["egress"], "blocked": [], "requests": [], "error": "not read: the sandbox was removed "
+                          "without `sandbox down` (its proxy's log went with it)"}
     statement = attest.build(recorder=recorder, plan=plan, policy=planned.policy,
                              layers=planned.layered.effective.layers, engine=engine, report=data, signer=key)
     try:

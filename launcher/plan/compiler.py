@@ -25,7 +25,7 @@ from launcher.plan.plan import (ARP_SYSCTLS, ContainerSpec, CopySpec, HOME_PROFI
 from launcher.host.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS
 from launcher.plan import checks, probehttp, refusals, runtimes, trustfiles, trustlevel
 from launcher.plan.refusals import under
-from launcher.plan.squidconf import http_rules_file, render_squid
+from launcher.plan.squidconf import http_rules_file, render_squid, rules_in_force
 from launcher.plan.trustfiles import CA_DIR
 from launcher.policy.policy import CAPABILITY_BITS
 from launcher.policy.secrets import RUNTIME_NAMES, SECRET_NAMES, SECRET_VALUES, caseless
@@ -98,7 +98,7 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
                       egress_network=egress, alias=PROXY_ALIAS, port=PROXY_PORT,
                       labels=tuple(sorted({**labels, label.KIND: "proxy",
                                            **({label.CA_FILES: " ".join(host.bump_store)} if http else {})}.items())),
-                      secrets=secrets,
+                      secrets=secrets, rules=rules_in_force(policy.network.allow),
                       hosts_entry=dialect_of(host.engine.kind).proxy_by_hosts_entry, ulimits=_ulimits(host))
     url = f"http://{PROXY_ALIAS}:{PROXY_PORT}"
     # The endpoints are reached directly, not through the forward proxy (which would refuse the name).

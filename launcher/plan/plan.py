@@ -60,6 +60,20 @@ class SecretEndpoint:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EgressRule:
+    """One allow rule as the proxy enforces it (the run report and the attestation record carry them):
+    a tunnel checks host and port only; an intercepted host's requests are judged by method and path."""
+
+    host: str                              # as written: a name, or *.suffix
+    ports: tuple[int, ...]
+    private: bool = False
+    methods: tuple[str, ...] | None = None   # None: any (a tunnel: nothing is decrypted)
+    paths: tuple[str, ...] | None = None
+    mode: str = "enforce"                  # audit: let through, "would refuse" logged
+    enforcer: str = "proxy (tunnel)"       # or "proxy (intercepted)"
+
+
+@dataclass(frozen=True, kw_only=True)
 class ProxySpec:
     name: str
     image: str
@@ -88,6 +102,7 @@ class ProxySpec:
     # files the sandbox trusts the proxy's CA from (filled at start: launcher/egress/bump.py).
     http_rules: str = ""
     bump_names: tuple[str, ...] = ()
+    rules: tuple[EgressRule, ...] = ()   # every allow rule, as enforced (what the report and the record say)
     rule_ca_pems: tuple[str, ...] = ()
     ca_files: tuple[str, str] = ("", "")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from launcher.plan.plan import PROXY_ALIAS, PROXY_PORT, SecretEndpoint
+from launcher.plan.plan import PROXY_ALIAS, PROXY_PORT, EgressRule, SecretEndpoint
 from launcher.policy.allowlist import AllowRule
 from launcher.policy.inject import CA_PATH
 
@@ -68,3 +68,12 @@ def _http(rule: AllowRule, http: list[AllowRule], cas: int) -> dict:
 def http_rules_file(rules: tuple[AllowRule, ...]) -> str:
     """The rule helper's file (images/proxy/sandbox-http-rules): "MODE METHOD,... PREFIX ..." per rule with http:."""
     return "".join(f"{r.http.mode} {','.join(r.http.methods)} {' '.join(r.http.paths)}\n" for r in rules if r.http)
+
+
+def rules_in_force(rules: tuple[AllowRule, ...]) -> tuple[EgressRule, ...]:
+    """Each allow rule as the proxy enforces it: a tunnel (host and port), or intercepted (methods
+    and path prefixes, enforced or audited)."""
+    return tuple(EgressRule(host=f"*.{r.host}" if r.wildcard else r.host, ports=r.ports, private=r.private,
+                            **({"methods": r.http.methods, "paths": r.http.paths, "mode": r.http.mode,
+                                "enforcer": "proxy (intercepted)"} if r.http else {}))
+                 for r in rules)

@@ -218,31 +218,35 @@ def copy_judgments(engine: Engine, ref: str, workspace: str, network: str | None
                    command: tuple[str, ...]) -> list[CaseResult]:
     """The cases once more in copy mode: the host tree stays as it was, and of what they planted
     in the copy, `apply` would refuse every git and protected path."""
-    from launcher.copies import review, store
+    from launcher.copies import store
+    from launcher.usecases import copywork
 
     listing, surfaces = scratch.tree_listing(workspace), scan.snapshot(workspace)
     plan = None
     try:
         plan = _launched(engine, _request(ref, workspace, command, network, copy=True), _Collector(lambda m: None)).planned.plan
         same = scratch.tree_listing(workspace) == listing and scan.snapshot(workspace) == surfaces
-        changes = review.annotated(store.changes(engine, plan.copy.name)["changes"], plan.copy.protected)
-        # What `diff` and `apply` read: the run's last checkpoint through a read-only view (on
-        # podman that view needs an upper layer of its own to attach at all).
-        last = max(c["id"] for c in store.checkpoints(engine, plan.copy.name))
-        frozen = {c["path"] for c in store.changes(engine, plan.copy.name, checkpoint=last)["changes"]}
+        live = {c["path"] for c in store.changes(engine, plan.copy.name)["changes"]}
+        ran = max(c["id"] for c in store.checkpoints(engine, plan.copy.name))   # the run's own, at its end
+        # What the user's `sandbox diff` shows (the same call): the run's last checkpoint through a
+        # read-only view (on podman that view needs an upper layer of its own to attach at all),
+        # each change judged as `apply` would judge it.
+        shown = copywork.diff(engine, plan.copy.name)
     except SandboxError as exc:   # a crash of the copy's tools on what the agent left is a failure, not a pass
         return [judged(i, False, str(exc).splitlines()[0], error=True)
                 for i in ("outside.copy_host_untouched", "outside.copy_apply_refuses", "outside.copy_diff_frozen",
                           "outside.copy_type_changes", "outside.copy_control_names")]
     finally:
         if plan is not None and engine.volume_info(plan.copy.upper_volume) is not None:
-            store.discard(engine, plan.copy.name)
+            copywork.discard(engine, plan.copy.name, yes=True)   # as `sandbox discard --yes`
+    changes, last = list(shown.changes), shown.checkpoint
+    frozen = {c["path"] for c in changes}
     control = [c for c in changes if c["path"].split("/")[0] in plan.copy.protected or ".git" in c["path"].split("/")]
     carried = [c["path"] for c in control if not c["refused"]]
-    live = {c["path"] for c in changes}
     return [judged("outside.copy_host_untouched", same, "unchanged" if same else "the host tree changed"),
-            judged("outside.copy_diff_frozen", bool(live) and frozen == live,
-                    f"checkpoint {last} shows the {len(live)} changes of the copy" if frozen == live else
+            judged("outside.copy_diff_frozen", bool(live) and frozen == live and last == ran,
+                    f"checkpoint {last} shows the {len(live)} changes of the copy" if frozen == live and last == ran else
+                    f"diff showed checkpoint {last}, not the run's {ran}" if last != ran else
                     f"checkpoint {last} differs: {sorted(frozen ^ live)[:5]}"),
             judged("outside.copy_apply_refuses", bool(control) and not carried,
                     f"would carry back: {', '.join(carried)}" if carried else

@@ -10,12 +10,12 @@ import time
 from dataclasses import asdict
 
 from launcher.__version__ import __version__
-from launcher.egress.audit import summarize
+from launcher.egress.audit import as_json, summarize
 from launcher.engine.verify import ProbeReport
 from launcher.plan import checks
 from launcher.plan.plan import LaunchPlan
 from launcher.policy import surfaces
-from launcher.targets.argv import plan_to_dict
+from launcher.targets.argv import plain, plan_to_dict
 
 
 def build(*, status: str, exit_code: int, started: float, plan: LaunchPlan | None = None,
@@ -43,14 +43,21 @@ def build(*, status: str, exit_code: int, started: float, plan: LaunchPlan | Non
         "agent": {"exit_code": agent_exit, "timed_out": timed_out},
         # New, changed or removed files that host tools run or trust, and symlinks leaving the workspace.
         "workspace_changes": surfaces.to_json(changes),
-        "egress": egress_json(egress) if plan and plan.proxy else None,
+        "egress": egress_json(egress, plan) if plan and plan.proxy else None,
     }
 
 
-def egress_json(egress: tuple) -> dict:
-    """The report's egress: the blocked requests summarized, and every request."""
-    return {"blocked": [asdict(s) for s in summarize(tuple(e for e in egress if e.denied))],
-            "requests": [asdict(e) | {"denied": e.denied} for e in egress]}
+def egress_json(egress: tuple, plan: LaunchPlan | None = None) -> dict:
+    """The report's egress: the rules in force (each with its enforcer), the blocked requests
+    summarized, and every request with its decision and why."""
+    return {**({"rules": rules_json(plan)} if plan else {}),
+            "blocked": [asdict(s) for s in summarize(tuple(e for e in egress if e.denied))],
+            "requests": [as_json(e) for e in egress]}
+
+
+def rules_json(plan: LaunchPlan) -> list[dict]:
+    """The allow rules as the proxy enforces them (host, ports, methods, paths, mode, enforcer)."""
+    return [plain(r) for r in plan.proxy.rules] if plan.proxy else []
 
 
 def write(path: str, report: dict) -> None:
