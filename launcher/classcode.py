@@ -8,8 +8,8 @@ same code, so the CLI keeps that code, keyed by the exact text, in one file in t
 write the other; `sys.pycache_prefix` and `PYTHONDONTWRITEBYTECODE` are honoured as Python honours
 them for bytecode). A text not in the file is compiled as `dataclasses` compiles it; the file is
 read once (each module's part decoded when that module makes its first class), and written again
-at exit only when this process compiled something new. Nothing else
-is kept: what a class does is decided by its text alone, exactly as without the file.
+at exit only when this process compiled something new. Nothing else is kept: what a class does is
+decided by its text alone, exactly as without the file.
 """
 
 from __future__ import annotations
