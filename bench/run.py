@@ -1,6 +1,6 @@
 """Benchmark (not a test): how long a sandbox takes to start, against plain `docker run`.
 
-    python bench/run.py [--rounds 9] [--compare DIR] [--default-egress]
+    python bench/run.py [--rounds 9] [--compare DIR] [--modes none,proxy,copy] [--default-egress]
 
 One run measures, round after round, each command once per round in a shuffled order (so a busy
 machine slows every figure alike, and no command always follows the same one: the engine still
@@ -94,6 +94,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--compare", type=Path, help="another launcher tree, measured in the same rounds")
+    parser.add_argument("--modes", default="none,proxy,copy",
+                        help="the launcher's modes to measure (comma-separated; fewer: more rounds in the same time)")
     parser.add_argument("--default-egress", action="store_true",
                         help="proxy mode with the egress bridge each sandbox makes (its outside network)")
     args = parser.parse_args()
@@ -114,10 +116,10 @@ def main() -> None:
             copy = ["run", "--policy", "untrusted", "--workspace-mode", "copy", "--workspace", ws, "--", "true"]
             if shutil.which("srt"):
                 runs["srt true"] = ([shutil.which("srt"), "true"], None)
+            modes = {"none": none, "proxy": proxy, "copy": copy}
             for label, tree in trees.items():
-                runs[f"{label}none"] = (sandbox + none, env_for(tree))
-                runs[f"{label}proxy"] = (sandbox + proxy, env_for(tree))
-                runs[f"{label}copy"] = (sandbox + copy, env_for(tree))
+                for mode in args.modes.split(","):
+                    runs[f"{label}{mode}"] = (sandbox + modes[mode], env_for(tree))
             for argv, env in runs.values():   # builds images, writes byte code
                 timed(argv, env)
             wall: dict[str, list[float]] = {name: [] for name in runs}
@@ -148,10 +150,11 @@ def main() -> None:
     if "srt true" in med:
         print(f"srt true / docker plain  {med['srt true'] / med['docker plain']:.2f}")
     for label in trees:
-        print(f"{label or 'this '}tree: none / docker plain  {med[label + 'none'] / med['docker plain']:.2f}   "
-              f"none / docker probed  {med[label + 'none'] / med['docker probed']:.2f}   "
-              f"proxy / none  {med[label + 'proxy'] / med[label + 'none']:.2f}   "
-              f"copy / none  {med[label + 'copy'] / med[label + 'none']:.2f}")
+        ratios = [(f"{a} / {b}", med[label + a] if a in modes else med[a], med[label + b] if b in modes else med[b])
+                  for a, b in (("none", "docker plain"), ("none", "docker probed"), ("copy", "docker plain"),
+                               ("proxy", "none"), ("copy", "none"))
+                  if all(x in modes and label + x in med or x.startswith("docker") for x in (a, b))]
+        print(f"{label or 'this '}tree: " + "   ".join(f"{name}  {x / y:.2f}" for name, x, y in ratios))
     print("phase medians, ms (proxy-mode phases overlap; 'total' is the launcher's own clock):")
     names = [n for n in runs if table[n] and table[n][0]]
     keys = list(dict.fromkeys(k for n in names for row in table[n] for k in row))

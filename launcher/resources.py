@@ -13,6 +13,11 @@ def _bundled(name: str) -> Path:
     return inside if inside.is_dir() else _PACKAGE.parent / name
 
 
+def package_file(name: str) -> Path:
+    """A data file of the package itself (the policy schema), without importlib.resources (~5 ms to import)."""
+    return _PACKAGE / name
+
+
 def policies_dir() -> Path:
     return _bundled("policies")
 

@@ -12,6 +12,10 @@ import gc
 
 gc.disable()   # while the commands import (the end of this module says why); so the imports follow it
 
+from launcher import classcode  # noqa: E402
+
+classcode.install()   # before the commands import: their dataclasses' methods compiled once, not per start
+
 import signal  # noqa: E402
 import sys  # noqa: E402
 import traceback  # noqa: E402

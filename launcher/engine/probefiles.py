@@ -40,7 +40,7 @@ def problems(tar: bytes | None, busybox: str | None) -> list[str]:
     found: dict[str, str] = {}
     said: list[str] = []
     try:
-        with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        with tarfile.open(fileobj=io.BytesIO(tar), mode="r:") as archive:   # the API's tar is never compressed
             for member in archive:
                 # Docker names the entries probe/NAME, podman /NAME (and the directory "");
                 # ownership is not compared: the engines report it differently (podman as the

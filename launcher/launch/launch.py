@@ -10,11 +10,9 @@ import threading
 import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from launcher import labels as label
-from launcher.copies import store
-from launcher.copies.fill import Filling
 from launcher.plan.dialects import for_engine
 from launcher.egress import proxy
 from launcher.egress.audit import EgressEvent
@@ -27,6 +25,9 @@ from launcher.launch import home, proof
 from launcher.plan import checks, runtimes
 from launcher.plan.plan import PROBE_END, LaunchPlan, MountKind
 from launcher.timings import timed
+
+if TYPE_CHECKING:
+    from launcher.copies.fill import Filling
 
 PROBE_TIMEOUT = 60     # seconds for the probe to report; it normally needs well under one
 GRACE = 10             # seconds between SIGTERM and SIGKILL when stopping a sandbox
@@ -269,6 +270,8 @@ def run(engine: Engine, plan: LaunchPlan, listener: Listener,
         _drop_new_home(engine, plan, made_home, primary)
         raise
     made = filling is not None
+    if plan.copy:   # copy mode's store: imported only when there is a copy (a bind run never loads it)
+        from launcher.copies import store
     try:
         # Inside the try: a signal right after the probe passed must not leave the sandbox behind.
         ref, output, report, rest = _start_and_probe(engine, plan, listener, filling)
@@ -325,12 +328,16 @@ def _prepare_copy(engine: Engine, plan: LaunchPlan, listener: Listener) -> Filli
     """A new copy going in while the sandbox is created (None: no copy, or an existing one)."""
     if not plan.copy:
         return None
+    from launcher.copies import store
+
     with timed(listener, "copy volumes"):
         return store.begin(engine, plan.copy, listener.status, lambda: timed(listener, "copy"))
 
 
 def _discard_new(engine: Engine, plan: LaunchPlan, filling: Filling, primary: BaseException) -> None:
     """The copy this launch made, once its fill has ended (its container holds the volumes)."""
+    from launcher.copies import store
+
     filling.settle()
     _cleaning_up(primary, lambda: store.discard(engine, plan.copy.name), f"removing copy {plan.copy.name}")
 

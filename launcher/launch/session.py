@@ -146,14 +146,17 @@ def connect(listener: Listener):
 def run(request: Request, listener: Listener, *, engine=None, timings=None) -> RunResult:
     """Probe, then run the agent's command in a fresh sandbox and remove it; never raises for a
     failed launch (the result says how it ended, its report included)."""
-    from launcher.launch import attest
     from launcher.targets import report
 
     started = time.monotonic()
     planned = outcome = error = None
     changes: tuple = ()
     code, status = ExitCode.INTERNAL, "error"
-    recorder = attest.Recorder(listener) if request.attest else listener
+    recorder = listener
+    if request.attest:   # the record's code (and signing's) only when one is asked for
+        from launcher.launch import attest
+
+        recorder = attest.Recorder(listener)
     try:
         planned = prepare(request, listener, timings=timings)
         engine = engine or connect(listener)

@@ -7,12 +7,10 @@ shipped schema and what the loader accepts cannot drift apart.
 from __future__ import annotations
 
 import copy
-import difflib
 import json
 import re
 from functools import lru_cache
-from importlib import resources
-
+from launcher import resources
 from launcher.errors import Problem
 
 _TYPES = {"object": dict, "array": list, "string": str, "integer": int, "number": (int, float), "boolean": bool}
@@ -21,7 +19,7 @@ _MAX_DEPTH = 8
 
 @lru_cache(maxsize=1)
 def policy_schema() -> dict:
-    return json.loads(resources.files("launcher").joinpath("policy-v1.schema.json").read_text())
+    return json.loads(resources.package_file("policy-v1.schema.json").read_text())
 
 
 def _kind(value) -> str:
@@ -115,6 +113,7 @@ def _check_object(value: dict, schema: dict, file: str, path: str, depth: int):
         elif isinstance(extra, dict):
             out[key], sub = check(item, extra, file, at, depth + 1)
         elif extra is False:
+            import difflib  # here: only a bad value's "did you mean" needs it
             close = difflib.get_close_matches(key, list(props), n=1)
             hint = f"did you mean '{close[0]}'?" if close else "known keys: " + ", ".join(props)
             problems.append(Problem(file=file, path=at, expected="a known key", found=f"unknown key {key!r}",

@@ -8,7 +8,6 @@ the key, what was expected and a hint; nothing is looked up on the host."""
 
 from __future__ import annotations
 
-import difflib
 import posixpath
 import re
 from dataclasses import dataclass
@@ -116,6 +115,7 @@ def _value(key: Key, value, file: str, *, base: str, home: str, presets, agents,
                             "approval of .sandbox.yaml (narrow the preset in .sandbox.yaml itself)")
         if re.fullmatch(r"[a-z0-9][a-z0-9-]*", value):
             if value not in presets:
+                import difflib  # here: only a bad value's "did you mean" needs it
                 close = difflib.get_close_matches(value, presets, n=1)
                 return _problem(file, path, "a preset name or a policy file path", f"no preset {value!r}",
                                 f"did you mean {close[0]!r}?" if close else f"bundled presets: {', '.join(presets)}")
@@ -124,6 +124,7 @@ def _value(key: Key, value, file: str, *, base: str, home: str, presets, agents,
     if key.kind == "agent":
         agents = agents() if callable(agents) else agents   # the profiles are imported only for an agent key
         if not isinstance(value, str) or value not in agents:
+            import difflib  # here: only a bad value's "did you mean" needs it
             close = difflib.get_close_matches(value, agents, n=1) if isinstance(value, str) else []
             return _problem(file, path, "an agent profile name", _shown(value),
                             f"did you mean {close[0]!r}?" if close else f"`sandbox agents` lists them: {', '.join(agents)}")
@@ -190,6 +191,7 @@ def parse(raw, file: str, *, home: str, presets, agents, repository: bool = Fals
                 problems.append(_problem(file, "version", "1", _shown(value), "write version: 1"))
             continue
         if key is None or name not in allowed:
+            import difflib  # here: only a bad value's "did you mean" needs it
             close = difflib.get_close_matches(str(name), allowed, n=1)
             hint = (_HINTS.get(name) or (f"did you mean {close[0]!r}?" if close else "")) if key is None else (
                 "a repository cannot name CA files: trusting a CA is your choice, and the files' content is not "

@@ -3,7 +3,6 @@ path hold the SHA-256 and a copy of the approved bytes, and live outside every w
 
 from __future__ import annotations
 
-import difflib
 import enum
 import hashlib
 import json
@@ -89,6 +88,7 @@ def review_text(path: str, data: bytes, previous: Approval | None, effect: str) 
         body = [f"  | {line}" for line in text.splitlines()]
     else:
         head[0] += f" changed since you approved it ({previous.approved_at}). Changes:"
+        import difflib  # here: only a changed file's diff needs it
         body = ["  " + line.rstrip("\n") for line in difflib.unified_diff(
             previous.content.splitlines(True), text.splitlines(True), "approved", "now", n=2)]
     return visible("\n".join(head + body + ["", "Applying it changes:", effect]))
