@@ -10,12 +10,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
-from contextlib import contextmanager
 
 import pytest
 
-from conftest import docker_sdk
+from conftest import script_upstream
 from test_egress_http_engine import UPSTREAM
 from test_secrets_engine import SANDBOX, certs  # noqa: F401 - a fixture
 
@@ -68,39 +66,12 @@ CALLS_FILE = {
 REFUSED = ("otherhost", "plainhost", "plainsame", "otherpath", "dotpath", "inurl", "otherheader", "twice", "noprefix")
 
 
-@contextmanager
-def two_name_upstream(engine, env: dict):
-    """UPSTREAM (443 api.test's certificate, 8443 wrong.test's, 80 plain) reachable as api.test and
-    wrong.test on a fresh internal network."""
-    from launcher.engine import images
-    from launcher.selftest import testnet
-
-    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
-    image = testnet.ensure_upstream(engine)
-    api, network = docker_sdk().api, f"sandbox-test-keybind-{os.getpid()}"
-    api.create_network(network, driver="bridge", internal=True)
-    host_config = api.create_host_config(network_mode=network, ulimits=testnet.podman_ulimits(engine))
-    ref = api.create_container(image, name=f"{network}-upstream", command=["python3", "-u", "-c", UPSTREAM],
-                               environment=env, host_config=host_config,
-                               networking_config=api.create_networking_config(
-                                   {network: api.create_endpoint_config(aliases=["api.test", "wrong.test"])}))["Id"]
-    try:
-        api.start(ref)
-        deadline = time.monotonic() + 30
-        while b"READY" not in api.logs(ref) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        yield network, lambda: api.logs(ref).decode()
-    finally:
-        api.remove_container(ref, force=True)
-        api.remove_network(network)
-
-
 @pytest.fixture(scope="module")
 def upstream(engine, certs):  # noqa: F811
     env = {"API_CERT": certs["api.test.crt"], "API_KEY": certs["api.test.key"],
            "WRONG_CERT": certs["wrong.test.crt"], "WRONG_KEY": certs["wrong.test.key"]}
-    with two_name_upstream(engine, env) as running:
-        yield running
+    with script_upstream(engine, "keybind", ("api.test", "wrong.test"), UPSTREAM, env) as (network, log, _):
+        yield network, log
 
 
 def test_the_key_goes_only_to_its_host_and_paths_and_the_placeholder_nowhere_else(upstream, workspace, tmp_path,
