@@ -2,10 +2,10 @@
 folder per stage, each saying in its `__init__.py` what it owns and which folders it may import
 (tests/test_rules.py reads that line); the modules here at the top (errors, values, labels, names,
 resources, timings, style, tables, signing, __version__) are shared by every stage and import none
-of the folders. This file (the library's `run`, `up`, `prepare`, `Request`), `__main__.py` and the
-two paths docs/library.md names (ports.py, upoptions.py) are the package's face.
+of the folders. This file (the library's `run`, `up`, `prepare`, `Request`, every command as one
+call, loaded by name when first used) and `__main__.py` are the package's face.
 
-May import: cli, host, launch."""
+May import: cli, host."""
 
 from launcher.__version__ import __version__  # noqa: F401 (a leaf: modules below this facade import it from there)
 
