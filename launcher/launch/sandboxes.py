@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from launcher import labels as label
@@ -11,7 +12,7 @@ from launcher.errors import EngineError, NoSandbox, NotFound, PolicyError, Probl
 from launcher.host import extensions, host, proven
 from launcher.launch import ports
 from launcher.launch.launch import Listener, remove_sandbox
-from launcher.plan import lifetime
+from launcher.plan import lifetime, trustfiles
 
 SANDBOX_KINDS = ("run", "up", "external")
 
@@ -204,17 +205,21 @@ def gc(engine: Engine, everything: bool) -> list[str]:
     Containers, proxies and networks are grouped by the sandbox they belong to; a group goes when
     its sandbox container is gone, stopped, or was a `run` whose launcher died. Sandboxes another
     tool launched (compose, `docker run` from `compile --format argv`) go only with everything.
+    A launch's own CA files that no proxy names any more go once an hour old.
     """
     groups: dict[str, list[ContainerSummary]] = {}
     # Only what the launcher made carries a kind: a container someone ran from one of our images
     # inherits the image's managed label, and is theirs.
-    for item in engine.list():
+    everyone = engine.list()
+    for item in everyone:
         if label.KIND in item.labels:
             groups.setdefault(item.labels.get(label.SANDBOX, item.name), []).append(item)
     for network in engine.list_networks():
         if label.KIND in network.labels:
             groups.setdefault(network.labels.get(label.SANDBOX, network.name), [])
     removed = []
+    named = {path for item in everyone for path in item.labels.get(label.CA_FILES, "").split()}
+    removed += trustfiles.stale_launch_files(named, older_than=3600, now=time.time())
     for name, items in groups.items():
         main = next((i for i in items if i.labels.get(label.KIND) in SANDBOX_KINDS), None)
         if main is not None and not everything:

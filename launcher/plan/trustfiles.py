@@ -59,6 +59,28 @@ def drop_launch_files(files: tuple[str, str]) -> None:
                 pass
 
 
+def stale_launch_files(named: set[str], older_than: float, now: float) -> list[str]:
+    """Launch pairs no proxy names any more (`named`: every proxy's label) and untouched for
+    `older_than` seconds: a launcher killed between writing them and starting its proxy leaves
+    them behind. Younger ones may belong to a launch still starting."""
+    folder = os.path.join(host.state_dir(), "cas")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    stale = []
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            young = now - os.lstat(path).st_mtime < older_than
+        except OSError:
+            continue
+        if name.startswith("bump-") and name.endswith(".pem") and path not in named and not young:
+            stale.append(path)
+    drop_launch_files(tuple(stale))
+    return stale
+
+
 _CA_PROBLEM = dict(expected=f"a PEM file of CA certificates (at most {inject.CA_MAX_BYTES // 1024} KiB)",
                    hint="the CA certificate(s) that sign the upstream's certificate, e.g. ~/certs/company-ca.pem")
 
