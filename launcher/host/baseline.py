@@ -19,16 +19,11 @@ def changes(workspace: str, before: dict[str, str]) -> tuple[surfaces.Change, ..
 
 
 def _path(name: str) -> str:
-    return os.path.join(host.state_dir(), "baselines", f"{name}.json")
+    return host.state_json_path("baselines", name)
 
 
 def save(name: str, workspace: str, before: dict[str, str]) -> None:
-    path = _path(name)
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as out:
-        json.dump({"workspace": workspace, "surfaces": before}, out)
-    os.replace(tmp, path)
+    host.write_state_json(_path(name), {"workspace": workspace, "surfaces": before})
 
 
 def take(name: str) -> tuple[str, dict[str, str]] | None:

@@ -11,17 +11,12 @@ from launcher.host import host
 
 
 def _path(name: str) -> str:
-    return os.path.join(host.state_dir(), "sessions", f"{name}.json")
+    return host.state_json_path("sessions", name)
 
 
 def save(name: str, container: str, end: int) -> None:
     """Record that the container `container` (its id) of the sandbox `name` now ends at `end`."""
-    path = _path(name)
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as out:
-        json.dump({"container": container, "end": end}, out)
-    os.replace(tmp, path)
+    host.write_state_json(_path(name), {"container": container, "end": end})
 
 
 def end_of(name: str, container: str) -> int | None:

@@ -7,6 +7,7 @@ hostgit.py (git), hostfacts.py (HostFacts, gathered once for the pure compiler).
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -219,6 +220,21 @@ def home_dir() -> str:
 
 def state_dir() -> str:
     return os.path.join(_xdg_dir("XDG_STATE_HOME", os.path.join(".local", "state")), "sandbox")
+
+
+def state_json_path(kind: str, name: str) -> str:
+    """$XDG_STATE_HOME/sandbox/KIND/NAME.json: what the launcher keeps per sandbox on the host."""
+    return os.path.join(state_dir(), kind, f"{name}.json")
+
+
+def write_state_json(path: str, value) -> None:
+    """Keep `value` as JSON at `path` (a state_json_path), whole or not at all (a rename), in a
+    folder and a file only this user can read."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    temp = f"{path}.{os.getpid()}.tmp"
+    with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+        json.dump(value, out)
+    os.replace(temp, path)
 
 
 def trust_store_path() -> str:

@@ -11,17 +11,12 @@ from launcher.host import host
 
 
 def _path(name: str) -> str:
-    return os.path.join(host.state_dir(), "proven", f"{name}.json")
+    return host.state_json_path("proven", name)
 
 
 def save(name: str, checks: int, how: str) -> None:
     """Record that `name` passed `checks` probe checks now (`how`: "at its start", "on attach")."""
-    path = _path(name)
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as out:
-        json.dump({"at": time.time(), "checks": checks, "how": how}, out)
-    os.replace(tmp, path)
+    host.write_state_json(_path(name), {"at": time.time(), "checks": checks, "how": how})
 
 
 def last(name: str) -> dict | None:

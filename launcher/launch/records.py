@@ -23,20 +23,14 @@ class Written:
 
 
 def _path(name: str) -> str:
-    return os.path.join(host.state_dir(), "records", f"{name}.json")
+    return host.state_json_path("records", name)
 
 
 def save(name: str, path: str, statement: dict, key: signing.Key | None) -> None:
     """Keep the statement of a started sandbox until it is removed; the key stays where it is (its
     file is read again at `down`, never copied)."""
-    target = _path(name)
-    os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
-    tmp = f"{target}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump({"path": path, "statement": statement,
-                   "key": None if key is None else {"file": os.path.abspath(key.file), "keyid": key.keyid}}, out)
-    os.replace(tmp, target)
+    host.write_state_json(_path(name), {"path": path, "statement": statement,
+                                        "key": None if key is None else {"file": os.path.abspath(key.file), "keyid": key.keyid}})
 
 
 def pending(name: str) -> dict | None:
