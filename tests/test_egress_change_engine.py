@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from launcher.engine import images
+from test_attest_engine import verified
 from test_egress_http_engine import ENFORCED, POLICY, tls_upstream  # noqa: F401 - a fixture
 from test_secrets_engine import certs  # noqa: F401 - a fixture
 from launcher.selftest.testnet import Internet
@@ -37,10 +38,10 @@ def internet(engine):
     net.close()
 
 
-def test_a_rule_added_and_removed_while_the_sandbox_runs(engine, internet, workspace):
-    name = "sandbox-test-egress-change"
+def test_a_rule_added_and_removed_while_the_sandbox_runs(engine, internet, workspace, tmp_path):
+    name, record = "sandbox-test-egress-change", tmp_path / "up.intoto.json"
     try:
-        started = sandbox("up", "-p", "ci", "-w", str(workspace), "--name", name, "--no-shell",
+        started = sandbox("up", "-p", "ci", "-w", str(workspace), "--name", name, "--no-shell", "--attest", str(record),
                           "--egress-network", internet.network, "--allow-private", "allowed.test")
         assert started.returncode == 0, started.stderr
         container = engine.inspect(name).id
@@ -48,6 +49,9 @@ def test_a_rule_added_and_removed_while_the_sandbox_runs(engine, internet, works
         pid = inside(name, "cat /tmp/long.pid")
         assert pid.isdigit()
         assert inside(name, f"{CURL} http://other.test/") == "403"
+        # a download through the proxy that spans both reloads (64 MiB at 2 MiB/s): its connection stays
+        inside(name, "nohup curl -s --limit-rate 2M --max-time 180 -o /dev/null -w '%{http_code} %{size_download}' "
+                     "http://allowed.test/big >/tmp/download 2>&1 &")
 
         added = sandbox("egress", name, "--allow", "{host: other.test, private: true}", "--reason", "fixtures for the tests",
                         "--json")
@@ -67,6 +71,9 @@ def test_a_rule_added_and_removed_while_the_sandbox_runs(engine, internet, works
 
         assert engine.inspect(name).id == container and engine.inspect(name).running
         assert inside(name, f"test -d /proc/{pid} && echo alive") == "alive"   # nothing inside was restarted
+        assert inside(name, "test -s /tmp/download || echo running") == "running"   # still downloading
+        said = inside(name, "while [ ! -s /tmp/download ]; do sleep 1; done; cat /tmp/download")
+        assert said == f"200 {64 << 20}", said   # the whole of it, over the connection opened before
 
         logs = sandbox("logs", name, "--allowed")
         assert logs.returncode == 0, logs.stderr
@@ -78,7 +85,12 @@ def test_a_rule_added_and_removed_while_the_sandbox_runs(engine, internet, works
         assert "probe passed again" in again.stderr
         assert engine.inspect(name).id == container
     finally:
-        sandbox("down", name)
+        down = sandbox("down", name)
+    assert down.returncode == 0, down.stderr
+    changes = verified(record)["predicate"]["report"]["egress"]["rule_changes"]
+    assert [(c["action"], c["rule"], c["reason"]) for c in changes] == [
+        ("allow", "other.test (private)", "fixtures for the tests"), ("deny", "other.test", "fixtures downloaded")]
+    assert all(isinstance(c["time"], int) for c in changes)
 
 
 ISSUER = "curl -sv https://api.test/repos/acme/x -o /dev/null 2>&1 | sed -n 's/^\\*  issuer: //p'"

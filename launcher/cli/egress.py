@@ -41,8 +41,8 @@ def egress(name: str, allow: str | None, deny: str | None, reason: str, as_json:
         output.emit(output.envelope({"action": done.action, "rule": done.rule, "reason": done.reason, "time": done.time,
                                      "rules": list(done.rules), "checks": done.checks}, sandbox=done.sandbox))
         return
-    output.status(f"{done.sandbox}: {done.action} {done.rule} ({done.reason}); probe passed again: {done.checks} checks; "
-                  f"allowed now: {', '.join(done.rules) or 'nothing'}")
+    output.status(f"{done.sandbox}: {done.action} {done.rule} ({done.reason}); probe passed again: "
+                  f"{done.checks} checks; allowed now: {', '.join(done.rules) or 'nothing'}")
 
 
 COMMANDS = (egress,)
