@@ -38,7 +38,8 @@ CALLS = {
     "checkpoint": ("launcher.copies.store", "checkpoint"), "checkpoints": ("launcher.copies.store", "checkpoints"),
     "rewind": ("launcher.copies.store", "rewind"), "fork": ("launcher.copies.fork", "fork"),
     "exec_in": ("launcher.launch.sandboxes", "exec_in"), "ls": ("launcher.launch.sandboxes", "ls"),
-    "egress_log": ("launcher.launch.sandboxes", "egress_log"), "selftest": ("launcher.selftest.runner", "run"),
+    "egress_log": ("launcher.launch.sandboxes", "egress_log"),
+    "change_egress": ("launcher.launch.egresschange", "change"),   # launcher.egress is the package "selftest": ("launcher.selftest.runner", "run"),
     "connect": ("launcher.engine.engine", "connect"),
 }
 

@@ -116,7 +116,7 @@ def test_the_proxy_config_of_a_login_forwards_only_its_paths_with_every_header()
 def test_the_proxy_start_script_fills_a_logins_further_headers(tmp_path):
     """images/proxy/start-proxy's substitution, run here with perl on a config naming both variables."""
     script = open(os.path.join(os.path.dirname(__file__), "..", "images", "proxy", "start-proxy")).read()
-    perl = script[script.index("perl -pe '") + len("perl -pe '"):script.index("' > /run/squid/squid.conf")]
+    perl = script[script.index("perl -pe '") + len("perl -pe '"):script.index("}ge'") + len("}ge")]   # conf()
     env = {"PATH": os.environ["PATH"], "SANDBOX_SECRET_0": "tok%en", "SANDBOX_SECRET_0_1": "acct-1"}
     done = subprocess.run(["perl", "-pe", perl], input="a @SANDBOX_SECRET_0@ b @SANDBOX_SECRET_0_1@\n", env=env,
                           capture_output=True, text=True)

@@ -23,7 +23,7 @@ import traceback  # noqa: E402
 import click  # noqa: E402
 
 from launcher import __version__  # noqa: E402
-from launcher.cli import (agents, attest, config, copies, launch, manage, output, policy, port,  # noqa: E402
+from launcher.cli import (agents, attest, config, copies, egress, launch, manage, output, policy, port,  # noqa: E402
                           presets, selftest, team, trust)
 from launcher.errors import ExitCode, SandboxError, Terminated, kept_copy, secondary_failures  # noqa: E402
 
@@ -118,7 +118,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-for _module in (policy, presets, launch, copies, agents, manage, port, team, trust, selftest, attest, config):
+for _module in (policy, presets, launch, copies, agents, manage, port, team, trust, selftest, attest, config, egress):
     for _command in _module.COMMANDS:
         main.add_command(_command)
 

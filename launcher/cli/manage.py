@@ -254,7 +254,8 @@ def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, fmt: str,
         from launcher.engine import engine
         from launcher.launch import sandboxes
 
-        events = sandboxes.egress_log(engine.connect(), name)
+        connected = engine.connect()
+        events = sandboxes.egress_log(connected, name)
     if events is None:
         _no_egress(as_json, suggest, fmt)
         return
@@ -273,10 +274,16 @@ def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, fmt: str,
     if as_json:
         emit([record(e) for e in events])
         return
+    import time
+
     from launcher import tables
     from launcher.cli.output import columns
+    from launcher.values import visible
 
     click.echo(counts(events))
+    for change in () if report_path else sandboxes.rule_changes(connected, name):   # `sandbox egress`
+        click.echo(f"  {time.strftime('%H:%M:%S', time.gmtime(change.time))}  rule changed: {change.action} "
+                   f"{visible(change.rule, keep_lines=False)}  reason: {visible(change.reason, keep_lines=False)}")
     rows = listing(events, allowed)
     if len(rows) > 1:
         for line in tables.table(rows, columns() or sys.maxsize):

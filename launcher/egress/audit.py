@@ -63,6 +63,36 @@ class EgressEvent:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RuleChange:
+    """An allow rule `sandbox egress` added or removed in the running sandbox, and why (its proxy's log)."""
+
+    time: int
+    action: str         # allow | deny
+    rule: str
+    reason: str
+
+
+CHANGE_MARK = "SANDBOX-EGRESS-RULE"
+
+
+def change_line(change: RuleChange) -> str:
+    """The change as one line of the proxy's log: rule and reason URL-encoded (no space or line break)."""
+    from urllib.parse import quote
+
+    return f"{CHANGE_MARK} {change.time} {change.action} {quote(change.rule, safe='')} {quote(change.reason, safe='')}"
+
+
+def parse_changes(text: str) -> tuple[RuleChange, ...]:
+    found = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 5 and fields[0] == CHANGE_MARK and fields[1].isdigit() and fields[2] in ("allow", "deny"):
+            found.append(RuleChange(time=int(fields[1]), action=fields[2], rule=unquote(fields[3]),
+                                    reason=unquote(fields[4])))
+    return tuple(found)
+
+
+@dataclass(frozen=True, kw_only=True)
 class EgressSummary:
     host: str
     port: str

@@ -116,3 +116,41 @@ def egress_events(engine: Engine, plan: LaunchPlan) -> tuple[EgressEvent, ...]:
     except NotFound:
         return ()
     return agents_own(events)
+
+
+RELOAD_TIMEOUT = 30   # seconds for Squid to listen again after a reconfigure (well under one here)
+
+
+def reload(engine: Engine, spec) -> None:
+    """`sandbox egress`: the running proxy takes spec's configuration (and rule helper's file). Its
+    start script checks it (squid -k parse) and signals Squid, which reconfigures: its connections,
+    its CA and the sandbox stay. Returns once every port of the new configuration listens again;
+    EngineError when the proxy refused it (the old configuration still in force) or did not come back."""
+    import base64
+
+    encode = lambda text: base64.b64encode(text.encode()).decode() if text else ""  # noqa: E731
+    before = engine.logs(spec.name, stdout=False, stderr=True).count(PROXY_READY)
+    ports = sum(1 for line in spec.config.splitlines() if line.startswith("http_port "))
+    _exec(engine, spec, ["/usr/local/bin/start-proxy", "reload", encode(spec.config), encode(spec.http_rules)])
+    deadline = time.monotonic() + RELOAD_TIMEOUT
+    while time.monotonic() < deadline:
+        log = engine.logs(spec.name, stdout=False, stderr=True)
+        if log.count(PROXY_READY) >= before + ports:
+            return
+        if not engine.inspect(spec.name).running:
+            break
+        time.sleep(POLL * 5)
+    tail = "\n    ".join(engine.logs(spec.name, stdout=False, stderr=True).strip().splitlines()[-5:])
+    raise EngineError(f"the egress proxy {spec.name} did not listen again after its reconfigure:\n    {tail}")
+
+
+def note(engine: Engine, spec, line: str) -> None:
+    """One line (audit.change_line's) into the proxy's log, where the audit reads its requests."""
+    _exec(engine, spec, ["/usr/local/bin/start-proxy", "note", line])
+
+
+def _exec(engine: Engine, spec, argv: list[str]) -> None:
+    exec_id, stream = engine.exec_stream(spec.name, argv, user=spec.user)
+    said = b"".join((out or b"") + (err or b"") for out, err in stream).decode(errors="replace").strip()
+    if engine.exec_exit_code(exec_id) != 0:
+        raise EngineError(f"the egress proxy {spec.name} refused `start-proxy {argv[1]}`: {said or 'no reason given'}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from launcher import signing
 from launcher.host import host
@@ -66,7 +66,9 @@ def egress(engine, name: str) -> dict | None:
     from launcher.targets.report import egress_json
 
     try:
-        return egress_json(sandboxes.egress_log(engine, name) or ())
+        data = egress_json(sandboxes.egress_log(engine, name) or ())
+        changes = sandboxes.rule_changes(engine, name)   # `sandbox egress` while it ran: when, what, why
+        return {**data, "rule_changes": [asdict(c) for c in changes]} if changes else data
     except SandboxError as exc:
         return {"blocked": [], "requests": [], "error": f"the proxy's log was not read: {exc}"}
 

@@ -6,10 +6,10 @@ import time
 from dataclasses import dataclass
 
 from launcher import labels as label
-from launcher.egress.audit import EgressEvent, agents_own, parse_log
+from launcher.egress.audit import EgressEvent, RuleChange, agents_own, parse_changes, parse_log
 from launcher.engine.engineproto import ContainerSummary, Engine
 from launcher.errors import EngineError, NoSandbox, NotFound, PolicyError, Problem, SandboxError
-from launcher.host import extensions, host, proven
+from launcher.host import extensions, host, proven, rulechanges
 from launcher.launch import ports
 from launcher.launch.launch import Listener, remove_sandbox
 from launcher.plan import lifetime, trustfiles
@@ -80,6 +80,9 @@ def reuse_problem(item: ContainerSummary, plan) -> Problem | None:
     """Why a running sandbox of this name may not be reused for `plan` (another envelope or
     workspace), or None."""
     have, want = item.labels, dict(plan.container.labels)
+    changed = rulechanges.load(item.name, item.id)
+    if changed is not None:   # `sandbox egress` changed its rules: the effective policy now in force
+        have = {**have, label.EFFECTIVE_DIGEST: changed.digest}
     keys = (label.EFFECTIVE_DIGEST, label.WORKSPACE)
     if all(have.get(k) == want[k] for k in keys):
         return None
@@ -191,6 +194,7 @@ def down(engine: Engine, name: str, purge: bool = False) -> Down:
     remove_sandbox(engine, name)
     proven.forget(name)
     extensions.forget(name)
+    rulechanges.forget(name)
     changes, dropped = None, False
     if copy:
         taken = store.checkpoint(engine, copy, "sandbox down")
@@ -328,3 +332,10 @@ def egress_log(engine: Engine, name: str) -> tuple[EgressEvent, ...] | None:
             return None
         raise NotFound(f"{name} has a network but no egress proxy of ours: nothing recorded what it reached")
     return agents_own(parse_log(engine.logs(proxies[0].id)))
+
+
+def rule_changes(engine: Engine, name: str) -> tuple[RuleChange, ...]:
+    """The allow rules `sandbox egress` changed in the sandbox `name`, with their reasons, from its
+    proxy's log (none: no proxy)."""
+    proxies = [i for i in engine.list(label.selector(label.SANDBOX, name)) if i.labels.get(label.KIND) == "proxy"]
+    return parse_changes(engine.logs(proxies[0].id)) if proxies else ()

@@ -203,7 +203,18 @@ def completed(engine, request):
     differ = differing(request, stored, ports.labelled(item.labels))
     if differ:
         raise PolicyError([refusal(item.name, request, stored, differ)])
-    return applied(request, stored, item.name)
+    return changed(applied(request, stored, item.name), item.id)
+
+
+def changed(request, container: str):
+    """The request with the allow rules `sandbox egress` added to and removed from the running
+    container (launcher/host/rulechanges.py): attaching proves the rules now in force."""
+    from launcher.host import rulechanges
+
+    found = rulechanges.load(request.name, container)
+    if found is None:
+        return request
+    return replace(request, options=replace(request.options, added=found.added, removed=found.removed))
 
 
 def free(engine, candidate: str) -> bool:

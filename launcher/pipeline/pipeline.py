@@ -42,6 +42,10 @@ class LayerOptions:
     # (timeout|session|idle, source, file) of a limit above that a settings file gave (settings.py):
     # a ceiling of that file's kind, not an explicit request of the command line
     origins: tuple[tuple[str, str, str], ...] = ()
+    # `sandbox egress` on a running `up` sandbox (launcher/host/rulechanges.py): entries added like
+    # --allow (never stored as its options), and HOST or HOST:PORT taken out after every layer
+    added: tuple = ()
+    removed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,7 +123,7 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions(),
         base = stack.load_base(ref)
     policy = registries.with_registries(base.policy, registries.names(options.registries)) if options.registries \
         else base.policy
-    policy = with_allowed(policy, options.allow) if options.allow else policy
+    policy = with_allowed(policy, options.allow + options.added) if options.allow or options.added else policy
     if options.workspace_mode:
         policy = replace(policy, workspace=replace(policy.workspace, mode=WorkspaceMode(options.workspace_mode)))
     if options.agent:
@@ -138,7 +142,20 @@ def layered(ref: str, workspace: str, options: LayerOptions = LayerOptions(),
 
         model_key_kept(result.effective.policy, options.agent.keyed,
                        {d.field: d.decided_by for d in result.effective.decisions})
+    if options.removed:
+        result = without(result, options.removed)
     return result
+
+
+def without(result: stack.Stack, removed: tuple[str, ...]) -> stack.Stack:
+    """The effective policy with the allow rules of each HOST (every port) or HOST:PORT (that port)
+    taken out: only ever narrower, so after every layer."""
+    from launcher.policy.allowlist import taken_out
+
+    policy = result.effective.policy
+    allow = taken_out(policy.network.allow, removed)
+    policy = replace(policy, network=replace(policy.network, allow=allow))
+    return replace(result, effective=replace(result.effective, policy=policy))
 
 
 def facts_for(policy, workspace: str, launched: bool = True) -> HostFacts:

@@ -121,3 +121,27 @@ def parse_rule(entry, allow_ip_literals: bool = False) -> AllowRule:
     if not wildcard and name in PUBLIC_SUFFIXES:
         raise ValueError(f"a host, not the public suffix {name}")
     return AllowRule(host=name, wildcard=wildcard, ports=ports)
+
+
+def removal(text: str) -> tuple[str, int | None]:
+    """`sandbox egress --deny`'s HOST, *.suffix or either with :PORT as (host as rules name it, port
+    or None: every port); raises ValueError as parse_rule does."""
+    rule = parse_rule(text, allow_ip_literals=True)
+    return (f"*.{rule.host}" if rule.wildcard else rule.host), (rule.ports[0] if ":" in text.strip() else None)
+
+
+def taken_out(rules: tuple[AllowRule, ...], removed: tuple[str, ...]) -> tuple[AllowRule, ...]:
+    """The rules without those of each removed HOST (every port) or HOST:PORT (that port only)."""
+    from dataclasses import replace
+
+    kept = list(rules)
+    for text in removed:
+        host, port = removal(text)
+        left = []
+        for rule in kept:
+            if (f"*.{rule.host}" if rule.wildcard else rule.host) != host:
+                left.append(rule)
+            elif port is not None and rule.ports != (port,):
+                left.append(replace(rule, ports=tuple(p for p in rule.ports if p != port)))
+        kept = left
+    return tuple(kept)

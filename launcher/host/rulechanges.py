@@ -1,0 +1,56 @@
+"""The allow rules `sandbox egress` changed in a running `up` sandbox, kept on the host where the
+agent cannot write (a container's labels cannot change once it runs): the rules added (widening
+the base, as `up --allow` does) and removed (after every layer), the effective digest now in force,
+and each change with its time and reason. `up` attaching again compiles with them, so the probe
+proves the rules in force, not the ones the sandbox started with."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from launcher.host import host
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuleChanges:
+    container: str                 # the container's id: a later sandbox of the same name has none
+    added: tuple = ()              # allow entries (a host string, or a mapping with http:), as --allow takes them
+    removed: tuple[str, ...] = ()  # HOST or HOST:PORT: rules of the effective policy taken out
+    digest: str = ""               # the effective digest of the policy now in force
+    changes: tuple[dict, ...] = ()  # {"time", "action" (allow|deny), "rule", "reason"}, oldest first
+
+
+def _path(name: str) -> str:
+    return os.path.join(host.state_dir(), "egress-rules", f"{name}.json")
+
+
+def save(name: str, changes: RuleChanges) -> None:
+    path = _path(name)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as out:
+        json.dump({"container": changes.container, "added": list(changes.added), "removed": list(changes.removed),
+                   "digest": changes.digest, "changes": list(changes.changes)}, out)
+    os.replace(tmp, path)
+
+
+def load(name: str, container: str) -> RuleChanges | None:
+    """The changes made to this container of `name`, or None: none, or they were an earlier container's."""
+    try:
+        with open(_path(name)) as data:
+            found = json.load(data)
+        if found["container"] != container:
+            return None
+        return RuleChanges(container=container, added=tuple(found["added"]), removed=tuple(found["removed"]),
+                           digest=str(found["digest"]), changes=tuple(found["changes"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def forget(name: str) -> None:
+    try:
+        os.unlink(_path(name))
+    except OSError:
+        pass
