@@ -23,17 +23,13 @@ class RuleChanges:
 
 
 def _path(name: str) -> str:
-    return os.path.join(host.state_dir(), "egress-rules", f"{name}.json")
+    return host.state_json_path("egress-rules", name)
 
 
 def save(name: str, changes: RuleChanges) -> None:
-    path = _path(name)
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as out:
-        json.dump({"container": changes.container, "added": list(changes.added), "removed": list(changes.removed),
-                   "digest": changes.digest, "changes": list(changes.changes)}, out)
-    os.replace(tmp, path)
+    host.write_state_json(_path(name), {"container": changes.container, "added": list(changes.added),
+                                        "removed": list(changes.removed), "digest": changes.digest,
+                                        "changes": list(changes.changes)})
 
 
 def load(name: str, container: str) -> RuleChanges | None:
