@@ -89,7 +89,13 @@ def test_a_forged_end_inside_cannot_pass_the_ceiling_and_the_agent_cannot_write_
         assert engine.inspect(name).running, "the loop did not read the end written by root"
         # ends at its ceiling (start + 25 s; start is after the probe, later than created under
         # load): a generous bound, still far below the forged end's hour
-        assert ended(engine, name, 60), "a forged end took the session past its ceiling"
+        if not ended(engine, name, 60):   # seen twice in loaded rehearsals, never alone: say what it ran
+            seen = [subprocess.run(argv, capture_output=True, text=True).stdout[-3000:] for argv in (
+                ["docker", "inspect", "-f", "{{json .Args}} {{json .Config.Labels}} {{.State.StartedAt}}", name],
+                ["docker", "logs", name],
+                ["docker", "exec", "-u", "0", name, PROBE_BUSYBOX, "sh", "-c", f"date +%s; cat {END_FILE}; ps -o pid,args"])]
+            pytest.fail(f"a forged end took the session past its ceiling (created {created:.0f}, now "
+                        f"{time.time():.0f}):\n" + "\n".join(seen))
         assert time.time() < created + 25 + 60
     finally:
         sandbox("down", name)
