@@ -218,9 +218,12 @@ def gc(engine: Engine, everything: bool) -> list[str]:
     for item in everyone:
         if label.KIND in item.labels:
             groups.setdefault(item.labels.get(label.SANDBOX, item.name), []).append(item)
+    owners: dict[str, int] = {}   # a group of networks alone: its launcher may be making the rest now
     for network in engine.list_networks():
         if label.KIND in network.labels:
-            groups.setdefault(network.labels.get(label.SANDBOX, network.name), [])
+            key = network.labels.get(label.SANDBOX, network.name)
+            groups.setdefault(key, [])
+            owners.setdefault(key, int(network.labels.get(label.OWNER_PID, "0") or 0))
     removed = []
     named = {path for item in everyone for path in item.labels.get(label.CA_FILES, "").split()}
     removed += trustfiles.stale_launch_files(named, older_than=3600, now=time.time())
@@ -235,9 +238,9 @@ def gc(engine: Engine, everything: bool) -> list[str]:
             stopped = state in ("exited", "dead") or (state == "created" and not owner_alive)
             if not (stopped or (labels[label.KIND] == "run" and not owner_alive)):
                 continue
-        elif main is None and items and not everything:
-            owner_alive = host.pid_alive(int(items[0].labels.get(label.OWNER_PID, "0") or 0))
-            if owner_alive:  # a proxy whose sandbox is still being created
+        elif main is None and not everything:
+            owner = int(items[0].labels.get(label.OWNER_PID, "0") or 0) if items else owners.get(name, 0)
+            if host.pid_alive(owner):  # a proxy or networks whose sandbox is still being created
                 continue
         remove_sandbox(engine, name)
         removed.append(name)
