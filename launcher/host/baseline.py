@@ -3,7 +3,6 @@ agent can write) so that `sandbox down` and `gc` can say what the agent changed.
 
 from __future__ import annotations
 
-import json
 import os
 
 from launcher.host import host, scan
@@ -28,12 +27,10 @@ def save(name: str, workspace: str, before: dict[str, str]) -> None:
 
 def take(name: str) -> tuple[str, dict[str, str]] | None:
     """The saved (workspace, surfaces) of sandbox `name`, removed from the store; None if none."""
-    try:
-        with open(_path(name)) as data:
-            saved = json.load(data)
-        os.unlink(_path(name))
-    except (OSError, ValueError):
+    saved = host.read_state_json(_path(name))
+    if saved is None:
         return None
+    host.drop_state(_path(name))
     return saved["workspace"], saved["surfaces"]
 
 

@@ -4,8 +4,6 @@ learns its new end from a root-owned file inside (lifetime.END_FILE), not from h
 
 from __future__ import annotations
 
-import json
-import os
 
 from launcher.host import host
 
@@ -22,16 +20,12 @@ def save(name: str, container: str, end: int) -> None:
 def end_of(name: str, container: str) -> int | None:
     """The end `sandbox extend` gave this container of `name` (epoch seconds), or None: never
     extended, or the record is of an earlier container of the same name."""
+    found = host.read_state_json(_path(name))
     try:
-        with open(_path(name)) as data:
-            found = json.load(data)
         return int(found["end"]) if found["container"] == container else None
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
 
 
 def forget(name: str) -> None:
-    try:
-        os.unlink(_path(name))
-    except OSError:
-        pass
+    host.drop_state(_path(name))

@@ -237,6 +237,23 @@ def write_state_json(path: str, value) -> None:
     os.replace(temp, path)
 
 
+def read_state_json(path: str):
+    """What write_state_json kept at `path`, or None: none, or not JSON."""
+    try:
+        with open(path) as data:
+            return json.load(data)
+    except (OSError, ValueError):
+        return None
+
+
+def drop_state(path: str) -> None:
+    """Forget a state file (gone already is fine)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def trust_store_path() -> str:
     return os.path.join(state_dir(), "trust.json")
 

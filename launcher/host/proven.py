@@ -3,8 +3,6 @@ it again), kept on the host where the agent cannot write: `sandbox exec` says it
 
 from __future__ import annotations
 
-import json
-import os
 import time
 
 from launcher.host import host
@@ -21,11 +19,10 @@ def save(name: str, checks: int, how: str) -> None:
 
 def last(name: str) -> dict | None:
     """The last proof of `name` on this host: {"at": epoch seconds, "checks", "how"}, or None."""
+    found = host.read_state_json(_path(name))
     try:
-        with open(_path(name)) as data:
-            found = json.load(data)
         return {"at": float(found["at"]), "checks": int(found["checks"]), "how": str(found["how"])}
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
 
 
@@ -41,7 +38,4 @@ def said(name: str, now: float | None = None) -> str:
 
 
 def forget(name: str) -> None:
-    try:
-        os.unlink(_path(name))
-    except OSError:
-        pass
+    host.drop_state(_path(name))

@@ -6,8 +6,6 @@ proves the rules in force, not the ones the sandbox started with."""
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 
 from launcher.host import host
@@ -34,19 +32,15 @@ def save(name: str, changes: RuleChanges) -> None:
 
 def load(name: str, container: str) -> RuleChanges | None:
     """The changes made to this container of `name`, or None: none, or they were an earlier container's."""
+    found = host.read_state_json(_path(name))
     try:
-        with open(_path(name)) as data:
-            found = json.load(data)
         if found["container"] != container:
             return None
         return RuleChanges(container=container, added=tuple(found["added"]), removed=tuple(found["removed"]),
                            digest=str(found["digest"]), changes=tuple(found["changes"]))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
 
 
 def forget(name: str) -> None:
-    try:
-        os.unlink(_path(name))
-    except OSError:
-        pass
+    host.drop_state(_path(name))

@@ -4,7 +4,6 @@ agent cannot write, until `sandbox down` (or `gc`) removes the sandbox and write
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass
 
@@ -34,18 +33,11 @@ def save(name: str, path: str, statement: dict, key: signing.Key | None) -> None
 
 
 def pending(name: str) -> dict | None:
-    try:
-        with open(_path(name)) as data:
-            return json.load(data)
-    except (OSError, ValueError):
-        return None
+    return host.read_state_json(_path(name))
 
 
 def drop(name: str) -> None:
-    try:
-        os.unlink(_path(name))
-    except OSError:
-        pass
+    host.drop_state(_path(name))
 
 
 def names() -> tuple[str, ...]:
