@@ -10,11 +10,10 @@ import sys
 
 import pytest
 
-from launcher.engine import images
 from test_attest_engine import verified
 from test_egress_http_engine import ENFORCED, POLICY, tls_upstream  # noqa: F401 - a fixture
+from test_proxy import internet  # noqa: F401 - a fixture
 from test_secrets_engine import certs  # noqa: F401 - a fixture
-from launcher.selftest.testnet import Internet
 
 pytestmark = pytest.mark.engine
 SANDBOX = [sys.executable, "-m", "launcher"]
@@ -28,14 +27,6 @@ def sandbox(*args) -> subprocess.CompletedProcess:
 def inside(name: str, script: str) -> str:
     return subprocess.run(["docker", "exec", name, "sh", "-c", script], capture_output=True, text=True,
                           timeout=60).stdout.strip()
-
-
-@pytest.fixture(scope="module")
-def internet(engine):
-    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
-    net = Internet(engine)
-    yield net
-    net.close()
 
 
 def test_a_rule_added_and_removed_while_the_sandbox_runs(engine, internet, workspace, tmp_path):
