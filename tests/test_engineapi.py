@@ -144,6 +144,15 @@ def test_a_tar_goes_up_in_chunks(tmp_path):
     assert request.endswith(b"\r\n\r\n3\r\ntar\r\n4\r\nball\r\n0\r\n\r\n")
 
 
+def test_the_attach_joins_the_stream_without_a_replay_of_the_log(tmp_path):
+    # a replay (logs=1) of a container started right after the attach repeats its first lines
+    engine, server = engine_answering(tmp_path, b"HTTP/1.1 101 UPGRADED\r\nConnection: Upgrade\r\n\r\n"
+                                                b"\x01\x00\x00\x00\x00\x00\x00\x03hi\n")
+    assert list(engine.output("abc")) == [(b"hi\n", None)]
+    request = server.got[0].decode()
+    assert request.startswith("POST /v1.41/containers/abc/attach?logs=0&stream=1&stdout=1&stderr=1 ")
+
+
 def test_frames_split_anywhere_come_back_whole():
     stream = b"\x01\x00\x00\x00\x00\x00\x00\x05hello" + b"\x02\x00\x00\x00\x00\x00\x00\x03err" + b"\x01\0\0\0\0\0\0\0"
     pieces = [stream[i:i + 3] for i in range(0, len(stream), 3)]

@@ -39,6 +39,12 @@ class Answer:
         return json.loads(data) if data else None
 
 
+# Attached before the start, as `docker run` attaches: the stream alone. With logs=true as well the
+# engine replays the log after it has joined the stream, and a container started meanwhile has its
+# first lines in both (a probe report with checks twice).
+ATTACH = {"logs": False, "stream": True, "stdout": True, "stderr": True}
+
+
 def params_of(params: dict | None) -> str:
     """A query string: booleans as 1/0, lists and dicts as JSON (the engine's `filters`)."""
     if not params:
@@ -125,8 +131,7 @@ class Unix:
         return Answer(status, headers, _body(reader, headers, method, status), reader, sock)
 
     def attach(self, ref: str) -> Iterator[tuple[bytes | None, bytes | None]]:
-        answer = self.call("POST", path_of("/containers/{}/attach", ref), upgrade=True, timeout=None,
-                           params={"logs": True, "stream": True, "stdout": True, "stderr": True})
+        answer = self.call("POST", path_of("/containers/{}/attach", ref), upgrade=True, timeout=None, params=ATTACH)
         if answer.status not in (101, 200):
             raise failed(f"attaching to {ref}", answer)
         return frames(answer.chunks())
@@ -158,7 +163,7 @@ class Sdk:
         return Answer(answer.status_code, headers, answer.iter_content(1 << 16), answer)
 
     def attach(self, ref: str) -> Iterator[tuple[bytes | None, bytes | None]]:
-        return self.api.attach(ref, stdout=True, stderr=True, stream=True, logs=True, demux=True)
+        return self.api.attach(ref, **ATTACH, demux=True)
 
     def exec_tty(self, exec_id: str) -> ExecSocket:
         # The SDK's socket: output that came with the answer's head is lost (the shell draws its
