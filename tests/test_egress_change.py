@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import os
 
+import threading
+import time
+
 import pytest
 from click.testing import CliRunner
 
@@ -175,6 +178,29 @@ def test_a_change_is_reloaded_logged_kept_and_attaching_compiles_it(ws, reloads)
                                                                   ("deny", "done with it")]
     sandboxes.down(fake, NAME)
     assert rulechanges.load(NAME, ref) is None   # down forgets it
+
+
+def test_two_changes_at_once_take_turns_and_both_are_kept(monkeypatch, ws, reloads):
+    # each reads the changes so far, proves and saves: without the lock the later save drops the other's
+    fake = up_sandbox(ws)
+    ref = fake.inspect(NAME).id
+    inside = threading.Event()
+
+    def slow_proof(eng, plan, ref):
+        inside.set()
+        time.sleep(0.3)   # the other change is waiting for the lock meanwhile (or, unlocked, saving)
+        return ProbeReport(checks=(), finished=True, verdict_ok=True)
+
+    monkeypatch.setattr(proof, "reprove", slow_proof)
+    first = threading.Thread(target=egresschange.change, args=(NAME,),
+                             kwargs=dict(allow="other.test", reason="one", listener=Quiet(), engine=fake))
+    first.start()
+    inside.wait(10)
+    egresschange.change(NAME, allow="third.test", reason="two", listener=Quiet(), engine=fake)
+    first.join(10)
+    kept = rulechanges.load(NAME, ref)
+    assert set(kept.added) == {"other.test", "third.test"}
+    assert [c["reason"] for c in kept.changes] == ["one", "two"]
 
 
 def test_a_failed_proof_puts_the_old_rules_back_and_is_122(monkeypatch, ws, reloads):

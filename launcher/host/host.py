@@ -6,6 +6,7 @@ hostgit.py (git), hostfacts.py (HostFacts, gathered once for the pure compiler).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -254,6 +255,19 @@ def drop_state(path: str) -> None:
         pass
 
 
+@contextlib.contextmanager
+def locked(path: str):
+    """Hold an exclusive lock on the file `path` (made 0600 if missing; the kernel drops the lock
+    if the launcher dies): one launcher at a time changes what it guards."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)   # releases the lock
+
+
 def trust_store_path() -> str:
     return os.path.join(state_dir(), "trust.json")
 
@@ -269,10 +283,7 @@ def update_trust_store(change: Callable[[str], str]) -> str:
     """Replace the trust store with change(its current text), atomically and readable by this user
     only. A lock file serialises concurrent launchers, so no approval overwrites another."""
     path = trust_store_path()
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    lock = os.open(f"{path}.lock", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(f"{path}.lock"):
         text = change(read_trust_store()[1])
         temp = f"{path}.{os.getpid()}.tmp"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -282,8 +293,6 @@ def update_trust_store(change: Callable[[str], str]) -> str:
         finally:
             os.close(fd)
         os.replace(temp, path)
-    finally:
-        os.close(lock)   # releases the lock
     return path
 
 

@@ -42,5 +42,12 @@ def load(name: str, container: str) -> RuleChanges | None:
         return None
 
 
+def locked(name: str):
+    """Held from reading the changes to saving them: two `sandbox egress` on one sandbox take turns,
+    so neither's change is lost."""
+    return host.locked(_path(name) + ".lock")
+
+
 def forget(name: str) -> None:
     host.drop_state(_path(name))
+    host.drop_state(_path(name) + ".lock")

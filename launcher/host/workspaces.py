@@ -8,7 +8,6 @@ One lock and one registry per workspace, in the launcher's state directory (neve
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -23,17 +22,9 @@ def _base(workspace: str) -> str:
     return os.path.join(host.state_dir(), "workspaces", key)
 
 
-@contextlib.contextmanager
 def locked(workspace: str):
     """Hold the workspace's lock (the kernel drops it if the launcher dies)."""
-    path = _base(workspace) + ".lock"
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+    return host.locked(_base(workspace) + ".lock")
 
 
 def placeholders(workspace: str) -> tuple[str, ...]:

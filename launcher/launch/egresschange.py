@@ -55,6 +55,11 @@ def change(name: str, *, allow: str | None = None, deny: str | None = None, reas
                        "sandbox egress NAME --allow HOST --reason TEXT")
     reason = _reason(reason)
     engine = engine or session.connect(listener)
+    with rulechanges.locked(name):
+        return _change(engine, name, allow, deny, reason, listener)
+
+
+def _change(engine, name: str, allow: str | None, deny: str | None, reason: str, listener) -> EgressChanged:
     item = sandboxes.running(engine, name)
     stored = upoptions.parse(item.labels.get(label.UP_OPTIONS))
     if item.labels.get(label.KIND) != "up":
