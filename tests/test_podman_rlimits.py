@@ -12,7 +12,8 @@ import pytest
 
 from conftest import fake_facts, preset, untrusted_bind
 from launcher.plan.dialects.podman import RLIMITS as PODMAN_RLIMITS, ulimits as podman_ulimits
-from launcher.engine.enginebodies import create_body, host_ulimits, proxy_body, specgen_body
+from launcher.engine.dialects.podman import host_ulimits, specgen_body
+from launcher.engine.enginebodies import create_body, proxy_body
 from launcher.engine.engineproto import HostSettings
 from launcher.host import engineid, hostfacts
 from launcher.plan.compiler import compile_policy

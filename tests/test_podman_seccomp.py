@@ -13,7 +13,7 @@ import pytest
 
 from conftest import fake_facts, preset, untrusted_bind
 from launcher.plan.dialects.podman import MARKER as PODMAN_MARKER
-from launcher.engine.enginebodies import specgen_body
+from launcher.engine.dialects.podman import specgen_body
 from launcher.errors import EngineError, PolicyError
 from launcher.host import engineid
 from launcher.pipeline import pipeline

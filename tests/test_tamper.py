@@ -32,7 +32,7 @@ MARKER = "AGENT-RAN"
 ALLOW_ALL_SECCOMP = "seccomp=" + json.dumps({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": []})
 # On podman a tamper that changes the user is refused at create: its `U` tmpfs (the home, /tmp)
 # follows the container's user, so it cannot make the agent's home for another user and the
-# launcher refuses it (enginebodies.specgen_body). The expectation there is "refused before the agent
+# launcher refuses it (launcher/engine/dialects/podman.py: specgen_body). The expectation there is "refused before the agent
 # ran", said explicitly: the test still fails if the container started or the agent ran.
 PODMAN_REFUSED_AT_CREATE = {
     "identity.uid": "podman can make a tmpfs owned only by the container's user",

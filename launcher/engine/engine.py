@@ -10,7 +10,7 @@ from contextlib import contextmanager, suppress
 from typing import Callable, Iterator
 
 from launcher import labels as label
-from launcher.engine import enginebodies, engineapi, streams
+from launcher.engine import dialects, enginebodies, engineapi, streams
 from launcher.engine.engineapi import path_of
 from launcher.engine.engineproto import ContainerInfo, ContainerSummary, NetworkInfo, VolumeInfo
 from launcher.engine.execsocket import ExecSocket
@@ -168,7 +168,7 @@ class Engine:
             filler = self._json(f"filling volume {name}", "POST", "/containers/create", body={
                 "Image": image, "Cmd": [f"{path}/busybox", "true"], "Labels": labels, "HostConfig": {
                     "NetworkMode": "none", "Mounts": [{"Type": "volume", "Source": name, "Target": path}],
-                    **({"Ulimits": enginebodies.ulimits(enginebodies.host_ulimits())} if self.podman else {})}})["Id"]
+                    **({"Ulimits": enginebodies.ulimits(dialects.podman.host_ulimits())} if self.podman else {})}})["Id"]
             self.start(filler)
             if (code := self.wait(filler)) != 0:
                 raise EngineError(f"filling volume {name} from {image}: exit code {code}")
@@ -198,7 +198,7 @@ class Engine:
 
     # containers
     def create(self, spec: ContainerSpec) -> str:   # podman: its libpod create (compat adds /run, /tmp, /var/tmp)
-        path, params, body = (("/libpod/containers/create", None, enginebodies.specgen_body(spec, enginebodies.host_ulimits()))
+        path, params, body = (("/libpod/containers/create", None, dialects.podman.specgen_body(spec, dialects.podman.host_ulimits()))
                               if self.podman else ("/containers/create", {"name": spec.name}, enginebodies.create_body(spec)))
         return self._json(f"creating container {spec.name}", "POST", path, params, body=body)["Id"]
 
@@ -224,9 +224,9 @@ class Engine:
     # networks
     def create_network(self, spec: NetworkSpec, subnet: str = "") -> str | None:
         """The network's subnet (`subnet`, or podman's choice; "" for Docker's); None when `subnet` overlaps
-        another's (nothing created). podman: enginebodies.podman_network_body (no gateway or DNS)."""
+        another's (nothing created). podman: dialects.podman.podman_network_body (no gateway or DNS)."""
         podman = self.podman
-        path, body = (("/libpod/networks/create", enginebodies.podman_network_body(spec, subnet)) if podman else
+        path, body = (("/libpod/networks/create", dialects.podman.podman_network_body(spec, subnet)) if podman else
                       ("/networks/create", enginebodies.network_body(spec, subnet)))
         try:
             made = self._json(f"creating network {spec.name}", "POST", path, body=body)
@@ -237,7 +237,7 @@ class Engine:
         if not podman:
             return subnet
         try:
-            return enginebodies.podman_network_subnet(spec, made, subnet)
+            return dialects.podman.podman_network_subnet(spec, made, subnet)
         except EngineError:
             self.remove_network(spec.name)   # fail closed: never leave a network that is not as asked
             raise

@@ -8,6 +8,7 @@ import time
 
 from launcher import labels as label
 from launcher.engine import enginebodies, images
+from launcher.engine.dialects import podman as podman_bodies
 from launcher.engine.engine import Engine
 from launcher.errors import EngineError
 
@@ -27,8 +28,8 @@ def ensure_upstream(engine: Engine) -> str:
 
 def podman_ulimits(engine: Engine) -> list[dict] | None:
     """A container's HostConfig.Ulimits that podman can set here (podman's defaults within this
-    host's hard limits, enginebodies.host_ulimits); None on Docker, whose own always can."""
-    return enginebodies.ulimits(enginebodies.host_ulimits()) if engine.podman else None
+    host's hard limits, podman_bodies.host_ulimits); None on Docker, whose own always can."""
+    return enginebodies.ulimits(podman_bodies.host_ulimits()) if engine.podman else None
 
 
 class Internet:
