@@ -95,11 +95,11 @@ def podman_default_seccomp(monkeypatch) -> str:
     """podman's default seccomp profile as tests/data/podman/seccomp.json has it, read by the
     pipeline instead of this host's /usr/share/containers/seccomp.json; returns its text."""
     from launcher.pipeline import pipeline
-    from launcher.plan import seccompfiles
+    from launcher.plan.dialects import podman as podman_dialect
 
     text, real = (ROOT / "tests" / "data" / "podman" / "seccomp.json").read_text(), pipeline.host.podman_seccomp_profile
     monkeypatch.setattr(pipeline.host, "podman_seccomp_profile",
-                        lambda path: text if path == seccompfiles.PODMAN_DEFAULT else real(path))
+                        lambda path: text if path == podman_dialect.PODMAN_DEFAULT else real(path))
     return text
 
 

@@ -18,6 +18,7 @@ from launcher.errors import EngineError, PolicyError
 from launcher.host import engineid
 from launcher.pipeline import pipeline
 from launcher.plan import runtimes, seccompfiles
+from launcher.plan.dialects import podman as podman_dialect
 from launcher.plan.compiler import compile_policy
 from launcher.policy.model import Runtime
 from test_podman_specgen import created
@@ -70,7 +71,7 @@ def test_a_podman_plan_without_a_profile_is_refused():
     with pytest.raises(PolicyError) as info:
         on_podman(profile="")
     problem = info.value.problems[0]
-    assert problem.path == "runtime" and seccompfiles.PODMAN_DEFAULT in problem.found and "containers-common" in problem.hint
+    assert problem.path == "runtime" and podman_dialect.PODMAN_DEFAULT in problem.found and "containers-common" in problem.hint
 
 
 def test_an_inline_profile_never_goes_to_podman():

@@ -52,7 +52,7 @@ def _fix(engine, registration, runsc: str | None) -> None:
     from launcher.engine import hostengines
     from launcher.errors import EngineError
     from launcher.host import engineid
-    from launcher.plan import runtimes
+    from launcher.plan.dialects import podman as podman_dialect
 
     if not runsc:
         raise EngineError(("runsc is not installed: nothing to register.\n    hint: apt-get install runsc "
@@ -60,8 +60,8 @@ def _fix(engine, registration, runsc: str | None) -> None:
     eng = engine.connect()
     if engineid.identify(eng.version(), eng.info()).kind == engineid.PODMAN:
         raise EngineError(f"the engine is podman: `doctor --fix` registers gVisor in Docker's {registration.DAEMON_JSON} "
-                          f"only, and changed nothing. Under podman {runtimes.PODMAN_GVISOR_WHY}.\n"
-                          f"    hint: {runtimes.PODMAN_GVISOR}")
+                          f"only, and changed nothing. Under podman {podman_dialect.PODMAN_GVISOR_WHY}.\n"
+                          f"    hint: {podman_dialect.PODMAN_GVISOR}")
     names = list(registration.runtimes.registration(runsc))
     present = hostengines.runtime_check(eng)
     done = registration.fix(runsc, registered=lambda: not registration.findings(eng.info(), runsc, present=present)[0].fix)

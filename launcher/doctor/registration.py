@@ -18,6 +18,7 @@ from typing import Callable
 from launcher.doctor.doctor import Finding, Status
 from launcher.errors import EngineError
 from launcher.plan import runtimes
+from launcher.plan.dialects import podman as podman_dialect
 
 DAEMON_JSON = "/etc/docker/daemon.json"
 DOCKER_PID = "/var/run/docker.pid"
@@ -52,11 +53,11 @@ def findings(info: dict, runsc: str | None, kind: str = "docker", present: Calla
     if not runsc:
         return [Finding(status=Status.OK, check="gvisor", detail="runsc not installed (only `runtime: gvisor` needs it)",
                         fix="apt-get install runsc (Debian) or gVisor's release, then " +
-                        (runtimes.PODMAN_GVISOR if kind == "podman" else FIX))]
+                        (podman_dialect.PODMAN_GVISOR if kind == "podman" else FIX))]
     if kind == "podman":
         return [Finding(status=Status.WARN, check="gvisor", detail=f"runsc at {runsc}; podman has "
                         f"{'a runtime runsc' if 'runsc' in found else 'no runtime runsc'}, but `runtime: gvisor` is "
-                        "refused under podman: " + runtimes.PODMAN_GVISOR_WHY, fix=runtimes.PODMAN_GVISOR)]
+                        "refused under podman: " + podman_dialect.PODMAN_GVISOR_WHY, fix=podman_dialect.PODMAN_GVISOR)]
     why = untrusted(runsc)
     if why:
         return [Finding(status=Status.WARN, check="gvisor", detail=f"runsc at {runsc} is not registered by us: {why}",

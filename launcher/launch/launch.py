@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 from launcher import labels as label
 from launcher.plan.dialects import for_engine
+from launcher.plan.dialects import podman as podman_dialect
 from launcher.egress import proxy
 from launcher.egress.audit import EgressEvent
 from launcher.engine import hostengines, overlap
@@ -246,8 +247,8 @@ def require_runtime(engine: Engine, plan: LaunchPlan) -> None:
         raise EngineError(f"the plan names runtime {name}, which the launcher does not know (runc, "
                           f"{', '.join(n for n, _ in runtimes.GVISOR.values())})")
     if engineid.identify(engine.version(), info).kind == engineid.PODMAN:
-        raise EngineError(f"the policy says runtime: gvisor, and the engine is podman: {runtimes.PODMAN_GVISOR_WHY}."
-                          f"\n    hint: {runtimes.PODMAN_GVISOR}")
+        raise EngineError(f"the policy says runtime: gvisor, and the engine is podman: {podman_dialect.PODMAN_GVISOR_WHY}."
+                          f"\n    hint: {podman_dialect.PODMAN_GVISOR}")
     if found is None or tuple(found.get("runtimeArgs") or ()) != want:
         what = "has no runtime" if found is None else f"has other arguments ({' '.join(found.get('runtimeArgs') or ()) or 'none'}) for"
         raise EngineError(f"the policy says runtime: gvisor, and the engine {what} {name} (gVisor's runsc with "

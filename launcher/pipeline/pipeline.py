@@ -193,10 +193,11 @@ def podman_seccomp(facts: HostFacts) -> tuple[StateFile, ...]:
     """The seccomp profile file of a plan that podman runs (none for Docker, or when podman's own
     default cannot be read: the compiler refuses that plan)."""
     from launcher.plan import seccompfiles
+    from launcher.plan.dialects import podman as podman_dialect
 
     if facts.engine.kind != PODMAN:
         return ()
-    profile = seccompfiles.podman_profile(host.podman_seccomp_profile(seccompfiles.PODMAN_DEFAULT))
+    profile = seccompfiles.podman_profile(host.podman_seccomp_profile(podman_dialect.PODMAN_DEFAULT))
     return (profile,) if profile else ()
 
 

@@ -24,14 +24,6 @@ GVISOR = {
     NetworkMode.PROXY: ("sandbox-runsc-hostinet", ("--network=host", "--oci-seccomp")),
 }
 
-# podman registers a runtime in containers.conf by its path alone ([engine.runtimes] runsc = ["/usr/bin/runsc"])
-# and its Docker-compatible API takes no runtime flags: runsc would run without the arguments above.
-PODMAN_GVISOR_WHY = ("containers.conf's [engine.runtimes] names runsc by its path only, and the launcher needs it run "
-                     "with " + " ".join(GVISOR[NetworkMode.NONE][1]) + " (without --oci-seccomp runsc "
-                     "ignores the sandbox's seccomp profile)")
-PODMAN_GVISOR = ("use Docker for `runtime: gvisor` (DOCKER_HOST=unix:///var/run/docker.sock); under podman, "
-                 "`runtime: runc` (see docs/engines.md)")
-
 # The system-call filter of a gVisor sandbox (runsc applies it inside with --oci-seccomp). Not
 # Docker's default profile: this runsc ignores a rule's errnoRet, so that profile's clone3 rule
 # answers EPERM instead of ENOSYS and glibc then never falls back to clone: no thread could start

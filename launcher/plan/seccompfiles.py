@@ -14,7 +14,6 @@ from launcher.host import host
 from launcher.host.statefiles import StateFile
 from launcher.plan.runtimes import GVISOR_SECCOMP, GVISOR_SECCOMP_FILE
 
-PODMAN_DEFAULT = "/usr/share/containers/seccomp.json"   # podman's default profile (containers-common)
 NAMESPACE_CALLS = ("clone", "clone3", "unshare", "setns")
 CLONE_NAMESPACES = 0x7E020000   # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
 _ADMIN = {"caps": ["CAP_SYS_ADMIN"]}

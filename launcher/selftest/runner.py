@@ -284,7 +284,7 @@ def run(engine: Engine, refs: tuple[str, ...], progress: Progress) -> tuple[Pres
         refs = tuple(resources.preset_names())
         lacking = [r for r in refs if runtimes.missing(info, (p := stack.load_base(r).policy).runtime, p.network.mode, present)]
         podman = engineid.identify(engine.version(), info).kind == engineid.PODMAN
-        if lacking and (podman or not host.in_ci()):   # CI's Docker has gVisor; podman never can (runtimes.PODMAN_GVISOR_WHY)
+        if lacking and (podman or not host.in_ci()):   # CI's Docker has gVisor; podman never can (plan/dialects/podman.py: PODMAN_GVISOR_WHY)
             progress(f"skipping {', '.join(lacking)}: " + ("`runtime: gvisor` is refused under podman" if podman else
                                                           "gVisor is not registered in this engine (`sandbox doctor --fix`)"))
             refs = tuple(r for r in refs if r not in lacking)
