@@ -125,7 +125,7 @@ def script_upstream(engine, prefix: str, alias: str | tuple[str, ...], script: s
     upstream_image = testnet.ensure_upstream(engine)
     api, network = docker_sdk().api, f"sandbox-test-{prefix}-{os.getpid()}"
     api.create_network(network, driver="bridge", internal=True)
-    host_config = api.create_host_config(network_mode=network, ulimits=testnet.podman_ulimits(engine))
+    host_config = api.create_host_config(network_mode=network, ulimits=testnet.tool_ulimits(engine))
     ref = api.create_container(upstream_image, name=f"{network}-upstream", command=["python3", "-u", "-c", script],
                                environment=environment or {}, host_config=host_config,
                                networking_config=api.create_networking_config(

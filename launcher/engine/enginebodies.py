@@ -4,7 +4,6 @@ engine.py sends them through engineapi."""
 
 from __future__ import annotations
 
-from launcher.plan.dialects import podman as dialect
 from launcher.plan.plan import ContainerSpec, MountKind, NetworkSpec, ProxySpec
 
 
@@ -65,18 +64,19 @@ def network_body(spec: NetworkSpec, subnet: str = "") -> dict:
             **({"IPAM": {"Driver": "default", "Config": [{"Subnet": subnet}]}} if subnet else {})}
 
 
-def proxy_body(spec: ProxySpec, env: dict[str, str], address: str, podman: bool) -> dict:
+def proxy_body(spec: ProxySpec, env: dict[str, str], address: str, scratch: str) -> dict:
     """The egress proxy's create request: unprivileged, read-only root, no capabilities, on the
     internal network (the egress one is joined after). `address`: its fixed one there, given on
     podman (ProxySpec.hosts_entry), where Squid, which listens at its alias's address, learns it from
-    a hosts entry; elsewhere the network's DNS answers the alias."""
+    a hosts entry; elsewhere the network's DNS answers the alias. `scratch`: the options of its
+    scratch tmpfs in the engine's words (its dialect's scratch_options)."""
     endpoint = {"IPAMConfig": {"IPv4Address": address}} if address else {"Aliases": [spec.alias]}
     return {
         "Image": spec.image, "User": spec.user, "Labels": dict(spec.labels), "Env": [f"{k}={v}" for k, v in env.items()],
         "HostConfig": {
             "ReadonlyRootfs": True, "CapDrop": ["ALL"], "SecurityOpt": ["no-new-privileges"],
             "NetworkMode": spec.internal_network,
-            "Tmpfs": {p: dialect.scratch_options(spec) if podman else spec.scratch_options for p in spec.scratch_dirs},
+            "Tmpfs": {p: scratch for p in spec.scratch_dirs},
             "PidsLimit": spec.pids_limit, "Memory": spec.memory_bytes, "MemorySwap": spec.memory_bytes,
             "LogConfig": log_config(spec.log_options), **({"ExtraHosts": [f"{spec.alias}:{address}"]} if address else {}),
             **({"Ulimits": ulimits(spec.ulimits)} if spec.ulimits else {})},

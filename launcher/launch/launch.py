@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from launcher import labels as label
-from launcher.plan.dialects import for_engine
 from launcher.plan.dialects import podman as podman_dialect
 from launcher.egress import proxy
 from launcher.egress.audit import EgressEvent
@@ -116,7 +115,7 @@ def create_verified(engine: Engine, plan: LaunchPlan, listener: Listener | None 
     try:
         with timed(listener, "inspect"):
             attrs = engine.inspect(ref)
-            diffs = compare_inspect(spec, attrs, engine.image_env(spec.image), for_engine(engine.podman))
+            diffs = compare_inspect(spec, attrs, engine.image_env(spec.image), engine.dialect.plan)
         for mount in spec.mounts:
             if mount.kind is MountKind.BIND and not hostpaths.bind_source_intact(mount.source):
                 diffs.append(f"bind source {mount.source} changed or vanished since it was checked")

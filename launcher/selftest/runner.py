@@ -13,7 +13,6 @@ from typing import Callable
 
 from launcher import labels as label
 from launcher import resources
-from launcher.plan.dialects.podman import MARKER as PODMAN_MARKER
 from launcher.engine import hostengines, images
 from launcher.engine.engine import Engine
 from launcher.errors import ProbeFailed, SandboxError
@@ -171,8 +170,8 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
             "HOST_CANARY_DIR": canary_dir, "HOST_CANARY": git_canary, "TRACKED": scratch.TRACKED,
             "TMPFS": " ".join(f"{m.target}:{m.size_bytes}" for m in probe.container.mounts
                               if m.kind is MountKind.TMPFS and not m.read_only and m.size_bytes),
-            # podman binds its marker file into every container: sock.parent_dirs holds it to empty and read-only
-            "ENGINE_MARKER": PODMAN_MARKER if engine.podman else "",
+            # the file an engine binds into every container (podman's): sock.parent_dirs holds it to empty and read-only
+            "ENGINE_MARKER": "".join(engine.dialect.plan.marker_mounts[:1]),
         }
         request = _request(ref, workspace, ("bash", "-c", script(cases, params, PLANTS)), network)
         collector = _Collector(progress)

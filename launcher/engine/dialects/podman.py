@@ -1,12 +1,17 @@
-"""podman's requests where its create API differs from Docker's: its own container create (POST
+"""podman's way of being asked (4.3, recorded): its own container create (POST
 /libpod/containers/create, a specgen body from the plan) and network create (no gateway or DNS on
-an internal network), and the rlimits of a container no plan describes. Pure but for host_ulimits
-(the host's own hard limits); engine.py sends them through engineapi."""
+an internal network), its libpod inspect beside the compatible one, the rlimits of a container no
+plan describes, and what its archive and volume APIs do otherwise. Pure but for host_ulimits (the
+host's own hard limits); engine.py sends them through engineapi."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from launcher.engine.dialects.docker import EngineDialect
 from launcher.errors import EngineError
 from launcher.host import hostfacts
+from launcher.plan.dialects import PODMAN
 from launcher.plan.dialects import podman as dialect
 from launcher.plan.plan import ContainerSpec, MountKind, NetworkSpec
 
@@ -118,3 +123,30 @@ def specgen_body(spec: ContainerSpec, ulimits: tuple[tuple[str, int, int], ...] 
         "r_limits": [{"type": name, "soft": soft, "hard": hard} for name, soft, hard in spec.ulimits or ulimits] or None,
     }
     return {k: v for k, v in body.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class PodmanApi(EngineDialect):
+    plan: dialect.Dialect = PODMAN
+    overlap_error: str = "already used on the host or by another config"
+    # its archive API unpacks into the volume the request's path is in, not the one each entry's
+    # path is in (a tar at / of base/... and v/... lands in the container's own root)
+    archive_spans_volumes: bool = False
+    chowns_volume_at_attach: bool = True     # a read-only overlay refuses it (EROFS)
+    native_inspect: str = "/libpod/containers/{}/json"   # the runtime, log size, capability sets
+
+    def tool_ulimits(self) -> tuple[tuple[str, int, int], ...]:
+        return host_ulimits()   # its rootful defaults exceed this host's hard limits
+
+    def create_request(self, spec: ContainerSpec) -> tuple[str, dict | None, dict]:
+        # its libpod create: the compat one adds a writable /run, /tmp and /var/tmp to a read-only root
+        return "/libpod/containers/create", None, specgen_body(spec, host_ulimits())
+
+    def network_request(self, spec: NetworkSpec, subnet: str) -> tuple[str, dict]:
+        return "/libpod/networks/create", podman_network_body(spec, subnet)
+
+    def network_made(self, spec: NetworkSpec, made: dict, subnet: str) -> str | None:
+        return podman_network_subnet(spec, made, subnet)
+
+
+PODMAN_API = PodmanApi()

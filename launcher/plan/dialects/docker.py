@@ -28,6 +28,10 @@ class Dialect:
         """The rlimits the plan sets (`hard`: the host's hard limits): none, the engine's defaults stand."""
         return ()
 
+    def scratch_options(self, proxy) -> str:
+        """The HostConfig.Tmpfs options of the proxy's scratch directories (`proxy`: a ProxySpec)."""
+        return proxy.scratch_options
+
     def runtime(self, info) -> str:
         return info.host.runtime
 

@@ -123,6 +123,9 @@ class Podman(Dialect):
     def ulimits(self, hard: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int, int], ...]:
         return ulimits(hard)
 
+    def scratch_options(self, proxy: ProxySpec) -> str:
+        return scratch_options(proxy)
+
     def runtime(self, info) -> str:
         return info.podman_runtime
 
