@@ -97,8 +97,8 @@ def podman_default_seccomp(monkeypatch) -> str:
     from launcher.pipeline import pipeline
     from launcher.plan.dialects import podman as podman_dialect
 
-    text, real = (ROOT / "tests" / "data" / "podman" / "seccomp.json").read_text(), pipeline.host.podman_seccomp_profile
-    monkeypatch.setattr(pipeline.host, "podman_seccomp_profile",
+    text, real = (ROOT / "tests" / "data" / "podman" / "seccomp.json").read_text(), pipeline.host.seccomp_profile_text
+    monkeypatch.setattr(pipeline.host, "seccomp_profile_text",
                         lambda path: text if path == podman_dialect.PODMAN_DEFAULT else real(path))
     return text
 
@@ -187,7 +187,7 @@ def launch_facts(engine, policy, workspace, engine_facts=None, **more) -> HostFa
 
     facts = replace(hostfacts.gather(policy, str(workspace), images.probe_volume_name(), **more),
                     engine=engine_facts or engineid.asked(engine))
-    files = pipeline.podman_seccomp(facts)
+    files = pipeline.engine_seccomp(facts)
     statefiles.write(files)
     return replace(facts, seccomp_profile=files[0].path) if files else facts
 

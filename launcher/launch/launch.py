@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from launcher import labels as label
-from launcher.plan.dialects import podman as podman_dialect
 from launcher.egress import proxy
 from launcher.egress.audit import EgressEvent
 from launcher.engine import hostengines, overlap
 from launcher.engine.engineproto import Engine
 from launcher.engine.verify import ProbeReport, compare_inspect, parse_probe
 from launcher.errors import EngineError, ProbeFailed, Terminated, also_failed, copy_kept
-from launcher.host import engineid, hostpaths, workspaces
+from launcher.host import hostpaths, workspaces
 from launcher.launch import home, proof
 from launcher.plan import checks, runtimes
 from launcher.plan.plan import PROBE_END, LaunchPlan, MountKind
@@ -245,9 +244,9 @@ def require_runtime(engine: Engine, plan: LaunchPlan) -> None:
     if want is None:
         raise EngineError(f"the plan names runtime {name}, which the launcher does not know (runc, "
                           f"{', '.join(n for n, _ in runtimes.GVISOR.values())})")
-    if engineid.identify(engine.version(), info).kind == engineid.PODMAN:
-        raise EngineError(f"the policy says runtime: gvisor, and the engine is podman: {podman_dialect.PODMAN_GVISOR_WHY}."
-                          f"\n    hint: {podman_dialect.PODMAN_GVISOR}")
+    if (dialect := engine.dialect.plan).gvisor_refused:
+        raise EngineError(f"the policy says runtime: gvisor, and the engine is {dialect.name}: {dialect.gvisor_refused}."
+                          f"\n    hint: {dialect.gvisor_hint}")
     if found is None or tuple(found.get("runtimeArgs") or ()) != want:
         what = "has no runtime" if found is None else f"has other arguments ({' '.join(found.get('runtimeArgs') or ()) or 'none'}) for"
         raise EngineError(f"the policy says runtime: gvisor, and the engine {what} {name} (gVisor's runsc with "

@@ -10,7 +10,7 @@ from launcher.host.engineid import LIMIT_CONTROLLERS
 from launcher.host.hostfacts import HostFacts
 from launcher.host.hostpaths import PathFact
 from launcher.plan import runtimes, trustfiles
-from launcher.plan.dialects import podman
+from launcher.plan import dialects
 from launcher.policy.model import Access, HomeMode, NetworkMode, Policy, Runtime, WorkspaceMode
 from launcher.policy.secrets import secret_value
 from launcher.values import show
@@ -87,7 +87,7 @@ def check(policy: Policy, host: HostFacts, kind: str) -> dict[str, tuple[str, st
     problems += ca_problems
     problems += [Problem(file=file, path=p, expected=e, found=f, hint=h) for p, e, f, h in
                  runtimes.refusals(policy.runtime, policy.capabilities)]
-    problems += _unenforced_limits(policy, host) + podman.copy_refusals(policy, host) + podman.seccomp_refusals(policy, host)
+    problems += _unenforced_limits(policy, host) + dialects.of(host.engine.kind).refusals(policy, host)
     if problems:
         raise PolicyError(problems)
     return cas

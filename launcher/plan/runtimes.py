@@ -47,12 +47,12 @@ GVISOR_SECCOMP = json.dumps({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
 GVISOR_SECCOMP_FILE = str(Path(__file__).with_name("gvisor-seccomp.json"))
 
 
-def security_opt(runtime: Runtime, podman_profile: str = "") -> tuple[str, ...]:
+def security_opt(runtime: Runtime, profile_file: str = "") -> tuple[str, ...]:
     """HostConfig.SecurityOpt of a sandbox under `runtime` (Docker's default seccomp profile for runc).
-    `podman_profile`: podman runs it (its API takes a profile only as a file on the server): that file
+    `profile_file`: its engine takes a profile only as a file on the server (podman): that file
     (seccompfiles: its default with Docker's namespace rules) for runc, the gVisor profile's file."""
-    if podman_profile:
-        return ("no-new-privileges", f"seccomp={GVISOR_SECCOMP_FILE if runtime is Runtime.GVISOR else podman_profile}")
+    if profile_file:
+        return ("no-new-privileges", f"seccomp={GVISOR_SECCOMP_FILE if runtime is Runtime.GVISOR else profile_file}")
     return ("no-new-privileges",) + ((f"seccomp={GVISOR_SECCOMP}",) if runtime is Runtime.GVISOR else ())
 
 

@@ -119,6 +119,12 @@ class Podman(Dialect):
     proxy_by_hosts_entry: bool = True   # its internal network has no DNS server (docs/engines.md)
     marker_mounts: tuple[str, ...] = (MARKER,)
     internal_sysctls: tuple[tuple[str, str], ...] = (NO_IPV6,)
+    seccomp_default: str = PODMAN_DEFAULT   # lets the agent make namespaces: rebuilt with Docker's rules
+    gvisor_refused: str = PODMAN_GVISOR_WHY
+    gvisor_hint: str = PODMAN_GVISOR
+
+    def refusals(self, policy: Policy, host: HostFacts) -> list[Problem]:
+        return copy_refusals(policy, host) + seccomp_refusals(policy, host)
 
     def ulimits(self, hard: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int, int], ...]:
         return ulimits(hard)
