@@ -30,6 +30,26 @@ class EngineDialect:
     def name(self) -> str:
         return self.plan.name
 
+    # What `sandbox doctor` says of it where engines differ (launcher/doctor/doctor.py asks).
+    rootful_fix: str = "optional: rootless Docker adds a layer (dockerd-rootless-setuptool.sh install)"
+    userns_off: str = "off: uid 1000 inside is uid 1000 on the host"   # no userns-remap, not rootless
+    userns_fix: str = "dockerd --userns-remap=default (or rootless mode) maps container ids away from host ids"
+
+    def own_info(self, engine) -> dict | None:
+        """Its own system information beside the compatible /info (`engine`: an engineproto.Engine),
+        read by doctor and engineid.asked; None: it has none, /info says it all."""
+        return None
+
+    def judged(self, identity) -> tuple[str, ...]:
+        """The components whose advisories apply (`identity`: an engineid.EngineIdentity): the engine
+        itself and what runs its containers."""
+        return (identity.kind, "runc", "containerd")
+
+    def limits_words(self, rootless: bool, told: bool) -> tuple[str, str, str]:
+        """doctor's cgroups row: (what it adds to a limit the engine would ignore, the fix, what it adds
+        to limits that work); `told`: its own information said which controllers it may use."""
+        return "", "enable the memory, pids and cpu cgroup controllers (kernel command line)", ""
+
     def tool_ulimits(self) -> tuple[tuple[str, int, int], ...]:
         """The rlimits of a container no plan describes (a tool's, the probe volume's filler, the test
         network's): none, its containers inherit the daemon's own, which its runtime never has to raise."""

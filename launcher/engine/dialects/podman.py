@@ -135,6 +135,26 @@ class PodmanApi(EngineDialect):
     chowns_volume_at_attach: bool = True     # a read-only overlay refuses it (EROFS)
     native_inspect: str = "/libpod/containers/{}/json"   # the runtime, log size, capability sets
 
+    rootful_fix: str = "optional: rootless podman (run it as an unprivileged user) adds a layer"
+    userns_off: str = ("not reported by podman's API (containers.conf `userns`); off unless set there: uid 1000 inside "
+                       "is uid 1000 on the host")
+    userns_fix: str = 'userns = "auto" in containers.conf (or rootless podman) maps container ids away from host ids'
+
+    def own_info(self, engine) -> dict | None:
+        return engine.info(libpod=True)   # /libpod/info: rootless, id maps, the cgroup controllers it may use
+
+    def judged(self, identity) -> tuple[str, ...]:
+        components = identity.components
+        return (identity.kind, *([r for r in ("runc", "crun") if r in components] or [identity.runtime]))
+
+    def limits_words(self, rootless: bool, told: bool) -> tuple[str, str, str]:
+        # its /info says every limit holds even where it ignores them (rootless on cgroup v1)
+        if rootless:
+            return (" (its /info claims them; /libpod/info's cgroupControllers say otherwise)",
+                    "cgroup v2 with the controllers delegated to the user (systemd Delegate=memory pids cpu), or "
+                    "rootful podman or Docker", " (the controllers /libpod/info lists)" if told else "")
+        return (super().limits_words(rootless, told)[:2] + (" (the controllers /libpod/info lists)" if told else "",))
+
     def tool_ulimits(self) -> tuple[tuple[str, int, int], ...]:
         return host_ulimits()   # its rootful defaults exceed this host's hard limits
 
