@@ -15,6 +15,7 @@ from launcher.plan.dialects import PODMAN
 from launcher.plan.dialects import podman as dialect
 from launcher.plan.plan import ContainerSpec, MountKind, NetworkSpec
 
+
 def _podman_owners(spec: ContainerSpec) -> None:
     """podman's `U` chowns an owned tmpfs to the container's user: refuse any other owner."""
     if strangers := [m.target for m in spec.mounts if m.owned_tmpfs and spec.user != f"{m.owner[0]}:{m.owner[1]}"]:
