@@ -95,11 +95,11 @@ def podman_default_seccomp(monkeypatch) -> str:
     """podman's default seccomp profile as tests/data/podman/seccomp.json has it, read by the
     pipeline instead of this host's /usr/share/containers/seccomp.json; returns its text."""
     from launcher.pipeline import pipeline
-    from launcher.plan import seccompfiles
+    from launcher.plan.dialects import podman as podman_dialect
 
-    text, real = (ROOT / "tests" / "data" / "podman" / "seccomp.json").read_text(), pipeline.host.podman_seccomp_profile
-    monkeypatch.setattr(pipeline.host, "podman_seccomp_profile",
-                        lambda path: text if path == seccompfiles.PODMAN_DEFAULT else real(path))
+    text, real = (ROOT / "tests" / "data" / "podman" / "seccomp.json").read_text(), pipeline.host.seccomp_profile_text
+    monkeypatch.setattr(pipeline.host, "seccomp_profile_text",
+                        lambda path: text if path == podman_dialect.PODMAN_DEFAULT else real(path))
     return text
 
 
@@ -125,7 +125,7 @@ def script_upstream(engine, prefix: str, alias: str | tuple[str, ...], script: s
     upstream_image = testnet.ensure_upstream(engine)
     api, network = docker_sdk().api, f"sandbox-test-{prefix}-{os.getpid()}"
     api.create_network(network, driver="bridge", internal=True)
-    host_config = api.create_host_config(network_mode=network, ulimits=testnet.podman_ulimits(engine))
+    host_config = api.create_host_config(network_mode=network, ulimits=testnet.tool_ulimits(engine))
     ref = api.create_container(upstream_image, name=f"{network}-upstream", command=["python3", "-u", "-c", script],
                                environment=environment or {}, host_config=host_config,
                                networking_config=api.create_networking_config(
@@ -187,7 +187,7 @@ def launch_facts(engine, policy, workspace, engine_facts=None, **more) -> HostFa
 
     facts = replace(hostfacts.gather(policy, str(workspace), images.probe_volume_name(), **more),
                     engine=engine_facts or engineid.asked(engine))
-    files = pipeline.podman_seccomp(facts)
+    files = pipeline.engine_seccomp(facts)
     statefiles.write(files)
     return replace(facts, seccomp_profile=files[0].path) if files else facts
 

@@ -260,7 +260,7 @@ def test_the_argv_output_launches_a_sandbox_whose_probe_passes_even_for_an_odd_w
         result = subprocess.run(render.to_argv(plan), capture_output=True, text=True, timeout=120)
     finally:
         workspaces.remove_placeholders(plan.placeholders)
-    if engine.podman:   # the argv target is Docker's CLI: podman's compat create refuses it; nothing runs
+    if engine.dialect.name == "podman":   # the argv target is Docker's CLI: podman's compat create refuses it; nothing runs
         assert result.returncode == 125 and "incorrect mount format" in result.stderr, result.stderr
         assert sorted(os.listdir(ws)) == ["README.md"]
         return
@@ -306,7 +306,7 @@ def test_an_agent_printing_without_end_leaves_a_bounded_log_on_the_host_and_its_
     received += len(proc.stdout.read() or b"")
     assert proc.wait(timeout=60) == 0, proc.stderr.read().decode()[-2000:]
     assert received == total                               # the launcher streamed all of it
-    if engine.podman:   # one file, which conmon truncates at max-size as podman reads it (10m: 10 000 000 bytes):
+    if engine.dialect.name == "podman":   # one file, which conmon truncates at max-size as podman reads it (10m: 10 000 000 bytes):
         # never over it; how full a sample finds it depends on when it was last cut
         assert 0 < largest <= 10**7 + 65536 and files == 1, (largest, files)
     else:

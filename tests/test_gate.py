@@ -59,7 +59,7 @@ def probe_volume(engine):
         sdk.volumes.create(name, labels={label.MANAGED: "1", label.PROBE_BUSYBOX: busybox_sha})
         made.append(name)
         helper = sdk.containers.create(images.probe_image().tag, ["/src/busybox", "chmod", "555", "/p"], user="0:0",
-                                       network_mode="none", ulimits=testnet.podman_ulimits(engine),
+                                       network_mode="none", ulimits=testnet.tool_ulimits(engine),
                                        volumes={real.name: {"bind": "/src", "mode": "ro"},
                                                                      name: {"bind": "/p", "mode": "rw"}})
         try:   # the real files first, then the changed ones over them; the directory as the launcher's

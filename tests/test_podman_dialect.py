@@ -11,7 +11,7 @@ import pytest
 from conftest import fake_facts, untrusted_bind
 from launcher.plan.dialects import PODMAN, podman
 from launcher.plan.dialects.podman import DEFAULT_CAPS as PODMAN_DEFAULT_CAPS, docker_name
-from launcher.engine.enginebodies import specgen_body
+from launcher.engine.dialects.podman import specgen_body
 from launcher.engine.enginefake import FakeEngine
 from launcher.engine.verify import compare_inspect
 from launcher.errors import EngineError

@@ -14,7 +14,7 @@ import pytest
 from conftest import fake_facts, preset
 from fakes import Recorder
 from launcher.plan.dialects.podman import NO_IPV6 as PODMAN_NO_IPV6
-from launcher.engine.enginebodies import podman_network_body, podman_network_subnet
+from launcher.engine.dialects.podman import podman_network_body, podman_network_subnet
 from launcher.engine.enginefake import FakeEngine, _answer
 from launcher.engine.verify import compare_inspect
 from launcher.errors import EngineError

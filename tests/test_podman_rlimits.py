@@ -12,7 +12,9 @@ import pytest
 
 from conftest import fake_facts, preset, untrusted_bind
 from launcher.plan.dialects.podman import RLIMITS as PODMAN_RLIMITS, ulimits as podman_ulimits
-from launcher.engine.enginebodies import create_body, host_ulimits, proxy_body, specgen_body
+from launcher.engine.dialects.podman import host_ulimits, specgen_body
+from launcher.engine.dialects import DOCKER_API, PODMAN_API
+from launcher.engine.enginebodies import create_body
 from launcher.engine.engineproto import HostSettings
 from launcher.host import engineid, hostfacts
 from launcher.plan.compiler import compile_policy
@@ -43,7 +45,7 @@ def test_a_podman_plan_sets_the_rlimits_of_the_sandbox_and_its_proxy():
     assert plan.proxy.ulimits == plan.container.ulimits
     assert specgen_body(plan.container)["r_limits"] == [{"type": "nofile", "soft": 20000, "hard": 20000},
                                                         {"type": "nproc", "soft": 32768, "hard": 32768}]
-    host = proxy_body(plan.proxy, {}, "10.0.0.2", podman=True)["HostConfig"]
+    host = PODMAN_API.proxy_body(plan.proxy, {}, "10.0.0.2")["HostConfig"]
     assert host["Ulimits"] == [{"Name": "nofile", "Soft": 20000, "Hard": 20000},
                                {"Name": "nproc", "Soft": 32768, "Hard": 32768}]
 
@@ -54,7 +56,7 @@ def test_docker_keeps_its_own_rlimits():
     plan = compiled(preset("ci"), engine=engineid.EngineFacts())
     assert plan.container.ulimits == () and plan.proxy.ulimits == ()
     assert "Ulimits" not in create_body(plan.container)["HostConfig"]
-    assert "Ulimits" not in proxy_body(plan.proxy, {}, "", podman=False)["HostConfig"]
+    assert "Ulimits" not in DOCKER_API.proxy_body(plan.proxy, {}, "")["HostConfig"]
 
 
 def test_the_host_s_hard_limits_are_read_once_with_the_host_facts(tmp_path):

@@ -13,11 +13,12 @@ import pytest
 
 from conftest import fake_facts, preset, untrusted_bind
 from launcher.plan.dialects.podman import MARKER as PODMAN_MARKER
-from launcher.engine.enginebodies import specgen_body
+from launcher.engine.dialects.podman import specgen_body
 from launcher.errors import EngineError, PolicyError
 from launcher.host import engineid
 from launcher.pipeline import pipeline
 from launcher.plan import runtimes, seccompfiles
+from launcher.plan.dialects import podman as podman_dialect
 from launcher.plan.compiler import compile_policy
 from launcher.policy.model import Runtime
 from test_podman_specgen import created
@@ -47,10 +48,10 @@ def test_the_profile_allows_namespaces_only_as_docker_s_default_does():
 
 
 def test_the_state_file_is_named_by_its_content_and_refused_when_podman_s_default_is_not_a_profile():
-    first, again = (seccompfiles.podman_profile(json.dumps(PODMAN_DEFAULT)) for _ in range(2))
+    first, again = (seccompfiles.engine_profile(json.dumps(PODMAN_DEFAULT), "podman") for _ in range(2))
     assert first == again and first.path.endswith("-podman.json") and "/seccomp/" in first.path
     assert json.loads(first.text) == seccompfiles.docker_semantics(PODMAN_DEFAULT)
-    assert seccompfiles.podman_profile("") is None and seccompfiles.podman_profile("[1]") is None
+    assert seccompfiles.engine_profile("", "podman") is None and seccompfiles.engine_profile("[1]", "podman") is None
 
 
 def test_a_podman_plan_carries_the_profile_file_and_the_probe_knows_podman_s_marker():
@@ -70,7 +71,7 @@ def test_a_podman_plan_without_a_profile_is_refused():
     with pytest.raises(PolicyError) as info:
         on_podman(profile="")
     problem = info.value.problems[0]
-    assert problem.path == "runtime" and seccompfiles.PODMAN_DEFAULT in problem.found and "containers-common" in problem.hint
+    assert problem.path == "runtime" and podman_dialect.PODMAN_DEFAULT in problem.found and "containers-common" in problem.hint
 
 
 def test_an_inline_profile_never_goes_to_podman():
@@ -80,7 +81,7 @@ def test_an_inline_profile_never_goes_to_podman():
 
 
 def test_pipeline_makes_the_file_only_for_podman(monkeypatch):
-    monkeypatch.setattr(pipeline.host, "podman_seccomp_profile", lambda path: json.dumps(PODMAN_DEFAULT))
+    monkeypatch.setattr(pipeline.host, "seccomp_profile_text", lambda path: json.dumps(PODMAN_DEFAULT))
     policy = preset("untrusted")
     facts, files = pipeline.facts_and_files(policy, ".", engine=PODMAN)
     assert facts.seccomp_profile and facts.seccomp_profile in [f.path for f in files]

@@ -197,7 +197,7 @@ def test_the_untampered_proxy_plan_passes(engine, internet, workspace):
 @pytest.mark.parametrize("check", list(PROXY_TAMPERS))
 def test_tampered_proxy_mode_fails_its_check(engine, internet, workspace, check, probe_only):
     original = _plan(engine, workspace, internet)
-    plan = PROXY_TAMPERS[check](original, internet.network, engine.podman)
+    plan = PROXY_TAMPERS[check](original, internet.network, (engine.dialect.name == "podman"))
     assert plan != original, "the tamper changed nothing"
     with pytest.raises(ProbeFailed) as info:
         launch.run(engine, plan, Recorder())
@@ -226,7 +226,7 @@ while True:
 def test_a_resolver_that_answers_late_fails_egress_dns(engine, internet, workspace, probe_only, delay):
     """Docker's embedded resolver relays a slow upstream's answer (up to its own 4 s): a late answer
     is an answer. podman's plan has no relaying resolver (resolv.conf's own 127.0.0.1)."""
-    if engine.podman:
+    if engine.dialect.name == "podman":
         pytest.skip("podman: the sandbox's nameserver is its loopback, no resolver relays (egress.dns's tamper above)")
     api = docker_sdk().api
     ref = api.create_container(internet.image, command=["python3", "-u", "-c", SLOW_DNS, str(delay)],
@@ -384,7 +384,7 @@ def test_egress_direct_with_no_address_left_to_try_fails(engine, internet, works
     """Every address of the sandbox's subnet listed as the proxy's in /etc/hosts: egress.direct has
     nothing left to try, which is no observation, so it fails (it used to pass). podman only: Docker's
     plans always have a default route, through the gateway the plan's ARP settings leave ownerless."""
-    if not engine.podman:
+    if engine.dialect.name != "podman":
         pytest.skip("Docker gives the sandbox a default route: egress.direct always has the gateway to try")
     import ipaddress
     import random

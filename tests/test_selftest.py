@@ -166,14 +166,14 @@ def _weak_run(engine, tmp_path, workspace, mode, network, extra_env=None, cases=
         host_config = api.create_host_config(
             network_mode=network, pid_mode="host", cap_add=["ALL"], cap_drop=["SYS_RESOURCE"], shm_size="600m",
             security_opt=["seccomp=unconfined", "apparmor=unconfined"], tmpfs={"/tmp": "size=8m"},
-            ulimits=testnet.podman_ulimits(engine),
+            ulimits=testnet.tool_ulimits(engine),
             devices=["/dev/null:/dev/mem:r", "/dev/loop0:/dev/loop0:r"],
             binds={"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "ro"},
                    images.probe_volume_name(): {"bind": "/.sandbox/probe", "mode": "rw"},
                    str(workspace): {"bind": "/workspace", "mode": "rw"}, str(home): {"bind": "/root", "mode": "rw"},
                    str(tmp_path): {"bind": "/hostdir", "mode": "rw"}})
         host_config.update(MaskedPaths=[], ReadonlyPaths=[])   # `--security-opt systempaths=unconfined`
-        if engine.podman:   # podman's words: it ignores MaskedPaths, and its default pids limit is 2048
+        if engine.dialect.name == "podman":   # podman's words: it ignores MaskedPaths, and its default pids limit is 2048
             host_config.update(PidsLimit=-1, SecurityOpt=host_config["SecurityOpt"] + ["unmask=ALL"])
         api.create_container(images.AGENT_IMAGE, ["bash", "-c", prelude + st.script(cases, params, plants)], name=name,
                              user="0", host_config=host_config, labels={"dev.sandbox.managed": "1"},

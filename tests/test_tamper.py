@@ -17,7 +17,6 @@ from conftest import BIND, launch_facts, preset
 
 from fakes import Recorder
 
-from launcher.plan.dialects import for_engine
 from launcher.errors import EngineError, ProbeFailed
 from launcher.launch import launch
 from launcher.plan import checks, runtimes
@@ -32,7 +31,7 @@ MARKER = "AGENT-RAN"
 ALLOW_ALL_SECCOMP = "seccomp=" + json.dumps({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": []})
 # On podman a tamper that changes the user is refused at create: its `U` tmpfs (the home, /tmp)
 # follows the container's user, so it cannot make the agent's home for another user and the
-# launcher refuses it (enginebodies.specgen_body). The expectation there is "refused before the agent
+# launcher refuses it (launcher/engine/dialects/podman.py: specgen_body). The expectation there is "refused before the agent
 # ran", said explicitly: the test still fails if the container started or the agent ran.
 PODMAN_REFUSED_AT_CREATE = {
     "identity.uid": "podman can make a tmpfs owned only by the container's user",
@@ -142,7 +141,7 @@ def test_the_untampered_plan_passes_and_every_check_has_a_tamper(engine, workspa
 @pytest.mark.parametrize("check", list(TAMPERS))
 def test_tampered_protection_fails_its_check_and_the_agent_never_runs(engine, workspace, tmp_path, check, probe_only):
     gvisor_missing = check == "kernel.runtime" and runtimes.missing(engine.info(), Runtime.GVISOR, NetworkMode.NONE)
-    if gvisor_missing and engine.podman:
+    if gvisor_missing and (engine.dialect.name == "podman"):
         # podman 4.3 cannot register runsc with the arguments the plan needs (its [engine.runtimes]
         # takes a path only): the launch refuses the runtime podman lacks before it creates anything
         # (podman's libpod create would run the unknown name as runc, silently: libpod's OCIRuntime
@@ -168,7 +167,7 @@ def test_tampered_protection_fails_its_check_and_the_agent_never_runs(engine, wo
         (workspace / ".ssh").mkdir()
     plan = replace(plan, container=TAMPERS[check](plan.container, workspace, scratch))
     listener = Recorder()
-    refused_at_create = PODMAN_REFUSED_AT_CREATE.get(check) if engine.podman else None
+    refused_at_create = PODMAN_REFUSED_AT_CREATE.get(check) if (engine.dialect.name == "podman") else None
     try:
         with pytest.raises(EngineError if refused_at_create else ProbeFailed) as info:
             launch.run(engine, plan, listener)
@@ -227,7 +226,7 @@ def test_a_home_that_is_not_the_agents_own_tmpfs_fails_home_private(engine, work
                  "not mounted": lambda c: replace(c, mounts=tuple(m for m in c.mounts if m.target != "/home/agent")),
                  }[how](plan.container)
     listener = Recorder()
-    refused_at_create = how == "owned by root" and engine.podman   # see PODMAN_REFUSED_AT_CREATE
+    refused_at_create = how == "owned by root" and (engine.dialect.name == "podman")   # see PODMAN_REFUSED_AT_CREATE
     with pytest.raises(EngineError if refused_at_create else ProbeFailed) as info:
         launch.run(engine, replace(plan, container=container), listener)
     if refused_at_create:
@@ -285,14 +284,14 @@ def test_inspect_comparison_refuses_a_container_that_differs_from_the_plan(engin
                        devices=("/dev/zero:/dev/extra0:rwm",), pid_mode="host", read_only_root=False)
     ref = engine.create(tampered)
     try:
-        diffs = compare_inspect(plan.container, engine.inspect(ref), engine.image_env(plan.container.image), for_engine(engine.podman))
+        diffs = compare_inspect(plan.container, engine.inspect(ref), engine.image_env(plan.container.image), engine.dialect.plan)
     finally:
         engine.remove(ref)
     # podman reports no CapAdd: an added capability is one of its defaults it did not drop
-    added = "CapDrop: NET_RAW not dropped" if engine.podman else "CapAdd"
+    added = "CapDrop: NET_RAW not dropped" if (engine.dialect.name == "podman") else "CapAdd"
     # podman's inspect of a container its libpod create made says nothing of seccomp (not even
     # unconfined): there the probe's seccomp.mode is the proof (the matrix's seccomp.mode tamper)
-    seccomp = () if engine.podman else ("SecurityOpt",)
+    seccomp = () if (engine.dialect.name == "podman") else ("SecurityOpt",)
     for field in (added, *seccomp, "Devices", "PidMode", "ReadonlyRootfs"):
         assert any(d.startswith(field) for d in diffs), (field, diffs)
 

@@ -51,17 +51,15 @@ def doctor(as_json: bool, fix: bool) -> None:
 def _fix(engine, registration, runsc: str | None) -> None:
     from launcher.engine import hostengines
     from launcher.errors import EngineError
-    from launcher.host import engineid
-    from launcher.plan import runtimes
 
     if not runsc:
         raise EngineError(("runsc is not installed: nothing to register.\n    hint: apt-get install runsc "
                                 "(Debian), or gVisor's release binary on PATH"))
     eng = engine.connect()
-    if engineid.identify(eng.version(), eng.info()).kind == engineid.PODMAN:
-        raise EngineError(f"the engine is podman: `doctor --fix` registers gVisor in Docker's {registration.DAEMON_JSON} "
-                          f"only, and changed nothing. Under podman {runtimes.PODMAN_GVISOR_WHY}.\n"
-                          f"    hint: {runtimes.PODMAN_GVISOR}")
+    if (dialect := eng.dialect.plan).gvisor_refused:
+        raise EngineError(f"the engine is {dialect.name}: `doctor --fix` registers gVisor in Docker's {registration.DAEMON_JSON} "
+                          f"only, and changed nothing. Under {dialect.name} {dialect.gvisor_refused}.\n"
+                          f"    hint: {dialect.gvisor_hint}")
     names = list(registration.runtimes.registration(runsc))
     present = hostengines.runtime_check(eng)
     done = registration.fix(runsc, registered=lambda: not registration.findings(eng.info(), runsc, present=present)[0].fix)

@@ -148,7 +148,7 @@ def _fill(engine: Engine, spec: CopySpec) -> str:
     # podman's archive API unpacks into the volume the request's path is in, not the one each
     # entry's path is in (a tar at / of base/... and v/... lands in the container's own root): the
     # tools container copies there.
-    found = None if engine.podman else fill.plan(spec)
+    found = fill.plan(spec) if engine.dialect.archive_spans_volumes else None
     if found is not None:
         # never started, so its root may be writable: the archive unpacks at / into /base and /v
         with created(engine, name=spec.name, mounts=[base, upper], labels={label.COPY: spec.name},
@@ -208,7 +208,7 @@ def _view(engine: Engine, name: str, number: int) -> Iterator[str]:
     options = f"lowerdir={upper}/checkpoints/{number}/tree:{base},userxattr"
     made = []
     try:
-        if engine.podman:
+        if engine.dialect.chowns_volume_at_attach:
             # podman 4.3 chowns a volume's root to the container's user at its first attach, which a
             # read-only overlay refuses (EROFS): a throwaway upper layer takes that chown. The tools
             # container still mounts the view read-only.

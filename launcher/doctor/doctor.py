@@ -9,6 +9,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Callable
 
+from launcher.engine import dialects
 from launcher.host import engineid
 from launcher.plan import runtimes
 from launcher.style import BAD, GOOD, WARN, Mark, plain
@@ -80,17 +81,10 @@ def vulnerable(version: tuple[int, ...], fixed: tuple[tuple[int, ...], ...]) -> 
     return version < (same[0] if same else max(fixed))
 
 
-def _judged(engine) -> tuple[str, ...]:
-    """The components whose advisories apply: the engine itself and what runs its containers."""
-    if engine.kind == engineid.PODMAN:
-        return (engine.kind, *([r for r in ("runc", "crun") if r in engine.components] or [engine.runtime]))
-    return (engine.kind, "runc", "containerd")
-
-
 def escape_fixes(version: dict, info: dict) -> list[Finding]:
     engine = engineid.identify(version, info)
     out = []
-    for name in _judged(engine):
+    for name in dialects.of(engine.kind).judged(engine):   # the engine itself and what runs its containers
         text = engine.components.get("engine" if name == engine.kind else name, "")
         number = version_tuple(text)
         if not number:
@@ -124,22 +118,17 @@ def engine_findings(info: dict, version: dict, present: Callable[[str], bool] | 
                else Finding(status=Status.FAIL, check="seccomp", detail="not available: no system-call filter",
                             fix="use a kernel and engine built with seccomp (the probe's seccomp checks fail without it)"))
     out.append(cgroup_finding(info, version, libpod))
-    podman = engine.kind == engineid.PODMAN
+    dialect = dialects.of(engine.kind)
     if engine.rootless:
         out.append(Finding(status=Status.OK, check="rootless", detail="the engine runs rootless: its root is not host root"))
     else:
         out.append(Finding(status=Status.OK, check="rootless", detail="rootful engine (the agent still never runs as root)",
-                           fix="optional: rootless podman (run it as an unprivileged user) adds a layer" if podman else
-                           "optional: rootless Docker adds a layer (dockerd-rootless-setuptool.sh install)"))
+                           fix=dialect.rootful_fix))
     if engine.userns or engine.rootless:
         out.append(Finding(status=Status.OK, check="userns-remap", detail="on: container ids map to unprivileged host ids"
                            if engine.userns else "rootless: container ids map into the user's subordinate ids"))
     else:
-        out.append(Finding(status=Status.WARN, check="userns-remap", detail="not reported by podman's API (containers.conf "
-                           "`userns`); off unless set there: uid 1000 inside is uid 1000 on the host" if podman else
-                           "off: uid 1000 inside is uid 1000 on the host",
-                           fix='userns = "auto" in containers.conf (or rootless podman) maps container ids away from host ids'
-                           if podman else "dockerd --userns-remap=default (or rootless mode) maps container ids away from host ids"))
+        out.append(Finding(status=Status.WARN, check="userns-remap", detail=dialect.userns_off, fix=dialect.userns_fix))
     kernel = version_tuple(str(info.get("KernelVersion") or "0"))
     out.append(Finding(status=Status.OK, check="copy mode", detail=f"kernel {info.get('KernelVersion')}: overlay with "
                        "userxattr works") if kernel >= (5, 11) else
@@ -154,19 +143,15 @@ def engine_findings(info: dict, version: dict, present: Callable[[str], bool] | 
 def cgroup_finding(info: dict, version: dict, libpod: dict | None) -> Finding:
     """Can the engine hold the policy's limits? Docker's /info flags say so; podman's say true even
     where it ignores every limit (rootless on cgroup v1: "Resource limits are not supported and
-    ignored"), so for podman the controllers its /libpod/info lists decide (engineid.facts)."""
+    ignored"), so for podman the controllers its /libpod/info lists decide (engineid.facts); the
+    engine's dialect words the row."""
     facts = engineid.facts(version, info, libpod)
     where = f"v{facts.cgroup_version or '1'} ({info.get('CgroupDriver', '?')} driver)"
-    rootless_podman = facts.kind == engineid.PODMAN and facts.rootless
+    ignored, fix, works = dialects.of(facts.kind).limits_words(facts.rootless, bool(libpod))
     if facts.unenforced:
         return Finding(status=Status.FAIL, check="cgroups", detail=f"{where}: the engine would ignore "
-                       f"{', '.join(facts.unenforced)}" + (" (its /info claims them; /libpod/info's cgroupControllers "
-                                                          "say otherwise)" if rootless_podman else ""),
-                       fix="cgroup v2 with the controllers delegated to the user (systemd Delegate=memory pids cpu), or "
-                       "rootful podman or Docker" if rootless_podman else
-                       "enable the memory, pids and cpu cgroup controllers (kernel command line)")
-    return Finding(status=Status.OK, check="cgroups", detail=f"{where}; pids, memory and cpu limits work" +
-                   (" (the controllers /libpod/info lists)" if facts.kind == engineid.PODMAN and libpod else ""))
+                       f"{', '.join(facts.unenforced)}" + ignored, fix=fix)
+    return Finding(status=Status.OK, check="cgroups", detail=f"{where}; pids, memory and cpu limits work" + works)
 
 
 def runtime_finding(info: dict, engine: engineid.EngineIdentity, present: Callable[[str], bool] | None) -> Finding:
@@ -260,7 +245,7 @@ def run(connect: Callable, images_present: Callable | None = None, more: Callabl
         info = engine.info()
         version = engine.version()
         kind = engineid.identify(version, info).kind
-        found = engine_findings(info, version, here, engine.info(libpod=True) if kind == engineid.PODMAN else None)
+        found = engine_findings(info, version, here, dialects.of(kind).own_info(engine))
         found += more(info, kind, here) if more else []
     except EngineError as exc:
         first = str(exc).splitlines()[0]

@@ -17,7 +17,7 @@ from typing import Callable
 
 from launcher.doctor.doctor import Finding, Status
 from launcher.errors import EngineError
-from launcher.plan import runtimes
+from launcher.plan import dialects, runtimes
 
 DAEMON_JSON = "/etc/docker/daemon.json"
 DOCKER_PID = "/var/run/docker.pid"
@@ -48,15 +48,15 @@ def untrusted(path: str) -> str:
 def findings(info: dict, runsc: str | None, kind: str = "docker", present: Callable[[str], bool] | None = None) -> list[Finding]:
     """Is runsc installed (`runsc`: its path, or None), and are our runtime names registered (and,
     where `present` can tell, installed) in the engine (`kind`: docker or podman)?"""
-    found = runtimes.registered(info, present)
+    found, dialect = runtimes.registered(info, present), dialects.of(kind)
     if not runsc:
         return [Finding(status=Status.OK, check="gvisor", detail="runsc not installed (only `runtime: gvisor` needs it)",
                         fix="apt-get install runsc (Debian) or gVisor's release, then " +
-                        (runtimes.PODMAN_GVISOR if kind == "podman" else FIX))]
-    if kind == "podman":
-        return [Finding(status=Status.WARN, check="gvisor", detail=f"runsc at {runsc}; podman has "
+                        (dialect.gvisor_hint if dialect.gvisor_refused else FIX))]
+    if dialect.gvisor_refused:
+        return [Finding(status=Status.WARN, check="gvisor", detail=f"runsc at {runsc}; {kind} has "
                         f"{'a runtime runsc' if 'runsc' in found else 'no runtime runsc'}, but `runtime: gvisor` is "
-                        "refused under podman: " + runtimes.PODMAN_GVISOR_WHY, fix=runtimes.PODMAN_GVISOR)]
+                        f"refused under {kind}: " + dialect.gvisor_refused, fix=dialect.gvisor_hint)]
     why = untrusted(runsc)
     if why:
         return [Finding(status=Status.WARN, check="gvisor", detail=f"runsc at {runsc} is not registered by us: {why}",

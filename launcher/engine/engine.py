@@ -10,7 +10,7 @@ from contextlib import contextmanager, suppress
 from typing import Callable, Iterator
 
 from launcher import labels as label
-from launcher.engine import enginebodies, engineapi, streams
+from launcher.engine import dialects, enginebodies, engineapi, streams
 from launcher.engine.engineapi import path_of
 from launcher.engine.engineproto import ContainerInfo, ContainerSummary, NetworkInfo, VolumeInfo
 from launcher.engine.execsocket import ExecSocket
@@ -113,7 +113,10 @@ class Engine:
             self._version = self._json("reading the engine version", "GET", "/version")
         return self._version
 
-    podman = property(lambda self: engineid.identify(self.version(), {}).kind == engineid.PODMAN)   # its dialect
+    @property
+    def dialect(self) -> dialects.EngineDialect:
+        """How this engine is asked (engine/dialects/), by its kind (engineid); its plan side: `.plan`."""
+        return dialects.of(engineid.identify(self.version(), {}).kind)
 
     def info(self, libpod: bool = False) -> dict:   # libpod: podman's own (rootless, id maps, cgroups); Docker: {}
         return self._json("reading the engine's system information", "GET", "/libpod/info" if libpod else "/info",
@@ -168,7 +171,7 @@ class Engine:
             filler = self._json(f"filling volume {name}", "POST", "/containers/create", body={
                 "Image": image, "Cmd": [f"{path}/busybox", "true"], "Labels": labels, "HostConfig": {
                     "NetworkMode": "none", "Mounts": [{"Type": "volume", "Source": name, "Target": path}],
-                    **({"Ulimits": enginebodies.ulimits(enginebodies.host_ulimits())} if self.podman else {})}})["Id"]
+                    **({"Ulimits": enginebodies.ulimits(limits)} if (limits := self.dialect.tool_ulimits()) else {})}})["Id"]
             self.start(filler)
             if (code := self.wait(filler)) != 0:
                 raise EngineError(f"filling volume {name} from {image}: exit code {code}")
@@ -197,16 +200,15 @@ class Engine:
         self._call(f"removing volume {name}", "DELETE", path_of("/volumes/{}", name), {"force": True}).read()
 
     # containers
-    def create(self, spec: ContainerSpec) -> str:   # podman: its libpod create (compat adds /run, /tmp, /var/tmp)
-        path, params, body = (("/libpod/containers/create", None, enginebodies.specgen_body(spec, enginebodies.host_ulimits()))
-                              if self.podman else ("/containers/create", {"name": spec.name}, enginebodies.create_body(spec)))
+    def create(self, spec: ContainerSpec) -> str:
+        path, params, body = self.dialect.create_request(spec)
         return self._json(f"creating container {spec.name}", "POST", path, params, body=body)["Id"]
 
     def create_proxy(self, spec: ProxySpec, secrets: dict[str, str] | None = None,
                      egress_ready: Callable[[], None] = lambda: None, address: str = "") -> str:
         """The egress proxy (unprivileged, read-only root, no capabilities), `secrets` in its environment, on
         both networks (egress joined once `egress_ready` returns); `address`: a fixed one, no DNS alias."""
-        body = enginebodies.proxy_body(spec, {**proxy_env(spec), **(secrets or {})}, address, podman=self.podman)
+        body = self.dialect.proxy_body(spec, {**proxy_env(spec), **(secrets or {})}, address)
         ref = self._json(f"creating proxy {spec.name}", "POST", "/containers/create", {"name": spec.name},
                          body=body)["Id"]
         egress_ready()
@@ -223,21 +225,18 @@ class Engine:
 
     # networks
     def create_network(self, spec: NetworkSpec, subnet: str = "") -> str | None:
-        """The network's subnet (`subnet`, or podman's choice; "" for Docker's); None when `subnet` overlaps
-        another's (nothing created). podman: enginebodies.podman_network_body (no gateway or DNS)."""
-        podman = self.podman
-        path, body = (("/libpod/networks/create", enginebodies.podman_network_body(spec, subnet)) if podman else
-                      ("/networks/create", enginebodies.network_body(spec, subnet)))
+        """The network's subnet (`subnet`, or the engine's choice where its answer names it, else ""); None
+        when `subnet` overlaps another's (nothing created). The request and its answer are the dialect's."""
+        dialect = self.dialect
+        path, body = dialect.network_request(spec, subnet)
         try:
             made = self._json(f"creating network {spec.name}", "POST", path, body=body)
         except EngineError as exc:
-            if subnet and ("already used on the host or by another config" if podman else "overlaps") in str(exc):
+            if subnet and dialect.overlap_error in str(exc):
                 return None
             raise
-        if not podman:
-            return subnet
         try:
-            return enginebodies.podman_network_subnet(spec, made, subnet)
+            return dialect.network_made(spec, made, subnet)
         except EngineError:
             self.remove_network(spec.name)   # fail closed: never leave a network that is not as asked
             raise
@@ -250,9 +249,10 @@ class Engine:
         found = self._json("listing networks", "GET", "/networks", {"filters": {"label": [MANAGED, *filters]}})
         return [n for n in map(NetworkInfo.of, found) if label.matches(n.labels, (MANAGED, *filters))]
 
-    def inspect(self, ref: str) -> ContainerInfo:   # podman: its libpod inspect too (what compat leaves out)
+    def inspect(self, ref: str) -> ContainerInfo:   # and the engine's own inspect, where its dialect has one
         get = lambda api: self._json(f"inspecting container {ref}", "GET", path_of(api, ref))  # noqa: E731
-        return ContainerInfo.of(get("/containers/{}/json"), get("/libpod/containers/{}/json") if self.podman else None)
+        native = self.dialect.native_inspect
+        return ContainerInfo.of(get("/containers/{}/json"), get(native) if native else None)
 
     def _post(self, action: str, template: str, ref: str, params: dict | None = None, **how) -> None:
         self._call(action, "POST", path_of(template, ref), params, **how).read()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 if TYPE_CHECKING:
+    from launcher.engine.dialects import EngineDialect
     from launcher.plan.plan import ContainerSpec
 
 Output = Iterator[tuple[bytes | None, bytes | None]]
@@ -185,6 +186,8 @@ class Engine(Protocol):
     Errors are launcher.errors' EngineError and NotFound, never the SDK's."""
 
     # the engine itself (version and info are its own documents, recorded as they are)
+    @property
+    def dialect(self) -> EngineDialect: ...   # what differs on this engine (launcher/engine/dialects/), by its kind
     def version(self) -> dict: ...
     def info(self, libpod: bool = False) -> dict: ...
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from launcher.engine import engine, engineapi
+from launcher.engine import dialects, engine, engineapi
 from launcher.errors import EngineError
 
 
@@ -14,7 +14,7 @@ def sightings() -> tuple:
     """Every engine this host may run sandboxes on (launcher.host.host.engine_addresses), each asked its
     /version and /info: for `sandbox doctor`'s row per engine (engineid.Sighting each)."""
     from launcher.host import host
-    from launcher.host.engineid import PODMAN, Sighting, identify
+    from launcher.host.engineid import Sighting, identify
 
     out = []
     for where in host.engine_addresses(engine.DEFAULT_SOCKET):
@@ -27,8 +27,7 @@ def sightings() -> tuple:
                 raise EngineError("not asked: not a unix socket (`sandbox` reaches it only through DOCKER_HOST)")
             found = engine.connect() if where.used else _unix(where.address[len("unix://"):])
             version, info = found.version(), found.info()
-            if identify(version, info).kind == PODMAN:
-                libpod = found.info(libpod=True)
+            libpod = dialects.of(identify(version, info).kind).own_info(found) or {}   # podman's /libpod/info
         except EngineError as exc:
             error = str(exc).splitlines()[0]
         out.append(Sighting(address=where.address, source=where.source, used=where.used, local=local,

@@ -119,9 +119,8 @@ class EngineFacts:
 
 def asked(engine) -> EngineFacts:
     """The facts of a connected engine (a launcher.engine.engineproto.Engine): /version and /info, and
-    podman's /libpod/info when it is podman."""
-    version, info = engine.version(), engine.info()
-    return facts(version, info, engine.info(libpod=True) if identify(version, info).kind == PODMAN else None)
+    its own information where its dialect has some (podman's /libpod/info)."""
+    return facts(engine.version(), engine.info(), engine.dialect.own_info(engine))
 
 
 def _id_map(entries) -> tuple[tuple[int, int, int], ...]:

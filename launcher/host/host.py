@@ -301,8 +301,8 @@ def environment_with(**extra: str) -> dict[str, str]:
     return {**os.environ, **extra}
 
 
-def podman_seccomp_profile(path: str) -> str:
-    """The text of podman's default seccomp profile on this host ("" when it cannot be read)."""
+def seccomp_profile_text(path: str) -> str:
+    """The text of an engine's default seccomp profile on this host (podman's; "" when it cannot be read)."""
     try:
         with open(path, encoding="utf-8") as profile:
             return profile.read(4 << 20)

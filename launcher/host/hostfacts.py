@@ -45,8 +45,8 @@ class HostFacts:
     # The engine that runs the plan, once it was asked (a launch, `explain --engine`); the default
     # is a rootful engine that enforces every limit.
     engine: EngineFacts = EngineFacts()
-    # podman's API takes a seccomp profile only as a file on the server: seccompfiles' state file
-    # ("" unless the engine is podman; the compiler refuses a podman plan without it).
+    # An engine whose API takes a seccomp profile only as a file on the server (podman): seccompfiles'
+    # state file ("" unless its dialect has a seccomp_default; the compiler refuses its plan without it).
     seccomp_profile: str = ""
     # This process's hard rlimits (nofile, nproc; -1 unlimited): the engine's runtime, without
     # CAP_SYS_RESOURCE, cannot give a container more ("error setting rlimit"). () not read.

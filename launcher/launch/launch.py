@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from launcher import labels as label
-from launcher.plan.dialects import for_engine
 from launcher.egress import proxy
 from launcher.egress.audit import EgressEvent
 from launcher.engine import hostengines, overlap
 from launcher.engine.engineproto import Engine
 from launcher.engine.verify import ProbeReport, compare_inspect, parse_probe
 from launcher.errors import EngineError, ProbeFailed, Terminated, also_failed, copy_kept
-from launcher.host import engineid, hostpaths, workspaces
+from launcher.host import hostpaths, workspaces
 from launcher.launch import home, proof
 from launcher.plan import checks, runtimes
 from launcher.plan.plan import PROBE_END, LaunchPlan, MountKind
@@ -115,7 +114,7 @@ def create_verified(engine: Engine, plan: LaunchPlan, listener: Listener | None 
     try:
         with timed(listener, "inspect"):
             attrs = engine.inspect(ref)
-            diffs = compare_inspect(spec, attrs, engine.image_env(spec.image), for_engine(engine.podman))
+            diffs = compare_inspect(spec, attrs, engine.image_env(spec.image), engine.dialect.plan)
         for mount in spec.mounts:
             if mount.kind is MountKind.BIND and not hostpaths.bind_source_intact(mount.source):
                 diffs.append(f"bind source {mount.source} changed or vanished since it was checked")
@@ -245,9 +244,9 @@ def require_runtime(engine: Engine, plan: LaunchPlan) -> None:
     if want is None:
         raise EngineError(f"the plan names runtime {name}, which the launcher does not know (runc, "
                           f"{', '.join(n for n, _ in runtimes.GVISOR.values())})")
-    if engineid.identify(engine.version(), info).kind == engineid.PODMAN:
-        raise EngineError(f"the policy says runtime: gvisor, and the engine is podman: {runtimes.PODMAN_GVISOR_WHY}."
-                          f"\n    hint: {runtimes.PODMAN_GVISOR}")
+    if (dialect := engine.dialect.plan).gvisor_refused:
+        raise EngineError(f"the policy says runtime: gvisor, and the engine is {dialect.name}: {dialect.gvisor_refused}."
+                          f"\n    hint: {dialect.gvisor_hint}")
     if found is None or tuple(found.get("runtimeArgs") or ()) != want:
         what = "has no runtime" if found is None else f"has other arguments ({' '.join(found.get('runtimeArgs') or ()) or 'none'}) for"
         raise EngineError(f"the policy says runtime: gvisor, and the engine {what} {name} (gVisor's runsc with "

@@ -108,8 +108,8 @@ def for_engine(request: Request, planned: Planned, engine, *, kind: str = "run",
     rootless or userns-remapped engine the probe proves the id map, and a limit the engine would
     ignore is refused (PolicyError)."""
     facts = engineid.asked(engine)
-    if not facts.remapped and not facts.unenforced and facts.kind != engineid.PODMAN:
-        return planned   # what the first compile assumed
+    if not facts.remapped and not facts.unenforced and facts.kind == engineid.EngineFacts().kind:
+        return planned   # what the first compile assumed (its dialect too)
     again = pipeline.compiled(planned.layered, request.workspace, request.command, kind=kind, name=request.name,
                               egress_network=request.egress_network, agent=request.options.agent, timings=timings,
                               engine=facts)

@@ -11,7 +11,7 @@ from typing import Callable
 from launcher.engine import images
 from launcher.errors import PolicyError, Problem
 from launcher.host import host, hostfacts, hostpaths, imagebuild, workspaces
-from launcher.host.engineid import PODMAN, EngineFacts
+from launcher.host.engineid import EngineFacts
 from launcher.host.hostfacts import HostFacts
 from launcher.host.statefiles import StateFile
 from launcher.pipeline import stack
@@ -179,7 +179,7 @@ def facts_and_files(policy, workspace: str, launched: bool = True,
     if bump:
         facts = replace(facts, bump_store=(bump[0].path, bump[1].path))
         store = (*store, *bump) if facts.nonce else store   # written for a launch only
-    seccomp = podman_seccomp(facts)
+    seccomp = engine_seccomp(facts)
     if seccomp:
         facts = replace(facts, seccomp_profile=seccomp[0].path)
     if not launched and policy.runtime is Runtime.GVISOR:   # files for another tool name a copy of the profile
@@ -189,14 +189,16 @@ def facts_and_files(policy, workspace: str, launched: bool = True,
     return facts, (config, git, *store, *seccomp)
 
 
-def podman_seccomp(facts: HostFacts) -> tuple[StateFile, ...]:
-    """The seccomp profile file of a plan that podman runs (none for Docker, or when podman's own
-    default cannot be read: the compiler refuses that plan)."""
-    from launcher.plan import seccompfiles
+def engine_seccomp(facts: HostFacts) -> tuple[StateFile, ...]:
+    """The seccomp profile file of a plan whose engine takes one only as a file, built from that
+    engine's default (its dialect's seccomp_default; none for Docker, or when that default cannot be
+    read: the compiler refuses that plan)."""
+    from launcher.plan import dialects, seccompfiles
 
-    if facts.engine.kind != PODMAN:
+    dialect = dialects.of(facts.engine.kind)
+    if not dialect.seccomp_default:
         return ()
-    profile = seccompfiles.podman_profile(host.podman_seccomp_profile(seccompfiles.PODMAN_DEFAULT))
+    profile = seccompfiles.engine_profile(host.seccomp_profile_text(dialect.seccomp_default), dialect.name)
     return (profile,) if profile else ()
 
 

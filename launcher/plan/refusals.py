@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from launcher import resources
 from launcher.errors import PolicyError, Problem
-from launcher.host.engineid import LIMIT_CONTROLLERS, PODMAN
+from launcher.host.engineid import LIMIT_CONTROLLERS
 from launcher.host.hostfacts import HostFacts
 from launcher.host.hostpaths import PathFact
 from launcher.plan import runtimes, trustfiles
+from launcher.plan import dialects
 from launcher.policy.model import Access, HomeMode, NetworkMode, Policy, Runtime, WorkspaceMode
 from launcher.policy.secrets import secret_value
 from launcher.values import show
@@ -86,7 +87,7 @@ def check(policy: Policy, host: HostFacts, kind: str) -> dict[str, tuple[str, st
     problems += ca_problems
     problems += [Problem(file=file, path=p, expected=e, found=f, hint=h) for p, e, f, h in
                  runtimes.refusals(policy.runtime, policy.capabilities)]
-    problems += _unenforced_limits(policy, host) + _rootless_copy(policy, host) + _podman_seccomp(policy, host)
+    problems += _unenforced_limits(policy, host) + dialects.of(host.engine.kind).refusals(policy, host)
     if problems:
         raise PolicyError(problems)
     return cas
@@ -106,29 +107,6 @@ def _unenforced_limits(policy: Policy, host: HostFacts) -> list[Problem]:
                          "delegated to the user (systemd: `Delegate=memory pids cpu` for user@.service); a policy cannot "
                          "waive a limit (docs/security.md#rootless-engines)")
             for field in engine.unenforced]
-
-
-def _podman_seccomp(policy: Policy, host: HostFacts) -> list[Problem]:
-    """podman's default seccomp profile lets the agent make namespaces: the sandbox's profile is
-    built from it (seccompfiles), so a podman plan without it is refused."""
-    if host.engine.kind != PODMAN or host.seccomp_profile:
-        return []
-    from launcher.plan.seccompfiles import PODMAN_DEFAULT
-
-    return [Problem(file=policy.source, path="runtime", expected="a seccomp profile for podman",
-                    found=f"none: podman's default profile {PODMAN_DEFAULT} cannot be read or is not a seccomp profile",
-                    hint="install containers-common (it ships that file); the sandbox's profile is that one with "
-                         "Docker's namespace rules")]
-
-
-def _rootless_copy(policy: Policy, host: HostFacts) -> list[Problem]:
-    """Copy mode's workspace is an overlay the local volume driver mounts: rootless podman (4.3
-    here) cannot ("mount: …/_data: special device overlay does not exist"), after the copy is made."""
-    if not (host.engine.rootless and host.engine.kind == PODMAN and policy.workspace.mode is WorkspaceMode.COPY):
-        return []
-    return [Problem(file=policy.source, path="workspace.mode", expected="bind on rootless podman", found="copy",
-                    hint="rootless podman cannot mount the copy's overlay volume: add --workspace-mode bind (the agent "
-                         "then works on the tree itself), or use a rootful engine")]
 
 
 def _copy_alternatives(policy: Policy, kind: str) -> str:

@@ -24,14 +24,6 @@ GVISOR = {
     NetworkMode.PROXY: ("sandbox-runsc-hostinet", ("--network=host", "--oci-seccomp")),
 }
 
-# podman registers a runtime in containers.conf by its path alone ([engine.runtimes] runsc = ["/usr/bin/runsc"])
-# and its Docker-compatible API takes no runtime flags: runsc would run without the arguments above.
-PODMAN_GVISOR_WHY = ("containers.conf's [engine.runtimes] names runsc by its path only, and the launcher needs it run "
-                     "with " + " ".join(GVISOR[NetworkMode.NONE][1]) + " (without --oci-seccomp runsc "
-                     "ignores the sandbox's seccomp profile)")
-PODMAN_GVISOR = ("use Docker for `runtime: gvisor` (DOCKER_HOST=unix:///var/run/docker.sock); under podman, "
-                 "`runtime: runc` (see docs/engines.md)")
-
 # The system-call filter of a gVisor sandbox (runsc applies it inside with --oci-seccomp). Not
 # Docker's default profile: this runsc ignores a rule's errnoRet, so that profile's clone3 rule
 # answers EPERM instead of ENOSYS and glibc then never falls back to clone: no thread could start
@@ -55,12 +47,12 @@ GVISOR_SECCOMP = json.dumps({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
 GVISOR_SECCOMP_FILE = str(Path(__file__).with_name("gvisor-seccomp.json"))
 
 
-def security_opt(runtime: Runtime, podman_profile: str = "") -> tuple[str, ...]:
+def security_opt(runtime: Runtime, profile_file: str = "") -> tuple[str, ...]:
     """HostConfig.SecurityOpt of a sandbox under `runtime` (Docker's default seccomp profile for runc).
-    `podman_profile`: podman runs it (its API takes a profile only as a file on the server): that file
+    `profile_file`: its engine takes a profile only as a file on the server (podman): that file
     (seccompfiles: its default with Docker's namespace rules) for runc, the gVisor profile's file."""
-    if podman_profile:
-        return ("no-new-privileges", f"seccomp={GVISOR_SECCOMP_FILE if runtime is Runtime.GVISOR else podman_profile}")
+    if profile_file:
+        return ("no-new-privileges", f"seccomp={GVISOR_SECCOMP_FILE if runtime is Runtime.GVISOR else profile_file}")
     return ("no-new-privileges",) + ((f"seccomp={GVISOR_SECCOMP}",) if runtime is Runtime.GVISOR else ())
 
 

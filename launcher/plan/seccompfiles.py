@@ -1,4 +1,5 @@
-"""The seccomp profile a sandbox on podman runs with, as a state file: podman's compat and libpod
+"""The seccomp profile of a sandbox whose engine takes one only as a file (its dialect's
+seccomp_default names the default it is built from), as a state file. podman's compat and libpod
 APIs take a profile only as a path on the server (a local engine: this host), and podman's own
 default lets a process without CAP_SYS_ADMIN make namespaces (`unshare -U` succeeds), which Docker's
 default refuses. So the profile is podman's default with the namespace calls allowed only as
@@ -14,7 +15,6 @@ from launcher.host import host
 from launcher.host.statefiles import StateFile
 from launcher.plan.runtimes import GVISOR_SECCOMP, GVISOR_SECCOMP_FILE
 
-PODMAN_DEFAULT = "/usr/share/containers/seccomp.json"   # podman's default profile (containers-common)
 NAMESPACE_CALLS = ("clone", "clone3", "unshare", "setns")
 CLONE_NAMESPACES = 0x7E020000   # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
 _ADMIN = {"caps": ["CAP_SYS_ADMIN"]}
@@ -35,15 +35,15 @@ def docker_semantics(podman_profile: dict) -> dict:
     return profile
 
 
-def podman_profile(podman_default: str) -> StateFile | None:
-    """The state file of the profile for podman's default text (None when that is not a profile:
-    the compiler refuses the plan then)."""
+def engine_profile(default: str, engine: str) -> StateFile | None:
+    """The state file of the profile for an engine's default profile's text (`engine`: its name,
+    podman; None when that is not a profile: the compiler refuses the plan then)."""
     try:
-        profile = json.loads(podman_default)
+        profile = json.loads(default)
         text = json.dumps(docker_semantics(profile), sort_keys=True, separators=(",", ":"))
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    name = f"{hashlib.sha256(text.encode()).hexdigest()[:16]}-podman.json"
+    name = f"{hashlib.sha256(text.encode()).hexdigest()[:16]}-{engine}.json"
     return StateFile(path=os.path.join(host.state_dir(), "seccomp", name), text=text, folder_mode=0o755)
 
 

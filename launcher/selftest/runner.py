@@ -13,11 +13,10 @@ from typing import Callable
 
 from launcher import labels as label
 from launcher import resources
-from launcher.plan.dialects.podman import MARKER as PODMAN_MARKER
 from launcher.engine import hostengines, images
 from launcher.engine.engine import Engine
 from launcher.errors import ProbeFailed, SandboxError
-from launcher.host import baseline, engineid, host, hostpaths, scan
+from launcher.host import baseline, host, hostpaths, scan
 from launcher.launch import session
 from launcher.pipeline import pipeline, stack
 from launcher.plan import runtimes
@@ -171,8 +170,8 @@ def run_preset(engine: Engine, ref: str, *, listener: HostListener, internet, pr
             "HOST_CANARY_DIR": canary_dir, "HOST_CANARY": git_canary, "TRACKED": scratch.TRACKED,
             "TMPFS": " ".join(f"{m.target}:{m.size_bytes}" for m in probe.container.mounts
                               if m.kind is MountKind.TMPFS and not m.read_only and m.size_bytes),
-            # podman binds its marker file into every container: sock.parent_dirs holds it to empty and read-only
-            "ENGINE_MARKER": PODMAN_MARKER if engine.podman else "",
+            # the file an engine binds into every container (podman's): sock.parent_dirs holds it to empty and read-only
+            "ENGINE_MARKER": "".join(engine.dialect.plan.marker_mounts[:1]),
         }
         request = _request(ref, workspace, ("bash", "-c", script(cases, params, PLANTS)), network)
         collector = _Collector(progress)
@@ -283,9 +282,9 @@ def run(engine: Engine, refs: tuple[str, ...], progress: Progress) -> tuple[Pres
         info, present = engine.info(), hostengines.runtime_check(engine)
         refs = tuple(resources.preset_names())
         lacking = [r for r in refs if runtimes.missing(info, (p := stack.load_base(r).policy).runtime, p.network.mode, present)]
-        podman = engineid.identify(engine.version(), info).kind == engineid.PODMAN
-        if lacking and (podman or not host.in_ci()):   # CI's Docker has gVisor; podman never can (runtimes.PODMAN_GVISOR_WHY)
-            progress(f"skipping {', '.join(lacking)}: " + ("`runtime: gvisor` is refused under podman" if podman else
+        refused = engine.dialect.plan.gvisor_refused   # podman never can run it; CI's Docker has gVisor
+        if lacking and (refused or not host.in_ci()):
+            progress(f"skipping {', '.join(lacking)}: " + (f"`runtime: gvisor` is refused under {engine.dialect.name}" if refused else
                                                           "gVisor is not registered in this engine (`sandbox doctor --fix`)"))
             refs = tuple(r for r in refs if r not in lacking)
     modes = {ref: stack.load_base(ref).policy.network.mode.value for ref in refs}

@@ -25,10 +25,10 @@ def ensure_upstream(engine: Engine) -> str:
     return image.tag
 
 
-def podman_ulimits(engine: Engine) -> list[dict] | None:
-    """A container's HostConfig.Ulimits that podman can set here (podman's defaults within this
-    host's hard limits, enginebodies.host_ulimits); None on Docker, whose own always can."""
-    return enginebodies.ulimits(enginebodies.host_ulimits()) if engine.podman else None
+def tool_ulimits(engine: Engine) -> list[dict] | None:
+    """A container's HostConfig.Ulimits that the engine can set here (its dialect's tool_ulimits:
+    podman's defaults within this host's hard limits); None where its own always can (Docker)."""
+    return enginebodies.ulimits(limits) if (limits := engine.dialect.tool_ulimits()) else None
 
 
 class Internet:
@@ -57,7 +57,7 @@ class Internet:
             self.image, name=f"{self.network}-{name}", labels=LABELS,
             environment={"UPSTREAM_NAME": name, "UPSTREAM_PAYLOAD": str(64 << 20),
                          "UPSTREAM_OPEN_PROXY": "1" if self.open_proxy and name == "upstream" else ""},
-            host_config=api.create_host_config(network_mode=self.network, ulimits=podman_ulimits(self.engine)),
+            host_config=api.create_host_config(network_mode=self.network, ulimits=tool_ulimits(self.engine)),
             networking_config=api.create_networking_config({self.network: api.create_endpoint_config(aliases=list(aliases))}))["Id"]
         api.start(ref)
         deadline = time.monotonic() + 30

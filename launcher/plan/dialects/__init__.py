@@ -19,9 +19,4 @@ def of(kind: str) -> Dialect:
     return DIALECTS[kind]
 
 
-def for_engine(podman: bool) -> Dialect:
-    """The dialect of an engine that is podman or (else) Docker."""
-    return PODMAN if podman else DOCKER
-
-
-__all__ = ["DIALECTS", "DOCKER", "PODMAN", "Dialect", "for_engine", "of"]
+__all__ = ["DIALECTS", "DOCKER", "PODMAN", "Dialect", "of"]

@@ -1,5 +1,5 @@
-"""Docker's dialect: the plan needs nothing of its own for it, and its inspect reports what the
-plan asked for in the plan's own words. `info` below is an engineproto.ContainerInfo (not imported:
+"""Docker's dialect: the plan needs nothing of its own for it, it refuses nothing the plan asks, and
+its inspect reports what the plan asked for in the plan's own words. `info` below is an engineproto.ContainerInfo (not imported:
 the compiler, below the engine layer, reads the plan-side decisions)."""
 
 from __future__ import annotations
@@ -23,10 +23,24 @@ class Dialect:
     proxy_by_hosts_entry: bool = False
     marker_mounts: tuple[str, ...] = ()   # files the engine binds into every container itself
     internal_sysctls: tuple[tuple[str, str], ...] = ()   # a proxy-mode sandbox's, on the internal network
+    # The engine's default seccomp profile, the file the sandbox's is built from (seccompfiles: its
+    # API takes a profile only as a file on the server); "": the plan's own profile goes inline.
+    seccomp_default: str = ""
+    gvisor_refused: str = ""   # why `runtime: gvisor` cannot run on this engine ("": it can, registered)
+    gvisor_hint: str = ""      # what to do instead
+
+    def refusals(self, policy, host) -> list:
+        """What this engine cannot do of the policy (`host`: the HostFacts), as Problems, refused
+        with the host-side refusals (refusals.check): nothing on Docker."""
+        return []
 
     def ulimits(self, hard: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int, int], ...]:
         """The rlimits the plan sets (`hard`: the host's hard limits): none, the engine's defaults stand."""
         return ()
+
+    def scratch_options(self, proxy) -> str:
+        """The HostConfig.Tmpfs options of the proxy's scratch directories (`proxy`: a ProxySpec)."""
+        return proxy.scratch_options
 
     def runtime(self, info) -> str:
         return info.host.runtime

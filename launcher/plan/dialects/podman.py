@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from launcher.errors import Problem
+from launcher.host import engineid
+from launcher.host.hostfacts import HostFacts
 from launcher.plan.dialects.docker import Dialect, Want
 from launcher.plan.plan import ContainerSpec, Mount, MountKind, ProxySpec
+from launcher.plan.runtimes import GVISOR
+from launcher.policy.model import NetworkMode, Policy, WorkspaceMode
 
 # The capabilities podman 4 grants by default (containers.conf default_capabilities as shipped):
 # its inspect lists these as dropped for a CapDrop of ALL.
@@ -72,6 +77,38 @@ def scratch_options(proxy: ProxySpec) -> str:
     return f"rw,size={size},mode=0700,U,noexec,notmpcopyup"
 
 
+PODMAN_DEFAULT = "/usr/share/containers/seccomp.json"   # podman's default profile (containers-common)
+
+# podman registers a runtime in containers.conf by its path alone ([engine.runtimes] runsc = ["/usr/bin/runsc"])
+# and its Docker-compatible API takes no runtime flags: runsc would run without runtimes.GVISOR's arguments.
+PODMAN_GVISOR_WHY = ("containers.conf's [engine.runtimes] names runsc by its path only, and the launcher needs it run "
+                     "with " + " ".join(GVISOR[NetworkMode.NONE][1]) + " (without --oci-seccomp runsc "
+                     "ignores the sandbox's seccomp profile)")
+PODMAN_GVISOR = ("use Docker for `runtime: gvisor` (DOCKER_HOST=unix:///var/run/docker.sock); under podman, "
+                 "`runtime: runc` (see docs/engines.md)")
+
+
+def seccomp_refusals(policy: Policy, host: HostFacts) -> list[Problem]:
+    """podman's default seccomp profile lets the agent make namespaces: the sandbox's profile is
+    built from it (seccompfiles), so a podman plan without it is refused."""
+    if host.engine.kind != engineid.PODMAN or host.seccomp_profile:
+        return []
+    return [Problem(file=policy.source, path="runtime", expected="a seccomp profile for podman",
+                    found=f"none: podman's default profile {PODMAN_DEFAULT} cannot be read or is not a seccomp profile",
+                    hint="install containers-common (it ships that file); the sandbox's profile is that one with "
+                         "Docker's namespace rules")]
+
+
+def copy_refusals(policy: Policy, host: HostFacts) -> list[Problem]:
+    """Copy mode's workspace is an overlay the local volume driver mounts: rootless podman (4.3
+    here) cannot ("mount: …/_data: special device overlay does not exist"), after the copy is made."""
+    if not (host.engine.rootless and host.engine.kind == engineid.PODMAN and policy.workspace.mode is WorkspaceMode.COPY):
+        return []
+    return [Problem(file=policy.source, path="workspace.mode", expected="bind on rootless podman", found="copy",
+                    hint="rootless podman cannot mount the copy's overlay volume: add --workspace-mode bind (the agent "
+                         "then works on the tree itself), or use a rootful engine")]
+
+
 def _words(value) -> str:
     return ", ".join(map(str, value)) or "none"
 
@@ -82,9 +119,18 @@ class Podman(Dialect):
     proxy_by_hosts_entry: bool = True   # its internal network has no DNS server (docs/engines.md)
     marker_mounts: tuple[str, ...] = (MARKER,)
     internal_sysctls: tuple[tuple[str, str], ...] = (NO_IPV6,)
+    seccomp_default: str = PODMAN_DEFAULT   # lets the agent make namespaces: rebuilt with Docker's rules
+    gvisor_refused: str = PODMAN_GVISOR_WHY
+    gvisor_hint: str = PODMAN_GVISOR
+
+    def refusals(self, policy: Policy, host: HostFacts) -> list[Problem]:
+        return copy_refusals(policy, host) + seccomp_refusals(policy, host)
 
     def ulimits(self, hard: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int, int], ...]:
         return ulimits(hard)
+
+    def scratch_options(self, proxy: ProxySpec) -> str:
+        return scratch_options(proxy)
 
     def runtime(self, info) -> str:
         return info.podman_runtime
