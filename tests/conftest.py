@@ -63,7 +63,8 @@ def isolated_host(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
     monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
     for name in ("GITHUB_STEP_SUMMARY", "NO_COLOR", "SANDBOX_TIMINGS", "SANDBOX_POLICY", "SANDBOX_AGENT", "SANDBOX_TIMEOUT",
-                 "SANDBOX_SESSION", "SANDBOX_IDLE", "SANDBOX_PORTS", "SANDBOX_CA_FILES"):
+                 "SANDBOX_SESSION", "SANDBOX_IDLE", "SANDBOX_PORTS", "SANDBOX_CA_FILES",
+                 "COLUMNS", "LINES"):   # pytest-xdist's workers set these two: a pipe gets whole lines
         monkeypatch.delenv(name, raising=False)
 
 

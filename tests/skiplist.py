@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from markers import SERIAL_GROUP
+
 LIST = Path(__file__).resolve().parent / "allowed_skips.txt"
 _SEEN: list[tuple[str, str]] = []   # (node id, reason) of each skip of this session
 
@@ -56,8 +58,8 @@ def pytest_sessionstart(session):
 
 
 def pytest_runtest_logreport(report):
-    if report.skipped:
-        _SEEN.append((report.nodeid, _reason(report)))
+    if report.skipped:   # the node id without pytest-xdist's "@group" (tests/markers.py)
+        _SEEN.append((report.nodeid.removesuffix("@" + SERIAL_GROUP), _reason(report)))
 
 
 @pytest.hookimpl(tryfirst=True)
