@@ -122,7 +122,7 @@ def test_the_inspect_holds_the_hosts_entry_the_network_and_on_docker_the_sysctls
 
 
 def test_a_silent_proxy_on_podman_hints_at_the_host_s_bridge_firewall():
-    said = checks.hint("egress.proxy", "nc: timed out", uid=1000, workspace="/w", podman_proxy=True)
+    said = checks.hint("egress.proxy", "nc: timed out", uid=1000, workspace="/w", bridge_only_proxy=True)
     assert "FORWARD policy DROP" in said and "DOCKER-USER" in said
     assert checks.hint("egress.proxy", "nc: timed out", uid=1000, workspace="/w") == ""
 

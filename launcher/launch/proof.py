@@ -26,7 +26,7 @@ def failed(report: ProbeReport, errors: list[str], plan: LaunchPlan, head: str =
         lines.append(visible(f"{c.id}: expected {c.expected}, observed {c.observed}", keep_lines=False))
         hint = checks.hint(c.id, c.observed, uid=plan.probe.uid, workspace=visible(plan.probe.wsroot, keep_lines=False),
                            remapped=plan.probe.userns == "remapped",
-                           podman_proxy=bool(plan.proxy and plan.proxy.hosts_entry))
+                           bridge_only_proxy=bool(plan.proxy and plan.proxy.hosts_entry))
         if hint:
             lines.append(f"  hint: {hint}")
     if not report.finished:

@@ -108,14 +108,14 @@ def _userns_hint(seen: dict[str, str], uid: int, workspace: str) -> str:
             "(DOCKER_HOST changed?); `sandbox explain --engine` says what the engine reports")
 
 
-# podman's internal network is a bridge without a gateway: the sandbox and the proxy reach each
-# other only through it, which a host that passes bridged frames through iptables (Docker sets
-# bridge-nf-call-iptables) with Docker's FORWARD policy DROP silently cuts (netavark adds no rule
-# for an internal network).
-PODMAN_BRIDGE_HINT = ("on podman the proxy is reached over its internal network's bridge: if Docker runs on this host "
-                      "too, its iptables FORWARD policy DROP (with bridged frames passing iptables) drops that traffic; "
-                      "allow traffic within podman's bridges, e.g. `iptables -I DOCKER-USER -m physdev "
-                      "--physdev-is-bridged -i podman+ -j ACCEPT` (docs/engines.md#proxy-mode-on-podman)")
+# An internal network that is a bridge without a gateway (podman's: a dialect's
+# proxy_by_hosts_entry): the sandbox and the proxy reach each other only through it, which a host
+# that passes bridged frames through iptables (Docker sets bridge-nf-call-iptables) with Docker's
+# FORWARD policy DROP silently cuts (netavark adds no rule for an internal network).
+BRIDGE_ONLY_HINT = ("on podman the proxy is reached over its internal network's bridge: if Docker runs on this host "
+                    "too, its iptables FORWARD policy DROP (with bridged frames passing iptables) drops that traffic; "
+                    "allow traffic within podman's bridges, e.g. `iptables -I DOCKER-USER -m physdev "
+                    "--physdev-is-bridged -i podman+ -j ACCEPT` (docs/engines.md#proxy-mode-on-podman)")
 
 # check id -> what the user can do when it fails, from its observed "key=value,..." fields (only
 # where expected/observed alone do not say it)
@@ -123,11 +123,11 @@ _HINTS = {"ws.access": _ws_access_hint, "home.private": _home_hint, "identity.us
 
 
 def hint(check_id: str, observed: str, *, uid: int, workspace: str, remapped: bool = False,
-         podman_proxy: bool = False) -> str:
+         bridge_only_proxy: bool = False) -> str:
     """The hint for a failed check, or "". remapped: the plan is for a rootless or userns-remapped engine;
-    podman_proxy: a proxy-mode plan for podman (ProxySpec.hosts_entry)."""
-    if check_id == "egress.proxy" and podman_proxy and "timed out" in observed:
-        return PODMAN_BRIDGE_HINT
+    bridge_only_proxy: a proxy reached over its internal network's bridge alone (ProxySpec.hosts_entry)."""
+    if check_id == "egress.proxy" and bridge_only_proxy and "timed out" in observed:
+        return BRIDGE_ONLY_HINT
     make = _HINTS.get(check_id)
     if make is None:
         return ""

@@ -20,9 +20,9 @@ CLONE_NAMESPACES = 0x7E020000   # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NE
 _ADMIN = {"caps": ["CAP_SYS_ADMIN"]}
 
 
-def docker_semantics(podman_profile: dict) -> dict:
-    """podman's default profile with the namespace calls allowed only as Docker's default allows them."""
-    profile = json.loads(json.dumps(podman_profile))
+def docker_semantics(default: dict) -> dict:
+    """An engine's default profile (podman's) with the namespace calls allowed only as Docker's default allows them."""
+    profile = json.loads(json.dumps(default))
     for rule in profile["syscalls"]:
         if rule["action"] == "SCMP_ACT_ALLOW" and not rule.get("includes") and not rule.get("excludes"):
             rule["names"] = [n for n in rule["names"] if n not in NAMESPACE_CALLS]
