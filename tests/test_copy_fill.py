@@ -156,7 +156,8 @@ def test_a_copy_whose_upper_layer_is_an_empty_directory_is_dropped_with_no_tools
     archive(("upper", tarfile.DIRTYPE, b""), ("upper/new", tarfile.REGTYPE, b"x"), pax={"comment": "c" * 2900}),  # cut
 
     b"", b"\0" * 1024, b"not a tar" * 100,
-])
+], ids=["a-file", "a-whiteout", "a-directory", "cut-in-a-file", "no-upper", "cut-in-a-pax-header", "empty", "zeros",
+        "not-a-tar"])   # named: the bytes differ per collection (a random file, mtimes), and workers compare ids
 def test_anything_but_an_empty_upper_layer_is_checkpointed_as_before(checkpointed, upper):
     eng = looked(upper)
     assert store.settle(eng, "c", "run ended", made=True) == (1, False)

@@ -44,3 +44,21 @@ def test_a_test_marked_engine_that_never_uses_it_stops_the_run(tmp_path):
 def test_a_test_using_the_engine_unmarked_stops_the_run(tmp_path):
     done = collect(tmp_path, "@pytest.fixture\ndef built(engine):\n    return engine\n\ndef test_a(built):\n    pass\n")
     assert done.returncode == 4 and "test_tiny.py::test_a: uses the engine unmarked" in done.stderr, done.stderr
+
+
+def test_the_engine_tests_run_one_after_another_on_one_worker(tmp_path):
+    # pytest-xdist's loadgroup keeps a group on one worker only where its "@group" node id takes
+    # (it did not under pytest 9.2 with xdist 3.8: every engine test ran beside another)
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_tiny.py").write_text(
+        "import os, time\nimport pytest\n\n"
+        "@pytest.mark.parametrize('i', range(6))\n@pytest.mark.engine\ndef test_e(engine, i):\n"
+        "    time.sleep(0.1)\n    print('WORKER', os.environ['PYTEST_XDIST_WORKER'])\n\n"
+        "@pytest.mark.parametrize('i', range(6))\ndef test_u(i):\n    time.sleep(0.1)\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
+                           "-W", "ignore::pytest.PytestUnknownMarkWarning", str(tmp_path)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"})
+    assert done.returncode == 0 and "12 passed" in done.stdout, done.stdout + done.stderr
+    workers = {line.split()[1] for line in done.stdout.splitlines() if line.startswith("WORKER ")}
+    assert len(workers) == 1, done.stdout
