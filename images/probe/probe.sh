@@ -764,11 +764,11 @@ _p_dnsquery() {
 	_P_LEN=$((_P_LEN + 2))
 }
 
-# _p_listening PORT PID -- 0 once a TCP socket listens on hex PORT (/proc/net/tcp*), within about
-# 1 s and while PID lives
+# _p_listening PORT PID -- 0 once a TCP socket listens on hex PORT (/proc/net/tcp*), while PID (the
+# listener, ended at its window) lives: a loaded machine may take a while to start it
 _p_listening() {
 	local _i=0
-	while [ "$_i" -lt 200 ]; do
+	while [ "$_i" -lt 1000 ]; do
 		"$BB" awk -v p=":$1" 'substr($2, length($2) - 4) == p && $4 == "0A" { f = 1 } END { exit !f }' \
 			/proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
 		kill -0 "$2" 2>/dev/null || return 1
