@@ -677,7 +677,7 @@ case $st in 02) echo "state early" >&2 ;; *) echo "state connected" >&2 ;; esac'
 _p_lookup() {
 	local _r _w=4.5
 	if _p_relays; then _p_relayed "$_w"; return; fi
-	_r=$(_p_within "$_w" "$BB" nslookup -type=a "$A_dnsname" "$A_resolver" 2>&1)
+	_r=$(_p_within "$_w" "$BB" nslookup -type=a "$A_dnsname" 2>&1)
 	case $_r in
 	*Server:* | *Name:* | *"can't find"*) printf 'dns\tanswered\n' ;;
 	*"onnection refused"* | *"timed out"* | '' | Terminated) printf 'dns\tno answer within %ss\n' "$_w" ;;
