@@ -518,15 +518,28 @@ gather_egress() {
 	readonly EG_GW_IP EG_NOGW EG_REPORTED EG_PROXY EG_DIRECT EG_DNS EG_BUMP EG_REFUSE EG_TUNNEL EG_KEY
 }
 
-# one plain-HTTP request for the deny-test host through the proxy
+# one plain-HTTP request for the deny-test host through the proxy. The launcher starts the sandbox
+# alongside its proxy (launcher/egress/proxy.py): until the proxy's container has joined the
+# network its name does not resolve (Docker) or its pinned address has no owner (podman: "No route
+# to host"), and until Squid listens it refuses; each is tried again every
+# 20 ms for up to 15 s (the agent waits for the launcher's word, which comes only once the proxy is
+# ready). With rules per request the sandbox starts only then, so the other asks need no such wait.
 _p_ask_proxy() {
-	local _r
-	# busybox nc hangs up when its input ends, and Squid drops a request whose client left: the
-	# program nc runs once connected (the socket its fd 0 and 1) sends the request and reads the
-	# answer's first line (at once for a 403), so nothing waits a fixed time for it
-	_r=$("$BB" nc -w 3 "${A_proxy%:*}" "${A_proxy##*:}" -e "$BB" sh -c \
-		'printf "GET http://%s/ HTTP/1.0\r\nHost: %s\r\n\r\n" "$2" "$2"; "$1" timeout 3 "$1" head -n 1 >&2' \
-		sh "$BB" "$A_denyhost" </dev/null 2>&1 | "$BB" head -n 1)
+	local _r _i=0
+	while :; do
+		# busybox nc hangs up when its input ends, and Squid drops a request whose client left: the
+		# program nc runs once connected (the socket its fd 0 and 1) sends the request and reads the
+		# answer's first line (at once for a 403), so nothing waits a fixed time for it
+		_r=$("$BB" nc -w 3 "${A_proxy%:*}" "${A_proxy##*:}" -e "$BB" sh -c \
+			'printf "GET http://%s/ HTTP/1.0\r\nHost: %s\r\n\r\n" "$2" "$2"; "$1" timeout 3 "$1" head -n 1 >&2' \
+			sh "$BB" "$A_denyhost" </dev/null 2>&1 | "$BB" head -n 1)
+		case $_r in
+		*"bad address"* | *"onnection refused"* | *"o route to host"*) [ "$_i" -lt 750 ] || break ;;
+		*) break ;;
+		esac
+		"$BB" usleep 20000
+		_i=$((_i + 1))
+	done
 	printf 'proxy\t%s\n' "${_r%"$_P_CR"}"
 }
 
