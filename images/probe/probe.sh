@@ -520,12 +520,14 @@ gather_egress() {
 
 # one plain-HTTP request for the deny-test host through the proxy. The launcher starts the sandbox
 # alongside its proxy (launcher/egress/proxy.py): until the proxy's container has joined the
-# network its name does not resolve (Docker) or its pinned address has no owner (podman: "No route
-# to host"), and until Squid listens it refuses; each is tried again every
-# 20 ms for up to 15 s (the agent waits for the launcher's word, which comes only once the proxy is
-# ready). With rules per request the sandbox starts only then, so the other asks need no such wait.
+# network its name does not resolve (Docker: the resolver is silent, nc's 3 s alarm ends the try)
+# or its pinned address has no owner (podman: "No route to host"), and until Squid listens it
+# refuses; each is tried again, every 20 ms, until 15 s have passed (the agent waits for the
+# launcher's word, which comes only once the proxy is ready). With rules per request the sandbox
+# starts only then, so the other asks need no such wait.
 _p_ask_proxy() {
-	local _r _i=0
+	local _r _end
+	_end=$(($("$BB" date +%s) + 15))
 	while :; do
 		# busybox nc hangs up when its input ends, and Squid drops a request whose client left: the
 		# program nc runs once connected (the socket its fd 0 and 1) sends the request and reads the
@@ -534,11 +536,11 @@ _p_ask_proxy() {
 			'printf "GET http://%s/ HTTP/1.0\r\nHost: %s\r\n\r\n" "$2" "$2"; "$1" timeout 3 "$1" head -n 1 >&2' \
 			sh "$BB" "$A_denyhost" </dev/null 2>&1 | "$BB" head -n 1)
 		case $_r in
-		*"bad address"* | *"onnection refused"* | *"o route to host"*) [ "$_i" -lt 750 ] || break ;;
+		*"bad address"* | *"onnection refused"* | *"o route to host"* | "nc: timed out")
+			[ "$("$BB" date +%s)" -lt "$_end" ] || break ;;
 		*) break ;;
 		esac
 		"$BB" usleep 20000
-		_i=$((_i + 1))
 	done
 	printf 'proxy\t%s\n' "${_r%"$_P_CR"}"
 }
