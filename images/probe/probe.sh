@@ -1863,10 +1863,14 @@ __sbx_probe_gate() {
 	done
 	if [ "$__sbx_probe_g" != - ]; then
 		if [ -z "${__sbx_probe_go-}" ]; then
-			# one bounded sleep; wait returns as soon as a trapped signal comes
+			# one bounded sleep; wait returns as soon as a trapped signal comes. A word that comes
+			# after the test above but before the wait began would not end it (ash runs the trap
+			# between commands): the trap also ends the sleep once it runs, and the word is looked
+			# at again before waiting (seen: the agent started 60 s late, about one launch in ten
+			# on a loaded machine)
 			/.sandbox/probe/busybox sleep "$__sbx_probe_g" &
 			__sbx_probe_p=$!
-			wait "$__sbx_probe_p"
+			[ -n "${__sbx_probe_go-}" ] || wait "$__sbx_probe_p"
 			/.sandbox/probe/busybox kill "$__sbx_probe_p" 2>/dev/null
 			wait "$__sbx_probe_p"
 		fi
@@ -1955,8 +1959,8 @@ __sbx_probe_exec() {
 	exit 126
 }
 
-trap '__sbx_probe_go=go' USR1
-trap '__sbx_probe_go=no' TERM
+trap '__sbx_probe_go=go; [ -z "${__sbx_probe_p-}" ] || /.sandbox/probe/busybox kill "$__sbx_probe_p" 2>/dev/null' USR1
+trap '__sbx_probe_go=no; [ -z "${__sbx_probe_p-}" ] || /.sandbox/probe/busybox kill "$__sbx_probe_p" 2>/dev/null' TERM
 (_p_main "$@") </dev/null || exit 97
 __sbx_probe_gate "$@"
 __sbx_probe_exec "$@"
