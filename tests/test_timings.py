@@ -1,6 +1,8 @@
 """Launch phases: the timeline the CLI prints with --timings, engine calls made at once, and the
-order proxy mode keeps while it overlaps steps (the agent's container never starts before its
-proxy is ready). Durations are never asserted: speed figures come from bench/run.py."""
+order proxy mode keeps while it overlaps steps (the agent's container starts alongside its proxy,
+its probe waiting for the proxy to answer, but the launcher's word that starts the agent comes only
+once the proxy is ready; with rules per request the container starts only then). Durations are
+never asserted: speed figures come from bench/run.py."""
 
 from __future__ import annotations
 
@@ -60,6 +62,8 @@ class ProxyEngine(FakeEngine):
         checks = "".join(f"PROBE\t{c}\tpass\t-\t-\n" for c in plan.probe.checks)
         super().__init__(output=[((checks + f"PROBE-END\tok\t{len(plan.probe.checks)}\n").encode(), None)])
         self.plan, self.events, self.ready, self.agent_made = plan, [], ready, threading.Event()
+        self.agent_started = threading.Event()
+        self.ready_on = self.agent_made   # what the proxy's readiness waits for (5 s at most)
         self.lock = threading.Lock()
 
     def note(self, event):
@@ -89,11 +93,17 @@ class ProxyEngine(FakeEngine):
     def start(self, ref):
         super().start(ref)
         self.note(("start", self.role(ref)))
+        if self.role(ref) == "agent":
+            self.agent_started.set()
+
+    def signal(self, ref, name):
+        super().signal(ref, name)
+        self.note((name, self.role(ref)))
 
     def logs(self, ref, stdout=True, stderr=False):
         if self.role(ref) != "proxy":
             return ""
-        if self.ready and self.agent_made.wait(5):
+        if self.ready and self.ready_on.wait(5):
             self.note(("ready", "proxy"))
             return "Accepting HTTP Socket connections at sandbox-proxy:3128"
         return "FATAL: no config"
@@ -115,13 +125,31 @@ def _proxy_plan(tmp_path):
 def test_proxy_mode_overlaps_steps_but_starts_the_agent_only_after_the_proxy_is_ready(tmp_path):
     plan = _proxy_plan(tmp_path)
     engine = ProxyEngine(plan)
+    engine.ready_on = engine.agent_started   # a launch that waited for the proxy to start it shows it
     launch.run(engine, plan, Recorder())
     events = engine.events
     internal = events.index(("network", plan.proxy.internal_network))
-    ready, agent_start = events.index(("ready", "proxy")), events.index(("start", "agent"))
+    ready, word = events.index(("ready", "proxy")), events.index(("USR1", "agent"))
     assert internal < events.index(("create", "agent")) < ready    # made while the proxy started
-    assert events.index(("start", "proxy")) < ready < agent_start
+    # its container starts once the proxy's exists (the probe waits for the proxy to answer), the
+    # agent only on the launcher's word, after the proxy is ready
+    assert events.index(("proxy", plan.proxy.name)) < events.index(("start", "agent")) < ready < word
+    assert events.index(("start", "proxy")) < ready
     assert len([e for e in events if e[0] == "network"]) == len(plan.networks) == 2
+
+
+def test_with_rules_per_request_the_container_starts_only_once_the_proxy_is_ready(tmp_path, monkeypatch):
+    from launcher.egress import bump
+
+    plan = _proxy_plan(tmp_path)
+    plan = replace(plan, proxy=replace(plan.proxy, http_rules="rule"))   # its CA goes over once ready
+    handed = []
+    monkeypatch.setattr(bump, "hand_over", lambda spec, log: handed.append(spec.name))
+    engine = ProxyEngine(plan)
+    launch.run(engine, plan, Recorder())
+    events = engine.events
+    assert handed == [plan.proxy.name]
+    assert events.index(("ready", "proxy")) < events.index(("start", "agent")) < events.index(("USR1", "agent"))
 
 
 def test_a_proxy_that_never_comes_up_means_the_agent_never_starts_and_nothing_stays(tmp_path):
@@ -129,7 +157,8 @@ def test_a_proxy_that_never_comes_up_means_the_agent_never_starts_and_nothing_st
     engine = ProxyEngine(plan, ready=False)
     with pytest.raises(EngineError, match="did not come up"):
         launch.run(engine, plan, Recorder())
-    assert ("start", "agent") not in engine.events and ("create", "agent") in engine.events
+    # its container may have started (the probe waits for the proxy); the launcher's word never came
+    assert ("USR1", "agent") not in engine.events and ("create", "agent") in engine.events
     assert engine.calls[-1] == "remove" and engine.containers == {} and engine.networks == {}
 
 

@@ -477,8 +477,9 @@ gather_environ() {
 #   EG_REPORTED      comma list of the observations that reported (proxy, direct, dns)
 #   EG_PROXY         first line of the proxy's answer to a request for A_denyhost (empty: none)
 #   EG_DIRECT        "address:port:connected|refused|blocked ..." for direct connections to EG_GW_IP
-#   EG_DNS           what one query for A_dnsname got: "answered", "no answer within <window>s" or
-#                    "unknown(...)"
+#   EG_DNS           what a query for A_dnsname got (_p_lookup): "answered", "no answer within
+#                    <window>s", "unknown(...)"; with Docker's resolver, "relayed to the sandbox's
+#                    own 127.0.0.1:53" or what was seen instead
 gather_egress() {
 	local out ln
 	EG_GW_IP= EG_NOGW="no default route, no subnet"
@@ -517,14 +518,30 @@ gather_egress() {
 	readonly EG_GW_IP EG_NOGW EG_REPORTED EG_PROXY EG_DIRECT EG_DNS EG_BUMP EG_REFUSE EG_TUNNEL EG_KEY
 }
 
-# one plain-HTTP request for the deny-test host through the proxy
+# one plain-HTTP request for the deny-test host through the proxy. The launcher starts the sandbox
+# alongside its proxy (launcher/egress/proxy.py): until the proxy's container has joined the
+# network its name does not resolve (Docker: the resolver is silent, nc's 3 s alarm ends the try)
+# or its pinned address has no owner (podman: "No route to host"), and until Squid listens it
+# refuses; each is tried again, every 20 ms, until 15 s have passed (the agent waits for the
+# launcher's word, which comes only once the proxy is ready). With rules per request the sandbox
+# starts only then, so the other asks need no such wait.
 _p_ask_proxy() {
-	local _host _port _r
-	_host=${A_proxy%:*}; _port=${A_proxy##*:}
-	# busybox nc hangs up when its input ends, and Squid drops a request whose client left, so
-	# the input stays open a moment while the answer (immediate for a 403) comes back.
-	_r=$( { printf 'GET http://%s/ HTTP/1.0\r\nHost: %s\r\n\r\n' "$A_denyhost" "$A_denyhost"; "$BB" sleep 0.3; } |
-		"$BB" nc -w 3 "$_host" "$_port" 2>&1 | "$BB" head -n 1)
+	local _r _end
+	_end=$(($("$BB" date +%s) + 15))
+	while :; do
+		# busybox nc hangs up when its input ends, and Squid drops a request whose client left: the
+		# program nc runs once connected (the socket its fd 0 and 1) sends the request and reads the
+		# answer's first line (at once for a 403), so nothing waits a fixed time for it
+		_r=$("$BB" nc -w 3 "${A_proxy%:*}" "${A_proxy##*:}" -e "$BB" sh -c \
+			'printf "GET http://%s/ HTTP/1.0\r\nHost: %s\r\n\r\n" "$2" "$2"; "$1" timeout 3 "$1" head -n 1 >&2' \
+			sh "$BB" "$A_denyhost" </dev/null 2>&1 | "$BB" head -n 1)
+		case $_r in
+		*"bad address"* | *"onnection refused"* | *"o route to host"* | "nc: timed out")
+			[ "$("$BB" date +%s)" -lt "$_end" ] || break ;;
+		*) break ;;
+		esac
+		"$BB" usleep 20000
+	done
 	printf 'proxy\t%s\n' "${_r%"$_P_CR"}"
 }
 
@@ -655,20 +672,125 @@ case $st in 02) echo "state early" >&2 ;; *) echo "state connected" >&2 ;; esac'
 	_P_R=unsettled
 }
 
-# a name only the proxy may resolve: any reply is an answer (an address, NXDOMAIN, SERVFAIL: a
-# resolver that speaks is a channel out), however late. Docker's embedded resolver relays an
-# upstream's answer for 4 s at most (engine 20.10, measured: 3.5 s relayed, 4.5 s dropped) and
-# drops an outside name it cannot forward; so the wait is 4.5 s, past that bound. busybox's
-# nslookup prints "Server:" only once a reply came; "Connection refused" (nothing listens, podman's
-# 127.0.0.1) is no answer; anything else is unknown and fails.
+# a name only the proxy may resolve (A_dnsname) must get no DNS answer from the sandbox; how that
+# is shown depends on the one nameserver the plan gives it (A_resolver):
+# - 127.0.0.1 (podman: its internal network has no DNS server): the sandbox's own loopback, where
+#   nothing listens. One query: any reply (an address, NXDOMAIN, SERVFAIL) is a channel out, however
+#   late (4.5 s); "Connection refused" is none, and comes at once.
+# - 127.0.0.11, Docker's embedded resolver (it answers the proxy's name): it forwards every other
+#   name to its upstream, the plan's Dns (127.0.0.1), dialled from the sandbox's own network
+#   namespace, and when that fails it does not answer at all (engine 20.10, measured) — as it does
+#   not for up to 4 s while a slow upstream thinks, so its silence proves nothing soon. The probe
+#   proves where the forward goes instead (_p_relayed): it listens on port 53 itself for that moment
+#   and passes only when its own query (a random id) arrives there from 127.0.0.1 — a connection
+#   only the sandbox's own namespace can make: the resolver's upstream is the sandbox's loopback,
+#   where nothing listens once the agent runs. Silence fails (a forward elsewhere, or none), and
+#   so does any answer to the same name over UDP beside it (a late one too: it is waited for).
+#   Under gVisor (_p_relays) the agent's uid may not listen on port 53 (gVisor asks for
+#   CAP_NET_BIND_SERVICE whatever the namespace's sysctl): there the query is the first kind's,
+#   and its 4.5 s of silence, past the 4 s for which the resolver relays an upstream's answer, pass.
 _p_lookup() {
 	local _r _w=4.5
+	if _p_relays; then _p_relayed "$_w"; return; fi
 	_r=$(_p_within "$_w" "$BB" nslookup -type=a "$A_dnsname" 2>&1)
 	case $_r in
 	*Server:* | *Name:* | *"can't find"*) printf 'dns\tanswered\n' ;;
 	*"onnection refused"* | *"timed out"* | '' | Terminated) printf 'dns\tno answer within %ss\n' "$_w" ;;
 	*) _p_esc "$_r"; printf 'dns\tunknown(%s)\n' "$_P_R" ;;
 	esac
+}
+
+# _p_relays -- true where egress.dns is proven by seeing Docker's resolver forward (_p_lookup)
+_p_relays() {
+	[ "$A_resolver" = 127.0.0.11 ] && ! _p_gvisor
+}
+
+# _p_relayed WINDOW -- Docker's resolver: one query for A_dnsname over TCP (a random id; the
+# resolver forwards over the client's protocol), while a listener on port 53 (busybox's nc: TCP
+# only) waits up to WINDOW seconds for the forward and reports what arrived and from where (the
+# peer of its socket, by inode, in /proc/net/tcp*), and one query over UDP beside it, cut off when
+# the forward arrived or the window ended. Prints "dns<TAB>relayed to the sandbox's own 127.0.0.1:53"
+# only for the probe's own query from 127.0.0.1; else what was seen.
+_p_relayed() {
+	local _w=$1 _q _want _n _r _heard= _peer= _raw _udp= ln
+	_p_dnsquery "$A_dnsname"; _q=$_P_R; _want=$_P_HEX; _n=$_P_LEN
+	_r=$( {   # (stderr: the shell's own "Terminated" for the query it ends)
+		"$BB" nc -l -p 53 -e "$BB" sh -c 'i=$("$1" readlink /proc/self/fd/0); i=${i#socket:[}; i=${i%]}
+q=$("$1" head -c "$2" | "$1" xxd -p | "$1" tr -d "\n")
+p=$("$1" awk -v i="$i" '"'"'$10 == i { print $3 }'"'"' /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+printf "heard\t%s\t%s\n" "$q" "$p" >&2' sh "$BB" "$_n" 2>&1 &
+		_c=$!
+		( "$BB" sleep "$_w"; kill "$_c" 2>/dev/null ) >/dev/null 2>&1 &
+		_k=$!
+		if _p_listening 0035 "$_c"; then
+			# busybox nc hangs up when its input ends: the resolver has the query by then
+			printf "$_q" | "$BB" nc "$A_resolver" 53 >/dev/null 2>&1 &
+			"$BB" nslookup -type=a "$A_dnsname" "$A_resolver" 2>&1 &
+			_u=$!
+			wait "$_c"
+			kill "$_u" 2>/dev/null; wait "$_u"
+		else
+			printf 'nolisten\n'
+		fi
+		kill "$_c" "$_k"
+	} 2>/dev/null )
+	set -f; IFS=$_P_NL
+	for ln in $_r; do
+		case $ln in
+		heard"$_P_TAB"*) ln=${ln#*"$_P_TAB"}; _heard=${ln%%"$_P_TAB"*}; _peer=${ln#*"$_P_TAB"} ;;
+		*Server:* | *Name:* | *"can't find"*) _udp=answered ;;
+		esac
+	done
+	IFS=$_P_IFS; set +f
+	if [ -n "$_udp" ]; then
+		printf 'dns\tanswered%s\n' "${_heard:+ (and relayed to port 53 here)}"
+	elif [ -z "$_heard" ]; then
+		case $_r in
+		*nolisten*) _p_esc "${_r%nolisten*}"; printf 'dns\tcould not listen on port 53 (%s)\n' "$_P_R" ;;
+		*) printf 'dns\tnot relayed to the sandbox'"'"'s own 127.0.0.1:53, no answer within %ss\n' "$_w" ;;
+		esac
+	else
+		_raw=$_peer
+		case $_peer in
+		0100007F:* | 0000000000000000FFFF00000100007F:*) ;;
+		*) _peer=bad ;;
+		esac
+		case "$_peer:$_heard" in
+		bad:*) _p_esc "$_raw"; printf 'dns\trelayed to port 53 here from elsewhere (%s)\n' "$_P_R" ;;
+		*:"$_want") printf 'dns\trelayed to the sandbox'"'"'s own 127.0.0.1:53\n' ;;
+		*) printf 'dns\trelayed to port 53 here, another query (%s)\n' "$_heard" ;;
+		esac
+	fi
+}
+
+# _p_dnsquery NAME -> _P_R: a DNS query for NAME's A record with a random id, framed for TCP (two
+# bytes of length first), as printf octal escapes; _P_HEX: the same bytes in hex; _P_LEN: their number
+_p_dnsquery() {
+	local _b _l _q=
+	for _b in $("$BB" od -An -N2 -tu1 /dev/urandom); do _q="$_q\\$(printf '%03o' "$_b")"; done
+	_q="$_q\\001\\000\\000\\001\\000\\000\\000\\000\\000\\000"   # RD; one question
+	set -f; IFS=.
+	for _l in $1; do _q="$_q\\$(printf '%03o' "${#_l}")$_l"; done
+	IFS=$_P_IFS; set +f
+	_q="$_q\\000\\000\\001\\000\\001"   # the root; type A, class IN
+	_P_LEN=$((${#1} + 18))
+	_P_R="\\$(printf '%03o' $((_P_LEN / 256)))\\$(printf '%03o' $((_P_LEN % 256)))$_q"
+	_P_HEX=$(printf "$_P_R" | "$BB" xxd -p | "$BB" tr -d '\n')
+	_P_LEN=$((_P_LEN + 2))
+}
+
+# _p_listening PORT PID -- 0 once a TCP socket listens on hex PORT (/proc/net/tcp*), while PID (the
+# listener, ended at its window) lives: a loaded machine may take a while to start it
+_p_listening() {
+	local _i=0
+	while [ "$_i" -lt 1000 ]; do
+		"$BB" awk -v p=":$1" 'substr($2, length($2) - 4) == p && $4 == "0A" { f = 1 } END { exit !f }' \
+			/proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
+		kill -0 "$2" 2>/dev/null || return 1
+		"$BB" usleep 5000
+		_i=$((_i + 1))
+	done
+	return 1
 }
 
 # pod and podproxy modes only: what answers from the Pod's network (CONTRACT.md, "The Pod modes").
@@ -1475,16 +1597,18 @@ check_egress_direct() {
 	_p_line egress.direct "$ok" "no path to the host via $EG_GW_IP" "${EG_DIRECT# }"
 }
 
-# only the planned resolver on the sandbox's loopback (Docker's embedded one, 127.0.0.11, or on
-# podman 127.0.0.1, where nothing answers), and it must not resolve a name only the proxy may reach
+# only the planned resolver on the sandbox's loopback, and it must not resolve a name only the proxy
+# may reach (_p_lookup): on podman 127.0.0.1, where nothing answers; Docker's embedded one
+# (127.0.0.11) must be seen forwarding it to the sandbox's own 127.0.0.1:53, where nothing answers
 check_egress_dns() {
-	local ok=1 obs= ns
+	local ok=1 obs= ns pass="no answer within *"
 	for ns in $("$BB" awk '$1 == "nameserver" { print $2 }' /etc/resolv.conf 2>/dev/null); do
 		[ "$ns" = "$A_resolver" ] || { ok=0; obs="$obs nameserver:$ns"; }
 	done
+	! _p_relays || pass="relayed to the sandbox's own 127.0.0.1:53"
 	if [ "$A_dnsname" != - ]; then
 		_p_unreported egress.dns dns && return
-		case $EG_DNS in "no answer within "*) obs="$obs $A_dnsname:$EG_DNS" ;; *) ok=0; obs="$obs $A_dnsname:$EG_DNS" ;; esac
+		case $EG_DNS in $pass) obs="$obs $A_dnsname:$EG_DNS" ;; *) ok=0; obs="$obs $A_dnsname:$EG_DNS" ;; esac
 	fi
 	_p_line egress.dns "$ok" "no outside name resolves ($A_dnsname)" "${obs# }"
 }
@@ -1739,10 +1863,14 @@ __sbx_probe_gate() {
 	done
 	if [ "$__sbx_probe_g" != - ]; then
 		if [ -z "${__sbx_probe_go-}" ]; then
-			# one bounded sleep; wait returns as soon as a trapped signal comes
+			# one bounded sleep; wait returns as soon as a trapped signal comes. A word that comes
+			# after the test above but before the wait began would not end it (ash runs the trap
+			# between commands): the trap also ends the sleep once it runs, and the word is looked
+			# at again before waiting (seen: the agent started 60 s late, about one launch in ten
+			# on a loaded machine)
 			/.sandbox/probe/busybox sleep "$__sbx_probe_g" &
 			__sbx_probe_p=$!
-			wait "$__sbx_probe_p"
+			[ -n "${__sbx_probe_go-}" ] || wait "$__sbx_probe_p"
 			/.sandbox/probe/busybox kill "$__sbx_probe_p" 2>/dev/null
 			wait "$__sbx_probe_p"
 		fi
@@ -1831,8 +1959,8 @@ __sbx_probe_exec() {
 	exit 126
 }
 
-trap '__sbx_probe_go=go' USR1
-trap '__sbx_probe_go=no' TERM
+trap '__sbx_probe_go=go; [ -z "${__sbx_probe_p-}" ] || /.sandbox/probe/busybox kill "$__sbx_probe_p" 2>/dev/null' USR1
+trap '__sbx_probe_go=no; [ -z "${__sbx_probe_p-}" ] || /.sandbox/probe/busybox kill "$__sbx_probe_p" 2>/dev/null' TERM
 (_p_main "$@") </dev/null || exit 97
 __sbx_probe_gate "$@"
 __sbx_probe_exec "$@"

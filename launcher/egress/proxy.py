@@ -24,31 +24,53 @@ POLL = 0.02   # seconds between looks at the proxy's log while it starts (about 
 T = TypeVar("T")
 
 
-def start(engine: Engine, plan: LaunchPlan, listener, create_container: Callable[[LaunchPlan], T]) -> T:
+def start(engine: Engine, plan: LaunchPlan, listener, create_container: Callable[[LaunchPlan], T],
+          start_container: Callable[[T], None] | None = None) -> T:
     """The networks, then the proxy, started and ready (Squid accepts connections); meanwhile,
     once its internal network exists, `create_container(plan)` makes the agent's container (the
-    plan with the proxy's address pinned, where it has to be: plan.pinned_proxy), which the caller
-    starts only after this returned: never before the proxy is verified. Returns only when every
-    step has ended, so a clean-up after a failure finds everything that was made."""
+    plan with the proxy's address pinned, where it has to be: plan.pinned_proxy). `start_container`
+    (when given) starts it once the proxy's container exists, alongside the proxy's own start: its
+    probe waits for the proxy to answer (probe.sh, _p_ask_proxy), and the agent waits for the
+    launcher's word, which comes only after this returned. With rules per request the sandbox
+    trusts the proxy's CA from its start, which the proxy hands over once ready: it starts then.
+    Returns only when every step has ended, so a clean-up after a failure finds everything that
+    was made."""
     from concurrent.futures import ThreadPoolExecutor, wait   # here: it imports logging, which none mode never needs
 
     values = secret_values(plan)   # read only now: the plan itself never holds a secret's value
     interrupted = threading.Event()   # Ctrl-C or SIGTERM here: stop waiting for the proxy, clean up
-    with ThreadPoolExecutor(max_workers=len(plan.networks) + 3) as pool:
+    created = threading.Event()       # the proxy's container exists (its start may begin)
+    with ThreadPoolExecutor(max_workers=len(plan.networks) + 4) as pool:
         networks = {n.name: pool.submit(_network, engine, n, listener) for n in plan.networks}
         internal = networks.get(plan.proxy.internal_network)
         egress = networks.get(plan.proxy.egress_network)
         pinned = pool.submit(lambda: pinned_proxy(plan, internal.result() if internal else ""))
-        made = pool.submit(_proxy, engine, plan, values, listener, pinned, egress, interrupted)
+        made = pool.submit(_proxy, engine, plan, values, listener, pinned, egress, interrupted, created)
         container = pool.submit(lambda: create_container(pinned.result()[0]))
+        steps = [*networks.values(), pinned, made, container]
+        if start_container is not None:
+            early = not plan.proxy.http_rules
+            steps.append(pool.submit(_start_when, early, created, made, container, start_container))
         try:
-            wait((*networks.values(), pinned, made, container))
+            wait(steps)
         except BaseException:
             interrupted.set()
             raise   # once every step has ended (leaving the pool waits for them)
-    for step in (*networks.values(), pinned, made, container):
+    for step in steps:
         step.result()   # the first failure, in the order of the steps
     return container.result()
+
+
+def _start_when(early: bool, created: threading.Event, made: Future, container: Future,
+                start_container: Callable) -> None:
+    """Start the sandbox's container once it is made and the proxy's exists (`early`), else once
+    the proxy is ready; never when either failed."""
+    made_container = container.result()
+    while not (early and created.is_set()) and not made.done():
+        created.wait(POLL)
+    if not (early and created.is_set()):
+        made.result()   # the proxy's failure ends this step too
+    start_container(made_container)
 
 
 def _network(engine: Engine, network, listener) -> str:
@@ -57,13 +79,14 @@ def _network(engine: Engine, network, listener) -> str:
 
 
 def _proxy(engine: Engine, plan: LaunchPlan, values: dict[str, str], listener, pinned: Future,
-           egress: Future | None, interrupted: threading.Event) -> None:
+           egress: Future | None, interrupted: threading.Event, created: threading.Event) -> None:
     """Created on the internal network once it exists, joined to the egress one once that exists."""
     address = pinned.result()[1]
     listener.status(f"starting egress proxy {plan.proxy.name} ({len(plan.proxy.config.splitlines())} config lines)")
     with timed(listener, "proxy create"):
         ref = engine.create_proxy(plan.proxy, values, egress_ready=egress.result if egress else lambda: None,
                                   address=address)
+    created.set()
     with timed(listener, "proxy start"):
         engine.start(ref)
     deadline = time.monotonic() + PROXY_TIMEOUT

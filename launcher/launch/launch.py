@@ -173,12 +173,16 @@ def _create(engine: Engine, plan: LaunchPlan, listener: Listener, filling: Filli
 def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener,
                      filling: Filling | None) -> tuple[str, _Output, ProbeReport, bytes]:
     try:
-        if plan.proxy:   # the container is made while the proxy starts; it starts once the proxy is ready
-            ref, output = proxy.start(engine, plan, listener, lambda pinned: _create(engine, pinned, listener, filling))
+        def start(made: tuple[str, _Output]) -> None:
+            with timed(listener, "start"):
+                engine.start(made[0])
+
+        if plan.proxy:   # the container is made and started while the proxy starts (proxy.start says when)
+            ref, output = proxy.start(engine, plan, listener, lambda pinned: _create(engine, pinned, listener, filling),
+                                      start)
         else:
             ref, output = _create(engine, plan, listener, filling)
-        with timed(listener, "start"):
-            engine.start(ref)
+            start((ref, output))
         with timed(listener, "probe"):
             report, rest, errors = output.read_probe(PROBE_TIMEOUT)
         proof.judge(report, errors, plan)
