@@ -67,7 +67,7 @@ def slow_resolver(internet, delay: float):
 
 def test_the_probe_sees_the_resolver_forward_to_the_sandbox_s_own_loopback_without_a_wait(engine, internet,
                                                                                           workspace):
-    if engine.podman:
+    if engine.dialect.name == "podman":
         pytest.skip("podman: the sandbox's nameserver is its loopback, no resolver relays (egress.dns's tamper in test_proxy.py)")
     plan = _plan(engine, workspace, internet)
     assert plan.container.dns == ("127.0.0.1",) and plan.probe.resolver == "127.0.0.11"
@@ -86,7 +86,7 @@ def test_a_resolver_upstream_other_than_the_sandbox_s_loopback_fails_egress_dns(
                                                                              probe_only, placement):
     """The plan's Dns replaced by a resolver that answers after 10 s: the embedded resolver gives up
     at 4 s, so within the probe's window nothing answers at all. Silence is no proof: it fails."""
-    if engine.podman:
+    if engine.dialect.name == "podman":
         pytest.skip("podman: the sandbox's nameserver is its loopback, no resolver relays (egress.dns's tamper in test_proxy.py)")
     with slow_resolver(internet, 10.0) as (address, ref):
         policy = with_allowed(preset("ci"), ({"host": "slow.test", "private": True},))
