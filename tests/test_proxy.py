@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
@@ -222,22 +223,31 @@ while True:
 """
 
 
-@pytest.mark.parametrize("delay", [1.0, 3.0])
-def test_a_resolver_that_answers_late_fails_egress_dns(engine, internet, workspace, probe_only, delay):
-    """Docker's embedded resolver relays a slow upstream's answer (up to its own 4 s): a late answer
-    is an answer. podman's plan has no relaying resolver (resolv.conf's own 127.0.0.1)."""
-    if engine.dialect.name == "podman":
-        pytest.skip("podman: the sandbox's nameserver is its loopback, no resolver relays (egress.dns's tamper above)")
+@contextmanager
+def slow_resolver(internet, delay: float, suffix: str = "slowdns"):
+    """A resolver of our own on the upstream network that answers every query after `delay` s:
+    (its address, its container)."""
     api = docker_sdk().api
     ref = api.create_container(internet.image, command=["python3", "-u", "-c", SLOW_DNS, str(delay)],
-                               name=f"{internet.network}-slowdns", labels=LABELS,
+                               name=f"{internet.network}-{suffix}", labels=LABELS,
                                host_config=api.create_host_config(network_mode=internet.network))["Id"]
     try:
         api.start(ref)
         deadline = time.monotonic() + 30
         while b"READY" not in api.logs(ref) and time.monotonic() < deadline:
             time.sleep(0.1)
-        address = api.inspect_container(ref)["NetworkSettings"]["Networks"][internet.network]["IPAddress"]
+        yield api.inspect_container(ref)["NetworkSettings"]["Networks"][internet.network]["IPAddress"], ref
+    finally:
+        api.remove_container(ref, force=True)
+
+
+@pytest.mark.parametrize("delay", [1.0, 3.0])
+def test_a_resolver_that_answers_late_fails_egress_dns(engine, internet, workspace, probe_only, delay):
+    """Docker's embedded resolver relays a slow upstream's answer (up to its own 4 s): a late answer
+    is an answer. podman's plan has no relaying resolver (resolv.conf's own 127.0.0.1)."""
+    if engine.dialect.name == "podman":
+        pytest.skip("podman: the sandbox's nameserver is its loopback, no resolver relays (egress.dns's tamper above)")
+    with slow_resolver(internet, delay) as (address, ref):
         # slow.test is no alias on that network: only the slow resolver answers it
         policy = with_allowed(preset("ci"), ({"host": "slow.test", "private": True},))
         plan = compile_policy(policy, launch_facts(engine, policy, workspace, proxy_image=images.proxy_image().tag),
@@ -249,9 +259,7 @@ def test_a_resolver_that_answers_late_fails_egress_dns(engine, internet, workspa
             launch.run(engine, plan, Recorder())
         failed = {c.id: c for c in info.value.report.failed}
         assert "egress.dns" in failed and "slow.test:answered" in failed["egress.dns"].observed
-        assert b"DNS" in api.logs(ref) and not (workspace / "AGENT-RAN").exists()
-    finally:
-        api.remove_container(ref, force=True)
+        assert b"DNS" in docker_sdk().api.logs(ref) and not (workspace / "AGENT-RAN").exists()
 
 
 def test_default_egress_network_is_created_and_removed(engine, workspace):

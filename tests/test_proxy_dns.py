@@ -26,8 +26,7 @@ from launcher.errors import ProbeFailed
 from launcher.launch import launch
 from launcher.plan.compiler import compile_policy
 from launcher.policy.policy import with_allowed
-from launcher.selftest.testnet import LABELS
-from test_proxy import SLOW_DNS, _plan, internet, leftovers, probe_only  # noqa: F401 - fixtures
+from test_proxy import _plan, internet, leftovers, probe_only, slow_resolver  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.engine
 
@@ -46,23 +45,6 @@ class Phases(Recorder):
             yield
         finally:
             self.seconds[name] = time.monotonic() - start
-
-
-@contextmanager
-def slow_resolver(internet, delay: float):
-    """A resolver of our own on the upstream network that answers every query after `delay` s."""
-    api = docker_sdk().api
-    ref = api.create_container(internet.image, command=["python3", "-u", "-c", SLOW_DNS, str(delay)],
-                               name=f"{internet.network}-slowdns45", labels=LABELS,
-                               host_config=api.create_host_config(network_mode=internet.network))["Id"]
-    try:
-        api.start(ref)
-        deadline = time.monotonic() + 30
-        while b"READY" not in api.logs(ref) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        yield api.inspect_container(ref)["NetworkSettings"]["Networks"][internet.network]["IPAddress"], ref
-    finally:
-        api.remove_container(ref, force=True)
 
 
 def test_the_probe_sees_the_resolver_forward_to_the_sandbox_s_own_loopback_without_a_wait(engine, internet,
