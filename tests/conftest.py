@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Under CI=true a skip not listed in tests/allowed_skips.txt fails the run (hooks of tests/skiplist.py).
 from skiplist import pytest_runtest_logreport, pytest_sessionfinish, pytest_sessionstart, pytest_terminal_summary  # noqa: E402,F401
 # The engine marker and the engine fixtures agree (tests/markers.py).
-from markers import pytest_collection_modifyitems  # noqa: E402,F401
+from markers import pytest_collection_modifyitems, turn  # noqa: E402,F401
 
 
 def fake_facts(workspace: str = "/home/dev/repo", *, protected_kind: str = "missing", mounts=(), env=(),
@@ -66,6 +66,14 @@ def isolated_host(tmp_path_factory, monkeypatch):
                  "SANDBOX_SESSION", "SANDBOX_IDLE", "SANDBOX_PORTS", "SANDBOX_CA_FILES",
                  "COLUMNS", "LINES"):   # pytest-xdist's workers set these two: a pipe gets whole lines
         monkeypatch.delenv(name, raising=False)
+
+
+
+@pytest.fixture(autouse=True)
+def engine_turn(request):
+    """An engine test of the beside group waits while an exclusive one runs (tests/markers.py)."""
+    with turn(request.node):
+        yield
 
 
 def external_tool(command: str, install_hint: str) -> str:
@@ -168,7 +176,8 @@ def engine(tmp_path_factory):
                     f"is {reached}")
     # The full agent image builds on the slim one: both are there for every engine test (the
     # untrusted and devcontainer presets run the full one, ci and read-only the slim one).
-    images.ensure_for(eng, images.FULL_IMAGE, lambda line: None)
+    with turn(None):   # each xdist worker's session builds and fills alone
+        images.ensure_for(eng, images.FULL_IMAGE, lambda line: None)
     yield eng
     ours = str(tmp_path_factory.getbasetemp())
     for copy in store.all_copies(eng):

@@ -192,6 +192,7 @@ def test_a_root_owned_0700_workspace_works_in_copy_mode(engine, tmp_path):
         sandbox("discard", "--yes", "copy-t6")
 
 
+@pytest.mark.exclusive
 def test_an_interrupted_run_keeps_the_copy_and_gc_keeps_unapplied_work(engine, repo):
     proc = subprocess.Popen(SANDBOX + ["run", "--workspace-mode", "copy", "--name", "copy-t7", "-w", str(repo), "--",
                                        "bash", "-c", "echo work > work.txt; echo READY; sleep 300"],
@@ -212,6 +213,7 @@ def test_an_interrupted_run_keeps_the_copy_and_gc_keeps_unapplied_work(engine, r
         sandbox("discard", "--yes", "copy-t7")
 
 
+@pytest.mark.exclusive
 def test_gc_leaves_a_container_someone_ran_from_our_image(engine):
     """It inherits the image's managed label but carries no kind of ours: it is not ours to remove."""
     name = f"users-own-{os.getpid()}"
@@ -279,6 +281,7 @@ def test_excluded_paths_are_not_copied(engine, repo, tmp_path):
         sandbox("discard", "--yes", "copy-t8")
 
 
+@pytest.mark.exclusive
 def test_a_launcher_killed_while_copying_leaves_what_gc_removes(engine, repo):
     """kill -9 between the copy's volumes: an incomplete copy, never used, that gc takes."""
     from launcher import labels as label

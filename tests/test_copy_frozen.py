@@ -129,6 +129,7 @@ def test_a_tools_container_that_overruns_its_time_is_killed_and_removed(engine):
     assert left.stdout.strip() == ""
 
 
+@pytest.mark.exclusive
 def test_gc_removes_a_checkpoint_view_a_killed_launcher_left_and_keeps_a_live_ones(engine):
     from launcher import labels as label
 

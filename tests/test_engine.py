@@ -116,6 +116,7 @@ def test_up_exec_ls_down(engine, workspace):
     assert missing.returncode == ExitCode.NO_SANDBOX and "no sandbox named" in missing.stderr
 
 
+@pytest.mark.exclusive
 def test_gc_removes_what_a_killed_launcher_left(engine, workspace):
     proc = subprocess.Popen(SANDBOX + ["run", "-w", str(workspace), "--", "sleep", "120"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -270,6 +271,7 @@ def test_the_argv_output_launches_a_sandbox_whose_probe_passes_even_for_an_odd_w
     assert sorted(os.listdir(ws)) == ["README.md"]
 
 
+@pytest.mark.exclusive
 def test_an_empty_probe_volume_that_is_not_ours_is_replaced_not_mounted(engine):
     """Docker makes an empty volume when a container names one that does not exist yet; taking
     it for the filled probe volume would fail every start (exec: busybox: no such file)."""

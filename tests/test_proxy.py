@@ -138,6 +138,7 @@ def test_up_keeps_an_egress_log_and_down_removes_proxy_and_networks(engine, inte
     assert leftovers(engine, workspace) == []
 
 
+@pytest.mark.exclusive
 def test_gc_removes_proxy_and_networks_of_a_killed_launcher(engine, internet, workspace):
     proc = subprocess.Popen(SANDBOX + ["run", "-p", "ci", "-w", str(workspace), "--egress-network", internet.network,
                                        "--", "sleep", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -66,6 +66,7 @@ def test_a_sandbox_keeps_its_protections_while_others_on_its_workspace_come_and_
     assert tree(bare) == before
 
 
+@pytest.mark.exclusive
 def test_a_launcher_killed_mid_run_leaves_nothing_gc_does_not_remove(engine, bare):
     before = tree(bare)
     proc = subprocess.Popen(SANDBOX + ["run", *BIND, "-w", str(bare), "--", "sleep", "60"], stdout=subprocess.PIPE,
