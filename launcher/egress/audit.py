@@ -24,14 +24,14 @@ class EgressEvent:
     sni: str = "-"      # the TLS server name the client sent inside a CONNECT tunnel
     tls: str = "-"      # what Squid did with that TLS: peek, splice, bump (rules per request) or terminate
     path: str = "-"     # with rules per request: the request's path (decrypted ones too)
-    reason: str = "-"   # ... and the rule helper's word: "refused: ...", "would refuse: ..." (audit) or -
+    reason: str = "-"   # ... and the rule helper's (or key ICAP service's) word: "refused: ...", "would refuse: ..." or -
 
     @property
     def denied(self) -> bool:
         """Refused by the proxy: its own verdict, a cut tunnel, or a 403 that no upstream answered
         (an upstream's own 403 to a forwarded request is its answer, not the proxy's refusal)."""
         return self.verdict.startswith("TCP_DENIED") or self.tls == "terminate" or (
-            self.status == "403" and not self.verdict.startswith(_FORWARDED))
+            self.status == "403" and (not self.verdict.startswith(_FORWARDED) or self.reason.startswith("refused: ")))
 
     @property
     def decision(self) -> str:
@@ -106,10 +106,12 @@ def parse_log(text: str) -> tuple[EgressEvent, ...]:
     events = []
     for line in text.splitlines():
         fields = line.split()
-        if len(fields) in (9, 11) and fields[0] == MARK and fields[1].isdigit():
+        if len(fields) in (9, 11, 12) and fields[0] == MARK and fields[1].isdigit():
             # URL-decoded (squid.conf's %#): the agent's own bytes, shown only through values.visible
             method, host, sni, *rest = (unquote(f, errors="surrogateescape") for f in (fields[2], fields[3], fields[7],
                                                                                           *fields[9:]))
+            if len(rest) == 3:   # keys bound: the key ICAP service's word, where the helpers said nothing
+                rest = [rest[0], rest[1] if rest[1] != "-" else rest[2]]
             events.append(EgressEvent(time=int(fields[1]), method=method, host=host, port=fields[4],
                                       status=fields[5], verdict=fields[6], sni=sni, tls=fields[8],
                                       **dict(zip(("path", "reason"), rest))))
