@@ -136,6 +136,19 @@ def as_json(event: EgressEvent) -> dict:
                             "message": event.message}
 
 
+def change_json(change: RuleChange) -> dict:
+    """One rule change as `logs --json` gives it, among the requests: kind "rule-change"."""
+    return {"time": change.time, "kind": "rule-change", "action": change.action, "rule": change.rule,
+            "reason": change.reason}
+
+
+def with_changes(events: tuple[EgressEvent, ...], changes: tuple[RuleChange, ...]) -> list[dict]:
+    """`logs --json`: every request (as_json) and rule change (change_json) in time order, a change
+    after the requests of its second."""
+    found = [(e.time, 0, as_json(e)) for e in events] + [(c.time, 1, change_json(c)) for c in changes]
+    return [f for _, _, f in sorted(found, key=lambda t: t[:2])]
+
+
 def listing(events: tuple[EgressEvent, ...], allowed: bool) -> list[tuple[str, ...]]:
     """`sandbox logs`' table (the header first): per request its time (UTC), decision, method,
     host:port, path and why; the refused and would-refuse ones, or with `allowed` every request.

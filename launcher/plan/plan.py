@@ -257,9 +257,7 @@ class ProbeExpectations:
     # env.secrets lets in, each with exactly that value (launcher/policy/keybind.py)
     keyvars: tuple[str, ...] = ()
     keyrefuse: str = ""   # HEADER@HOST:PORT/PATH: where the first key's placeholder must get 403 ("" none)
-    # METHOD@HOST:PORT/PATH: the first key's own host and paths, its placeholder in a header only the
-    # key ICAP service sees (every header, the whole body); it must get 403 from that service ("" none)
-    keyhidden: str = ""
+    keyhidden: str = ""   # METHOD@HOST:PORT/PATH: its placeholder in a header only the key ICAP service sees
     # The launcher's one lists, so that the probe never keeps a copy of its own:
     checks: tuple[str, ...] = ()          # launcher/plan/checks.py, for this mode, in report order
     secretnames: tuple[str, ...] = ()     # launcher/policy/secrets.py, as caseless globs
