@@ -33,24 +33,26 @@ ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain("/tmp/cert.pem", "/tmp/key.pem")
 def serve(conn):
     try:
-        with ctx.wrap_socket(conn, server_side=True) as tls:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                data += tls.recv(65536)
-            head, _, rest = data.partition(b"\r\n\r\n")
-            size = int([l.split(b":")[1] for l in head.lower().split(b"\r\n") if l.startswith(b"content-length:")][0])
-            if b"100-continue" in head.lower():
+        with ctx.wrap_socket(conn, server_side=True) as tls, tls.makefile("rb", buffering=1 << 20) as stream:
+            head = {}
+            while (line := stream.readline()) not in (b"\r\n", b""):
+                name, _, value = line.decode("latin-1").partition(":")
+                head[name.strip().lower()] = value.strip().lower()
+            if "100-continue" in head.get("expect", ""):
                 tls.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
-            got = len(rest)
-            while got < size:
-                chunk = tls.recv(1 << 20)
-                if not chunk:
-                    break
-                got += len(chunk)
-            body = b"%d\n" % got
+            got = 0
+            if "chunked" in head.get("transfer-encoding", ""):
+                while (size := int(stream.readline().split(b";")[0], 16)):
+                    got += len(stream.read(size)); stream.readline()
+                stream.readline()
+            else:
+                left = int(head.get("content-length", "0"))
+                while left and (chunk := stream.read(min(left, 1 << 20))):
+                    got += len(chunk); left -= len(chunk)
+            body = b"%d %s\n" % (got, head.get("transfer-encoding", "length").encode())
             tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
-    except (OSError, ValueError, IndexError):
-        pass
+    except (OSError, ValueError) as exc:
+        print("FAIL", exc, flush=True)
 sock = socket.socket(); sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 sock.bind(("0.0.0.0", 443)); sock.listen(16)
 print("READY", flush=True)
@@ -80,7 +82,7 @@ KEY = """secrets:
 # One line per upload: "<seconds> <bytes the upstream got>", every round.
 INSIDE = """head -c {size} /dev/zero > /tmp/up
 for i in $(seq {rounds}); do
-  echo "$(curl -sS -o /tmp/got -w '%{{time_total}} %{{http_code}}' -X POST -T /tmp/up {auth} https://rules.test/up) $(cat /tmp/got)"
+  echo "$(curl -sS -o /tmp/got -w '%{{time_total}} %{{http_code}}' -X POST -H 'Expect:' -T /tmp/up {auth} https://rules.test/up) $(cat /tmp/got)"
 done"""
 
 
@@ -95,7 +97,8 @@ def upload(root: Path, folder: Path, network: str, bound: bool, size: int, round
     policy = folder / f"policy-{bound}.yaml"
     policy.write_text(POLICY.format(ca=folder / "ca.pem", tmp=size // (1 << 20) + 32) + (KEY if bound else ""))
     auth = '-H "Authorization: Bearer $BENCH_KEY"' if bound else ""
-    done = subprocess.run([sys.executable, "-m", "launcher", "run", "-p", str(policy),
+    report = folder / f"report-{bound}.json"
+    done = subprocess.run([sys.executable, "-m", "launcher", "run", "-p", str(policy), "--report", str(report),
                            "-w", str(root / "examples" / "untrusted-repo"), "--egress-network", network,
                            "--", "sh", "-c", INSIDE.format(size=size, rounds=rounds, auth=auth)],
                           capture_output=True, text=True, cwd=root,
@@ -104,9 +107,11 @@ def upload(root: Path, folder: Path, network: str, bound: bool, size: int, round
         raise SystemExit(f"sandbox run: exit {done.returncode}\n{done.stderr[-2000:]}")
     times = []
     for line in done.stdout.splitlines():
-        seconds, status, got = (line.split() + ["-", "-"])[:3]
+        seconds, status, got = (line.split() + ["-", "-", "-"])[:3]
         if status != "200" or got != str(size):
-            raise SystemExit(f"{'bound' if bound else 'unbound'}: {line}\n{done.stderr[-2000:]}")
+            import json
+            requests = json.loads(report.read_text())["egress"]["requests"]
+            raise SystemExit(f"{'bound' if bound else 'unbound'}: {line}\n{done.stderr[-2000:]}\n{requests}")
         times.append(float(seconds))
     return times
 
