@@ -70,6 +70,13 @@ def test_a_rule_added_and_removed_while_the_sandbox_runs(engine, internet, works
         assert logs.returncode == 0, logs.stderr
         assert "rule changed: allow other.test (private)  reason: fixtures for the tests" in logs.stdout, logs.stdout
         assert "rule changed: deny other.test  reason: fixtures downloaded" in logs.stdout, logs.stdout
+        # ... and in --json (records of kind rule-change) and OCSF (Entity Management: Create, Delete)
+        records = json.loads(sandbox("logs", name, "--json").stdout)
+        assert [(r["action"], r["rule"], r["reason"]) for r in records if r["kind"] == "rule-change"] == [
+            ("allow", "other.test (private)", "fixtures for the tests"), ("deny", "other.test", "fixtures downloaded")]
+        ocsf = [json.loads(line) for line in sandbox("logs", name, "--format", "ocsf").stdout.splitlines()]
+        assert [(e["activity_name"], e["entity"]["name"], e["comment"]) for e in ocsf if e["class_uid"] == 3004] == [
+            ("Create", "other.test (private)", "fixtures for the tests"), ("Delete", "other.test", "fixtures downloaded")]
 
         again = sandbox("up", "--name", name, "--no-shell")
         assert again.returncode == 0, again.stderr

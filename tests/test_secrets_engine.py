@@ -28,6 +28,19 @@ def log_request(conn):
     for line in data.decode(errors="replace").split("\r\n"):
         if line:
             print("REQ " + line, flush=True)
+    # the rest of the body, read (not logged) so that closing never resets a request still arriving
+    head, _, rest = data.partition(b"\r\n\r\n")
+    fields = dict(l.split(b":", 1) for l in head.lower().split(b"\r\n")[1:] if b":" in l)
+    size, chunked = int(fields.get(b"content-length", b"0").strip() or 0), b"chunked" in fields.get(b"transfer-encoding", b"")
+    conn.settimeout(10)
+    try:
+        while (len(rest) < size or (chunked and not rest.endswith(b"0\r\n\r\n"))):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            rest = rest[-8:] + chunk if chunked else rest + chunk
+    except OSError:
+        pass
 '''
 # Answers 200 with a fixed body.
 RECORDER = r'''

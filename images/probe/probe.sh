@@ -219,7 +219,7 @@ parse_args() {
 		*=*) k=${arg%%=*}; v=${arg#*=} ;;
 		*) _p_esc "$arg"; _p_add bad "bad:$_P_R"; continue ;;
 		esac
-		case $keys,forbidden,owntmpfs,keyvars,keyrefuse, in *",$k,"*) ;; *) _p_esc "$k"; _p_add bad "unknown:$_P_R"; continue ;; esac
+		case $keys,forbidden,owntmpfs,keyvars,keyrefuse,keyhidden, in *",$k,"*) ;; *) _p_esc "$k"; _p_add bad "unknown:$_P_R"; continue ;; esac
 		if _p_in "$k" "$seen"; then _p_add bad "duplicate:$k"; continue; fi
 		_p_add seen "$k"
 		eval "A_$k=\$v"
@@ -249,7 +249,7 @@ parse_args() {
 		secretnames | runtimenames) case $v in '' | *[!]A-Za-z0-9_*?,[]*) ok=0 ;; esac ;;
 		secretvalues) [ -n "$v" ] || ok=0 ;;
 		keyvars) case $v in ,* | *, | *,,* | *[!A-Za-z0-9_=,-]*) ok=0 ;; esac ;;
-		keyrefuse) case $v in *@*:*/* ) ;; *) ok=0 ;; esac; case $v in *[!A-Za-z0-9@:/._~-]*) ok=0 ;; esac ;;
+		keyrefuse | keyhidden) case $v in *@*:*/* ) ;; *) ok=0 ;; esac; case $v in *[!A-Za-z0-9@:/._~-]*) ok=0 ;; esac ;;
 		credpaths) case $v in '' | /* | *,/* | *..*) ok=0 ;; esac ;;
 		*) _p_validlist "$v" || ok=0 ;;
 		esac
@@ -299,8 +299,8 @@ parse_args() {
 	for k in ${keys#,}; do [ -z "$k" ] || readonly "A_$k"; done
 	IFS=$_P_IFS; set +f
 	A_forbidden=${A_forbidden-}
-	A_keyvars=${A_keyvars-} A_keyrefuse=${A_keyrefuse-}   # optional: only with keys bound to their destination
-	readonly A_forbidden A_keyvars A_keyrefuse
+	A_keyvars=${A_keyvars-} A_keyrefuse=${A_keyrefuse-} A_keyhidden=${A_keyhidden-}   # optional: keys bound only
+	readonly A_forbidden A_keyvars A_keyrefuse A_keyhidden
 }
 
 # =============================================================================================
@@ -499,9 +499,10 @@ gather_egress() {
 		[ -z "$A_refuse" ] || _p_ask_refuse &
 		[ "$A_tunnel" = - ] || _p_ask_tls tunnel "$A_tunnel" "$A_tunnelhello" &
 		[ -z "$A_keyrefuse" ] || _p_ask_key &
+		[ -z "$A_keyhidden" ] || _p_ask_key_hidden &
 		wait
 	} )
-	EG_REPORTED= EG_PROXY= EG_DIRECT= EG_DNS= EG_BUMP= EG_REFUSE= EG_TUNNEL= EG_KEY=
+	EG_REPORTED= EG_PROXY= EG_DIRECT= EG_DNS= EG_BUMP= EG_REFUSE= EG_TUNNEL= EG_KEY= EG_KEYHIDDEN=
 	set -f; IFS=$_P_NL
 	for ln in $out; do
 		case $ln in
@@ -509,13 +510,14 @@ gather_egress() {
 		refuse"$_P_TAB"*) EG_REFUSE=${ln#*"$_P_TAB"}; _p_add EG_REPORTED refuse ;;
 		tunnel"$_P_TAB"*) EG_TUNNEL=${ln#*"$_P_TAB"}; _p_add EG_REPORTED tunnel ;;
 		keyrefuse"$_P_TAB"*) EG_KEY=${ln#*"$_P_TAB"}; _p_add EG_REPORTED keyrefuse ;;
+		keyhidden"$_P_TAB"*) EG_KEYHIDDEN=${ln#*"$_P_TAB"}; _p_add EG_REPORTED keyhidden ;;
 		proxy"$_P_TAB"*) EG_PROXY=${ln#*"$_P_TAB"}; _p_add EG_REPORTED proxy ;;
 		direct"$_P_TAB"*) EG_DIRECT=${ln#*"$_P_TAB"}; _p_add EG_REPORTED direct ;;
 		dns"$_P_TAB"*) EG_DNS=${ln#*"$_P_TAB"}; _p_add EG_REPORTED dns ;;
 		esac
 	done
 	IFS=$_P_IFS; set +f
-	readonly EG_GW_IP EG_NOGW EG_REPORTED EG_PROXY EG_DIRECT EG_DNS EG_BUMP EG_REFUSE EG_TUNNEL EG_KEY
+	readonly EG_GW_IP EG_NOGW EG_REPORTED EG_PROXY EG_DIRECT EG_DNS EG_BUMP EG_REFUSE EG_TUNNEL EG_KEY EG_KEYHIDDEN
 }
 
 # one plain-HTTP request for the deny-test host through the proxy. The launcher starts the sandbox
@@ -582,6 +584,19 @@ _p_ask_key() {
 		"$BB" nc -w 3 "${A_proxy%:*}" "${A_proxy##*:}" 2>&1 | "$BB" tr -d '\r' |
 		"$BB" grep -E -o '^HTTP/1\.[01] [0-9]+|refused by the egress policy: placeholder of' | "$BB" head -n 2 | "$BB" tr '\n' ';')
 	printf 'keyrefuse\t%s\n' "$_r"
+}
+
+# the same placeholder in X-Sandbox-Probe (a header the key helper is not handed) of a plain request
+# to the key's own host, port and path with a method its rule allows (keyhidden= METHOD@HOST:PORT/PATH):
+# every rule lets it through but the key ICAP service, which reads every header: "STATUS;MARK;"
+_p_ask_key_hidden() {
+	local _m _t _v _r
+	_m=${A_keyhidden%%@*}; _t=${A_keyhidden#*@}
+	_v=${L_KEYVARS%%"$_P_NL"*}; _v=${_v#*=}
+	_r=$( { printf '%s http://%s HTTP/1.0\r\nHost: %s\r\nX-Sandbox-Probe: %s\r\n\r\n' "$_m" "$_t" "${_t%%/*}" "$_v"; "$BB" sleep 0.5; } |
+		"$BB" nc -w 3 "${A_proxy%:*}" "${A_proxy##*:}" 2>&1 | "$BB" tr -d '\r' |
+		"$BB" grep -E -o '^HTTP/1\.[01] [0-9]+|refused by the egress policy: placeholder of' | "$BB" head -n 2 | "$BB" tr '\n' ';')
+	printf 'keyhidden\t%s\n' "$_r"
 }
 
 # the name of this sandbox's own CA, from the CA file the plan names (bumpca=): the last
@@ -1655,6 +1670,17 @@ check_egress_key_refused() {
 	"HTTP/1."[01]" 403;refused by the egress policy: placeholder of;") _p_line egress.key_refused 1 \
 		"403 from the proxy for a placeholder sent to ${A_keyrefuse#*@}" "$EG_KEY" ;;
 	*) _p_line egress.key_refused 0 "403 from the proxy for a placeholder sent to ${A_keyrefuse#*@}" "${EG_KEY:-no answer}" ;;
+	esac
+}
+
+# a bound key's placeholder in a header only the key ICAP service sees is refused by that service
+check_egress_key_hidden() {
+	_p_unreported egress.key_hidden keyhidden && return
+	case $EG_KEYHIDDEN in
+	"HTTP/1."[01]" 403;refused by the egress policy: placeholder of;") _p_line egress.key_hidden 1 \
+		"403 from the proxy for a placeholder in any header, to ${A_keyhidden#*@}" "$EG_KEYHIDDEN" ;;
+	*) _p_line egress.key_hidden 0 "403 from the proxy for a placeholder in any header, to ${A_keyhidden#*@}" \
+		"${EG_KEYHIDDEN:-no answer}" ;;
 	esac
 }
 

@@ -153,8 +153,9 @@ ENFORCEMENT: dict[tuple[str, str], Enforcement] = {
                            checks=("net.interfaces",)),
     ("secrets", "proxy"): E(mechanism="the proxy adds the header on its endpoint port; the sandbox gets only "
                                       "SANDBOX_ENDPOINT_<NAME>; a bound key (bind:): a placeholder in its variable, "
-                                      "swapped by the proxy in requests to its host and paths, refused anywhere else",
-                            component=Component.PROXY, checks=("env.secrets", "egress.key_refused"),
+                                      "swapped by the proxy in requests to its host and paths, refused anywhere else "
+                                      "(any header, the body: the key ICAP service)",
+                            component=Component.PROXY, checks=("env.secrets", "egress.key_refused", "egress.key_hidden"),
                             note="the agent can use the key against that one upstream, never read it"),
     ("ca_certificates", ""): E(mechanism="read-only file mounts at /etc/sandbox-ca; SSL_CERT_FILE, REQUESTS_CA_BUNDLE, "
                                          "CURL_CA_BUNDLE, GIT_SSL_CAINFO, NODE_EXTRA_CA_CERTS", component=Component.MOUNT,

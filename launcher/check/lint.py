@@ -179,6 +179,20 @@ def _ports(ports: list[int]) -> str:
     return ("port " if len(ports) == 1 else "ports ") + ", ".join(map(str, ports))
 
 
+def _tunnels_beside_keys(report: Report, doc: Doc, rules: tuple[AllowRule, ...], policy: Policy) -> None:
+    """Keys bound to their destination: the proxy looks for a placeholder only in what it reads in
+    clear; inside a CONNECT tunnel (a rule without http:) it sees nothing, so it goes on unseen."""
+    bound = [s.bind.variable for s in policy.secrets if s.bind]
+    if not bound:
+        return
+    for i, rule in enumerate(rules):
+        if not rule.http and any(p != 80 for p in rule.ports):
+            report.add(Severity.WARNING, "egress-keys-tunnel", doc, f"network.allow[{i}]",
+                       f"{rule} is a tunnel (nothing decrypted): a placeholder of a bound key ({', '.join(bound)}) "
+                       "sent there is not seen by the proxy and goes on as it is",
+                       "give the rule http: (the proxy then reads its requests), or drop it if the agent can do without")
+
+
 def _unenforced(report: Report, doc: Doc, rules: tuple[AllowRule, ...], i: int) -> None:
     """A tunnel rule beside rule i (with http:) on the same names: on ports the http: rule lacks it
     opens the host without methods or paths; a wildcard tunnel lets another name carry the host's
@@ -254,6 +268,7 @@ def _per_file(report: Report, doc: Doc, layer: Layer, policy: Policy) -> None:
                        f"{name} is also in env.set, whose value wins", "keep one of them")
     if "network.allow" in values:
         _egress(report, doc, values["network.allow"], policy.network.allow_ip_literals)
+        _tunnels_beside_keys(report, doc, values["network.allow"], policy)
     for i, secret in enumerate(values.get("secrets", ())):
         if secret.upstream.startswith("http://"):
             report.add(Severity.WARNING, "secret-cleartext", doc, f"secrets[{i}].upstream",

@@ -241,7 +241,7 @@ def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, fmt: str,
       sandbox logs sandbox-myrepo --suggest          # after a run with http: {mode: audit}
       sandbox logs sandbox-myrepo --format ocsf > egress.ocsf.jsonl
     """
-    from launcher.egress.audit import as_json as record, counts, from_report, listing, suggest as learn, suggestion_yaml
+    from launcher.egress.audit import counts, from_report, listing, suggest as learn, suggestion_yaml, with_changes
     from launcher.egress.learn import suggest_http
 
     if bool(name) == bool(report_path):
@@ -265,14 +265,15 @@ def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, fmt: str,
         click.echo(suggestion_yaml(entries, skipped + unsuggested, sum(1 for e in events if e.denied and e.reason == "-"),
                                     tuple(http)))
         return
+    changes = () if report_path else sandboxes.rule_changes(connected, name)   # `sandbox egress`
     if fmt == "ocsf":
         from launcher.egress.ocsf import lines
 
-        for line in lines(events, sandbox=name or ""):
+        for line in lines(events, sandbox=name or "", changes=changes):
             click.echo(line)
         return
     if as_json:
-        emit([record(e) for e in events])
+        emit(with_changes(events, changes))
         return
     import time
 
@@ -281,7 +282,7 @@ def logs(name: str | None, egress: bool, allowed: bool, as_json: bool, fmt: str,
     from launcher.values import visible
 
     click.echo(counts(events))
-    for change in () if report_path else sandboxes.rule_changes(connected, name):   # `sandbox egress`
+    for change in changes:
         click.echo(f"  {time.strftime('%H:%M:%S', time.gmtime(change.time))}  rule changed: {change.action} "
                    f"{visible(change.rule, keep_lines=False)}  reason: {visible(change.reason, keep_lines=False)}")
     rows = listing(events, allowed)

@@ -24,14 +24,14 @@ class EgressEvent:
     sni: str = "-"      # the TLS server name the client sent inside a CONNECT tunnel
     tls: str = "-"      # what Squid did with that TLS: peek, splice, bump (rules per request) or terminate
     path: str = "-"     # with rules per request: the request's path (decrypted ones too)
-    reason: str = "-"   # ... and the rule helper's word: "refused: ...", "would refuse: ..." (audit) or -
+    reason: str = "-"   # ... and the rule helper's (or key ICAP service's) word: "refused: ...", "would refuse: ..." or -
 
     @property
     def denied(self) -> bool:
         """Refused by the proxy: its own verdict, a cut tunnel, or a 403 that no upstream answered
         (an upstream's own 403 to a forwarded request is its answer, not the proxy's refusal)."""
         return self.verdict.startswith("TCP_DENIED") or self.tls == "terminate" or (
-            self.status == "403" and not self.verdict.startswith(_FORWARDED))
+            self.status == "403" and not self.verdict.startswith(_FORWARDED)) or self.reason.startswith("refused: ")
 
     @property
     def decision(self) -> str:
@@ -106,10 +106,13 @@ def parse_log(text: str) -> tuple[EgressEvent, ...]:
     events = []
     for line in text.splitlines():
         fields = line.split()
-        if len(fields) in (9, 11) and fields[0] == MARK and fields[1].isdigit():
+        if len(fields) in (9, 11, 13) and fields[0] == MARK and fields[1].isdigit():
             # URL-decoded (squid.conf's %#): the agent's own bytes, shown only through values.visible
             method, host, sni, *rest = (unquote(f, errors="surrogateescape") for f in (fields[2], fields[3], fields[7],
                                                                                           *fields[9:]))
+            if len(rest) == 4:   # keys bound: the key ICAP service's word, where the helpers said nothing
+                failed = "refused: the key ICAP service did not answer" if rest[3] == "ERR_ICAP_FAILURE" else "-"
+                rest = [rest[0], next((r for r in (rest[1], rest[2], failed) if r != "-"), "-")]
             events.append(EgressEvent(time=int(fields[1]), method=method, host=host, port=fields[4],
                                       status=fields[5], verdict=fields[6], sni=sni, tls=fields[8],
                                       **dict(zip(("path", "reason"), rest))))
@@ -131,6 +134,19 @@ def as_json(event: EgressEvent) -> dict:
     """One request as `logs --json` and the run report give it: the log's fields, and what they mean."""
     return asdict(event) | {"denied": event.denied, "decision": event.decision, "kind": event.kind,
                             "message": event.message}
+
+
+def change_json(change: RuleChange) -> dict:
+    """One rule change as `logs --json` gives it, among the requests: kind "rule-change"."""
+    return {"time": change.time, "kind": "rule-change", "action": change.action, "rule": change.rule,
+            "reason": change.reason}
+
+
+def with_changes(events: tuple[EgressEvent, ...], changes: tuple[RuleChange, ...]) -> list[dict]:
+    """`logs --json`: every request (as_json) and rule change (change_json) in time order, a change
+    after the requests of its second."""
+    found = [(e.time, 0, as_json(e)) for e in events] + [(c.time, 1, change_json(c)) for c in changes]
+    return [f for _, _, f in sorted(found, key=lambda t: t[:2])]
 
 
 def listing(events: tuple[EgressEvent, ...], allowed: bool) -> list[tuple[str, ...]]:

@@ -1,13 +1,14 @@
-"""The proxy's requests as OCSF HTTP Activity events (class 4002 in the Network Activity category), one
-JSON object per line: what security teams' pipelines ingest. Field names and enums are OCSF 1.6.0's
-(the mapping, and why each value, is in docs/egress.md "OCSF events")."""
+"""The proxy's requests as OCSF HTTP Activity events (class 4002 in the Network Activity category), and
+the rule changes of a running sandbox (`sandbox egress`) as Entity Management events (class 3004),
+one JSON object per line: what security teams' pipelines ingest. Field names and enums are OCSF
+1.6.0's (the mapping, and why each value, is in docs/egress.md "OCSF events")."""
 
 from __future__ import annotations
 
 import json
 
 from launcher.__version__ import __version__
-from launcher.egress.audit import EgressEvent
+from launcher.egress.audit import EgressEvent, RuleChange
 
 SCHEMA_VERSION = "1.6.0"
 CATEGORY_UID, CATEGORY_NAME = 4, "Network Activity"
@@ -24,6 +25,12 @@ OUTCOMES = {
     "refused": (2, "Denied", 2, "Blocked", 2, "Failure", 2, "Low"),
 }
 PRODUCT = {"name": "sandbox", "vendor_name": "sandbox", "version": __version__}
+# A rule added or removed: OCSF's class for a create/update/delete of a managed entity by a
+# management action (here `sandbox egress`, with the person's reason as its comment).
+CHANGE_CATEGORY_UID, CHANGE_CATEGORY_NAME = 3, "Identity & Access Management"
+CHANGE_CLASS_UID, CHANGE_CLASS_NAME = 3004, "Entity Management"
+CHANGE_ACTIVITIES = {"allow": (1, "Create"), "deny": (4, "Delete")}
+ENTITY_OTHER = 99   # managed_entity.type_id: an egress allow rule is none of OCSF's listed kinds
 
 
 def event(e: EgressEvent, sandbox: str = "") -> dict | None:
@@ -68,6 +75,32 @@ def event(e: EgressEvent, sandbox: str = "") -> dict | None:
     return found
 
 
-def lines(events: tuple[EgressEvent, ...], sandbox: str = "") -> list[str]:
-    """JSON lines, one event each, in the log's order (ASCII: whatever the agent sent stays escaped)."""
-    return [json.dumps(found, sort_keys=True) for found in (event(e, sandbox) for e in events) if found is not None]
+def change_event(c: RuleChange, sandbox: str = "") -> dict:
+    """One rule change as an Entity Management event: the rule is the managed entity, created (allow)
+    or deleted (deny); the reason given with it is the event's comment."""
+    activity, name = CHANGE_ACTIVITIES[c.action]
+    found = {
+        "class_uid": CHANGE_CLASS_UID, "class_name": CHANGE_CLASS_NAME,
+        "category_uid": CHANGE_CATEGORY_UID, "category_name": CHANGE_CATEGORY_NAME,
+        "activity_id": activity, "activity_name": name,
+        "type_uid": CHANGE_CLASS_UID * 100 + activity, "type_name": f"{CHANGE_CLASS_NAME}: {name}",
+        "time": c.time * 1000,
+        "severity_id": 1, "severity": "Informational",
+        "status_id": 1, "status": "Success",   # only a change the probe proved again is kept and logged
+        "message": f"rule changed: {c.action} {c.rule}",
+        "comment": c.reason,
+        "entity": {"name": c.rule, "type": "egress allow rule", "type_id": ENTITY_OTHER,
+                   "data": {"action": c.action, "rule": c.rule, **({"sandbox": sandbox} if sandbox else {})}},
+        "metadata": {"version": SCHEMA_VERSION, "product": PRODUCT, "log_name": "egress"},
+        "unmapped": {"action": c.action, "reason": c.reason},
+    }
+    if sandbox:
+        found["device"] = {"name": sandbox, "type_id": 99, "type": "sandbox"}
+    return found
+
+
+def lines(events: tuple[EgressEvent, ...], sandbox: str = "", changes: tuple[RuleChange, ...] = ()) -> list[str]:
+    """JSON lines, one event each, in time order (the log's order within a second; a rule change
+    after the requests of its second), ASCII: whatever the agent sent stays escaped."""
+    found = [(e.time, 0, event(e, sandbox)) for e in events] + [(c.time, 1, change_event(c, sandbox)) for c in changes]
+    return [json.dumps(f, sort_keys=True) for _, _, f in sorted(found, key=lambda t: t[:2]) if f is not None]

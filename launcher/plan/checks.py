@@ -17,7 +17,7 @@ ALWAYS = FIRST + (
 PROXY_ONLY = ("egress.proxy", "egress.denied", "egress.direct", "egress.dns")
 # Proxy mode with rules per request (network.allow[].http) only, each when the plan gives it
 # something to try (launcher/probehttp.py checks_for): after the proxy-only ones.
-HTTP_ONLY = ("egress.bump_ca", "egress.http_refused", "egress.tunnel", "egress.key_refused")
+HTTP_ONLY = ("egress.bump_ca", "egress.http_refused", "egress.tunnel", "egress.key_refused", "egress.key_hidden")
 # The Pod modes (the Kubernetes target only): what a Pod's network lets through, judged by answers.
 POD_ONLY = ("pod.reach", "pod.dns")
 LAST = ("limits.pids", "limits.memory", "proc.pid1", "dev.nodes")

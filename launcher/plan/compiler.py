@@ -49,6 +49,7 @@ _UNEXTENDED = ", packages=(), build=BuildPolicy(dockerfile='', context='.', devc
 LONG_LIVED = ("up", "devcontainer")
 PORTABLE_KINDS = ("external", "devcontainer", "kubernetes")   # files another tool starts, on any machine
 AGENT_USER = (1000, 1000)   # the agent image's own user
+KEYS_PROXY_MEMORY = 512 * 1024 ** 2   # the proxy's, keys bound: the key ICAP service checks <= 160 MiB of bodies
 
 
 def _container_name(policy: Policy, host: HostFacts, kind: str, name: str | None) -> str:
@@ -103,7 +104,8 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
                       labels=tuple(sorted({**labels, label.KIND: "proxy",
                                            **({label.CA_FILES: " ".join(host.bump_store)} if http else {})}.items())),
                       secrets=secrets, keys=keys_file(secrets), rules=rules_in_force(policy.network.allow),
-                      hosts_entry=dialect_of(host.engine.kind).proxy_by_hosts_entry, ulimits=_ulimits(host))
+                      hosts_entry=dialect_of(host.engine.kind).proxy_by_hosts_entry, ulimits=_ulimits(host),
+                      **({"memory_bytes": KEYS_PROXY_MEMORY} if any(s.bind for s in secrets) else {}))
     url = f"http://{PROXY_ALIAS}:{PROXY_PORT}"
     # The endpoints are reached directly, not through the forward proxy (which would refuse the name).
     no_proxy = "localhost,127.0.0.1" + (f",{PROXY_ALIAS}" if endpoints else "")

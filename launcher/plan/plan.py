@@ -90,7 +90,7 @@ class ProxySpec:
     labels: tuple[tuple[str, str], ...]
     user: str = "13:13"          # Debian's proxy user; never root
     pids_limit: int = 128
-    memory_bytes: int = 256 * 1024 ** 2
+    memory_bytes: int = 256 * 1024 ** 2   # compiler.KEYS_PROXY_MEMORY with bound keys
     # The root filesystem is read-only; Squid writes only to these small tmpfs directories.
     scratch_dirs: tuple[str, ...] = ("/run/squid", "/var/spool/squid", "/var/log/squid")
     scratch_options: str = "uid=13,gid=13,mode=0700,size=16m"
@@ -257,6 +257,7 @@ class ProbeExpectations:
     # env.secrets lets in, each with exactly that value (launcher/policy/keybind.py)
     keyvars: tuple[str, ...] = ()
     keyrefuse: str = ""   # HEADER@HOST:PORT/PATH: where the first key's placeholder must get 403 ("" none)
+    keyhidden: str = ""   # METHOD@HOST:PORT/PATH: its placeholder in a header only the key ICAP service sees
     # The launcher's one lists, so that the probe never keeps a copy of its own:
     checks: tuple[str, ...] = ()          # launcher/plan/checks.py, for this mode, in report order
     secretnames: tuple[str, ...] = ()     # launcher/policy/secrets.py, as caseless globs
@@ -275,7 +276,7 @@ class ProbeExpectations:
     def to_args(self) -> tuple[str, ...]:
         args = []
         for key, value in asdict(self).items():
-            if (key == "forbidden" and self.net in ("none", "proxy")) or (key in ("keyvars", "keyrefuse") and not value):
+            if (key == "forbidden" and self.net in ("none", "proxy")) or (key in ("keyvars", "keyrefuse", "keyhidden") and not value):
                 continue   # keyvars: only with keys bound to their destination (the probe takes it as optional)
             if isinstance(value, tuple):
                 value = ",".join(escape_path(v) for v in value)

@@ -10,6 +10,7 @@ import re
 import struct
 
 from launcher.policy.allowlist import AllowRule
+from launcher.policy import keybind
 from launcher.policy.httprules import under
 
 PROBE_LABEL = "sandbox-probe"   # the label a wildcard rule's probe name starts with
@@ -86,7 +87,12 @@ def key_expectations(rules: tuple[AllowRule, ...], secrets) -> dict[str, str]:
         return {}
     other = next((r for r in rules if not r.ip and (r.wildcard or r.host != key.host)), None)
     target = f"{_name(other)}:{_tls_port(other)}" if other else f"{key.host}:80"
-    return {"keyrefuse": f"{key.header}@{target}{KEY_PATH}"}
+    # the key's own host, method and path, its placeholder in a header the key helper is not handed
+    # (HIDDEN_HEADER): allowed by every rule, only the key ICAP service refuses it (egress.key_hidden)
+    serving = keybind.serving(key.bind, rules)
+    hidden = {"keyhidden": f"{serving[0].http.methods[0]}@{key.host}:{key.upstream_port}"
+                           f"{key.bind.paths[0].rstrip('/')}{KEY_PATH}"} if serving else {}
+    return {"keyrefuse": f"{key.header}@{target}{KEY_PATH}", **hidden}
 
 
 def checks_for(found: dict[str, object]) -> tuple[str, ...]:
@@ -95,5 +101,6 @@ def checks_for(found: dict[str, object]) -> tuple[str, ...]:
         return ()
     return ("egress.bump_ca",) + (("egress.http_refused",) if found.get("refuse") else ()) \
         + (("egress.tunnel",) if found.get("tunnel", "-") != "-" else ()) \
-        + (("egress.key_refused",) if found.get("keyrefuse") else ())
+        + (("egress.key_refused",) if found.get("keyrefuse") else ()) \
+        + (("egress.key_hidden",) if found.get("keyhidden") else ())
 

@@ -26,9 +26,9 @@ _FORM = re.compile(r"^[A-Za-z0-9 _=:,;/.+-]*$")
 RESERVED = ("HOME", "PATH", "USER", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY", "no_proxy")
 
 
-# Where the proxy looks for a placeholder besides the URL: these headers and each bound key's own.
-# (Squid hands an ACL helper named headers only, not the whole block: a placeholder in another
-# header or in a body is not seen, and goes on as it is; it is worthless there, not being the key.)
+# Where the key helper looks for a placeholder besides the URL: these headers and each bound key's
+# own (Squid hands an ACL helper named headers only). Every header and the whole body are searched
+# after it by the key ICAP service (images/proxy/sandbox-icap); only a CONNECT tunnel goes unseen.
 SEEN_HEADERS = ("authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key", "x-auth-token",
                 "x-access-token", "private-token", "cookie")
 
