@@ -198,7 +198,7 @@ def main() -> None:
             continue
         t = statistics.median(values)
         c = statistics.median(cpu[key])
-        shown = f"{c:.2f} s" if c else "n/a"    # another proxy's image: its cgroup is not read
+        shown = f"{c:.2f} s ({c / mib * 1000:.2f} ms/MiB)" if c else "n/a"    # another proxy's image: its cgroup is not read
         print(f"{key:34} {t:6.3f} s {mib / t:6.0f} MiB/s  ratio {base / t:.2f}  proxy CPU {shown}")
 
 
