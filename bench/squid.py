@@ -5,7 +5,9 @@ its configuration, all in one run, against a direct download; only this machine'
 
 A VARIANT is `name=` and squid.conf lines separated by `;` (appended to the configuration the
 launcher renders, so they override it), or these: `@cpus=N` (a CPU quota for that proxy), `@mtu=N`
-(its inner network's MTU; the launcher's is 65000, `@mtu=1500` is Docker's default), `@noconnect`
+(its inner network's MTU; the launcher's is 65000, `@mtu=1500` is Docker's default), `@egress-mtu=N`
+(the proxy's egress side is another network with that MTU, with its own upstream and direct
+client, measured as "direct egress-mtu=N"), `@noconnect`
 (plain HTTP only), `@image=IMAGE COMMAND` (another proxy instead, a comparison only:
 sandbox-bench/compare:1, built from bench/compare/, has Debian's tinyproxy, nginx and socat). E.g.
 
@@ -67,7 +69,7 @@ def start_proxy(index: int, name: str, lines: str, config: str) -> str:
     for part in filter(None, (p.strip() for p in lines.split(";"))):
         if part.startswith("@cpus="):
             cpus = part[len("@cpus="):]
-        elif part == "@noconnect" or part.startswith("@mtu="):
+        elif part == "@noconnect" or part.startswith(("@mtu=", "@egress-mtu=")):
             pass
         elif part.startswith("@image="):
             other = part[len("@image="):]
@@ -87,7 +89,7 @@ def start_proxy(index: int, name: str, lines: str, config: str) -> str:
         argv += ["--user", spec.user, "-e", "SANDBOX_SQUID_CONF=" + base64.b64encode(conf.encode()).decode(),
                  images.proxy_image().tag]
     ref = docker(*argv)
-    docker("network", "connect", f"{PREFIX}-net", ref)
+    docker("network", "connect", egress_network(lines), ref)
     docker("start", ref)
     for _ in range(200):
         logs = subprocess.run(["docker", "logs", ref], capture_output=True, text=True)
@@ -97,6 +99,19 @@ def start_proxy(index: int, name: str, lines: str, config: str) -> str:
     else:
         raise SystemExit(f"proxy {name} did not come up:\n{logs.stderr[-2000:]}")
     return inner
+
+
+def egress_network(lines: str) -> str:
+    mtu = [p.strip()[len("@egress-mtu="):] for p in lines.split(";") if p.strip().startswith("@egress-mtu=")]
+    return f"{PREFIX}-net{mtu[0]}" if mtu else f"{PREFIX}-net"
+
+
+def upstream(network: str, size: int, mtu: str = "") -> None:
+    """The upstream on `network` (created here, with that MTU if given)."""
+    docker("network", "create", "--internal", "--label", LABEL,
+           *([f"--opt=com.docker.network.driver.mtu={mtu}"] if mtu else []), network)
+    docker("run", "-d", "--name", f"{network}-up", "--label", LABEL, "--network", network,
+           "--network-alias", "files.test", "-e", f"UPSTREAM_PAYLOAD={size}", "sandbox-test/upstream:1")
 
 
 def client(network: str, index: str) -> str:
@@ -148,10 +163,12 @@ def main() -> None:
         docker("build", "-q", "-t", "sandbox-bench/compare:1", str(ROOT / "bench" / "compare"))
     cleanup()
     try:
-        docker("network", "create", "--internal", "--label", LABEL, f"{PREFIX}-net")
-        docker("run", "-d", "--name", f"{PREFIX}-up", "--label", LABEL, "--network", f"{PREFIX}-net",
-               "--network-alias", "files.test", "-e", f"UPSTREAM_PAYLOAD={size}", "sandbox-test/upstream:1")
+        upstream(f"{PREFIX}-net", size)
         direct = client(f"{PREFIX}-net", "direct")
+        others = sorted({egress_network(lines) for _n, lines in variants} - {f"{PREFIX}-net"})
+        for network in others:   # @egress-mtu=N: another egress network, its own upstream and direct client
+            upstream(network, size, network[len(f"{PREFIX}-net"):])
+        directs = {f"direct egress-mtu={n[len(f'{PREFIX}-net'):]}": client(n, f"direct{i}") for i, n in enumerate(others)}
         clients = [client(start_proxy(i, n, lines, config), str(i)) for i, (n, lines) in enumerate(variants)]
         proxies = [f"{PREFIX}-p{i}" for i in range(len(variants))]
         url = f"http://{PROXY_ALIAS}:{PROXY_PORT}"
@@ -159,6 +176,8 @@ def main() -> None:
         cpu: dict[str, list[float]] = {}
         for _ in range(args.rounds):
             times["direct"].append(fetch(direct, "", False, size))
+            for key, ref in directs.items():
+                times.setdefault(key, []).append(fetch(ref, "", False, size))
             for (name, _l), ref, proxy in zip(variants, clients, proxies):
                 for tunnel in (False, True) if "@noconnect" not in _l else (False,):
                     key = f"{name} {'CONNECT' if tunnel else 'plain'}"
@@ -172,11 +191,14 @@ def main() -> None:
     print(f"{args.rounds} rounds, {mib:.0f} MiB each, medians")
     print(f"{'direct':34} {base:6.3f} s {mib / base:6.0f} MiB/s")
     for key, values in times.items():
-        if key == "direct":
+        if key.startswith("direct"):
+            if key != "direct":
+                print(f"{key:34} {statistics.median(values):6.3f} s {mib / statistics.median(values):6.0f} MiB/s"
+                      f"  ratio {base / statistics.median(values):.2f}")
             continue
         t = statistics.median(values)
         c = statistics.median(cpu[key])
-        shown = f"{c:.2f} s" if c else "n/a"    # another proxy's image: its cgroup is not read
+        shown = f"{c:.2f} s ({c / mib * 1000:.2f} ms/MiB)" if c else "n/a"    # another proxy's image: its cgroup is not read
         print(f"{key:34} {t:6.3f} s {mib / t:6.0f} MiB/s  ratio {base / t:.2f}  proxy CPU {shown}")
 
 
