@@ -108,7 +108,7 @@ def test_the_cli_refuses_a_changed_directory_and_says_how_to_fill_it_again(engin
     _change(bound, "busybox", RAN, 0o555)
     env = {k: v for k, v in os.environ.items() if k != "SANDBOX_PROBE_VOLUME"}
     said = subprocess.run([sys.executable, "-m", "launcher", "run", "--policy", "untrusted", "--workspace-mode", "bind",
-                           str(workspace), "--", "touch", f"/workspace/{MARKER}"],
+                           "-w", str(workspace), "--", "touch", f"/workspace/{MARKER}"],
                           capture_output=True, text=True, timeout=300, env=env)
     assert said.returncode == 122, said.stderr
     assert f"probe directory {bound}: probe file busybox has sha256" in said.stderr
