@@ -88,7 +88,8 @@ def docker_argvs(sandbox: list[str], env: dict[str, str], common: list[str]) -> 
                                      capture_output=True, text=True).stdout)
     probed = shlex.split(subprocess.run(sandbox + ["compile", *common, "--format", "argv", "--", "true"], check=True,
                                         env=env, capture_output=True, text=True).stdout)
-    probed[probed.index("--name") + 1] += "-bench"
+    at = probed.index("--name")   # none: the engine names each one (`--rm` may still be removing the last)
+    del probed[at:at + 2]
     plain = probed[:probed.index("--entrypoint")] + ["--entrypoint", "true", plan["container"]["image"]]
     return plain, probed
 
