@@ -1,6 +1,7 @@
 """Benchmark (not a test): how long a sandbox takes to start, against plain `docker run`.
 
-    python bench/run.py [--rounds 9] [--compare DIR] [--modes none,proxy,copy] [--default-egress]
+    python bench/run.py [--rounds 9] [--compare DIR] [--modes none,proxy,copy] [--helper] [--probe-volume]
+                        [--default-egress]
 
 One run measures, round after round, each command once per round in a shuffled order (so a busy
 machine slows every figure alike, and no command always follows the same one: the engine still
@@ -16,8 +17,10 @@ tidies up after a `docker run --rm` that has returned):
 on a small repository (examples/untrusted-repo with one commit), and prints medians, the ratios
 none/plain, proxy/none and copy/none, and the median of each launch phase
 (SANDBOX_TIMINGS=1). --compare DIR runs the launcher in DIR (a checkout of another commit) in the
-same rounds as well, for before/after figures from one run. The launcher runs byte-compiled, as an
-installed one does (PYTHONDONTWRITEBYTECODE is dropped for it).
+same rounds as well, for before/after figures from one run; --helper measures this tree through
+its resident helper too (`helper` rows; the others run with SANDBOX_HELPER=off), --probe-volume
+with the shared probe volume (`volume` rows: what the launcher's own probe directory saves). The
+launcher runs byte-compiled, as an installed one does (PYTHONDONTWRITEBYTECODE is dropped for it).
 """
 
 from __future__ import annotations
@@ -38,9 +41,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NET = f"sandbox-bench-start-{os.getpid()}"
 
 
-def env_for(tree: Path) -> dict[str, str]:
+def env_for(tree: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    return {**env, "PYTHONPATH": str(tree), "SANDBOX_TIMINGS": "1"}
+    return {**env, "PYTHONPATH": str(tree), "SANDBOX_TIMINGS": "1", "SANDBOX_HELPER": "off", **(extra or {})}
 
 
 def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
@@ -85,7 +88,8 @@ def docker_argvs(sandbox: list[str], env: dict[str, str], common: list[str]) -> 
                                      capture_output=True, text=True).stdout)
     probed = shlex.split(subprocess.run(sandbox + ["compile", *common, "--format", "argv", "--", "true"], check=True,
                                         env=env, capture_output=True, text=True).stdout)
-    probed[probed.index("--name") + 1] += "-bench"
+    at = probed.index("--name")   # none: the engine names each one (`--rm` may still be removing the last)
+    del probed[at:at + 2]
     plain = probed[:probed.index("--entrypoint")] + ["--entrypoint", "true", plan["container"]["image"]]
     return plain, probed
 
@@ -96,11 +100,21 @@ def main() -> None:
     parser.add_argument("--compare", type=Path, help="another launcher tree, measured in the same rounds")
     parser.add_argument("--modes", default="none,proxy,copy",
                         help="the launcher's modes to measure (comma-separated; fewer: more rounds in the same time)")
+    parser.add_argument("--helper", action="store_true",
+                        help="this tree through its resident helper as well (`sandbox helper start`, stopped after)")
+    parser.add_argument("--probe-volume", action="store_true",
+                        help="this tree with SANDBOX_PROBE_VOLUME=1 as well (the shared probe volume, read "
+                             "through the engine's archive API, instead of the launcher's own directory)")
     parser.add_argument("--default-egress", action="store_true",
                         help="proxy mode with the egress bridge each sandbox makes (its outside network)")
     args = parser.parse_args()
     sandbox = [sys.executable, "-m", "launcher"]
-    trees = {"": ROOT, **({"compare ": args.compare.resolve()} if args.compare else {})}
+    runtime = tempfile.mkdtemp(prefix="sandbox-bench-run-")   # the helper's XDG_RUNTIME_DIR (0700)
+    trees = {"": (ROOT, {}), **({"compare ": (args.compare.resolve(), {})} if args.compare else {}),
+             **({"volume ": (ROOT, {"SANDBOX_PROBE_VOLUME": "1"})} if args.probe_volume else {}),
+             **({"helper ": (ROOT, {"XDG_RUNTIME_DIR": runtime, "SANDBOX_HELPER": "on"})} if args.helper else {})}
+    if args.helper:
+        subprocess.run(sandbox + ["helper", "start"], check=True, env=env_for(ROOT, trees["helper "][1]), cwd=ROOT)
     if not args.default_egress:
         subprocess.run(["docker", "network", "create", "--internal", NET], check=True, capture_output=True)
     try:
@@ -117,9 +131,9 @@ def main() -> None:
             if shutil.which("srt"):
                 runs["srt true"] = ([shutil.which("srt"), "true"], None)
             modes = {"none": none, "proxy": proxy, "copy": copy}
-            for label, tree in trees.items():
+            for label, (tree, extra) in trees.items():
                 for mode in args.modes.split(","):
-                    runs[f"{label}{mode}"] = (sandbox + modes[mode], env_for(tree))
+                    runs[f"{label}{mode}"] = (sandbox + modes[mode], env_for(tree, extra))
             for argv, env in runs.values():   # builds images, writes byte code
                 timed(argv, env)
             wall: dict[str, list[float]] = {name: [] for name in runs}
@@ -140,6 +154,9 @@ def main() -> None:
     finally:
         if not args.default_egress:
             subprocess.run(["docker", "network", "rm", NET], capture_output=True)
+        if args.helper:
+            subprocess.run(sandbox + ["helper", "stop"], env=env_for(ROOT, trees["helper "][1]), cwd=ROOT)
+        shutil.rmtree(runtime, ignore_errors=True)
     med = {name: statistics.median(values) for name, values in wall.items()}
     print(f"rounds: {args.rounds} (medians; each round runs every command once, in a shuffled order)")
     for name, value in med.items():

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import ContextManager, Iterator
 
 IMPORTED = time.perf_counter()   # the CLI imports this module first: its imports start about here
+FIRST = "imports"   # the first phase's name: "helper" when the resident helper ran the command (from the client's start)
 
 
 @dataclass(frozen=True, kw_only=True)

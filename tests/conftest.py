@@ -66,6 +66,11 @@ def isolated_host(tmp_path_factory, monkeypatch):
                  "SANDBOX_SESSION", "SANDBOX_IDLE", "SANDBOX_PORTS", "SANDBOX_CA_FILES",
                  "COLUMNS", "LINES"):   # pytest-xdist's workers set these two: a pipe gets whole lines
         monkeypatch.delenv(name, raising=False)
+    # The shared probe volume, as before the launcher's own copy on this host (probedir.py): the
+    # tests written for it keep proving it; tests of the copy on this host unset this.
+    monkeypatch.setenv("SANDBOX_PROBE_VOLUME", "1")
+    # No resident helper but a test's own (launcher/cli/helper.py): its socket would be under here
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(home / "run"))
 
 
 

@@ -333,7 +333,7 @@ def test_the_agent_image_a_run_builds_trusts_the_settings_ca_files(monkeypatch):
     monkeypatch.setattr(images, "build_agent", lambda engine, name, status, cas: built.append([str(p) for p in cas]))
     monkeypatch.setattr(images, "ensure_for", lambda *a, **k: None)
     monkeypatch.setattr(images, "extra_ca_files", lambda: ["host.crt"])
-    planned = SimpleNamespace(plan=SimpleNamespace(container=SimpleNamespace(image="img"), proxy=None, copy=None, home=None,
+    planned = SimpleNamespace(plan=SimpleNamespace(container=SimpleNamespace(image="img", mounts=()), proxy=None, copy=None, home=None,
                                                   image_build=None))
     listener = SimpleNamespace(status=lambda message: None)
     session.ready(None, planned, pipeline.AgentChoice(name="claude-code", ca_files=("/corp.pem",)), listener)

@@ -23,8 +23,8 @@ import traceback  # noqa: E402
 import click  # noqa: E402
 
 from launcher import __version__  # noqa: E402
-from launcher.cli import (agents, attest, config, copies, egress, launch, manage, output, policy, port,  # noqa: E402
-                          presets, selftest, team, trust)
+from launcher.cli import (agents, attest, config, copies, egress, helper, launch, manage, output, policy,  # noqa: E402
+                          port, presets, selftest, team, trust)
 from launcher.errors import ExitCode, SandboxError, Terminated, kept_copy, secondary_failures  # noqa: E402
 
 _DEBUG = "sandbox.debug"
@@ -118,7 +118,8 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-for _module in (policy, presets, launch, copies, agents, manage, port, team, trust, selftest, attest, config, egress):
+for _module in (policy, presets, launch, copies, agents, manage, port, team, trust, selftest, attest, config, egress,
+                helper):
     for _command in _module.COMMANDS:
         main.add_command(_command)
 

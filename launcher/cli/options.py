@@ -359,7 +359,9 @@ def session(timings=None):
         gc.freeze()
         gc.enable()
     if timings is not None:
-        timings.since("imports", timings.origin)
+        from launcher.timings import FIRST
+
+        timings.since(FIRST, timings.origin)
     return session
 
 

@@ -4,6 +4,7 @@ one-line fix; the engine's own view (`docker info`, `docker version`) is the sou
 from __future__ import annotations
 
 import enum
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -224,7 +225,29 @@ def tool_findings() -> list[Finding]:
     if not shutil.which("docker"):
         out.append(Finding(status=Status.WARN, check="docker cli", detail="missing: `sandbox up` cannot open a shell",
                            fix="install the docker client (Debian: docker.io or docker-cli)"))
-    return out
+    return out + [helper_finding(helper_state())]
+
+
+def helper_state():
+    """The resident helper's state (launcher/resident.py): socket, pid, build, stale or not."""
+    from launcher import resident
+    from launcher.__version__ import __version__
+    from launcher.host import host
+
+    uid = os.geteuid()
+    return resident.state(resident.runtime_dir(host.runtime_dir_env(), uid), uid, __version__)
+
+
+def helper_finding(found) -> Finding:
+    if not found.running:
+        return Finding(status=Status.OK, check="helper", detail=f"not running ({found.problem}): every command runs "
+                       "in-process", fix="" if "does not exist" in found.problem or "no helper" in found.problem
+                       else f"`sandbox helper start` (or remove {os.path.dirname(found.socket)})")
+    detail = f"pid {found.pid}, build {found.build}, socket {found.socket}"
+    if found.stale:
+        return Finding(status=Status.WARN, check="helper", detail=f"STALE: {detail}; this copy is {found.current}, "
+                       "so commands run in-process", fix="`sandbox helper start` replaces it")
+    return Finding(status=Status.OK, check="helper", detail=f"running: {detail}")
 
 
 def run(connect: Callable, images_present: Callable | None = None, more: Callable | None = None,

@@ -348,8 +348,8 @@ def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def _busybox_digest(engine: Engine, tag: str) -> str:
-    """sha256 of the probe image's busybox, read from a container of it that never starts."""
+def _busybox(engine: Engine, tag: str) -> bytes:
+    """The probe image's busybox, read from a container of it that never starts."""
     ref = engine.create(ContainerSpec(
         name=f"sandbox-probe-read-{os.urandom(3).hex()}", image=tag, user="0:0", entrypoint=("/probe/busybox",),
         command=("true",), env=(), working_dir="/", mounts=(), network_mode="none", read_only_root=True,
@@ -361,11 +361,16 @@ def _busybox_digest(engine: Engine, tag: str) -> str:
         engine.remove(ref)
     if busybox is None:
         raise EngineError(f"the probe image {tag} has no /probe/busybox")
-    return probefiles.sha256(busybox)
+    return busybox
 
 
-def ensure_for(engine: Engine, policy_image: str, progress: Progress, proxy: bool = False) -> str:
-    """Make sure the probe image, its volume, the policy's image (and the proxy) exist. Returns the volume."""
+def _busybox_digest(engine: Engine, tag: str) -> str:
+    return probefiles.sha256(_busybox(engine, tag))
+
+
+def ensure_for(engine: Engine, policy_image: str, progress: Progress, proxy: bool = False, probe_dir: str = "") -> str:
+    """Make sure the probe image, its volume (and its copy at probe_dir on this host, when one is
+    bound), the policy's image (and the proxy) exist. Returns the volume."""
     probe = probe_image()
     build(engine, probe, progress)
     if proxy:
@@ -380,8 +385,10 @@ def ensure_for(engine: Engine, policy_image: str, progress: Progress, proxy: boo
     if not ours:
         # The busybox it is filled with, recorded on the volume (labels never change): every
         # launch compares the container's copy with it and with its own probe.sh (probefiles).
-        engine.fill_volume(volume, probe.tag, "/probe",   # image path, see images/probe
-                           {**LABELS, label.PROBE_BUSYBOX: _busybox_digest(engine, probe.tag)})
+        found = {**LABELS, label.PROBE_BUSYBOX: _busybox_digest(engine, probe.tag)}
+        engine.fill_volume(volume, probe.tag, "/probe", found)   # image path, see images/probe
+    if probe_dir and not os.path.isdir(probe_dir):   # every launch compares it all the same (probefiles)
+        probefiles.fill_dir(probe_dir, _busybox(engine, probe.tag), found[label.PROBE_BUSYBOX], volume)
     if policy_image in (AGENT_IMAGE, FULL_IMAGE):
         build(engine, agent_image(), progress)
         if policy_image == FULL_IMAGE:

@@ -1,6 +1,8 @@
 """The probe's own files as a sandbox will run them: the launcher's probe.sh and the busybox it
-recorded when it filled the probe volume, compared with the created container's copy before it
-starts (a volume anyone with the engine can mount read-write must not decide what runs)."""
+recorded when it filled the probe volume, compared before the container starts with the created
+container's copy (the shared volume: anyone with the engine can mount it read-write, so it must not
+decide what runs) or, on an engine on this host, with the launcher's own directory that the
+container binds (launcher/host/probedir.py), read here directly."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import tarfile
 from functools import lru_cache
 
 from launcher import resources
+from launcher.errors import EngineError
+from launcher.host import probedir
 
 LIMIT = 16 << 20      # bytes of the probe directory's tar read at most (busybox is about 2 MB)
 # name in the probe directory -> mode; nothing else may be there
@@ -36,7 +40,6 @@ def problems(tar: bytes | None, busybox: str | None) -> list[str]:
         return ["the container has no probe directory"]
     if len(tar) >= LIMIT:
         return [f"the probe directory is larger than {LIMIT >> 20} MiB"]
-    want = {"busybox": busybox, "probe.sh": script_digest()}
     found: dict[str, str] = {}
     said: list[str] = []
     try:
@@ -58,6 +61,34 @@ def problems(tar: bytes | None, busybox: str | None) -> list[str]:
                     found[inside] = sha256(archive.extractfile(member).read())
     except (tarfile.TarError, OSError, EOFError) as exc:
         return [f"the probe directory could not be read: {exc}"]
+    return said + _compared(found, busybox)
+
+
+def dir_problems(where: str, busybox: str | None) -> list[str]:
+    """What is wrong with the launcher's own probe directory on this host (what an engine on this
+    host binds), given the busybox digest recorded on the probe volume at its fill."""
+    if busybox is None:
+        return ["the probe volume carries no record of its busybox (not filled by this launcher)"]
+    said, files = probedir.read(where, FILES, DIR_MODE)
+    if files is None:
+        return said
+    return said + _compared({name: sha256(data) for name, data in files.items()}, busybox)
+
+
+def fill_dir(where: str, busybox: bytes, recorded: str, volume: str) -> None:
+    """The launcher's own copy of the probe files at `where` on this host (probedir.py): the probe
+    image's busybox, which must be the one the volume recorded, and probe.sh."""
+    if sha256(busybox) != recorded:
+        raise EngineError(f"the probe image's busybox is not the one probe volume {volume} recorded; "
+                          f"`docker volume rm {volume}` (the next launch fills it again)")
+    script = (resources.images_dir() / "probe" / "probe.sh").read_bytes()
+    probedir.fill(where, {"busybox": (busybox, FILES["busybox"]), "probe.sh": (script, FILES["probe.sh"])}, DIR_MODE)
+
+
+def _compared(found: dict[str, str], busybox: str) -> list[str]:
+    """What differs between the files' digests found and the launcher's (its probe.sh, the busybox recorded)."""
+    want = {"busybox": busybox, "probe.sh": script_digest()}
+    said = []
     for name, digest in want.items():
         if name not in found:
             said.append(f"probe file {name} is missing")

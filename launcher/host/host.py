@@ -144,6 +144,23 @@ def timings_requested() -> bool:
     return os.environ.get("SANDBOX_TIMINGS", "").lower() in ("1", "true")
 
 
+def runtime_dir_env() -> str | None:
+    """$XDG_RUNTIME_DIR: where the resident helper's socket is (launcher/resident.py)."""
+    return os.environ.get("XDG_RUNTIME_DIR")
+
+
+def replace_environment(env: dict[str, str]) -> None:
+    """The resident helper's child takes its client's environment whole (launcher/cli/helper.py)."""
+    os.environ.clear()
+    os.environ.update(env)
+
+
+def probe_volume_only() -> bool:
+    """SANDBOX_PROBE_VOLUME=1: a sandbox mounts the shared probe volume even on an engine on this
+    host (launcher/host/probedir.py), as on an engine elsewhere: the tests of that path, benchmarks."""
+    return os.environ.get("SANDBOX_PROBE_VOLUME", "").lower() in ("1", "true")
+
+
 def step_summary_path() -> str:
     return os.environ.get("GITHUB_STEP_SUMMARY", "")   # set by GitHub Actions: Markdown for the job page
 

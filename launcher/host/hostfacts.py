@@ -26,6 +26,9 @@ class HostFacts:
     runtime_sockets: tuple[str, ...]       # real paths of known runtime sockets and dirs
     credential_paths: tuple[str, ...]      # real paths of credential locations
     probe_volume: str
+    # The launcher's own copy of the probe files on this host (probedir.py), bound instead of the
+    # volume when the engine is a daemon on this host: "" for the volume (files for another tool too).
+    probe_dir: str = ""
     proxy_image: str
     # A launch's own: a unique container name and the launcher's pid (for `sandbox gc`). Files for
     # another tool (compile, devcontainer) have neither, so the same inputs give the same bytes.

@@ -21,7 +21,7 @@ from launcher.engine.engineproto import ContainerInfo
 from launcher.errors import AttestationInvalid, EngineError
 from launcher.host import engineid
 from launcher.plan import runtimes
-from launcher.plan.plan import LaunchPlan
+from launcher.plan.plan import PROBE_DIR, LaunchPlan, MountKind
 from launcher.policy.layers import layers_digest
 from launcher.targets.argv import plain
 from launcher.timings import timed
@@ -126,6 +126,9 @@ def _images(engine, plan: LaunchPlan) -> dict:
         except EngineError as exc:
             found[role] = {"ref": ref, "error": str(exc)}
     found["probe"]["volume"] = images.probe_volume_name()   # what the sandbox mounts, filled from that image
+    bound = next((m.source for m in plan.container.mounts if m.target == PROBE_DIR and m.kind is MountKind.BIND), "")
+    if bound:   # an engine on this host binds the launcher's own copy of its files instead (probedir.py)
+        found["probe"]["directory"] = bound
     return found
 
 

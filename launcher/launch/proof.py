@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from launcher import labels as label
-from launcher.engine import probefiles
+from launcher.engine import images, probefiles
 from launcher.engine.engineproto import Engine
 from launcher.engine.verify import ProbeReport, parse_probe
 from launcher.errors import ProbeFailed
@@ -48,21 +48,30 @@ def judge(report: ProbeReport, errors: list[str], plan: LaunchPlan, head: str = 
 
 
 def file_problems(engine: Engine, ref: str, spec: ContainerSpec) -> tuple[str, list[str]]:
-    """(the probe volume, what differs): the probe's files as this container runs them (its own
-    mount of the volume) against the launcher's probe.sh and the busybox recorded on the volume."""
-    volume = next((m.source for m in spec.mounts if m.target == PROBE_DIR and m.kind is MountKind.VOLUME), "")
-    if not volume:
-        return volume, [f"the plan mounts no probe volume at {PROBE_DIR}"]
-    recorded = (engine.volume_labels(volume) or {}).get(label.PROBE_BUSYBOX)
-    return volume, probefiles.problems(engine.archive_head(ref, PROBE_DIR, probefiles.LIMIT), recorded)
+    """(where they come from, what differs): the probe's files as this container runs them against
+    the launcher's probe.sh and the busybox recorded on the probe volume `volume` at its fill. From
+    the volume: the container's own mount of it, read through the engine's archive API (~50 ms: the
+    engine mounts the created container). From the launcher's directory on this host (an engine on
+    this host binds it; the inspect comparison proved the bind's source): read here, the same way."""
+    mount = next((m for m in spec.mounts if m.target == PROBE_DIR), None)
+    if mount is not None and mount.kind is MountKind.BIND:
+        recorded = (engine.volume_labels(images.probe_volume_name()) or {}).get(label.PROBE_BUSYBOX)
+        return mount.source, probefiles.dir_problems(mount.source, recorded)
+    if mount is None or mount.kind is not MountKind.VOLUME:
+        return "", [f"the plan mounts no probe volume at {PROBE_DIR}"]
+    recorded = (engine.volume_labels(mount.source) or {}).get(label.PROBE_BUSYBOX)
+    return mount.source, probefiles.problems(engine.archive_head(ref, PROBE_DIR, probefiles.LIMIT), recorded)
 
 
 def verify_files(engine: Engine, ref: str, spec: ContainerSpec) -> None:
     """Refuse, before it starts, a container whose probe files are not the launcher's."""
-    volume, found = file_problems(engine, ref, spec)
+    where, found = file_problems(engine, ref, spec)
     if found:
-        raise ProbeFailed(f"the probe's files are not the launcher's; the agent was not started:\n  probe volume {volume}: "
-                          + "\n  ".join(found) + f"\n  hint: `docker volume rm {volume}` (the next launch fills it again)")
+        bound = where.startswith("/")
+        raise ProbeFailed(f"the probe's files are not the launcher's; the agent was not started:\n  "
+                          f"probe {'directory' if bound else 'volume'} {where}: " + "\n  ".join(found)
+                          + (f"\n  hint: `chmod -R u+w {where} && rm -r {where}`" if bound else f"\n  hint: `docker volume rm {where}`")
+                          + " (the next launch fills it again)")
 
 
 def own_tmpfs(spec: ContainerSpec) -> str:

@@ -18,6 +18,7 @@ from launcher.errors import EngineError, ExitCode, NotFound, PolicyError, ProbeF
 from launcher.launch.launch import Listener, Outcome
 from launcher.launch.ports import PortSpec
 from launcher.pipeline.pipeline import LayerOptions, Planned
+from launcher.plan.plan import PROBE_DIR, MountKind
 from launcher.timings import timed
 from launcher.values import show, visible
 
@@ -127,7 +128,9 @@ def ready(engine, planned: Planned, agent, listener: Listener) -> None:
             images.build_agent(engine, agent.profile.image, listener.status,
                                [Path(p) for p in agent.ca_files] or images.extra_ca_files())
         built = plan.image_build   # packages: / build: the policy's image first, then the extension on it
-        images.ensure_for(engine, built.base if built else plan.container.image, listener.status, proxy=plan.proxy is not None)
+        bound = next((m.source for m in plan.container.mounts if m.target == PROBE_DIR and m.kind is MountKind.BIND), "")
+        images.ensure_for(engine, built.base if built else plan.container.image, listener.status, proxy=plan.proxy is not None,
+                          probe_dir=bound)
         if built:
             from launcher.engine import imageext
 

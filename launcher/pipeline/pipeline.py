@@ -172,6 +172,8 @@ def facts_and_files(policy, workspace: str, launched: bool = True,
                              config_placeholder=config.path, git_placeholder=git.path, launched=launched)
     if engine is not None:
         facts = replace(facts, engine=engine)
+    if launched:
+        facts = replace(facts, probe_dir=_probe_dir())
     store = _ca_store(facts)
     if store:
         facts = replace(facts, ca_store=(store[0].path, store[1].path))
@@ -187,6 +189,20 @@ def facts_and_files(policy, workspace: str, launched: bool = True,
 
         seccomp += (seccompfiles.gvisor_profile(),)
     return facts, (config, git, *store, *seccomp)
+
+
+def _probe_dir() -> str:
+    """The launcher's own copy of the probe files on this host, for an engine daemon on this host
+    (it binds that very directory); "" for the shared probe volume: another engine, or
+    SANDBOX_PROBE_VOLUME=1 (the volume's path, as an engine elsewhere takes it)."""
+    from launcher.engine import engine
+    from launcher.host import probedir
+
+    if host.probe_volume_only():
+        return ""
+    if not probedir.engine_is_local(host.engine_socket(engine.DEFAULT_SOCKET)):
+        return ""
+    return probedir.path(images.probe_image().tag.split(":")[1])
 
 
 def engine_seccomp(facts: HostFacts) -> tuple[StateFile, ...]:

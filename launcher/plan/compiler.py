@@ -199,7 +199,10 @@ def _mounts(policy: Policy, host: HostFacts, copy: CopySpec | None, volume: str,
     else:
         mounts.append(Mount(kind=MountKind.TMPFS, target=home.target, read_only=False, size_bytes=home.size_bytes,
                             owner=(uid, gid), mode=0o700))
-    mounts.append(Mount(kind=MountKind.VOLUME, source=host.probe_volume, target=PROBE_DIR, read_only=True))
+    if host.probe_dir:   # the launcher's own copy on this host, read by it before the start (probefiles)
+        mounts.append(Mount(kind=MountKind.BIND, source=host.probe_dir, target=PROBE_DIR, read_only=True))
+    else:
+        mounts.append(Mount(kind=MountKind.VOLUME, source=host.probe_volume, target=PROBE_DIR, read_only=True))
     return mounts, placeholders, ca_env
 
 
