@@ -18,7 +18,8 @@ from launcher.engine.enginefake import FakeEngine
 from launcher.errors import PolicyError
 from launcher.host import imagebuild
 from launcher.pipeline import stack
-from launcher.plan.compiler import compile_policy, effective_digest
+from launcher.plan.compiler import compile_policy
+from launcher.plan.trustlevel import effective_digest
 from launcher.policy import layers
 from launcher.policy.layers import LayerKind
 from launcher.policy.model import BuildPolicy

@@ -139,7 +139,7 @@ def test_a_later_layer_may_narrow_or_drop_a_binding_never_widen_or_move_it():
 
 def test_the_digest_and_trust_key_see_the_binding():
     from launcher.plan import trustlevel
-    from launcher.plan.compiler import effective_digest
+    from launcher.plan.trustlevel import effective_digest
 
     wider = policy(BASE.replace("paths: [/v1/]", "paths: [/v1/, /v2/]"))
     assert effective_digest(policy()) != effective_digest(wider)

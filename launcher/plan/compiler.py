@@ -32,24 +32,12 @@ from launcher.policy.secrets import RUNTIME_NAMES, SECRET_NAMES, SECRET_VALUES, 
 from launcher.policy.surfaces import FILE_PLACEHOLDERS, GIT_BY_EXISTENCE, GIT_READS
 
 _ROOT_DIRS = ("/", "/etc", "/usr", "/var", "/home")
-def effective_digest(policy: Policy) -> str:
-    """sha256 of every effective value (flags and layers included, not where it was read from):
-    equal digests mean the same envelope. A policy that extends no image keeps the digest it had
-    before packages: and build: were fields (a running `up` sandbox is still the same one)."""
-    text = repr(replace(policy, source="", digest="")).replace(_UNEXTENDED, "")
-    # Fields kept out of their dataclass's repr (so older digests stand): present only when set.
-    text += "".join(f"\n{x!r}" for x in [r.http for r in policy.network.allow] + [s.bind for s in policy.secrets] if x)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-_UNEXTENDED = ", packages=(), build=BuildPolicy(dockerfile='', context='.', devcontainer='')"
-
 
 # The main process only waits and the agent comes by `exec`; both are labelled up (`sandbox exec`, `ls`).
 LONG_LIVED = ("up", "devcontainer")
 PORTABLE_KINDS = ("external", "devcontainer", "kubernetes")   # files another tool starts, on any machine
 AGENT_USER = (1000, 1000)   # the agent image's own user
-KEYS_PROXY_MEMORY = 512 * 1024 ** 2   # the proxy's, keys bound: the key ICAP service checks <= 160 MiB of bodies
+PROXY_MEMORY, KEYS_PROXY_MEMORY = 256 * 1024 ** 2, 512 * 1024 ** 2   # with keys bound, its ICAP service checks <= 160 MiB of bodies
 
 
 def _container_name(policy: Policy, host: HostFacts, kind: str, name: str | None) -> str:
@@ -60,7 +48,7 @@ def _container_name(policy: Policy, host: HostFacts, kind: str, name: str | None
         return f"sandbox-{base[:40]}"
     # Files for another tool are named by what they launch, never by where: the same bytes from any
     # checkout (they are committed); two checkouts of one name collide, and the engine refuses the second.
-    suffix = host.nonce or hashlib.sha256(effective_digest(policy).encode()).hexdigest()[:6]
+    suffix = host.nonce or hashlib.sha256(trustlevel.effective_digest(policy).encode()).hexdigest()[:6]
     return f"sandbox-{policy.name}-{base[:30]}-{suffix}"
 
 
@@ -92,7 +80,7 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
     networks = [NetworkSpec(name=internal, internal=True, options=INTERNAL_OPTIONS, labels=net_labels)]
     if not egress_network:
         networks.append(NetworkSpec(name=egress, internal=False, options=(), labels=net_labels))
-    seed = host.nonce or f"{effective_digest(policy)}\0{name}"   # a launch's own, else the same bytes each time
+    seed = host.nonce or f"{trustlevel.effective_digest(policy)}\0{name}"   # a launch's own, else the same bytes each time
     secrets = tuple(secret_endpoint(i, s, policy.network.allow_ip_literals, cas, seed) for i, s in enumerate(policy.secrets))
     endpoints = tuple(s for s in secrets if not s.bind)
     http = [r for r in policy.network.allow if r.http]
@@ -105,7 +93,7 @@ def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egres
                                            **({label.CA_FILES: " ".join(host.bump_store)} if http else {})}.items())),
                       secrets=secrets, keys=keys_file(secrets), rules=rules_in_force(policy.network.allow),
                       hosts_entry=dialect_of(host.engine.kind).proxy_by_hosts_entry, ulimits=_ulimits(host),
-                      **({"memory_bytes": KEYS_PROXY_MEMORY} if any(s.bind for s in secrets) else {}))
+                      memory_bytes=KEYS_PROXY_MEMORY if any(s.bind for s in secrets) else PROXY_MEMORY)
     url = f"http://{PROXY_ALIAS}:{PROXY_PORT}"
     # The endpoints are reached directly, not through the forward proxy (which would refuse the name).
     no_proxy = "localhost,127.0.0.1" + (f",{PROXY_ALIAS}" if endpoints else "")
@@ -199,10 +187,9 @@ def _mounts(policy: Policy, host: HostFacts, copy: CopySpec | None, volume: str,
     else:
         mounts.append(Mount(kind=MountKind.TMPFS, target=home.target, read_only=False, size_bytes=home.size_bytes,
                             owner=(uid, gid), mode=0o700))
-    if host.probe_dir:   # the launcher's own copy on this host, read by it before the start (probefiles)
-        mounts.append(Mount(kind=MountKind.BIND, source=host.probe_dir, target=PROBE_DIR, read_only=True))
-    else:
-        mounts.append(Mount(kind=MountKind.VOLUME, source=host.probe_volume, target=PROBE_DIR, read_only=True))
+    # the probe's files: the launcher's own copy where the engine runs here (probefiles), else the volume
+    kind, source = (MountKind.BIND, host.probe_dir) if host.probe_dir else (MountKind.VOLUME, host.probe_volume)
+    mounts.append(Mount(kind=kind, source=source, target=PROBE_DIR, read_only=True))
     return mounts, placeholders, ca_env
 
 
@@ -252,7 +239,7 @@ def _labels(policy: Policy, host: HostFacts, kind: str, name: str) -> dict[str, 
     return {
         label.MANAGED: "1", label.KIND: "up" if kind in LONG_LIVED else kind, label.POLICY: policy.name,
         label.POLICY_DIGEST: policy.digest, label.WORKSPACE: host.workspace.real,
-        label.EFFECTIVE_DIGEST: effective_digest(policy),
+        label.EFFECTIVE_DIGEST: trustlevel.effective_digest(policy),
         label.SANDBOX: name, **_owner(host),
     }
 

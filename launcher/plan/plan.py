@@ -90,7 +90,7 @@ class ProxySpec:
     labels: tuple[tuple[str, str], ...]
     user: str = "13:13"          # Debian's proxy user; never root
     pids_limit: int = 128
-    memory_bytes: int = 256 * 1024 ** 2   # compiler.KEYS_PROXY_MEMORY with bound keys
+    memory_bytes: int = 256 * 1024 ** 2   # compiler.PROXY_MEMORY, KEYS_PROXY_MEMORY with bound keys
     # The root filesystem is read-only; Squid writes only to these small tmpfs directories.
     scratch_dirs: tuple[str, ...] = ("/run/squid", "/var/spool/squid", "/var/log/squid")
     scratch_options: str = "uid=13,gid=13,mode=0700,size=16m"

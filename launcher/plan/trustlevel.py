@@ -1,11 +1,13 @@
-"""The trust key of state kept between runs (a home volume, a copy): a digest of every part of the
-effective policy that decides what the agent can reach, so what a sandbox of one envelope wrote is
-never mounted into a sandbox of another (trust flows one way, and here it does not flow at all)."""
+"""The policy's digests. The trust key of state kept between runs (a home volume, a copy): a
+digest of every part of the effective policy that decides what the agent can reach, so what a
+sandbox of one envelope wrote is never mounted into a sandbox of another (trust flows one way, and
+here it does not flow at all). The effective digest: of every value (a sandbox's label)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 
 from launcher.policy.model import Policy
 
@@ -42,3 +44,16 @@ def key(policy: Policy) -> str:
     """Equal keys: the same reach. Any difference gives another key, hence another home volume."""
     text = json.dumps(parts(policy), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:KEY_LENGTH]
+
+
+def effective_digest(policy: Policy) -> str:
+    """sha256 of every effective value (flags and layers included, not where it was read from):
+    equal digests mean the same envelope. A policy that extends no image keeps the digest it had
+    before packages: and build: were fields (a running `up` sandbox is still the same one)."""
+    text = repr(replace(policy, source="", digest="")).replace(_UNEXTENDED, "")
+    # Fields kept out of their dataclass's repr (so older digests stand): present only when set.
+    text += "".join(f"\n{x!r}" for x in [r.http for r in policy.network.allow] + [s.bind for s in policy.secrets] if x)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+_UNEXTENDED = ", packages=(), build=BuildPolicy(dockerfile='', context='.', devcontainer='')"

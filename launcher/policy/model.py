@@ -137,7 +137,7 @@ class SecretPolicy:
     login: str = ""   # how the value is read at launch: "" as it is; "codex-chatgpt" a Codex auth.json (refreshed on the host)
     path: str = ""    # only requests whose path starts with this reach the upstream ("" any)
     # A key bound to its destination instead of an endpoint (then upstream is ""). repr=False: the
-    # repr of a secret without one is what it always was (digests: compiler.effective_digest adds it).
+    # repr of a secret without one is what it always was (digests: trustlevel.effective_digest adds it).
     bind: KeyBinding | None = field(default=None, repr=False)
 
 
