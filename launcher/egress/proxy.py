@@ -75,7 +75,7 @@ def _start_when(early: bool, created: threading.Event, made: Future, container: 
 
 def _network(engine: Engine, network, listener) -> str:
     with timed(listener, "network" if network.internal else "egress network"):
-        return subnets.create_network(engine, network)
+        return (subnets.shared_network if network.shared else subnets.create_network)(engine, network)
 
 
 def _proxy(engine: Engine, plan: LaunchPlan, values: dict[str, str], listener, pinned: Future,
@@ -84,8 +84,9 @@ def _proxy(engine: Engine, plan: LaunchPlan, values: dict[str, str], listener, p
     address = pinned.result()[1]
     listener.status(f"starting egress proxy {plan.proxy.name} ({len(plan.proxy.config.splitlines())} config lines)")
     with timed(listener, "proxy create"):
+        shared = next((n for n in plan.networks if n.shared and n.name == plan.proxy.egress_network), None)
         ref = engine.create_proxy(plan.proxy, values, egress_ready=egress.result if egress else lambda: None,
-                                  address=address)
+                                  address=address, remake=shared and (lambda: subnets.shared_network(engine, shared)))
     created.set()
     with timed(listener, "proxy start"):
         engine.start(ref)
