@@ -526,13 +526,8 @@ gather_egress() {
 # launcher's word, which comes only once the proxy is ready). With rules per request the sandbox
 # starts only then, so the other asks need no such wait.
 _p_ask_proxy() {
-	local _r _now _end _last
-	# 15 s for Squid to listen once the proxy's container answers (refused); before that, while its
-	# name does not resolve or its address has no owner (its container not started yet: with many
-	# launches at once the engine starts it seconds after the sandbox), up to 90 s, the launcher's
-	# own wait for the proxy (PROXY_TIMEOUT); the 15 s then count from the last such answer
-	_now=$("$BB" date +%s)
-	_end=$((_now + 15)) _last=$((_now + 90))
+	local _r _end
+	_end=$(($("$BB" date +%s) + 15))
 	while :; do
 		# busybox nc hangs up when its input ends, and Squid drops a request whose client left: the
 		# program nc runs once connected (the socket its fd 0 and 1) sends the request and reads the
@@ -540,12 +535,9 @@ _p_ask_proxy() {
 		_r=$("$BB" nc -w 3 "${A_proxy%:*}" "${A_proxy##*:}" -e "$BB" sh -c \
 			'printf "GET http://%s/ HTTP/1.0\r\nHost: %s\r\n\r\n" "$2" "$2"; "$1" timeout 3 "$1" head -n 1 >&2' \
 			sh "$BB" "$A_denyhost" </dev/null 2>&1 | "$BB" head -n 1)
-		_now=$("$BB" date +%s)
 		case $_r in
-		*"onnection refused"*) [ "$_now" -lt "$_end" ] || break ;;
-		*"bad address"* | *"o route to host"* | "nc: timed out")
-			_end=$((_now + 15))
-			[ "$_now" -lt "$_last" ] || break ;;
+		*"bad address"* | *"onnection refused"* | *"o route to host"* | "nc: timed out")
+			[ "$("$BB" date +%s)" -lt "$_end" ] || break ;;
 		*) break ;;
 		esac
 		"$BB" usleep 20000
