@@ -135,7 +135,8 @@ def test_proxy_mode_overlaps_steps_but_starts_the_agent_only_after_the_proxy_is_
     # its container starts once the proxy's exists (the probe waits for the proxy to answer), the
     # agent only on the launcher's word, after the proxy is ready
     assert events.index(("proxy", plan.proxy.name)) < events.index(("start", "agent")) < ready < word
-    assert events.index(("start", "proxy")) < ready
+    # ... and runs: the probe's 15 s wait for its proxy never begins before the proxy's own start
+    assert events.index(("start", "proxy")) < events.index(("start", "agent")) < ready
     assert len([e for e in events if e[0] == "network"]) == len(plan.networks) == 2
 
 
