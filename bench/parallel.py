@@ -8,6 +8,8 @@ bind mode, which goes through the workspace lock and placeholder registry), N `s
 started together. Prints the total wall time, the per-sandbox median and worst, the failures (with
 their last lines), and what was left behind: containers, networks and volumes with our labels and
 this run's names, any file left in the workspaces, and placeholders still registered for them. Leftovers must be zero.
+The shared egress network (`sandbox-egress`, Docker's proxy mode) is kept by design: it is not a
+leftover, but any container of this run still on it is.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ sys.path.insert(0, ROOT)
 
 from launcher import labels as label  # noqa: E402
 from launcher.host import workspaces as registry  # noqa: E402
+from launcher.plan.networks import SHARED_EGRESS  # noqa: E402
 
 SANDBOX = [sys.executable, "-m", "launcher"]
 POLICY = {"none": ["-p", "untrusted"], "proxy": ["-p", "ci"]}
@@ -47,6 +50,10 @@ def leftovers(tag: str) -> list[str]:
                               "{{.Name}}" if kind == "volume" else "{{.Names}}" if kind == "container" else "{{.Name}}"],
                              capture_output=True, text=True, check=True).stdout.split()
         found += [f"{kind} {name}" for name in out if tag in name]
+    # the shared egress network stays (made once, kept: docs/egress.md); what of this run is on it does not
+    shared = subprocess.run(["docker", "network", "inspect", SHARED_EGRESS, "--format",
+                             "{{range .Containers}}{{.Name}} {{end}}"], capture_output=True, text=True)
+    found += [f"on network {SHARED_EGRESS}: container {name}" for name in shared.stdout.split() if tag in name]
     return found
 
 

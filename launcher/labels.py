@@ -5,7 +5,7 @@ from __future__ import annotations
 
 PREFIX = "dev.sandbox"
 MANAGED = f"{PREFIX}.managed"                    # "1" on everything we create (images, volumes, networks, containers)
-KIND = f"{PREFIX}.kind"                          # run, up, external, proxy, network, testnet, copy, home, tool
+KIND = f"{PREFIX}.kind"                          # run, up, external, proxy, network, egress, testnet, copy, home, tool
 SANDBOX = f"{PREFIX}.sandbox"                    # the sandbox a resource belongs to (its container name)
 POLICY = f"{PREFIX}.policy"                      # the effective policy's name
 POLICY_DIGEST = f"{PREFIX}.policy-digest"        # sha256 of its layer files

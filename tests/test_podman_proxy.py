@@ -95,7 +95,9 @@ def test_a_podman_launch_pins_the_proxy_s_address_and_the_sandbox_s_hosts_entry(
     internal = next(b for b in engine.http.network_bodies if b["name"] == plan.proxy.internal_network)
     assert internal["internal"] and not internal["dns_enabled"]
     subnet = internal["subnets"][0]["subnet"]
-    proxy, sandbox = engine.created[0], engine.created[1]
+    # made at once once the internal network exists: in either order
+    proxy = next(b for b in engine.created if "NetworkingConfig" in b)
+    sandbox = next(b for b in engine.created if b is not proxy)
     address = pinned_proxy(plan, subnet)[1]
     endpoint = proxy["NetworkingConfig"]["EndpointsConfig"][plan.proxy.internal_network]
     assert endpoint == {"IPAMConfig": {"IPv4Address": address}}   # no alias: the network has no DNS to answer it

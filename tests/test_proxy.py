@@ -269,6 +269,9 @@ def test_default_egress_network_is_created_and_removed(engine, workspace):
                                        "true"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "probe passed" in result.stderr and leftovers(engine, workspace) == []
+    if engine.dialect.plan.shared_egress:   # Docker: the shared egress network stays, ICC off (not the sandbox's)
+        shared = engine.network_info("sandbox-egress")
+        assert shared is not None and shared.options.get("com.docker.network.bridge.enable_icc") == "false"
 
 
 def test_tls_sni_must_be_allowed_too(engine, internet, workspace):

@@ -22,6 +22,7 @@ from launcher.engine.enginefake import FakeEngine
 from launcher.errors import EngineError
 from launcher.launch import launch
 from launcher.plan.compiler import compile_policy
+from launcher.plan.networks import SHARED_EGRESS
 from launcher.policy.policy import with_allowed
 
 
@@ -79,8 +80,8 @@ class ProxyEngine(FakeEngine):
         self.note(("network", spec.name))
         return made
 
-    def create_proxy(self, spec, secrets=None, egress_ready=lambda: None, address=""):
-        ref = super().create_proxy(spec, secrets, egress_ready, address)
+    def create_proxy(self, spec, secrets=None, egress_ready=lambda: None, address="", remake=None):
+        ref = super().create_proxy(spec, secrets, egress_ready, address, remake)
         self.note(("proxy", spec.name))
         return ref
 
@@ -134,7 +135,8 @@ def test_proxy_mode_overlaps_steps_but_starts_the_agent_only_after_the_proxy_is_
     # its container starts once the proxy's exists (the probe waits for the proxy to answer), the
     # agent only on the launcher's word, after the proxy is ready
     assert events.index(("proxy", plan.proxy.name)) < events.index(("start", "agent")) < ready < word
-    assert events.index(("start", "proxy")) < ready
+    # ... and runs: the probe's 15 s wait for its proxy never begins before the proxy's own start
+    assert events.index(("start", "proxy")) < events.index(("start", "agent")) < ready
     assert len([e for e in events if e[0] == "network"]) == len(plan.networks) == 2
 
 
@@ -159,7 +161,8 @@ def test_a_proxy_that_never_comes_up_means_the_agent_never_starts_and_nothing_st
         launch.run(engine, plan, Recorder())
     # its container may have started (the probe waits for the proxy); the launcher's word never came
     assert ("USR1", "agent") not in engine.events and ("create", "agent") in engine.events
-    assert engine.calls[-1] == "remove" and engine.containers == {} and engine.networks == {}
+    # the shared egress network stays by design (made once, kept while proxies use it: `sandbox gc`)
+    assert engine.calls[-1] == "remove" and engine.containers == {} and list(engine.networks) == [SHARED_EGRESS]
 
 
 @pytest.mark.engine

@@ -12,11 +12,12 @@ from typing import Callable, Iterator
 from launcher import labels as label
 from launcher.engine import dialects, enginebodies, engineapi, streams
 from launcher.engine.engineapi import path_of
-from launcher.engine.engineproto import ContainerInfo, ContainerSummary, NetworkInfo, VolumeInfo
+from launcher.engine.engineproto import ContainerInfo, ContainerSummary, VolumeInfo
+from launcher.engine.enginenets import Networks
 from launcher.engine.execsocket import ExecSocket
 from launcher.errors import EngineError, NotFound, over_limit
 from launcher.host import engineid
-from launcher.plan.plan import ContainerSpec, NetworkSpec, ProxySpec, proxy_env
+from launcher.plan.plan import ContainerSpec, ProxySpec, proxy_env
 
 MANAGED = label.MANAGED_SELECTOR
 DEFAULT_SOCKET = "/var/run/docker.sock"
@@ -70,7 +71,7 @@ def connect() -> "Engine":
         raise unreachable(exc, DEFAULT_SOCKET) from None
 
 
-class Engine:
+class Engine(Networks):
     """engineproto.Engine over the Engine API: typed inputs and answers, mapped errors, nothing else.
     `http` is an engineapi transport (or enginefake's); the SDK's client is made only when a build,
     pull or exec needs it."""
@@ -205,16 +206,25 @@ class Engine:
         return self._json(f"creating container {spec.name}", "POST", path, params, body=body)["Id"]
 
     def create_proxy(self, spec: ProxySpec, secrets: dict[str, str] | None = None,
-                     egress_ready: Callable[[], None] = lambda: None, address: str = "") -> str:
+                     egress_ready: Callable[[], None] = lambda: None, address: str = "",
+                     remake: Callable[[], object] | None = None) -> str:
         """The egress proxy (unprivileged, read-only root, no capabilities), `secrets` in its environment, on
-        both networks (egress joined once `egress_ready` returns); `address`: a fixed one, no DNS alias."""
+        both networks (egress joined once `egress_ready` returns); `address`: a fixed one, no DNS alias;
+        `remake`: makes the egress network again when it is gone at the join (the shared one, `sandbox gc`)."""
         body = self.dialect.proxy_body(spec, {**proxy_env(spec), **(secrets or {})}, address)
         ref = self._json(f"creating proxy {spec.name}", "POST", "/containers/create", {"name": spec.name},
                          body=body)["Id"]
         egress_ready()
-        self._call(f"connecting proxy {spec.name} to {spec.egress_network}", "POST",
-                   path_of("/networks/{}/connect", spec.egress_network), body={"Container": ref}).read()
-        return ref
+        for again in (remake, None):
+            try:
+                self._post(f"connecting proxy {spec.name} to {spec.egress_network}", "/networks/{}/connect",
+                           spec.egress_network, body={"Container": ref})
+                return ref
+            except NotFound:
+                if again is None:
+                    raise
+                again()
+        raise AssertionError("unreachable")
 
     def logs(self, ref: str, stdout: bool = True, stderr: bool = False) -> str:
         """A container's logs, as text (in frames: no container here has a terminal)."""
@@ -222,32 +232,6 @@ class Engine:
         answer = self._call(action, "GET", path_of("/containers/{}/logs", ref), {"stdout": stdout, "stderr": stderr})
         with _mapped(action):
             return b"".join(out or err for out, err in engineapi.frames(answer.chunks())).decode(errors="replace")
-
-    # networks
-    def create_network(self, spec: NetworkSpec, subnet: str = "") -> str | None:
-        """The network's subnet (`subnet`, or the engine's choice where its answer names it, else ""); None
-        when `subnet` overlaps another's (nothing created). The request and its answer are the dialect's."""
-        dialect = self.dialect
-        path, body = dialect.network_request(spec, subnet)
-        try:
-            made = self._json(f"creating network {spec.name}", "POST", path, body=body)
-        except EngineError as exc:
-            if subnet and dialect.overlap_error in str(exc):
-                return None
-            raise
-        try:
-            return dialect.network_made(spec, made, subnet)
-        except EngineError:
-            self.remove_network(spec.name)   # fail closed: never leave a network that is not as asked
-            raise
-
-    def remove_network(self, name: str) -> None:
-        if answer := self._call(f"removing network {name}", "DELETE", path_of("/networks/{}", name), missing=True):
-            answer.read()
-
-    def list_networks(self, *filters: str) -> list[NetworkInfo]:
-        found = self._json("listing networks", "GET", "/networks", {"filters": {"label": [MANAGED, *filters]}})
-        return [n for n in map(NetworkInfo.of, found) if label.matches(n.labels, (MANAGED, *filters))]
 
     def inspect(self, ref: str) -> ContainerInfo:   # and the engine's own inspect, where its dialect has one
         get = lambda api: self._json(f"inspecting container {ref}", "GET", path_of(api, ref))  # noqa: E731

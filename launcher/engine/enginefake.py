@@ -258,7 +258,10 @@ class Transport:
     def _remove(self, ref, **_):
         answer = self._acting(ref, "remove")
         if answer.status == 204:
-            del self.containers[self.container(ref)["Id"]]
+            gone = self.container(ref)["Id"]
+            del self.containers[gone]
+            for network in self.networks.values():   # it leaves its networks, as the engine's does
+                network["Containers"] = [c for c in network.get("Containers", []) if self.container(c) is not None]
         return answer
 
     def _logs(self, ref, params, **_):
@@ -291,6 +294,7 @@ class Transport:
         subnet = ((body.get("IPAM") or {}).get("Config") or [{}])[0].get("Subnet")
         self.networks[body["Name"]] = {"Name": body["Name"], "Id": hashlib.sha256(body["Name"].encode()).hexdigest(),
                                        "Labels": dict(body.get("Labels") or {}), "Internal": bool(body.get("Internal")),
+                                       "Driver": body.get("Driver", "bridge"), "Options": dict(body.get("Options") or {}),
                                        "IPAM": {"Config": [{"Subnet": subnet}] if subnet else []}, "Containers": []}
         return _answer(201, {"Id": self.networks[body["Name"]]["Id"]})
 
@@ -301,6 +305,10 @@ class Transport:
 
     def _networks(self, params, **_):
         return _answer(200, [n for n in self.networks.values() if _matches(n["Labels"], params.get("filters"))])
+
+    def _network(self, name, **_):
+        found = self.networks.get(name)
+        return _answer(200, found) if found else _answer(404, {"message": f"network {name} not found"})
 
     def _network_remove(self, name, **_):
         if self.networks.pop(name, None) is None:
@@ -326,7 +334,7 @@ class Transport:
         ("DELETE", C, _remove), ("GET", C + "/logs", _logs), ("GET", C + "/archive", _archive_get),
         ("HEAD", C + "/archive", _archive_head), ("PUT", C + "/archive", _archive_put),
         ("POST", "/networks/create", _network_create), ("POST", "/libpod/networks/create", _libpod_network_create),
-        ("GET", "/networks", _networks),
+        ("GET", "/networks", _networks), ("GET", "/networks/([^/]+)", _network),
         ("DELETE", "/networks/([^/]+)", _network_remove), ("POST", "/networks/([^/]+)/connect", _connect),
     ]
 

@@ -168,17 +168,23 @@ class VolumeInfo:
 
 @dataclass(frozen=True, kw_only=True)
 class NetworkInfo:
-    """One network of `docker network ls`."""
+    """One network of `docker network ls` (its containers only in `docker network inspect`'s)."""
     name: str
     id: str = ""
     labels: dict = field(default_factory=dict)
     subnets: tuple[str, ...] = ()
+    driver: str = ""
+    internal: bool = False
+    options: dict = field(default_factory=dict)
+    containers: tuple[str, ...] = ()   # ids of the containers on it
 
     @classmethod
     def of(cls, doc: dict) -> "NetworkInfo":
         configs = (doc.get("IPAM") or {}).get("Config") or []
         return cls(name=doc.get("Name", ""), id=doc.get("Id", ""), labels=dict(doc.get("Labels") or {}),
-                   subnets=tuple(c["Subnet"] for c in configs if c.get("Subnet")))
+                   subnets=tuple(c["Subnet"] for c in configs if c.get("Subnet")), driver=doc.get("Driver") or "",
+                   internal=bool(doc.get("Internal")), options=dict(doc.get("Options") or {}),
+                   containers=tuple(doc.get("Containers") or ()))
 
 
 class Engine(Protocol):
@@ -212,12 +218,14 @@ class Engine(Protocol):
     # networks
     def create_network(self, spec, subnet: str = "") -> str | None: ...   # the subnet made; None: `subnet` overlaps
     def list_networks(self, *filters: str) -> list[NetworkInfo]: ...
+    def network_info(self, name: str) -> NetworkInfo | None: ...   # `docker network inspect`; None: no such network
     def remove_network(self, name: str) -> None: ...
 
     # containers
     def create(self, spec: ContainerSpec) -> str: ...
     def create_proxy(self, spec, secrets: dict[str, str] | None = None,   # spec: the plan's ProxySpec
-                     egress_ready: Callable[[], None] = lambda: None, address: str = "") -> str: ...
+                     egress_ready: Callable[[], None] = lambda: None, address: str = "",
+                     remake: Callable[[], object] | None = None) -> str: ...
     def inspect(self, ref: str) -> ContainerInfo: ...
     def list(self, *filters: str) -> list[ContainerSummary]: ...
     def start(self, ref: str) -> None: ...

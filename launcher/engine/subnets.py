@@ -6,20 +6,25 @@ Each network gets a /28 picked at random from SANDBOX_NETWORK_POOL (default 198.
 range RFC 2544 reserves for benchmarks, which no public name resolves to and the proxy refuses as
 private anyway). A /28 that overlaps one of the host's routes is never picked; one another network
 already holds is refused by the engine, and another is tried. SANDBOX_NETWORK_POOL=engine leaves
-the choice to the engine's own pools, as before."""
+the choice to the engine's own pools, as before. The shared egress network (plan.SHARED_EGRESS)
+takes one /22 of the pool (1021 proxies at once), a quarter of a smaller pool."""
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import random
 
 from launcher.engine.engineproto import Engine
+from launcher.engine.engineproto import NetworkInfo
 from launcher.errors import EngineError
 from launcher.host import host
+from launcher.plan.networks import ICC_OFF
 from launcher.plan.plan import NetworkSpec
 
 DEFAULT_POOL = "198.18.0.0/15"
 PREFIX = 28          # 16 addresses: the gateway Docker reserves, the proxy and the sandbox
+SHARED_PREFIX = 22   # the shared egress network: one address per proxy
 TRIES = 64
 
 
@@ -55,11 +60,12 @@ def pool(setting: str) -> ipaddress.IPv4Network | None:
     return net
 
 
-def candidates(net: ipaddress.IPv4Network, routes: list[ipaddress.IPv4Network], rng: random.Random):
-    """Random /28s of `net` that overlap no host route (at most TRIES of them)."""
-    count = 1 << (PREFIX - net.prefixlen)
+def candidates(net: ipaddress.IPv4Network, routes: list[ipaddress.IPv4Network], rng: random.Random,
+               prefix: int = PREFIX):
+    """Random /`prefix`s of `net` that overlap no host route (at most TRIES of them)."""
+    count = 1 << (prefix - net.prefixlen)
     for _ in range(TRIES):
-        subnet = ipaddress.IPv4Network((int(net.network_address) + rng.randrange(count) * (1 << (32 - PREFIX)), PREFIX))
+        subnet = ipaddress.IPv4Network((int(net.network_address) + rng.randrange(count) * (1 << (32 - prefix)), prefix))
         if not any(subnet.overlaps(route) for route in routes):
             yield subnet
 
@@ -71,9 +77,49 @@ def create_network(engine: Engine, spec: NetworkSpec, rng: random.Random | None 
     net = pool(setting)
     if net is None:
         return engine.create_network(spec) or ""
-    for subnet in candidates(net, host_routes(table), rng or random.SystemRandom()):
+    prefix = min(max(SHARED_PREFIX, net.prefixlen + 2), PREFIX) if spec.shared else PREFIX
+    for subnet in candidates(net, host_routes(table), rng or random.SystemRandom(), prefix):
         if made := engine.create_network(spec, subnet=str(subnet)):
             return made
-    raise EngineError(f"creating network {spec.name}: no free /{PREFIX} found in {net} after {TRIES} tries "
+    raise EngineError(f"creating network {spec.name}: no free /{prefix} found in {net} after {TRIES} tries "
                       "(other networks or the host's routes hold it).\n"
                       "    hint: set SANDBOX_NETWORK_POOL to a free IPv4 range (e.g. 10.213.0.0/16), or to `engine`")
+
+
+def lock_path() -> str:
+    return os.path.join(host.state_dir(), "egress-network.lock")
+
+
+def shared_network(engine: Engine, spec: NetworkSpec) -> str:
+    """The shared egress network (`spec`, plan.SHARED_EGRESS): the one there is, else made now, under
+    a lock (one launcher of this user makes it; another's create that came first is taken as it
+    is). Returns its subnet; EngineError when a network of that name is not as the launcher makes
+    it: ours, a plain bridge, and its containers kept apart (ICC off), else proxies reach each other."""
+    found = engine.network_info(spec.name)
+    if found is None:
+        with host.locked(lock_path()):
+            found = engine.network_info(spec.name)
+            if found is None:
+                try:
+                    create_network(engine, spec)
+                except EngineError as exc:
+                    if "already exists" not in str(exc):   # another user's launcher made it first
+                        raise
+                found = engine.network_info(spec.name)
+    if found is None:
+        raise EngineError(f"network {spec.name}: gone right after it was made (`sandbox gc`?); run again")
+    return checked(found, spec)
+
+
+def checked(found: NetworkInfo, spec: NetworkSpec) -> str:
+    """`found`'s subnet when it is the shared egress network as `spec` asks, else EngineError."""
+    wrong = [what for what, bad in (
+        (f"not labelled as the launcher's ({dict(spec.labels)})", any(found.labels.get(k) != v for k, v in spec.labels)),
+        ("not a bridge", found.driver not in ("", "bridge")), ("internal", found.internal),
+        (f"containers can reach each other ({ICC_OFF[0]} is {found.options.get(ICC_OFF[0], 'unset')!r}, "
+         f"not {ICC_OFF[1]!r})", found.options.get(ICC_OFF[0]) != ICC_OFF[1])) if bad]
+    if wrong:
+        raise EngineError(f"network {spec.name} is not the launcher's shared egress network: {'; '.join(wrong)}.\n"
+                          f"    hint: remove it (`docker network rm {spec.name}`; the launcher makes it again), or "
+                          "give the proxy another network (--egress-network NAME)")
+    return found.subnets[0] if found.subnets else ""

@@ -219,8 +219,9 @@ def gc(engine: Engine, everything: bool) -> list[str]:
         if label.KIND in item.labels:
             groups.setdefault(item.labels.get(label.SANDBOX, item.name), []).append(item)
     owners: dict[str, int] = {}   # a group of networks alone: its launcher may be making the rest now
-    for network in engine.list_networks():
-        if label.KIND in network.labels:
+    networks = engine.list_networks()
+    for network in networks:
+        if label.KIND in network.labels and network.labels[label.KIND] != "egress":   # the shared one: below
             key = network.labels.get(label.SANDBOX, network.name)
             groups.setdefault(key, [])
             owners.setdefault(key, int(network.labels.get(label.OWNER_PID, "0") or 0))
@@ -244,6 +245,21 @@ def gc(engine: Engine, everything: bool) -> list[str]:
                 continue
         remove_sandbox(engine, name)
         removed.append(name)
+    return removed + _shared_egress_unused(engine, networks)
+
+
+def _shared_egress_unused(engine: Engine, networks) -> list[str]:
+    """The shared egress network (plan.SHARED_EGRESS) when no proxy is on it: removed (the engine
+    refuses while one is; a launch that finds it gone at its proxy's join makes it again)."""
+    removed = []
+    for network in networks:
+        if network.labels.get(label.KIND) == "egress" and (found := engine.network_info(network.name)) is not None \
+                and not found.containers:
+            try:
+                engine.remove_network(network.name)
+            except EngineError:   # a proxy joined meanwhile: it stays
+                continue
+            removed.append(network.name)
     return removed
 
 

@@ -21,9 +21,11 @@ from launcher.policy import inject, registries
 from launcher.policy.model import Access, HomeMode, NetworkMode, Policy, Runtime, WorkspaceMode
 from launcher.plan.plan import (ARP_SYSCTLS, ContainerSpec, CopySpec, HOME_PROFILE, HomeSpec, INTERNAL_OPTIONS, LaunchPlan,
                            Mount, MountKind, NetworkSpec, PROBE_BUSYBOX, PROBE_DENIED_HOST, PROBE_DIR, PROBE_GATE,
-                           PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ProbeExpectations, ProxySpec, home_volume_name)
+                           PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ProbeExpectations,
+                           ProxySpec, home_volume_name)
 from launcher.host.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS
 from launcher.plan import checks, downloads, probehttp, refusals, runtimes, trustfiles, trustlevel
+from launcher.plan.networks import egress_networks
 from launcher.plan.refusals import under
 from launcher.plan.squidconf import http_rules_file, keys_file, render_squid, rules_in_force, secret_endpoint
 from launcher.plan.trustfiles import CA_DIR
@@ -72,14 +74,14 @@ def _user(policy: Policy, host: HostFacts, kind: str) -> tuple[int, int]:
 
 
 def _proxy_parts(policy: Policy, host: HostFacts, name: str, labels: dict, egress_network: str | None,
-                 cas: dict[str, tuple[str, str]]):
+                 cas: dict[str, tuple[str, str]], kind: str = "run"):
     """Networks, proxy and sandbox environment for proxy mode: the sandbox's only network is an
     internal one shared with the proxy alone; the proxy also sits on the egress network."""
-    internal, egress = f"{name}-net", egress_network or f"{name}-egress"
+    internal = f"{name}-net"
     net_labels = tuple(sorted({**labels, label.KIND: "network"}.items()))
-    networks = [NetworkSpec(name=internal, internal=True, options=INTERNAL_OPTIONS, labels=net_labels)]
-    if not egress_network:
-        networks.append(NetworkSpec(name=egress, internal=False, options=(), labels=net_labels))
+    shared = kind not in PORTABLE_KINDS and dialect_of(host.engine.kind).shared_egress
+    egress, egress_made = egress_networks(name, egress_network, net_labels, shared)
+    networks = [NetworkSpec(name=internal, internal=True, options=INTERNAL_OPTIONS, labels=net_labels), *egress_made]
     seed = host.nonce or f"{trustlevel.effective_digest(policy)}\0{name}"   # a launch's own, else the same bytes each time
     secrets = tuple(secret_endpoint(i, s, policy.network.allow_ip_literals, cas, seed) for i, s in enumerate(policy.secrets))
     endpoints = tuple(s for s in secrets if not s.bind)
@@ -129,7 +131,7 @@ def compile_policy(policy: Policy, host: HostFacts, *, command: tuple[str, ...] 
     labels = _labels(policy, host, kind, container_name)
     networks, proxy, proxy_env = (), None, {}
     if policy.network.mode is NetworkMode.PROXY:
-        networks, proxy, proxy_env = _proxy_parts(policy, host, container_name, labels, egress_network, cas)
+        networks, proxy, proxy_env = _proxy_parts(policy, host, container_name, labels, egress_network, cas, kind)
     env = {**cache_env, **_env(policy, host, proxy_env, ca_env)}   # env.set still decides
     probe = _probe(policy, host, mounts, copy, proxy, volume, uid, gid)
     agent = tuple(command) or policy.command

@@ -37,6 +37,7 @@ class NetworkSpec:
     internal: bool
     options: tuple[tuple[str, str], ...]
     labels: tuple[tuple[str, str], ...]
+    shared: bool = False   # SHARED_EGRESS: made if missing, kept (plan/networks.py)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,6 +21,9 @@ class Dialect:
     # The proxy's name reaches the sandbox through an /etc/hosts entry, not the engine's resolver
     # (ProxySpec.hosts_entry: an internal network without a DNS server).
     proxy_by_hosts_entry: bool = False
+    # Every launched proxy on one egress network (plan.SHARED_EGRESS), its containers kept apart by
+    # the bridge's ICC switch; False: one egress network per sandbox (an engine without that switch).
+    shared_egress: bool = True
     marker_mounts: tuple[str, ...] = ()   # files the engine binds into every container itself
     internal_sysctls: tuple[tuple[str, str], ...] = ()   # a proxy-mode sandbox's, on the internal network
     # The engine's default seccomp profile, the file the sandbox's is built from (seccompfiles: its

@@ -117,6 +117,9 @@ def _words(value) -> str:
 class Podman(Dialect):
     name: str = "podman"
     proxy_by_hosts_entry: bool = True   # its internal network has no DNS server (docs/engines.md)
+    # netavark's bridge has no switch for traffic between containers of one network (its `isolate`
+    # keeps networks apart, not their containers): proxies sharing one could reach each other.
+    shared_egress: bool = False
     marker_mounts: tuple[str, ...] = (MARKER,)
     internal_sysctls: tuple[tuple[str, str], ...] = (NO_IPV6,)
     seccomp_default: str = PODMAN_DEFAULT   # lets the agent make namespaces: rebuilt with Docker's rules
