@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from launcher.engine import images  # noqa: E402
-from launcher.plan.plan import INTERNAL_OPTIONS, PROXY_ALIAS, PROXY_PORT  # noqa: E402
+from launcher.plan.networks import INTERNAL_OPTIONS  # noqa: E402
+from launcher.plan.plan import PROXY_ALIAS, PROXY_PORT  # noqa: E402
 from launcher.plan.plan import ProxySpec  # noqa: E402
 from launcher.plan.squidconf import render_squid  # noqa: E402
 from launcher.policy.allowlist import parse_rule  # noqa: E402

@@ -12,7 +12,7 @@ from conftest import docker_sdk
 from launcher import labels as label
 from launcher.engine import subnets
 from launcher.errors import EngineError
-from launcher.plan.plan import INTERNAL_OPTIONS
+from launcher.plan.networks import INTERNAL_OPTIONS
 from launcher.plan.plan import NetworkSpec
 
 # eth0 default via 192.0.2.1, 192.0.2.0/24 on eth0, 198.18.0.0/16 on a VPN's tun device

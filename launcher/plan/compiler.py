@@ -19,13 +19,13 @@ from launcher.host.hostfacts import HostFacts
 from launcher.plan.lifetime import Ceiling, up_main
 from launcher.policy import inject, registries
 from launcher.policy.model import Access, HomeMode, NetworkMode, Policy, Runtime, WorkspaceMode
-from launcher.plan.plan import (ARP_SYSCTLS, ContainerSpec, CopySpec, HOME_PROFILE, HomeSpec, INTERNAL_OPTIONS, LaunchPlan,
+from launcher.plan.plan import (ContainerSpec, CopySpec, HOME_PROFILE, HomeSpec, LaunchPlan,
                            Mount, MountKind, NetworkSpec, PROBE_BUSYBOX, PROBE_DENIED_HOST, PROBE_DIR, PROBE_GATE,
                            PROBE_SCRIPT, PROXY_ALIAS, PROXY_PORT, ProbeExpectations,
                            ProxySpec, home_volume_name)
 from launcher.host.paths import CREDENTIAL_PATHS, RUNTIME_SOCKETS
 from launcher.plan import checks, downloads, probehttp, refusals, runtimes, trustfiles, trustlevel
-from launcher.plan.networks import egress_networks
+from launcher.plan.networks import ARP_SYSCTLS, INTERNAL_OPTIONS, egress_networks
 from launcher.plan.refusals import under
 from launcher.plan.squidconf import http_rules_file, keys_file, render_squid, rules_in_force, secret_endpoint
 from launcher.plan.trustfiles import CA_DIR

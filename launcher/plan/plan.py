@@ -18,19 +18,6 @@ PROXY_PORT = 3128
 PROBE_DENIED_HOST = "denied.sandbox-probe.invalid"
 
 
-# The sandbox's only network. inhibit_ipv4 keeps the gateway address off the host's bridge, so
-# the sandbox cannot reach services on the host through it (a plain --internal network can).
-# A large MTU: it leads nowhere but to the proxy, and Squid writes plain-HTTP bodies 4 KB at a
-# time, each one packet then instead of three (bench/squid.py: plain ~0.22 -> ~0.28 of direct).
-INTERNAL_OPTIONS = (("com.docker.network.bridge.inhibit_ipv4", "true"), ("com.docker.network.driver.mtu", "65000"))
-
-# The sandbox's neighbour discovery on that network, in its own namespace: an address nobody owns
-# (the gateway, which inhibit_ipv4 leaves ownerless, and through it every outside address) fails at
-# once with "No route to host" after two ARP requests 20 ms apart, instead of after 3 s. The probe's
-# egress.direct then gets connect()'s own refusal in ~50 ms rather than waiting out its 1 s window
-# (which stays, for runtimes that do not take these: gVisor's netstack, a cluster's Pod). A bridge
-# answers a live neighbour in microseconds, so the proxy's address still resolves.
-ARP_SYSCTLS = (("net.ipv4.neigh.eth0.mcast_solicit", "2"), ("net.ipv4.neigh.eth0.retrans_time_ms", "20"))
 @dataclass(frozen=True, kw_only=True)
 class NetworkSpec:
     name: str

@@ -1,6 +1,6 @@
 """The egress proxy's Squid configuration, rendered at compile time from a jinja2 template
 (squid.conf.j2 beside this file): the allow rules and the injected secrets' endpoints. The plan's
-proxy types and constants (ProxySpec, PROXY_ALIAS, INTERNAL_OPTIONS, ...) are launcher/plan/plan.py's."""
+proxy types and constants (ProxySpec, PROXY_ALIAS, ...) are launcher/plan/plan.py's."""
 
 from __future__ import annotations
 
