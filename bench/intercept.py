@@ -2,17 +2,21 @@
 `http:` rules (TLS terminated and judged by the proxy) against a plain CONNECT tunnel to the same
 upstream and a direct download, all in one run; only this machine's own containers.
 
-    python bench/intercept.py [--rounds 5] [--size-mib 100]
+    python bench/intercept.py [--rounds 5] [--size-mib 100] [--proxy-image IMAGE]
 
 One upstream container (python's ssl, a certificate from a throwaway CA made here) answers as
 rules.test and tunnel.test on an internal network. One `sandbox run` (the launcher as users run
 it) with the policy below downloads /big through both rules in every round; a plain container on
-that network downloads it directly. The figures are medians of the rounds.
+that network downloads it directly. The figures are medians of the rounds. `--proxy-image IMAGE`
+(another build of the proxy image, e.g. on another Debian release) adds a second `sandbox run` in
+the same bench run whose proxy is IMAGE: the launcher runs from a copy of this checkout whose
+images/proxy differs by one file, and IMAGE is tagged with that copy's proxy tag.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import sys
@@ -100,12 +104,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--size-mib", type=int, default=100)
+    parser.add_argument("--proxy-image", default="", help="also measure the launcher with this proxy image")
     args = parser.parse_args()
     size = args.size_mib << 20
     root = Path(__file__).resolve().parent.parent
     docker("build", "-q", "-t", UPSTREAM_IMAGE, str(root / "images" / "upstream"))
     cleanup()
     network = f"{PREFIX}-net"
+    runs = [("", root)]
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         make_certs(folder)
@@ -122,6 +128,9 @@ def main() -> None:
             docker("cp", str(folder / "ca.pem"), f"{direct}:/tmp/ca.pem")
             (folder / "policy.yaml").write_text(POLICY.format(ca=folder / "ca.pem"))
             times: dict[str, list[float]] = {"direct": [], "rules": [], "tunnel": []}
+            if args.proxy_image:
+                runs.append(("other ", other_checkout(root, folder / "other", args.proxy_image)))
+                times.update({"other rules": [], "other tunnel": []})
             for _ in range(args.rounds):
                 out = docker("exec", direct, "curl", "-sS", "-o", "/dev/null", "--cacert", "/tmp/ca.pem",
                              "-w", "%{time_total} %{size_download}", "https://rules.test/big")
@@ -130,25 +139,44 @@ def main() -> None:
                     raise SystemExit(f"direct download got {got} bytes")
                 times["direct"].append(float(seconds))
             inside = INSIDE.format(rounds=args.rounds)
-            done = subprocess.run([sys.executable, "-m", "launcher", "run", "-p", str(folder / "policy.yaml"),
-                                   "-w", str(root / "examples" / "untrusted-repo"), "--egress-network", network,
-                                   "--", "sh", "-c", inside], capture_output=True, text=True, cwd=root)
-            if done.returncode:
-                raise SystemExit(f"sandbox run: exit {done.returncode}\n{done.stderr[-2000:]}")
-            for line in done.stdout.splitlines():
-                which, seconds, got = line.split()
-                if int(float(got)) != size:
-                    raise SystemExit(f"{which}: got {got} bytes\n{done.stderr[-2000:]}")
-                times[which].append(float(seconds))
+            for prefix, checkout in runs:
+                done = subprocess.run([sys.executable, "-m", "launcher", "run", "-p", str(folder / "policy.yaml"),
+                                       "-w", str(root / "examples" / "untrusted-repo"), "--egress-network", network,
+                                       "--", "sh", "-c", inside], capture_output=True, text=True, cwd=checkout)
+                if done.returncode:
+                    raise SystemExit(f"sandbox run: exit {done.returncode}\n{done.stderr[-2000:]}")
+                for line in done.stdout.splitlines():
+                    which, seconds, got = line.split()
+                    if int(float(got)) != size:
+                        raise SystemExit(f"{which}: got {got} bytes\n{done.stderr[-2000:]}")
+                    times[prefix + which].append(float(seconds))
         finally:
             cleanup()
+            for prefix, checkout in runs[1:]:   # the borrowed tag: no sandbox/proxy tag on another image
+                docker("rmi", (checkout / "proxy-tag").read_text().strip(), check=False)
     mib = size / (1 << 20)
     medians = {k: statistics.median(v) for k, v in times.items()}
     print(f"{args.rounds} rounds, {mib:.0f} MiB each, medians")
-    for key, label in (("direct", "direct"), ("tunnel", "CONNECT tunnel"), ("rules", "intercepted (http: rules)")):
-        t = medians[key]
-        print(f"{label:28} {t:6.3f} s {mib / t:6.0f} MiB/s  vs direct {medians['direct'] / t:.2f}"
-              f"  vs tunnel {medians['tunnel'] / t:.2f}")
+    for prefix in ("", "other ") if args.proxy_image else ("",):
+        if prefix:
+            print(f"with {args.proxy_image}:")
+        for key, label in (("direct", "direct"), ("tunnel", "CONNECT tunnel"), ("rules", "intercepted (http: rules)")):
+            t = medians[prefix + key if key != "direct" else key]
+            print(f"{label:28} {t:6.3f} s {mib / t:6.0f} MiB/s  vs direct {medians['direct'] / t:.2f}"
+                  f"  vs tunnel {medians[prefix + 'tunnel'] / t:.2f}")
+
+
+def other_checkout(root: Path, dest: Path, image: str) -> Path:
+    """A copy of the launcher and its images whose proxy context differs by one file, so its proxy
+    tag is its own; `image` gets that tag (the launcher then finds it and builds nothing)."""
+    for name in ("launcher", "images", "policies", "examples"):
+        shutil.copytree(root / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (dest / "images" / "proxy" / "bench-other").write_text(image + "\n")
+    tag = subprocess.run([sys.executable, "-c", "from launcher.engine import images; print(images.proxy_image().tag)"],
+                         capture_output=True, text=True, check=True, cwd=dest).stdout.strip()
+    docker("tag", image, tag)
+    (dest / "proxy-tag").write_text(tag + "\n")
+    return dest
 
 
 if __name__ == "__main__":

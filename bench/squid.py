@@ -8,7 +8,8 @@ launcher renders, so they override it), or these: `@cpus=N` (a CPU quota for tha
 (its inner network's MTU; the launcher's is 65000, `@mtu=1500` is Docker's default), `@egress-mtu=N`
 (the proxy's egress side is another network with that MTU, with its own upstream and direct
 client, measured as "direct egress-mtu=N"), `@noconnect`
-(plain HTTP only), `@image=IMAGE COMMAND` (another proxy instead, a comparison only:
+(plain HTTP only), `@proxy-image=IMAGE` (another build of the proxy image, run as the launcher's),
+`@image=IMAGE COMMAND` (another proxy instead, a comparison only:
 sandbox-bench/compare:1, built from bench/compare/, has Debian's tinyproxy, nginx and socat). E.g.
 
     python bench/squid.py "rag16k=read_ahead_gap 16 KB" "mtu1500=@mtu=1500" "cpus1=@cpus=1" \
@@ -66,10 +67,12 @@ def start_proxy(index: int, name: str, lines: str, config: str) -> str:
     docker("network", "create", "--internal", "--label", LABEL, *opts, inner)
     spec = ProxySpec(name="bench", image="", config="", internal_network="", egress_network="", alias="", port=0,
                      labels=())
-    extra, cpus, other = [], "", ""
+    extra, cpus, other, proxy_image = [], "", "", images.proxy_image().tag
     for part in filter(None, (p.strip() for p in lines.split(";"))):
         if part.startswith("@cpus="):
             cpus = part[len("@cpus="):]
+        elif part.startswith("@proxy-image="):
+            proxy_image = part[len("@proxy-image="):]
         elif part == "@noconnect" or part.startswith(("@mtu=", "@egress-mtu=")):
             pass
         elif part.startswith("@image="):
@@ -88,7 +91,7 @@ def start_proxy(index: int, name: str, lines: str, config: str) -> str:
         argv += ["--user", "65534:65534", "--tmpfs", "/tmp", image, "sh", "-c", command]
     else:
         argv += ["--user", spec.user, "-e", "SANDBOX_SQUID_CONF=" + base64.b64encode(conf.encode()).decode(),
-                 images.proxy_image().tag]
+                 proxy_image]
     ref = docker(*argv)
     docker("network", "connect", egress_network(lines), ref)
     docker("start", ref)

@@ -7,7 +7,8 @@ machine's own containers.
 
 A VARIANT is `name=` and parts separated by `;`: squid.conf lines (appended to the configuration
 the launcher renders, so they override it), or `@sub=OLD=>NEW` (replace OLD with NEW in the rendered
-configuration, e.g. to add an option to the `http_port` or `cache_peer` line). E.g.
+configuration, e.g. to add an option to the `http_port` or `cache_peer` line), or `@proxy-image=IMAGE`
+(another build of the proxy image, run as the launcher's). E.g.
 
     python bench/squidtls.py "rag64k=read_ahead_gap 64 KB" \
         "tls12=@sub=tls-default-ca=off=>tls-default-ca=off tls-options=NO_TLSv1_3 tls-cipher=ECDHE-ECDSA-AES128-GCM-SHA256"
@@ -132,9 +133,11 @@ def start_proxy(index: int, lines: str, config: str, env: dict[str, str]) -> tup
     docker("network", "create", "--internal", "--label", LABEL, *[f"--opt={k}={v}" for k, v in INTERNAL_OPTIONS], inner)
     spec = ProxySpec(name="bench", image="", config="", internal_network="", egress_network="", alias="", port=0,
                      labels=())
-    extra = []
+    extra, proxy_image = [], images.proxy_image().tag
     for part in filter(None, (p.strip() for p in lines.split(";"))):
-        if part.startswith("@sub="):
+        if part.startswith("@proxy-image="):
+            proxy_image = part[len("@proxy-image="):]
+        elif part.startswith("@sub="):
             old, _, new = part[len("@sub="):].partition("=>")
             if old not in config:
                 raise SystemExit(f"@sub: {old!r} is not in the rendered configuration")
@@ -149,7 +152,7 @@ def start_proxy(index: int, lines: str, config: str, env: dict[str, str]) -> tup
                  "--security-opt", "no-new-privileges", "--pids-limit", str(spec.pids_limit),
                  "--memory", str(spec.memory_bytes), "--memory-swap", str(spec.memory_bytes), *tmpfs,
                  "--network", inner, "--network-alias", PROXY_ALIAS, "--user", spec.user, *envs,
-                 images.proxy_image().tag)
+                 proxy_image)
     docker("network", "connect", f"{PREFIX}-net", ref)
     docker("start", ref)
     for _ in range(200):
