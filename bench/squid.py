@@ -142,9 +142,9 @@ def cpu_seconds(ref: str) -> float:
     return int(v2 or 0) / 1e6
 
 
-def cleanup() -> None:
+def cleanup(label: str = LABEL) -> None:
     for kind, ls in (("container", ["ps", "-aq"]), ("network", ["network", "ls", "-q"])):
-        refs = docker(*ls, "--filter", f"label={LABEL}").split()
+        refs = docker(*ls, "--filter", f"label={label}").split()
         if refs:
             docker(*(["rm", "-f"] if kind == "container" else ["network", "rm"]), *refs, check=False)
 

@@ -43,6 +43,9 @@ from launcher.plan.networks import INTERNAL_OPTIONS  # noqa: E402
 from launcher.plan.plan import PROXY_ALIAS, PROXY_PORT, ProxySpec  # noqa: E402
 from launcher.plan.squidconf import http_rules_file, render_squid  # noqa: E402
 from launcher.policy.allowlist import parse_rule  # noqa: E402
+import squid  # noqa: E402  (bench/: the proxy bench's docker, CPU and cleanup helpers)
+from intercept import SERVER as TLS_SERVER  # noqa: E402  (the python TLS upstream)
+from squid import cpu_seconds, docker  # noqa: E402
 
 PREFIX = "sandbox-bench-squidtls"
 LABEL = "dev.sandbox.bench=squidtls"
@@ -52,28 +55,6 @@ COMPARE_IMAGE = "sandbox-bench/compare:1"
 PLAIN = "plain.test"      # the tests' upstream, plain HTTP: Squid's own path without TLS, for reference
 NAMES = {"python": ("rules.test", "tunnel.test"), "nginx": ("ngx-rules.test", "ngx-tunnel.test")}
 
-PY_SERVER = r'''
-import os, socket, ssl, threading
-size = int(os.environ["SIZE"])
-ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-ctx.load_cert_chain("/tmp/cert.pem", "/tmp/key.pem")
-chunk = b"x" * (1 << 20)
-def serve(conn):
-    try:
-        with ctx.wrap_socket(conn, server_side=True) as tls:
-            while b"\r\n\r\n" not in tls.recv(65536):
-                pass
-            tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % size)
-            left = size
-            while left:
-                left -= tls.send(chunk[:min(left, len(chunk))])
-    except OSError:
-        pass
-sock = socket.socket(); sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-sock.bind(("0.0.0.0", 443)); sock.listen(16)
-while True:
-    threading.Thread(target=serve, args=(sock.accept()[0],), daemon=True).start()
-'''
 
 # nginx from Debian (bench/compare's image) as a TLS upstream: its defaults, one file from a tmpfs.
 NGINX = """daemon off; pid /tmp/nginx.pid; error_log stderr warn; worker_processes 1;
@@ -83,13 +64,6 @@ http { access_log off; client_body_temp_path /tmp/body; proxy_temp_path /tmp/pro
   server { listen 443 ssl; ssl_certificate /etc/cert.pem; ssl_certificate_key /etc/key.pem;
            root /tmp/www; } }
 """
-
-
-def docker(*args: str, check: bool = True) -> str:
-    result = subprocess.run(["docker", *args], check=False, capture_output=True, text=True)
-    if check and result.returncode:
-        raise SystemExit(f"docker {' '.join(args)[:200]}: exit {result.returncode}: {result.stderr.strip()[-500:]}")
-    return result.stdout.strip()
 
 
 def make_certs(folder: Path) -> None:
@@ -111,7 +85,7 @@ def start_upstreams(folder: Path, size: int, which: list[str]) -> None:
     for kind in which:
         aliases = [a for n in NAMES[kind] for a in ("--network-alias", n)]
         if kind == "python":
-            argv = [UPSTREAM_IMAGE, "python3", "-u", "-c", PY_SERVER]
+            argv = [UPSTREAM_IMAGE, "python3", "-u", "-c", TLS_SERVER]
         else:
             (folder / "nginx.conf").write_text(NGINX)
             argv = ["--tmpfs", "/tmp:size=%dm" % ((size >> 20) + 16), COMPARE_IMAGE, "sh", "-c",
@@ -183,22 +157,6 @@ def fetch(ref: str, host: str, size: int, proxy: bool, scheme: str = "https") ->
     return float(seconds)
 
 
-def cpu_seconds(ref: str) -> float:
-    """The container's CPU time so far (cgroup v1 cpuacct, v2 cpu.stat)."""
-    v1 = docker("exec", ref, "cat", "/sys/fs/cgroup/cpuacct/cpuacct.usage", check=False)
-    if v1:
-        return int(v1) / 1e9
-    v2 = docker("exec", ref, "sed", "-n", "s/^usage_usec //p", "/sys/fs/cgroup/cpu.stat", check=False)
-    return int(v2 or 0) / 1e6
-
-
-def cleanup() -> None:
-    for kind, ls in (("container", ["ps", "-aq"]), ("network", ["network", "ls", "-q"])):
-        refs = docker(*ls, "--filter", f"label={LABEL}").split()
-        if refs:
-            docker(*(["rm", "-f"] if kind == "container" else ["network", "rm"]), *refs, check=False)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -215,7 +173,7 @@ def main() -> None:
     from launcher.engine.engine import connect
 
     images.build(connect(), images.proxy_image(), lambda line: None)     # the launcher's proxy image
-    cleanup()
+    squid.cleanup(LABEL)
     times: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
     client_cpu: dict[str, list[float]] = {}     # curl's own (decrypting), in the client's container
@@ -264,7 +222,7 @@ def main() -> None:
                             cpu.setdefault(key, []).append(cpu_seconds(proxy) - before)
                             client_cpu.setdefault(key, []).append(cpu_seconds(ref) - mine)
         finally:
-            cleanup()
+            squid.cleanup(LABEL)
     mib = size / (1 << 20)
 
     def ms(values: list[float]) -> str:

@@ -498,8 +498,8 @@ gather_egress() {
 		[ "$A_bump" = - ] || _p_ask_tls bump "$A_bump" "$A_bumphello" &
 		[ -z "$A_refuse" ] || _p_ask_refuse &
 		[ "$A_tunnel" = - ] || _p_ask_tls tunnel "$A_tunnel" "$A_tunnelhello" &
-		[ -z "$A_keyrefuse" ] || _p_ask_key &
-		[ -z "$A_keyhidden" ] || _p_ask_key_hidden &
+		[ -z "$A_keyrefuse" ] || _p_ask_placeholder keyrefuse GET "${A_keyrefuse#*@}" "${A_keyrefuse%%@*}" &
+		[ -z "$A_keyhidden" ] || _p_ask_placeholder keyhidden "${A_keyhidden%%@*}" "${A_keyhidden#*@}" X-Sandbox-Probe &
 		wait
 	} )
 	EG_REPORTED= EG_PROXY= EG_DIRECT= EG_DNS= EG_BUMP= EG_REFUSE= EG_TUNNEL= EG_KEY= EG_KEYHIDDEN=
@@ -573,30 +573,19 @@ _p_ask_refuse() {
 	printf 'refuse\t%s\n' "$(printf '%s' "$_obs" | "$BB" sort | "$BB" tr '\n' ' ')"
 }
 
-# a key bound to its destination: its placeholder (the first keyvars= value) in its header
-# (keyrefuse= HEADER@HOST:PORT/PATH), a plain request to another allowed destination: "STATUS;MARK;"
-# (MARK: the proxy's key helper's own refusal, "refused by the egress policy: placeholder of")
-_p_ask_key() {
-	local _h _t _v _r
-	_h=${A_keyrefuse%%@*}; _t=${A_keyrefuse#*@}
+# a key bound to its destination: its placeholder (the first keyvars= value) in HEADER of a plain
+# METHOD request to TARGET (HOST:PORT/PATH): "NAME<TAB>STATUS;MARK;" (MARK: the proxy's own
+# refusal, "refused by the egress policy: placeholder of"). keyrefuse= (HEADER@TARGET): its own
+# header, to another allowed destination; keyhidden= (METHOD@TARGET): X-Sandbox-Probe, a header the
+# key helper is not handed, to the key's own host, port and path with a method its rule allows,
+# which every rule lets through but the key ICAP service (it reads every header)
+_p_ask_placeholder() {
+	local _v _r
 	_v=${L_KEYVARS%%"$_P_NL"*}; _v=${_v#*=}
-	_r=$( { printf 'GET http://%s HTTP/1.0\r\nHost: %s\r\n%s: %s\r\n\r\n' "$_t" "${_t%%/*}" "$_h" "$_v"; "$BB" sleep 0.5; } |
+	_r=$( { printf '%s http://%s HTTP/1.0\r\nHost: %s\r\n%s: %s\r\n\r\n' "$2" "$3" "${3%%/*}" "$4" "$_v"; "$BB" sleep 0.5; } |
 		"$BB" nc -w 3 "${A_proxy%:*}" "${A_proxy##*:}" 2>&1 | "$BB" tr -d '\r' |
 		"$BB" grep -E -o '^HTTP/1\.[01] [0-9]+|refused by the egress policy: placeholder of' | "$BB" head -n 2 | "$BB" tr '\n' ';')
-	printf 'keyrefuse\t%s\n' "$_r"
-}
-
-# the same placeholder in X-Sandbox-Probe (a header the key helper is not handed) of a plain request
-# to the key's own host, port and path with a method its rule allows (keyhidden= METHOD@HOST:PORT/PATH):
-# every rule lets it through but the key ICAP service, which reads every header: "STATUS;MARK;"
-_p_ask_key_hidden() {
-	local _m _t _v _r
-	_m=${A_keyhidden%%@*}; _t=${A_keyhidden#*@}
-	_v=${L_KEYVARS%%"$_P_NL"*}; _v=${_v#*=}
-	_r=$( { printf '%s http://%s HTTP/1.0\r\nHost: %s\r\nX-Sandbox-Probe: %s\r\n\r\n' "$_m" "$_t" "${_t%%/*}" "$_v"; "$BB" sleep 0.5; } |
-		"$BB" nc -w 3 "${A_proxy%:*}" "${A_proxy##*:}" 2>&1 | "$BB" tr -d '\r' |
-		"$BB" grep -E -o '^HTTP/1\.[01] [0-9]+|refused by the egress policy: placeholder of' | "$BB" head -n 2 | "$BB" tr '\n' ';')
-	printf 'keyhidden\t%s\n' "$_r"
+	printf '%s\t%s\n' "$1" "$_r"
 }
 
 # the name of this sandbox's own CA, from the CA file the plan names (bumpca=): the last
