@@ -28,6 +28,15 @@ LABEL = "dev.sandbox.bench=intercept"
 AGENT = "sandbox/agent:bookworm"
 UPSTREAM_IMAGE = "sandbox-test/upstream:1"
 
+# The end of a TLS upstream's script: listen on 443, say READY, serve each connection in a thread.
+LISTEN = r'''
+sock = socket.socket(); sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+sock.bind(("0.0.0.0", 443)); sock.listen(16)
+print("READY", flush=True)
+while True:
+    threading.Thread(target=serve, args=(sock.accept()[0],), daemon=True).start()
+'''
+
 SERVER = r'''
 import os, socket, ssl, threading
 size = int(os.environ["SIZE"])
@@ -45,12 +54,7 @@ def serve(conn):
                 left -= tls.send(chunk[:min(left, len(chunk))])
     except OSError:
         pass
-sock = socket.socket(); sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-sock.bind(("0.0.0.0", 443)); sock.listen(16)
-print("READY", flush=True)
-while True:
-    threading.Thread(target=serve, args=(sock.accept()[0],), daemon=True).start()
-'''
+''' + LISTEN
 
 POLICY = """version: 1
 name: bench-intercept
@@ -80,15 +84,15 @@ def docker(*args: str, check: bool = True, stdin: str | None = None) -> str:
     return done.stdout.strip()
 
 
-def make_certs(folder: Path) -> None:
-    """A throwaway CA and a certificate for both names (openssl on this host)."""
+def make_certs(folder: Path, names: tuple[str, ...] = ("rules.test", "tunnel.test")) -> None:
+    """A throwaway CA and one certificate for all of `names` (openssl on this host)."""
     def ssl(*args: str) -> None:
         subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=folder)
     ssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
         "-subj", "/CN=bench CA", "-keyout", "ca.key", "-out", "ca.pem")
     ssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=rules.test",
         "-keyout", "key.pem", "-out", "req.pem")
-    (folder / "san.cnf").write_text("subjectAltName=DNS:rules.test,DNS:tunnel.test\n")
+    (folder / "san.cnf").write_text("subjectAltName=" + ",".join(f"DNS:{n}" for n in names) + "\n")
     ssl("x509", "-req", "-in", "req.pem", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "1",
         "-extfile", "san.cnf", "-out", "cert.pem")
 

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from intercept import UPSTREAM_IMAGE, docker, make_certs  # noqa: E402
+from intercept import LISTEN, UPSTREAM_IMAGE, docker, make_certs  # noqa: E402
 
 PREFIX = "sandbox-bench-keyupload"
 LABEL = "dev.sandbox.bench=keyupload"
@@ -53,12 +53,7 @@ def serve(conn):
             tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
     except (OSError, ValueError) as exc:
         print("FAIL", exc, flush=True)
-sock = socket.socket(); sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-sock.bind(("0.0.0.0", 443)); sock.listen(16)
-print("READY", flush=True)
-while True:
-    threading.Thread(target=serve, args=(sock.accept()[0],), daemon=True).start()
-'''
+''' + LISTEN
 
 POLICY = """version: 1
 name: bench-keyupload

@@ -44,7 +44,7 @@ from launcher.plan.plan import PROXY_ALIAS, PROXY_PORT, ProxySpec  # noqa: E402
 from launcher.plan.squidconf import http_rules_file, render_squid  # noqa: E402
 from launcher.policy.allowlist import parse_rule  # noqa: E402
 import squid  # noqa: E402  (bench/: the proxy bench's docker, CPU and cleanup helpers)
-from intercept import SERVER as TLS_SERVER  # noqa: E402  (the python TLS upstream)
+from intercept import SERVER as TLS_SERVER, make_certs  # noqa: E402  (the python TLS upstream, its CA)
 from squid import cpu_seconds, docker  # noqa: E402
 
 PREFIX = "sandbox-bench-squidtls"
@@ -64,20 +64,6 @@ http { access_log off; client_body_temp_path /tmp/body; proxy_temp_path /tmp/pro
   server { listen 443 ssl; ssl_certificate /etc/cert.pem; ssl_certificate_key /etc/key.pem;
            root /tmp/www; } }
 """
-
-
-def make_certs(folder: Path) -> None:
-    """A throwaway CA and one certificate for every upstream name (openssl on this host)."""
-    def ssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=folder)
-    ssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
-        "-subj", "/CN=bench CA", "-keyout", "ca.key", "-out", "ca.pem")
-    ssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=rules.test",
-        "-keyout", "key.pem", "-out", "req.pem")
-    names = ",".join(f"DNS:{n}" for pair in NAMES.values() for n in pair)
-    (folder / "san.cnf").write_text(f"subjectAltName={names}\n")
-    ssl("x509", "-req", "-in", "req.pem", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "1",
-        "-extfile", "san.cnf", "-out", "cert.pem")
 
 
 def start_upstreams(folder: Path, size: int, which: list[str]) -> None:
@@ -179,7 +165,7 @@ def main() -> None:
     client_cpu: dict[str, list[float]] = {}     # curl's own (decrypting), in the client's container
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        make_certs(folder)
+        make_certs(folder, tuple(n for pair in NAMES.values() for n in pair))
         bench_ca = (folder / "ca.pem").read_text()
         rules = [parse_rule({"host": PLAIN, "private": True})]
         for kind in which:
