@@ -210,6 +210,22 @@ def test_sensitive_mount_sources_are_refused_with_the_resolved_path(real, kind, 
     assert fragment in str(info.value) and real in str(info.value) and "mounts[0].source" in str(info.value)
 
 
+
+@pytest.mark.parametrize("real", ["/home/dev/.local", "/home/dev/.local/state/sandbox/probe/abc/sub"])
+def test_a_source_that_is_or_holds_the_launchers_probe_files_is_refused(real):
+    # the probe files are checked on the host, then bound: a sandbox that could write them between
+    # the two (or for the next launch) would decide what that sandbox's probe runs
+    probe_dir = "/home/dev/.local/state/sandbox/probe/abc"
+    for policy, facts, where in (
+            (policy_with_mount("x"), fake_facts(mounts=[PathFact(given="x", real=real, kind="dir")], probe_dir=probe_dir),
+             "mounts[0].source"),
+            (untrusted_bind(), fake_facts(workspace=real, probe_dir=probe_dir), "--workspace")):
+        with pytest.raises(PolicyError) as info:
+            compile_policy(policy, facts)
+        assert "the launcher's probe files" in str(info.value) and where in str(info.value), str(info.value)
+    assert compile_policy(policy_with_mount("x"), fake_facts(
+        mounts=[PathFact(given="x", real="/home/dev/lib", kind="dir")], probe_dir=probe_dir))
+
 def test_a_project_directory_can_be_mounted_read_only():
     facts = fake_facts(mounts=[PathFact(given="../lib", real="/home/dev/lib", kind="dir")])
     plan = compile_policy(policy_with_mount("../lib"), facts)

@@ -46,6 +46,9 @@ def refuse_source(fact: PathFact, host: HostFacts, where: str, file: str) -> Pro
         if _related(real, path):
             return problem(f"{real}, which is or holds the credential location {path}",
                            "credentials never enter the sandbox")
+    if host.probe_dir and _related(real, host.probe_dir):   # checked, then bound: written meanwhile, it runs
+        return problem(f"{real}, which is or holds the launcher's probe files {host.probe_dir}",
+                       "a sandbox that could write them would decide what the next sandbox's probe runs")
     for path in _REFUSED_SOURCES:
         if _related(real, path) and real != "/":
             return problem(f"{real} (kernel or device filesystem)", "devices cannot be mounted")
