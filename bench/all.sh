@@ -5,7 +5,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
-for step in "run.py --rounds 9" "proxy.py --rounds 5" "intercept.py --rounds 7" "squidtls.py --rounds 7" "parallel.py 50" "agents.py --rounds 5" "workspace.py --rounds 3"; do
+for step in "run.py --rounds 9" "proxy.py --rounds 5" "intercept.py --rounds 7" "squidtls.py --rounds 7" "parallel.py 50" "floor.py --rounds 15 --at-once 50" "agents.py --rounds 5" "workspace.py --rounds 3"; do
   echo "== bench/$step"
   # shellcheck disable=SC2086 - the step's words are its arguments
   $py bench/$step

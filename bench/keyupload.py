@@ -3,12 +3,14 @@ rules, with a key bound to that host (every request read in clear also goes, hea
 body, to the key ICAP service in the proxy) against the same rule without a bound key (no ICAP);
 only this machine's own containers.
 
-    python bench/keyupload.py [--rounds 3] [--size-mib 100]
+    python bench/keyupload.py [--rounds 3] [--size-mib 100] [--data zero|random|gzip]
 
 One upstream container (python's ssl, a certificate from a throwaway CA made here) answers as
 rules.test and reads and drops what it is sent. Two `sandbox run`s (the launcher as users run it),
-one per policy below, each upload SIZE bytes (curl -T, a Content-Length) in every round. The
-figures are medians of the rounds.
+one per policy below, each upload SIZE bytes (curl -T, a Content-Length) in every round: zeros
+(the service's best case), random bytes (an archive, an image: its worst ordinary case), or
+random bytes sent as `Content-Encoding: gzip` (the service decodes them too). The figures are
+medians of the rounds.
 """
 
 from __future__ import annotations
@@ -75,9 +77,14 @@ KEY = """secrets:
 """
 
 # One line per upload: "<seconds> <bytes the upstream got>", every round.
-INSIDE = """head -c {size} /dev/zero > /tmp/up
+DATA = {"zero": ("head -c {size} /dev/zero > /tmp/up", ""),
+        "random": ("head -c {size} /dev/urandom > /tmp/up", ""),
+        # gzip -1 of random bytes: about as large, and every byte still to decode
+        "gzip": ("head -c $(({size} - {size} / 1000)) /dev/urandom | gzip -1 > /tmp/up", "-H 'Content-Encoding: gzip'")}
+INSIDE = """{make}
+size=$(wc -c < /tmp/up)
 for i in $(seq {rounds}); do
-  echo "$(curl -sS -o /tmp/got -w '%{{time_total}} %{{http_code}}' -X POST -H 'Expect:' -T /tmp/up {auth} https://rules.test/up) $(cat /tmp/got)"
+  echo "$(curl -sS -o /tmp/got -w '%{{time_total}} %{{http_code}}' -X POST -H 'Expect:' {coding} -T /tmp/up {auth} https://rules.test/up) $(cat /tmp/got) $size"
 done"""
 
 
@@ -88,22 +95,23 @@ def cleanup() -> None:
             docker(*rm, *refs, check=False)
 
 
-def upload(root: Path, folder: Path, network: str, bound: bool, size: int, rounds: int) -> list[float]:
+def upload(root: Path, folder: Path, network: str, bound: bool, size: int, rounds: int, data: str) -> list[float]:
     policy = folder / f"policy-{bound}.yaml"
     policy.write_text(POLICY.format(ca=folder / "ca.pem", tmp=size // (1 << 20) + 32) + (KEY if bound else ""))
     auth = '-H "Authorization: Bearer $BENCH_KEY"' if bound else ""
     report = folder / f"report-{bound}.json"
     done = subprocess.run([sys.executable, "-m", "launcher", "run", "-p", str(policy), "--report", str(report),
                            "-w", str(root / "examples" / "untrusted-repo"), "--egress-network", network,
-                           "--", "sh", "-c", INSIDE.format(size=size, rounds=rounds, auth=auth)],
+                           "--", "sh", "-c", INSIDE.format(make=DATA[data][0].format(size=size), coding=DATA[data][1],
+                                                                      rounds=rounds, auth=auth)],
                           capture_output=True, text=True, cwd=root,
                           env={**os.environ, "SANDBOX_BENCH_KEY": "bench-real-key-" + os.urandom(8).hex()})
     if done.returncode:
         raise SystemExit(f"sandbox run: exit {done.returncode}\n{done.stderr[-2000:]}")
     times = []
     for line in done.stdout.splitlines():
-        seconds, status, got = (line.split() + ["-", "-", "-"])[:3]
-        if status != "200" or got != str(size):
+        seconds, status, got, _, sent = (line.split() + ["-"] * 5)[:5]
+        if status != "200" or got != sent:
             import json
             requests = json.loads(report.read_text())["egress"]["requests"]
             raise SystemExit(f"{'bound' if bound else 'unbound'}: {line}\n{done.stderr[-2000:]}\n{requests}")
@@ -115,6 +123,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--size-mib", type=int, default=100)
+    parser.add_argument("--data", choices=sorted(DATA), default="zero")
     args = parser.parse_args()
     size = args.size_mib << 20
     root = Path(__file__).resolve().parent.parent
@@ -131,13 +140,13 @@ def main() -> None:
             for name in ("cert.pem", "key.pem"):
                 docker("cp", str(folder / name), f"{up}:/tmp/{name}")
             docker("start", up)
-            times = {"unbound": upload(root, folder, network, False, size, args.rounds),
-                     "bound": upload(root, folder, network, True, size, args.rounds)}
+            times = {"unbound": upload(root, folder, network, False, size, args.rounds, args.data),
+                     "bound": upload(root, folder, network, True, size, args.rounds, args.data)}
         finally:
             cleanup()
     mib = size / (1 << 20)
     medians = {k: statistics.median(v) for k, v in times.items()}
-    print(f"{args.rounds} rounds, {mib:.0f} MiB each, medians (all: {times})")
+    print(f"{args.rounds} rounds, {mib:.0f} MiB of {args.data} each, medians (all: {times})")
     for key, label in (("unbound", "intercepted, no bound key"), ("bound", "intercepted + key ICAP service")):
         t = medians[key]
         print(f"{label:32} {t:6.3f} s {mib / t:6.0f} MiB/s  vs no ICAP {medians['unbound'] / t:.2f}")

@@ -1,6 +1,6 @@
 """Benchmark (not a test): N sandboxes started at once, each probed and running a short command.
 
-    python bench/parallel.py N [--modes none,proxy] [--layouts separate,shared]
+    python bench/parallel.py N [--modes none,proxy] [--layouts separate,shared] [--helper]
 
 For each network mode (none: the untrusted preset; proxy: the ci preset, each sandbox with its own
 proxy and networks) and each layout (separate: one workspace each; shared: all N on one workspace,
@@ -8,6 +8,9 @@ bind mode, which goes through the workspace lock and placeholder registry), N `s
 started together. Prints the total wall time, the per-sandbox median and worst, the failures (with
 their last lines), and what was left behind: containers, networks and volumes with our labels and
 this run's names, any file left in the workspaces, and placeholders still registered for them. Leftovers must be zero.
+--helper hands every `sandbox run` to a resident helper (`sandbox helper start`, on a runtime
+directory of this run's own, stopped after): N interpreter starts and imports saved, the pipeline
+and the probe still run per sandbox.
 The shared egress network (`sandbox-egress`, Docker's proxy mode) is kept by design: it is not a
 leftover, but any container of this run still on it is.
 """
@@ -35,9 +38,9 @@ SANDBOX = [sys.executable, "-m", "launcher"]
 POLICY = {"none": ["-p", "untrusted"], "proxy": ["-p", "ci"]}
 
 
-def one(argv: list[str]) -> tuple[float, int, str]:
+def one(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
     start = time.perf_counter()
-    result = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    result = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env)
     ok = result.returncode == 0 and "sandbox-ok" in result.stdout
     tail = "" if ok else " | ".join((result.stderr.strip().splitlines() or ["(no output)"])[-3:])
     return time.perf_counter() - start, (0 if ok else result.returncode or 1), tail
@@ -61,7 +64,7 @@ def tree(path: str) -> set[str]:
     return {os.path.relpath(os.path.join(d, f), path) for d, dirs, files in os.walk(path) for f in dirs + files}
 
 
-def batch(n: int, mode: str, layout: str, tmp: str, tag: str) -> dict:
+def batch(n: int, mode: str, layout: str, tmp: str, tag: str, env: dict[str, str] | None) -> dict:
     workspaces = []
     for i in range(n if layout == "separate" else 1):
         ws = os.path.join(tmp, f"{tag}-{mode}-{layout}-{i}")
@@ -76,7 +79,7 @@ def batch(n: int, mode: str, layout: str, tmp: str, tag: str) -> dict:
                         "--", "sh", "-c", "echo sandbox-ok"] for i in range(n)]
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=n) as pool:
-        results = list(pool.map(one, argvs))
+        results = list(pool.map(lambda argv: one(argv, env), argvs))
     wall = time.perf_counter() - start
     changed = [f"{ws}: {sorted(tree(ws) ^ before[ws])}" for ws in workspaces if tree(ws) != before[ws]]
     changed += [f"{ws}: registered placeholders {registry.placeholders(ws)}" for ws in workspaces
@@ -90,31 +93,48 @@ def main() -> None:
     parser.add_argument("n", type=int)
     parser.add_argument("--modes", default="none,proxy")
     parser.add_argument("--layouts", default="separate,shared")
+    parser.add_argument("--helper", action="store_true", help="every sandbox run through a resident helper")
     args = parser.parse_args()
     tag = "par" + uuid.uuid4().hex[:6]
     with tempfile.TemporaryDirectory() as tmp:
-        warm = os.path.join(tmp, "warm")
-        os.mkdir(warm)
-        if os.geteuid() == 0:
-            os.chown(warm, 1000, 1000)
-        for mode in args.modes.split(","):    # builds whatever image is missing, outside the timing
-            subprocess.run(SANDBOX + ["run", *POLICY[mode], "--workspace-mode", "bind", "-w", warm, "--", "true"],
-                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        print(f"{args.n} sandboxes at once, {os.cpu_count()} cores; sandbox run ... -- sh -c 'echo sandbox-ok'")
-        bad = 0
-        for mode in args.modes.split(","):
-            for layout in args.layouts.split(","):
-                r = batch(args.n, mode, layout, tmp, tag)
-                times = sorted(r["times"])
-                print(f"{mode:5} {layout:8}  total {r['wall']:6.1f} s  per sandbox median {statistics.median(times):5.1f} s"
-                      f"  worst {times[-1]:5.1f} s  failures {len(r['failures'])}  leftovers {len(r['left'])}",
-                      flush=True)
-                for _t, code, tail in r["failures"][:5]:
-                    print(f"    failed (exit {code}): {tail[:400]}")
-                for item in r["left"][:10]:
-                    print(f"    left: {item}")
-                bad += len(r["failures"]) + len(r["left"])
+        env = None
+        if args.helper:   # the helper's XDG_RUNTIME_DIR: this run's own (0700), so no other helper answers
+            runtime = os.path.join(tmp, "runtime")
+            os.mkdir(runtime, 0o700)
+            env = {**os.environ, "XDG_RUNTIME_DIR": runtime, "SANDBOX_HELPER": "on"}
+            subprocess.run(SANDBOX + ["helper", "start"], check=True, env=env, cwd=ROOT)
+        try:
+            bad = _batches(args, tmp, tag, env)
+        finally:
+            if args.helper:
+                subprocess.run(SANDBOX + ["helper", "stop"], env=env, cwd=ROOT)
     sys.exit(1 if bad else 0)
+
+
+def _batches(args, tmp: str, tag: str, env: dict[str, str] | None) -> int:
+    warm = os.path.join(tmp, "warm")
+    os.mkdir(warm)
+    if os.geteuid() == 0:
+        os.chown(warm, 1000, 1000)
+    for mode in args.modes.split(","):    # builds whatever image is missing, outside the timing
+        subprocess.run(SANDBOX + ["run", *POLICY[mode], "--workspace-mode", "bind", "-w", warm, "--", "true"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(f"{args.n} sandboxes at once, {os.cpu_count()} cores; sandbox run ... -- sh -c 'echo sandbox-ok'"
+          + (" (through the resident helper)" if env else ""))
+    bad = 0
+    for mode in args.modes.split(","):
+        for layout in args.layouts.split(","):
+            r = batch(args.n, mode, layout, tmp, tag, env)
+            times = sorted(r["times"])
+            print(f"{mode:5} {layout:8}  total {r['wall']:6.1f} s  per sandbox median {statistics.median(times):5.1f} s"
+                  f"  worst {times[-1]:5.1f} s  failures {len(r['failures'])}  leftovers {len(r['left'])}",
+                  flush=True)
+            for _t, code, tail in r["failures"][:5]:
+                print(f"    failed (exit {code}): {tail[:400]}")
+            for item in r["left"][:10]:
+                print(f"    left: {item}")
+            bad += len(r["failures"]) + len(r["left"])
+    return bad
 
 
 if __name__ == "__main__":

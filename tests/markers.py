@@ -25,7 +25,8 @@ SERIAL_GROUP = "engine"
 # group and before the unit tests there. Each works only on what it made (its own workspaces,
 # sandbox names, networks with the worker's pid in their names), never sweeps (`sandbox gc`), never
 # replaces the probe volume, uses no fixed subnet and no podman; most of their time is waiting on a
-# sandbox's clock or an agent.
+# sandbox's clock or an agent. On podman (.ci/podman) they stay in the serial group: there each
+# proxy sandbox makes networks of its own, and these files were never tried two at a time.
 BESIDE_GROUP = "engine-beside"
 BESIDE_FILES = frozenset({
     "test_agents_real.py", "test_attest_engine.py", "test_copy_wayback.py", "test_day_engine.py",
@@ -46,7 +47,7 @@ def pytest_collection_modifyitems(items):
     wrong = []
     for item in items:
         if any(item.get_closest_marker(m) for m in ("engine", "slow", "rootless")):
-            beside = item.path.name in BESIDE_FILES
+            beside = item.path.name in BESIDE_FILES and os.environ.get("SANDBOX_TEST_ENGINE", "docker") == "docker"
             item.add_marker(pytest.mark.xdist_group(BESIDE_GROUP if beside else SERIAL_GROUP))
             exclusive = item.get_closest_marker("exclusive") is not None
             if exclusive and beside:

@@ -83,7 +83,7 @@ def test_a_usage_error_of_ours_exits_2():
 
 
 def test_down_json_says_what_was_removed_and_kept(monkeypatch):
-    monkeypatch.setattr(engine, "connect", lambda: FakeEngine())
+    monkeypatch.setattr(engine, "connect", lambda **_: FakeEngine())
     monkeypatch.setattr(sandboxes, "down", lambda eng, name, purge: sandboxes.Down(
         copy="c", changes=2, removed=("v1",), kept=("v2",)))
     monkeypatch.setattr(baseline, "take", lambda name: None)
@@ -97,7 +97,7 @@ def test_down_json_says_what_was_removed_and_kept(monkeypatch):
 
 
 def test_gc_json_says_what_was_removed_and_which_copies_stay(monkeypatch):
-    monkeypatch.setattr(engine, "connect", lambda: FakeEngine())
+    monkeypatch.setattr(engine, "connect", lambda **_: FakeEngine())
     monkeypatch.setattr(sandboxes, "gc", lambda eng, everything: ["old"])
     monkeypatch.setattr(sandboxes, "stale_probe_volumes", lambda eng, name: ["probe-v"])
     monkeypatch.setattr(sandboxes, "ls", lambda eng: [])
@@ -118,7 +118,7 @@ def test_gc_json_says_what_was_removed_and_which_copies_stay(monkeypatch):
 def _selftest_result(monkeypatch):
     result = st.PresetResult(policy="p", mode="none", cases=(
         st.CaseResult(id="a", expected="x", observed="y", verdict=st.PASS),))
-    monkeypatch.setattr(engine, "connect", lambda: FakeEngine())
+    monkeypatch.setattr(engine, "connect", lambda **_: FakeEngine())
     monkeypatch.setattr(st, "run", lambda eng, policies, status: (result,))
     return st.to_json((result,))
 

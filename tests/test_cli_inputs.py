@@ -23,7 +23,7 @@ SANDBOX = [sys.executable, "-m", "launcher"]
 def run_process(*argv: str, cwd, env: dict | None = None) -> subprocess.CompletedProcess:
     """`python -m launcher ARGV` in a real process."""
     return subprocess.run([*SANDBOX, *argv], capture_output=True, text=True, cwd=cwd, timeout=60,
-                          env={**os.environ, **(env or {}), "XDG_CONFIG_HOME": str(cwd / "config")})
+                          env={**os.environ, **(env or {})})
 
 
 def run(*argv: str, cwd, env: dict | None = None) -> Result:
@@ -36,7 +36,7 @@ def run(*argv: str, cwd, env: dict | None = None) -> Result:
     before = os.getcwd()
     os.chdir(cwd)
     try:
-        return runner.invoke(main, list(argv), env={**(env or {}), "XDG_CONFIG_HOME": str(cwd / "config")},
+        return runner.invoke(main, list(argv), env=env or {},
                              catch_exceptions=False)
     finally:
         os.chdir(before)

@@ -68,7 +68,7 @@ def reloads(monkeypatch):
 # the command line
 
 def invoke(monkeypatch, fake, *args):
-    monkeypatch.setattr(engine, "connect", lambda: fake)
+    monkeypatch.setattr(engine, "connect", lambda **_: fake)
     return CliRunner().invoke(main, ["egress", *args], catch_exceptions=False)
 
 

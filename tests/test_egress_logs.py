@@ -128,7 +128,7 @@ def test_learn_mode_never_offers_the_probes_own_requests():
            "SANDBOX-EGRESS 1 GET api.test 443 200 TCP_MISS api.test bump /repos/acme/x -\n")
     monkey = one_sandbox(network="sandbox-net-box", proxy_log=log)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine, "connect", lambda: monkey)
+        patch.setattr(engine, "connect", lambda **_: monkey)
         said = CliRunner().invoke(main, ["logs", "box", "--suggest"], catch_exceptions=False).stdout
     assert "sandbox-probe" not in said and "paths: [/repos/acme/]" in said and "methods: [GET]" in said, said
 
@@ -208,7 +208,7 @@ def test_every_request_is_an_ocsf_http_activity_event():
 
 
 def test_logs_writes_ocsf_json_lines_and_json_with_decisions(monkeypatch):
-    monkeypatch.setattr(engine, "connect", lambda: one_sandbox(network="sandbox-net-box", proxy_log=LOG))
+    monkeypatch.setattr(engine, "connect", lambda **_: one_sandbox(network="sandbox-net-box", proxy_log=LOG))
     done = CliRunner().invoke(main, ["logs", "box", "--egress", "--format", "ocsf"], catch_exceptions=False)
     assert done.exit_code == 0, done.stderr
     assert [json.loads(line)["src_endpoint"] for line in done.stdout.splitlines()] == [{"name": "box"}] * (len(EVENTS) - 1)

@@ -74,7 +74,7 @@ def test_ocsf_lines_mix_requests_and_changes_in_time_order():
 
 
 def test_logs_json_and_ocsf_carry_the_changes(monkeypatch):
-    monkeypatch.setattr(engine, "connect", lambda: one_sandbox(network="sandbox-net-box", proxy_log=WITH_CHANGES))
+    monkeypatch.setattr(engine, "connect", lambda **_: one_sandbox(network="sandbox-net-box", proxy_log=WITH_CHANGES))
     done = CliRunner().invoke(main, ["logs", "box", "--json"], catch_exceptions=False)
     records = json.loads(done.stdout)
     changes = [r for r in records if r["kind"] == "rule-change"]
@@ -91,5 +91,5 @@ def test_logs_json_and_ocsf_carry_the_changes(monkeypatch):
     done = CliRunner().invoke(main, ["logs", "box"], catch_exceptions=False)
     assert "rule changed: allow {host: api.test, http: {methods: [GET]}}  reason: read the API, café" in done.stdout
     # without changes the JSON is what it was: the requests alone
-    monkeypatch.setattr(engine, "connect", lambda: one_sandbox(network="sandbox-net-box", proxy_log=LOG))
+    monkeypatch.setattr(engine, "connect", lambda **_: one_sandbox(network="sandbox-net-box", proxy_log=LOG))
     assert all(r["kind"] != "rule-change" for r in json.loads(CliRunner().invoke(main, ["logs", "box", "--json"]).stdout))

@@ -107,7 +107,7 @@ def test_doctor_fix_under_podman_writes_nothing_and_says_why(monkeypatch, tmp_pa
     from launcher.cli import main
     from launcher.engine import engine
 
-    monkeypatch.setattr(engine, "connect", lambda: FakeEngine(engine_version=PODMAN_VERSION, engine_info=PODMAN))
+    monkeypatch.setattr(engine, "connect", lambda **_: FakeEngine(engine_version=PODMAN_VERSION, engine_info=PODMAN))
     monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/runsc" if name == "runsc" else None)
     monkeypatch.setattr(registration, "fix", lambda *a, **k: pytest.fail("doctor --fix wrote daemon.json under podman"))
     result = CliRunner().invoke(main, ["doctor", "--fix"])

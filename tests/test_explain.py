@@ -49,10 +49,11 @@ def test_network_rows_follow_the_mode(tmp_path):
 
 
 @pytest.fixture
-def env(tmp_path):
-    (tmp_path / "org.yaml").write_text("version: 1\nlimits: {pids: 100}\n")
-    return {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config"),
-            "SANDBOX_ORG_POLICY": str(tmp_path / "org.yaml"), "PYTHONPATH": str(ROOT)}
+def env(tmp_path_factory):
+    host = tmp_path_factory.mktemp("host")   # beside the workspace (tmp_path), never in it: refused there
+    (host / "org.yaml").write_text("version: 1\nlimits: {pids: 100}\n")
+    return {**os.environ, "XDG_STATE_HOME": str(host / "state"), "XDG_CONFIG_HOME": str(host / "config"),
+            "SANDBOX_ORG_POLICY": str(host / "org.yaml"), "PYTHONPATH": str(ROOT)}
 
 
 def explain_cli(*args, env):

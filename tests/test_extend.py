@@ -180,7 +180,7 @@ def test_a_failed_write_inside_is_an_engine_error_and_ls_keeps_the_old_end():
 # the command line
 
 def invoke(monkeypatch, fake, *args):
-    monkeypatch.setattr(engine, "connect", lambda: fake)
+    monkeypatch.setattr(engine, "connect", lambda **_: fake)
     return CliRunner().invoke(main, ["extend", *args], catch_exceptions=False)
 
 

@@ -106,12 +106,76 @@ def test_a_probe_that_leaves_a_check_out_but_says_ok_never_starts_the_agent(engi
 
 
 def test_without_the_gate_that_probe_would_have_started_the_agent(engine, workspace, ready, probe_volume, monkeypatch):
-    """The control: the same probe and plan with gate=- (as every launch had before the gate)."""
+    """The control: the same probe and plan with gate=- (as every launch had before the gate) starts
+    the agent on its own ok. Started here, not by launch.run: the launcher's refusal of the report
+    removed the container as the agent started, and now and then won that race (podman, in CI)."""
     volume = probe_volume({"probe.sh": (SKIPS_LAST, 0o444)})
     monkeypatch.setattr(probefiles, "script_digest", lambda: probefiles.sha256(SKIPS_LAST))
-    with pytest.raises(ProbeFailed, match="not the 29 planned"):
-        launch.run(engine, unwatched(_plan(engine, workspace, volume)), Recorder())
+    code, logs = _ran_alone(engine, launch.create_verified(engine, unwatched(_plan(engine, workspace, volume))))
+    assert code == 0 and "PROBE-END\tok\t28\n" in logs
     assert (workspace / MARKER).exists()
+
+
+def _ran_alone(engine, ref: str) -> tuple[int, str]:
+    """The created container `ref` started, waited for and removed by the test: its exit code and logs."""
+    try:
+        engine.start(ref)
+        return engine.wait(ref), engine.logs(ref)
+    finally:
+        engine.remove(ref)
+
+
+# the line that unsets, before the probe reads anything, each name of its own the environment holds
+UNSET = b"\tA_* | S_* | MI_* | RT_* | CG_* | K_* | L_* | ENV_* | EG_* | RC_* | _* | BB) unset \"${__sbx_probe_e%%=*}\" ;;\n"
+
+
+@pytest.mark.parametrize("unset", [True, False], ids=["as shipped", "control: without the unset"])
+def test_an_environment_naming_the_gate_s_own_variable_is_no_word(engine, workspace, ready, probe_volume, monkeypatch,
+                                                                 unset):
+    """ash imports every variable of its environment (an image's ENV among them): __sbx_probe_go=go
+    there must not stand for the launcher's word. The probe that leaves a check out says ok, the
+    launcher refuses it, and the agent never runs; the control, the same probe without the line
+    that unsets the name, started with nobody to give the word, shows what that line keeps out: the
+    agent ran. (Started here, not by launch.run, for the reason the gate's control above gives.)"""
+    script = SKIPS_LAST if unset else SKIPS_LAST.replace(UNSET, b"", 1)
+    assert UNSET in SKIPS_LAST and script != SKIPS_LAST or unset
+    volume = probe_volume({"probe.sh": (script, 0o444)})
+    monkeypatch.setattr(probefiles, "script_digest", lambda: probefiles.sha256(script))
+    plan = _plan(engine, workspace, volume)
+    plan = replace(plan, container=replace(plan.container, env=plan.container.env + (("__sbx_probe_go", "go"),)))
+    if unset:
+        with pytest.raises(ProbeFailed, match="not the 29 planned"):
+            launch.run(engine, plan, Recorder())
+        time.sleep(0.5)
+        assert not (workspace / MARKER).exists()
+        return
+    # nobody gives the word, and the gate waits 3 s for it: only the variable can start the agent
+    code, logs = _ran_alone(engine, _started_without_the_launcher(engine, plan, "3"))
+    assert code == 0 and "PROBE-END\tok\t28\n" in logs
+    assert (workspace / MARKER).exists()
+
+
+@pytest.mark.parametrize("unset", [True, False], ids=["as shipped", "control: without the unset"])
+def test_an_environment_naming_an_optional_expectation_is_not_one(engine, workspace, ready, probe_volume, monkeypatch,
+                                                                  unset):
+    """keyvars= (a bound key's variable, holding its placeholder) is given only when keys are bound:
+    an environment's A_keyvars must not stand in for it, or a secret the image or the container
+    carries passes env.secrets as a placeholder. The probe fails and the agent never runs; the
+    control, without the unset, shows what it keeps out: the probe passed and the agent ran."""
+    script = SCRIPT if unset else SCRIPT.replace(UNSET, b"", 1)
+    assert UNSET in SCRIPT and (script != SCRIPT or unset)
+    volume = probe_volume({"probe.sh": (script, 0o444)})
+    monkeypatch.setattr(probefiles, "script_digest", lambda: probefiles.sha256(script))
+    plan = _plan(engine, workspace, volume)
+    secret = ("GITHUB_TOKEN", "ghp_" + "x" * 36)
+    plan = replace(plan, container=replace(plan.container, env=plan.container.env + (secret, ("A_keyvars", "=".join(secret)))))
+    if unset:
+        with pytest.raises(ProbeFailed, match="env.secrets"):
+            launch.run(engine, plan, Recorder())
+    else:
+        assert launch.run(engine, plan, Recorder()).probe.ok
+    time.sleep(0.5)
+    assert (workspace / MARKER).exists() != unset
 
 
 @pytest.mark.parametrize("change", [
@@ -192,3 +256,31 @@ def test_up_that_attaches_again_proves_the_sandbox_first(engine, workspace, tmp_
             assert engine.inspect(name).running   # left as it was: the user's work is in it
     finally:
         assert _cli("down", name, "--purge").returncode == 0
+
+
+@pytest.mark.parametrize("extra", [(), (("SANDBOX-ODD-NAME", "1"),), (("A_keyvars", "x"), ("A_odd-name", "1"), ("BB", "x"))],
+                         ids=["plain", "a name ash does not carry", "names of the probe's own, one ash does not carry"])
+def test_the_agent_gets_the_container_s_environment_byte_for_byte(engine, workspace, ready, extra):
+    """After the word the probe execs the agent with exactly the environment the container was given
+    (what the shell would pass it is compared with /proc/1/environ first; a name ash drops takes the
+    `env -i` path): the agent's own /proc/self/environ, sorted, is the container's Env."""
+    plan = _plan(engine, workspace)
+    agent = ("/.sandbox/probe/busybox", "sort", "-z", "/proc/self/environ")
+    command = plan.container.command[:plan.container.command.index("--") + 1] + agent
+    plan = replace(plan, container=replace(plan.container, command=command, env=plan.container.env + extra))
+    streams = {"stdout": b"", "stderr": b""}
+    recorder = Recorder()
+    recorder.output = lambda stream, data: streams.__setitem__(stream, streams[stream] + data)
+    outcome = launch.run(engine, plan, recorder)
+    assert outcome.exit_code == 0
+    assert streams["stderr"] == b""   # nothing of the probe's shell (a job's "Terminated") on the agent's stderr
+    given = sorted(f"{k}={v}".encode() for k, v in plan.container.env)
+    seen = [e for e in streams["stdout"].split(b"\0") if e]
+    ours = {k.encode() for k, _ in plan.container.env}
+    assert [e for e in seen if e.split(b"=", 1)[0] in ours] == given
+    # besides: the image's own ENV and what the engine adds (HOSTNAME, its dialect's own_env: podman's
+    # container=), HOME; nothing of the probe's shell
+    image_env = engine.image_env(plan.container.image)
+    others = {e.split(b"=", 1)[0] for e in seen} - ours
+    allowed = {e.split("=", 1)[0].encode() for e in image_env + engine.dialect.plan.own_env(image_env)}
+    assert others <= allowed | {b"HOSTNAME", b"HOME"}

@@ -36,7 +36,7 @@ def answer(result, command: str, code: int = 0, sandbox: str | None = "box") -> 
 @pytest.fixture
 def fake(monkeypatch):
     made = one_sandbox()
-    monkeypatch.setattr(engine, "connect", lambda: made)
+    monkeypatch.setattr(engine, "connect", lambda **_: made)
     return made
 
 
@@ -96,7 +96,7 @@ def test_up_json_says_what_was_started_before_any_shell(monkeypatch, tmp_path):
 def test_port_json_is_a_stream_of_lines_listening_then_stopped(monkeypatch):
     from launcher.launch import forward
 
-    monkeypatch.setattr(engine, "connect", lambda: one_sandbox(network="none"))
+    monkeypatch.setattr(engine, "connect", lambda **_: one_sandbox(network="none"))
     monkeypatch.setattr(forward.Forwarder, "serve", lambda self: (_ for _ in ()).throw(KeyboardInterrupt))
     result = invoke("port", "box", "0:8000", "--json")
     assert result.exit_code == 0, result.stderr

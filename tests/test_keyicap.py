@@ -118,6 +118,22 @@ def test_the_placeholder_in_any_header_is_refused(loaded, header):
     assert "placeholder of ANTHROPIC_API_KEY" in refusal(transact(loaded, reqmod(OWN + line + "\r\n", None)))
 
 
+def test_the_placeholder_as_the_method_is_refused(loaded):
+    # Squid takes any token for a method and passes it on: to a plain-HTTP host no rule lists methods
+    line = f"{PH.upper()} http://plain.example.com/x HTTP/1.1\r\nHost: plain.example.com\r\n"
+    assert "placeholder of ANTHROPIC_API_KEY sent to http://plain.example.com:80" in refusal(transact(loaded, reqmod(line, None)))
+    own = OWN.replace("POST ", "%25" + PH + " ", 1)
+    assert refusal(transact(loaded, reqmod(own, None))).startswith("refused: placeholder of ANTHROPIC_API_KEY in the method")
+
+
+def test_the_placeholder_in_a_trailer_after_the_body_is_refused(loaded):
+    data = reqmod(OWN + "Transfer-Encoding: chunked\r\n", b"hello")
+    assert data.endswith(b"0\r\n\r\n")
+    trailer = data[:-2] + b"X-Checksum: %s\r\n\r\n" % PH.encode()
+    assert "placeholder of ANTHROPIC_API_KEY" in refusal(transact(loaded, trailer))
+    assert transact(loaded, data[:-2] + b"X-Checksum: 1234\r\n\r\n").startswith(b"ICAP/1.0 204")
+
+
 def test_the_placeholder_exactly_in_its_header_to_its_host_goes_on_unchanged(loaded):
     assert transact(loaded, reqmod(OWN, None)).startswith(b"ICAP/1.0 204 No Content\r\n")
     assert transact(loaded, reqmod(OWN, b'{"model": "x"}')).startswith(b"ICAP/1.0 204 No Content\r\n")
@@ -195,6 +211,8 @@ def test_squid_sends_every_request_read_in_clear_to_the_service_and_fails_closed
     assert config.index("adaptation_access sandbox_keys_icap deny keys_connect\n") < \
         config.index("adaptation_access sandbox_keys_icap allow all\n")
     assert "%#{X-Sandbox-Reason}adapt::<last_h %err_code\n" in config
+    # no protocol upgrade (WebSocket, ...) is forwarded: after one, frames would pass the service unseen
+    assert "http_upgrade_request_protocols" not in config
     unbound = plan(BASE.split("secrets:")[0]).proxy.config
     assert "icap" not in unbound and "adapt::" not in unbound
 
@@ -223,3 +241,20 @@ def test_check_warns_about_a_tunnel_beside_a_bound_key(tmp_path):
     assert '"code": "egress-keys-tunnel"' in run_process("check", "./p.yaml", "--json", cwd=tmp_path).stdout
     (tmp_path / "p.yaml").write_text(BASE.replace("    - plain.example.com\n", "    - 'plain.example.com:80'\n"))
     assert "placeholder of a bound" not in run_process("check", "./p.yaml", cwd=tmp_path).stdout
+
+
+def test_small_bodies_go_on_beside_a_large_one_and_the_budget_holds(loaded):
+    """Each body counts against BUDGET by what it holds so far, not by the most it could hold: a
+    request with a small body beside one of 128 MiB in flight is checked; one that would take
+    the bytes buffered past BUDGET is refused (try again) and gives back what it held."""
+    assert icap._reserve(icap.MAX_BODY)   # a large body being read by another connection
+    try:
+        assert transact(loaded, reqmod(OTHER, b'{"small": 1}')).startswith(b"ICAP/1.0 204")
+        assert "placeholder of ANTHROPIC_API_KEY" in refusal(transact(loaded, reqmod(OTHER, PH.encode())))
+        body = b"a" * (icap.BUDGET - icap.MAX_BODY + 10)
+        assert refusal(transact(loaded, reqmod(OTHER, body, chunk=1 << 20))) == \
+            "refused: other large request bodies are being checked: try again"
+        assert icap._buffered[0] == icap.MAX_BODY
+    finally:
+        icap._release(icap.MAX_BODY)
+    assert icap._buffered[0] == 0

@@ -24,7 +24,7 @@ def invoke(*args):
 @pytest.fixture
 def fake(monkeypatch):
     made = one_sandbox()
-    monkeypatch.setattr(engine, "connect", lambda: made)
+    monkeypatch.setattr(engine, "connect", lambda **_: made)
     return made
 
 
@@ -39,7 +39,7 @@ def test_logs_of_a_sandbox_without_a_network_says_so(fake, args, said):
 
 
 def test_logs_of_a_sandbox_whose_proxy_is_gone_is_still_an_error(monkeypatch):
-    monkeypatch.setattr(engine, "connect", lambda: one_sandbox(network="sandbox-net-box"))
+    monkeypatch.setattr(engine, "connect", lambda **_: one_sandbox(network="sandbox-net-box"))
     result = invoke("logs", "box")
     assert result.exit_code == ExitCode.ENGINE and "no egress proxy" in result.stderr
 
@@ -49,7 +49,7 @@ LOG = "\n".join(f"SANDBOX-EGRESS 1700000000 {method} {host} {port} 403 TCP_DENIE
 
 
 def test_the_probes_own_requests_are_never_shown_nor_suggested(monkeypatch, tmp_path):
-    monkeypatch.setattr(engine, "connect", lambda: one_sandbox(network="sandbox-net-box", proxy_log=LOG))
+    monkeypatch.setattr(engine, "connect", lambda **_: one_sandbox(network="sandbox-net-box", proxy_log=LOG))
     for args in (("--suggest",), ("--json",), ("--allowed",)):
         result = invoke("logs", "box", *args)
         assert result.exit_code == 0 and "evil.example" in result.stdout, result.stderr

@@ -26,12 +26,14 @@ RED_ERROR = click.style("error:", fg="red", bold=True)
 
 
 @pytest.fixture
-def env(tmp_path):
-    """No colour settings, org, user or CI of the machine running the tests; a real terminal type."""
-    (tmp_path / "org.yaml").write_text("version: 1\n")
+def env(tmp_path_factory):
+    """No colour settings, org, user or CI of the machine running the tests; a real terminal type.
+    Its directories are beside the workspace (tmp_path), never in it: the launcher refuses that."""
+    host = tmp_path_factory.mktemp("host")
+    (host / "org.yaml").write_text("version: 1\n")
     values = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "CLICOLOR_FORCE", "CI")}
-    values.update(TERM="xterm-256color", PYTHONPATH=ROOT, XDG_CONFIG_HOME=str(tmp_path / "config"),
-                  XDG_STATE_HOME=str(tmp_path / "state"), SANDBOX_ORG_POLICY=str(tmp_path / "org.yaml"),
+    values.update(TERM="xterm-256color", PYTHONPATH=ROOT, XDG_CONFIG_HOME=str(host / "config"),
+                  XDG_STATE_HOME=str(host / "state"), SANDBOX_ORG_POLICY=str(host / "org.yaml"),
                   DOCKER_HOST="unix:///nonexistent/docker.sock")   # no test here may reach an engine
     return values
 

@@ -304,7 +304,7 @@ def test_a_sandbox_that_stops_stops_the_forwarder_with_121(served, monkeypatch):
 def test_ctrl_c_stops_the_command_with_0_and_a_port_in_use_gives_120(monkeypatch):
     from launcher.engine import engine as engine_mod
 
-    monkeypatch.setattr(engine_mod, "connect", lambda: listed())
+    monkeypatch.setattr(engine_mod, "connect", lambda **_: listed())
 
     def interrupted(self):
         raise KeyboardInterrupt

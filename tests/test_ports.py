@@ -169,7 +169,7 @@ def test_ls_lists_the_ports_and_says_which_stopped(monkeypatch):
 
     fake = one_sandbox()
     fake.http.container("box")["Config"]["Labels"][label.PORTS] = "3000:3000,18000:8000"
-    monkeypatch.setattr(engine_mod, "connect", lambda: fake)
+    monkeypatch.setattr(engine_mod, "connect", lambda **_: fake)
     monkeypatch.setattr(ports, "keepers", lambda name: [4242])
     monkeypatch.setattr(ports, "_kept_port", lambda pid: [3000])
     table = CliRunner().invoke(main, ["ls"])
@@ -204,7 +204,7 @@ def test_sandbox_port_warns_of_a_swapped_pair(monkeypatch):
 
     engine = FakeEngine(execs=lambda argv: (((TCP, b""),), 0))
     engine.http.add_container("box", {label.MANAGED: "1", label.KIND: "up"})
-    monkeypatch.setattr(engine_mod, "connect", lambda: engine)
+    monkeypatch.setattr(engine_mod, "connect", lambda **_: engine)
     monkeypatch.setattr(forward.Forwarder, "serve", lambda self: (_ for _ in ()).throw(KeyboardInterrupt))
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

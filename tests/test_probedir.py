@@ -140,3 +140,16 @@ def test_sandbox_probe_volume_keeps_the_volume_and_files_for_another_tool_never_
     assert pipeline.facts_and_files(policy, str(tmp_path))[0].probe_dir == pipeline._probe_dir()
     monkeypatch.setattr(probedir, "engine_is_local", lambda path: False)
     assert pipeline._probe_dir() == ""
+
+
+def test_gc_removes_other_versions_and_orphaned_half_written_ones(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    for tag in ("old", "now"):
+        _fill(probedir.path(tag))
+    top = os.path.dirname(probedir.path("now"))
+    os.mkdir(os.path.join(top, "now.999999999.abcdef.tmp"))           # its writer is gone
+    os.mkdir(os.path.join(top, f"now.{os.getpid()}.abcdef.tmp"))      # being written
+    removed = probedir.remove_stale("now")
+    assert removed == ["probe files now.999999999.abcdef.tmp", "probe files old"]
+    assert sorted(os.listdir(top)) == ["now", f"now.{os.getpid()}.abcdef.tmp"] and _problems(probedir.path("now")) == []
+    assert probedir.remove_stale("now") == []

@@ -427,7 +427,8 @@ def test_egress_direct_with_nothing_to_try_fails_under_podmans_cli(engine, tmp_p
     node.load(images.probe_image().tag)
     probe = compile_policy(with_allowed(preset("ci"), ({"host": "allowed.test", "private": True},)),
                            launch_facts(engine, preset("ci"), tmp_path)).probe
-    args = replace(probe, resolver="127.0.0.1", dnsname="-", checks=("egress.direct",), na=()).to_args()
+    # gate=-: no launcher watches here (none would give its word that the proxy is ready, nor start the agent)
+    args = replace(probe, resolver="127.0.0.1", dnsname="-", checks=("egress.direct",), na=(), gate="-").to_args()
     image, out, net = f"localhost/{images.probe_image().tag}", tmp_path / "probe", f"sandbox-test-nothing-{os.getpid()}"
     out.mkdir()
     node.run("run", "--rm", "-v", f"{out}:/out", "--entrypoint", "/probe/busybox", image, "cp", "/probe/busybox",

@@ -14,6 +14,8 @@ import pytest
 
 from conftest import docker_sdk, script_upstream
 
+from launcher.selftest import testnet
+
 pytestmark = pytest.mark.engine
 SANDBOX = [sys.executable, "-m", "launcher"]
 # Both recorders log every request line and header they get (never echoing headers back).
@@ -273,7 +275,7 @@ def certs(engine):
 
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, proxy=True)
     out = docker_sdk().containers.run(images.proxy_image().tag, entrypoint=["sh", "-c", CERTS], user="13:13",
-                                       network_disabled=True, remove=True).decode()
+                                       network_disabled=True, remove=True, ulimits=testnet.tool_ulimits(engine)).decode()
     return {part.split("\n", 1)[0]: part.split("\n", 1)[1] for part in out.split("== ")[1:]}
 
 

@@ -97,7 +97,7 @@ def test_several_running_for_the_workspace_are_listed_and_a_name_asked_for():
 # the command line
 
 def test_shell_with_no_sandbox_here_exits_117_with_a_hint_to_up(monkeypatch, tmp_path):
-    monkeypatch.setattr(engine, "connect", lambda: with_sandboxes(("box", "/elsewhere", "running", "up")))
+    monkeypatch.setattr(engine, "connect", lambda **_: with_sandboxes(("box", "/elsewhere", "running", "up")))
     monkeypatch.chdir(tmp_path)
     result = invoke(None, "shell")
     assert result.exit_code == ExitCode.NO_SANDBOX, result.stderr
@@ -114,7 +114,7 @@ def test_shell_without_an_engine_exits_121_not_117(monkeypatch):
 
 def test_shell_lists_several_and_needs_a_terminal_once_one_is_chosen(monkeypatch, tmp_path):
     here = os.path.realpath(tmp_path)
-    monkeypatch.setattr(engine, "connect", lambda: with_sandboxes(("a", here, "running", "up"), ("b", here, "running", "up")))
+    monkeypatch.setattr(engine, "connect", lambda **_: with_sandboxes(("a", here, "running", "up"), ("b", here, "running", "up")))
     monkeypatch.chdir(tmp_path)
     several = invoke(None, "shell")
     assert several.exit_code == ExitCode.POLICY_INVALID and "a, b" in several.stderr
@@ -125,13 +125,13 @@ def test_shell_lists_several_and_needs_a_terminal_once_one_is_chosen(monkeypatch
 
 @pytest.mark.parametrize("flags", [("-i",), ("-t",), ("-it", "--json")])
 def test_exec_takes_i_and_t_together_and_without_json(monkeypatch, flags):
-    monkeypatch.setattr(engine, "connect", lambda: with_sandboxes(("box", "/w", "running", "up")))
+    monkeypatch.setattr(engine, "connect", lambda **_: with_sandboxes(("box", "/w", "running", "up")))
     result = invoke(None, "exec", *flags, "box", "--", "bash")
     assert result.exit_code == ExitCode.USAGE and "-i and -t go together" in result.stderr
 
 
 def test_exec_it_of_a_missing_sandbox_is_117(monkeypatch):
-    monkeypatch.setattr(engine, "connect", lambda: with_sandboxes(("box", "/w", "running", "up")))
+    monkeypatch.setattr(engine, "connect", lambda **_: with_sandboxes(("box", "/w", "running", "up")))
     result = invoke(None, "exec", "-it", "nope", "--", "bash")
     assert result.exit_code == ExitCode.NO_SANDBOX and "no sandbox named 'nope'" in result.stderr
 

@@ -337,7 +337,7 @@ def test_up_keeps_the_record_and_down_writes_it_signed(keys, tmp_path, monkeypat
     assert not out.exists() and records.names() == ("sandbox-signed",)
     kept = records.pending("sandbox-signed")
     assert kept["key"]["file"] == str(key) and key.read_text().splitlines()[1] not in json.dumps(kept)
-    monkeypatch.setattr(engine, "connect", lambda: FakeEngine())
+    monkeypatch.setattr(engine, "connect", lambda **_: FakeEngine())
     monkeypatch.setattr(sandboxes, "down", lambda eng, name, purge=False: sandboxes.Down())
     result = invoke("down", "sandbox-signed", "--json")
     assert result.exit_code == 0, result.stderr
@@ -363,7 +363,7 @@ def test_down_with_the_key_gone_says_so_keeps_the_record_and_exits_118(tmp_path,
     assert invoke("up", "--workspace-mode", "bind", "-w", str(tmp_path / "ws"), "--name", "sandbox-k",
                   "--attest", str(out), "--attest-key", str(key), "--no-shell").exit_code == 0
     pem_pair(tmp_path, "k", ed25519.Ed25519PrivateKey.generate())   # the file now holds another key
-    monkeypatch.setattr(engine, "connect", lambda: FakeEngine())
+    monkeypatch.setattr(engine, "connect", lambda **_: FakeEngine())
     monkeypatch.setattr(sandboxes, "down", lambda eng, name, purge=False: sandboxes.Down())
     result = invoke("down", "sandbox-k")
     assert result.exit_code == ExitCode.ATTESTATION_INVALID, result.stderr
@@ -382,7 +382,7 @@ def test_a_sandbox_gc_removes_gets_its_record_written_by_gc(tmp_path, monkeypatc
     out = tmp_path / "up.intoto.json"
     assert invoke("up", "--workspace-mode", "bind", "-w", str(tmp_path / "ws"), "--name", "sandbox-gc",
                   "--attest", str(out), "--no-shell").exit_code == 0
-    monkeypatch.setattr(engine, "connect", lambda: FakeEngine())
+    monkeypatch.setattr(engine, "connect", lambda **_: FakeEngine())
     for name in ("gc", "stale_probe_volumes", "ls", "gc_copies"):
         monkeypatch.setattr(sandboxes, name, lambda *args, **kwargs: [])
     result = invoke("gc")

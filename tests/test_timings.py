@@ -1,7 +1,8 @@
 """Launch phases: the timeline the CLI prints with --timings, engine calls made at once, and the
 order proxy mode keeps while it overlaps steps (the agent's container starts alongside its proxy,
-its probe waiting for the proxy to answer, but the launcher's word that starts the agent comes only
-once the proxy is ready; with rules per request the container starts only then). Durations are
+its probe waiting for the launcher's word that the proxy is ready before it asks the proxy, and the
+launcher's word that starts the agent comes only after that; with rules per request the container
+starts only once the proxy is ready). Durations are
 never asserted: speed figures come from bench/run.py."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from launcher.errors import EngineError
 from launcher.launch import launch
 from launcher.plan.compiler import compile_policy
 from launcher.plan.networks import SHARED_EGRESS
+from launcher.plan.plan import PROBE_ASK
 from launcher.policy.policy import with_allowed
 
 
@@ -61,7 +63,9 @@ class ProxyEngine(FakeEngine):
 
     def __init__(self, plan, ready=True):
         checks = "".join(f"PROBE\t{c}\tpass\t-\t-\n" for c in plan.probe.checks)
-        super().__init__(output=[((checks + f"PROBE-END\tok\t{len(plan.probe.checks)}\n").encode(), None)])
+        # the probe asks for the launcher's word that its proxy is ready before its checks (probe.sh)
+        super().__init__(output=[(f"{PROBE_ASK}\n".encode(), None),
+                                 ((checks + f"PROBE-END\tok\t{len(plan.probe.checks)}\n").encode(), None)])
         self.plan, self.events, self.ready, self.agent_made = plan, [], ready, threading.Event()
         self.agent_started = threading.Event()
         self.ready_on = self.agent_made   # what the proxy's readiness waits for (5 s at most)
@@ -132,11 +136,11 @@ def test_proxy_mode_overlaps_steps_but_starts_the_agent_only_after_the_proxy_is_
     internal = events.index(("network", plan.proxy.internal_network))
     ready, word = events.index(("ready", "proxy")), events.index(("USR1", "agent"))
     assert internal < events.index(("create", "agent")) < ready    # made while the proxy started
-    # its container starts once the proxy's exists (the probe waits for the proxy to answer), the
-    # agent only on the launcher's word, after the proxy is ready
+    # its container starts once the proxy's exists, alongside the proxy's start; the probe asks the
+    # proxy once the launcher has said it is ready (USR2, asked for), the agent starts only on the
+    # launcher's word after the report (USR1)
     assert events.index(("proxy", plan.proxy.name)) < events.index(("start", "agent")) < ready < word
-    # ... and runs: the probe's 15 s wait for its proxy never begins before the proxy's own start
-    assert events.index(("start", "proxy")) < events.index(("start", "agent")) < ready
+    assert ready < events.index(("USR2", "agent")) < word and events.count(("USR2", "agent")) == 1
     assert len([e for e in events if e[0] == "network"]) == len(plan.networks) == 2
 
 
@@ -159,8 +163,10 @@ def test_a_proxy_that_never_comes_up_means_the_agent_never_starts_and_nothing_st
     engine = ProxyEngine(plan, ready=False)
     with pytest.raises(EngineError, match="did not come up"):
         launch.run(engine, plan, Recorder())
-    # its container may have started (the probe waits for the proxy); the launcher's word never came
-    assert ("USR1", "agent") not in engine.events and ("create", "agent") in engine.events
+    # its container may have started (the probe waits for the launcher's word that the proxy is
+    # ready); neither that word nor the one that starts the agent came
+    assert ("USR1", "agent") not in engine.events and ("USR2", "agent") not in engine.events
+    assert ("create", "agent") in engine.events
     # the shared egress network stays by design (made once, kept while proxies use it: `sandbox gc`)
     assert engine.calls[-1] == "remove" and engine.containers == {} and list(engine.networks) == [SHARED_EGRESS]
 

@@ -147,7 +147,7 @@ def test_the_terminal_runs_the_command_the_agents_cli_or_the_shell(tmp_path, sta
 def test_the_command_line_attaches_with_none_of_the_options_and_opens_no_terminal_in_a_script(
         tmp_path, started, monkeypatch):
     engine = FakeEngine()
-    monkeypatch.setattr(engine_module, "connect", lambda: engine)
+    monkeypatch.setattr(engine_module, "connect", lambda **_: engine)
     result = CliRunner().invoke(main, ["up", str(tmp_path), "-p", "ci", "--idle", "30m", "--no-shell"])
     assert result.exit_code == 0, result.output
     again = CliRunner().invoke(main, ["up", str(tmp_path), "--json", "--", "sh", "-c", "exit 3"])

@@ -15,7 +15,8 @@
 #                 variables and files of its own, keeps everything else local, and reports one
 #                 line through _p_line. No check reads what another check computed.
 #   5. run        run_checks: the checks the launcher listed (checks=, launcher/checks.py), in
-#                 that order, then PROBE-END
+#                 that order, then PROBE-END; __sbx_probe_checks runs phases 2-5 (and, in a
+#                 launch's proxy mode, waits with them for the launcher's word that the proxy is ready)
 #   6. gate       __sbx_probe_gate: after PROBE-END ok, wait (bounded) for the launcher's word
 #   7. exec       __sbx_probe_exec: only after phases 2-6 passed, in the probe's own process
 #
@@ -23,8 +24,11 @@
 # - The image is untrusted: every tool is "$BB" <applet>; a bare name is only ever a shell
 #   builtin or a function of this file. PATH is /dev/null for phases 2-5 so a slip cannot reach
 #   the image (an empty PATH would not do: ash then runs a bare name from the working directory).
+# - The probe's own variables are A_*, S_*, MI_*, RT_*, CG_*, K_*, L_*, ENV_*, EG_*, RC_*, _* and BB
+#   (a new one takes one of these): any of them the environment names is unset before phase 2.
+#   The environment is read only for HOME, SANDBOX_NODE_IP and KUBERNETES_SERVICE_*.
 # - Phases 2-5 run in a subshell: nothing they assign can leak into the agent's environment.
-#   At top level the script assigns no variable; the exec step restores what ash itself changes
+#   At top level the script assigns only __sbx_probe_* names, unset again; the exec step restores what ash itself changes
 #   at startup (SHLVL, PWD) and verifies the exported environment is byte-identical to the one
 #   the probe was given before it execs.
 # - Fail closed: anything unreadable, unparsable or missing where required fails its check. A
@@ -520,15 +524,27 @@ gather_egress() {
 	readonly EG_GW_IP EG_NOGW EG_REPORTED EG_PROXY EG_DIRECT EG_DNS EG_BUMP EG_REFUSE EG_TUNNEL EG_KEY EG_KEYHIDDEN
 }
 
-# one plain-HTTP request for the deny-test host through the proxy. The launcher starts the sandbox
-# alongside its proxy (launcher/egress/proxy.py): until the proxy's container has joined the
-# network its name does not resolve (Docker: the resolver is silent, nc's 3 s alarm ends the try)
-# or its pinned address has no owner (podman: "No route to host"), and until Squid listens it
-# refuses; each is tried again, every 20 ms, until 15 s have passed (the agent waits for the
-# launcher's word, which comes only once the proxy is ready). With rules per request the sandbox
-# starts only then, so the other asks need no such wait.
+# one plain-HTTP request for the deny-test host through the proxy. A launch starts the sandbox
+# alongside its proxy (launcher/egress/proxy.py), before the proxy's container runs, and the
+# launcher says when the proxy is ready (_P_WORD, see __sbx_probe_checks): the request waits for
+# that word, however long the engine takes to start the proxy, and then its 15 s begin. Until the
+# proxy's container has joined the network its name does not resolve (Docker: the resolver is
+# silent, nc's 3 s alarm ends the try) or its pinned address has no owner (podman: "No route to
+# host"), and until Squid listens it refuses: each is tried again, every 20 ms, until 15 s have
+# passed. Without a launcher (gate=-) the 15 s begin at once. The word only says when to ask: the
+# proxy's own answer is the observation. With rules per request the sandbox starts only once the
+# proxy is ready, so the other asks need no such wait.
 _p_ask_proxy() {
-	local _r _end
+	local _r _end _n=0
+	# every 10 ms for a second, then every 0.1 s, past 5 s every 0.5 s: each look costs a process,
+	# and with many launches at once the engine may take 20 s and more to start the proxy
+	while _p_word_pending; do
+		_n=$((_n + 1))
+		if [ "$_n" -le 100 ]; then "$BB" usleep 10000
+		elif [ "$_n" -le 140 ]; then "$BB" usleep 100000
+		else "$BB" usleep 500000
+		fi
+	done
 	_end=$(($("$BB" date +%s) + 15))
 	while :; do
 		# busybox nc hangs up when its input ends, and Squid drops a request whose client left: the
@@ -545,6 +561,15 @@ _p_ask_proxy() {
 		"$BB" usleep 20000
 	done
 	printf 'proxy\t%s\n' "${_r%"$_P_CR"}"
+}
+
+# the launcher's word that the proxy is ready has not come yet: the sleeper PID 1 started for it
+# (_P_WORD) still runs (the word's trap ends it; so does its own bound)
+_p_word_pending() {
+	local _pid _comm _state _rest
+	[ -n "$_P_WORD" ] || return 1
+	{ read -r _pid _comm _state _rest <"/proc/$_P_WORD/stat"; } 2>/dev/null || return 1
+	[ "$_state" != Z ]
 }
 
 # KEY HOST:PORT HELLO -- through the proxy, CONNECT HOST:PORT and send the plan's TLS 1.2
@@ -1836,6 +1861,8 @@ _p_main() {
 	_P_N=0          # lines reported (see _p_line)
 	_P_FAILED=0
 	_P_LEFT=        # probe files that could not be removed (see _p_left)
+	_P_WORD=${__sbx_probe_w-}   # the sleeper for the launcher's word that the proxy is ready (or empty)
+	readonly _P_WORD
 
 	parse_args "$@"
 
@@ -1863,6 +1890,56 @@ _p_main() {
 }
 
 # =============================================================================================
+# 5. run, in its process: phases 2-5 run in a subshell (nothing they assign reaches the agent), in
+# the background, so that PID 1 runs a trapped signal's action while they run (while it waits for a
+# foreground command, ash runs traps only once the command has ended). In proxy mode with a
+# launcher watching (net=proxy, gate=N) the launcher starts the sandbox alongside its proxy, before
+# the proxy runs: the probe asks (a "PROBE-ASK<TAB>proxy" line, printed once the traps are set) for
+# the launcher's word that the proxy is ready, and the launcher answers with SIGUSR2 to PID 1, whose
+# trap ends a sleeper started here; _p_ask_proxy waits while that sleeper runs. The word only says
+# when to ask the proxy and when its 15 s begin: a word that never comes ends with the sleeper's
+# bound (twice the gate, more than the launcher waits for its proxy), a forged or early one only
+# begins the 15 s sooner. The launcher's no (SIGTERM, e.g. its proxy never started) ends the checks
+# at once: exit 97. Assigns only __sbx_probe_* names and unsets them again.
+
+__sbx_probe_checks() {
+	__sbx_probe_w= __sbx_probe_n= __sbx_probe_g=-
+	for __sbx_probe_a; do
+		case $__sbx_probe_a in --) break ;; gate=*) __sbx_probe_g=${__sbx_probe_a#gate=} ;; net=*) __sbx_probe_n=${__sbx_probe_a#net=} ;; esac
+	done
+	case $__sbx_probe_n:$__sbx_probe_g in
+	proxy:- | proxy:*[!0-9]* | proxy:) ;;   # a bad gate= fails in parse_args
+	proxy:*)
+		/.sandbox/probe/busybox sleep $((__sbx_probe_g * 2)) &
+		__sbx_probe_w=$!
+		printf 'PROBE-ASK\tproxy\n'
+		;;
+	esac
+	(_p_main "$@") </dev/null &
+	__sbx_probe_m=$!
+	while :; do
+		wait "$__sbx_probe_m"
+		__sbx_probe_s=$?
+		if [ "${__sbx_probe_go-}" = no ]; then
+			/.sandbox/probe/busybox kill "$__sbx_probe_m" 2>/dev/null
+			printf 'probe: the launcher said no while the checks ran: the agent was not started\n' >&2
+			exit 97
+		fi
+		# wait returned early (128 + the signal) for a trapped signal while the subshell still runs
+		[ -e "/proc/$__sbx_probe_m" ] || break
+	done
+	# ... or right as it ended: its status is kept until asked for again (a failed one is no pass)
+	[ "$__sbx_probe_s" -le 128 ] || { wait "$__sbx_probe_m"; __sbx_probe_s=$?; }
+	trap - USR2
+	if [ -n "$__sbx_probe_w" ]; then   # gone before the agent starts (never its child)
+		/.sandbox/probe/busybox kill "$__sbx_probe_w" 2>/dev/null
+		while [ -e "/proc/$__sbx_probe_w" ]; do wait "$__sbx_probe_w"; done
+	fi
+	[ "$__sbx_probe_s" = 0 ] || exit 97
+	unset __sbx_probe_a __sbx_probe_g __sbx_probe_m __sbx_probe_n __sbx_probe_s __sbx_probe_w
+}
+
+# =============================================================================================
 # 6. gate: the launcher's word. The probe's own verdict is not the last one: the launcher reads
 # the whole report, compares it with its plan (the check list, the order) and only then sends
 # SIGUSR1 to this process (PID 1); SIGTERM is its no. The traps are set at the top level, before
@@ -1883,11 +1960,13 @@ __sbx_probe_gate() {
 			# between commands): the trap also ends the sleep once it runs, and the word is looked
 			# at again before waiting (seen: the agent started 60 s late, about one launch in ten
 			# on a loaded machine)
+			# (kill is ash's builtin here and in the traps: no process of its own on the word's path)
 			/.sandbox/probe/busybox sleep "$__sbx_probe_g" &
 			__sbx_probe_p=$!
-			[ -n "${__sbx_probe_go-}" ] || wait "$__sbx_probe_p"
-			/.sandbox/probe/busybox kill "$__sbx_probe_p" 2>/dev/null
-			wait "$__sbx_probe_p"
+			[ -n "${__sbx_probe_go-}" ] || wait "$__sbx_probe_p" 2>/dev/null
+			kill "$__sbx_probe_p" 2>/dev/null
+			# the wait that reaps the sleep says "Terminated" on stderr: the agent's, not the probe's
+			wait "$__sbx_probe_p" 2>/dev/null
 		fi
 		case ${__sbx_probe_go-} in
 		go) ;;
@@ -1954,7 +2033,9 @@ __sbx_probe_exec() {
 	done </proc/$$/environ
 	unset __sbx_probe_e
 
-	if [ "$(/.sandbox/probe/busybox env -0 | /.sandbox/probe/busybox sort -z | /.sandbox/probe/busybox md5sum)" = \
+	# sort reads its own environment: exactly what this shell passes a command it runs (as env -0
+	# would print it, one process fewer)
+	if [ "$(/.sandbox/probe/busybox sort -z /proc/self/environ | /.sandbox/probe/busybox md5sum)" = \
 		"$(/.sandbox/probe/busybox sort -z </proc/$$/environ | /.sandbox/probe/busybox md5sum)" ]; then
 		exec -a "$__sbx_probe_name" "$__sbx_probe_cmd" "$@"
 	fi
@@ -1974,8 +2055,19 @@ __sbx_probe_exec() {
 	exit 126
 }
 
-trap '__sbx_probe_go=go; [ -z "${__sbx_probe_p-}" ] || /.sandbox/probe/busybox kill "$__sbx_probe_p" 2>/dev/null' USR1
-trap '__sbx_probe_go=no; [ -z "${__sbx_probe_p-}" ] || /.sandbox/probe/busybox kill "$__sbx_probe_p" 2>/dev/null' TERM
-(_p_main "$@") </dev/null || exit 97
+# ash imports every variable of its environment, and the image's ENV or the container's could name
+# the probe's own: an optional expectation (keyvars=, owntmpfs=, ...), a gathered value, the gate's
+# word. Every name of the probe's namespaces starts unset, so what it reads is what it set itself.
+while IFS= read -r -d '' __sbx_probe_e; do
+	case ${__sbx_probe_e%%=*} in
+	*[!A-Za-z0-9_]*) ;;   # not a name ash imports (and one unset would end the shell over)
+	A_* | S_* | MI_* | RT_* | CG_* | K_* | L_* | ENV_* | EG_* | RC_* | _* | BB) unset "${__sbx_probe_e%%=*}" ;;
+	esac
+done </proc/$$/environ
+unset __sbx_probe_e
+trap '__sbx_probe_go=go; [ -z "${__sbx_probe_p-}" ] || kill "$__sbx_probe_p" 2>/dev/null' USR1
+trap '__sbx_probe_go=no; [ -z "${__sbx_probe_p-}" ] || kill "$__sbx_probe_p" 2>/dev/null' TERM
+trap '[ -z "${__sbx_probe_w-}" ] || kill "$__sbx_probe_w" 2>/dev/null' USR2
+__sbx_probe_checks "$@"
 __sbx_probe_gate "$@"
 __sbx_probe_exec "$@"

@@ -182,7 +182,7 @@ def _say_record(written) -> None:
 @json_option("What was removed and kept as JSON on stdout.")
 def gc(everything: bool, force: bool, volumes: bool, as_json: bool) -> None:
     """Remove sandboxes of ours left behind (stopped, or whose launcher died) with their proxies
-    and networks, probe volumes of earlier probe versions, and copies whose work is on the host
+    and networks, probe volumes and files of earlier probe versions, and copies whose work is on the host
     tree already. A copy with unapplied changes stays unless --force; home volumes stay unless --volumes.
 
     \b

@@ -29,17 +29,17 @@ def start(engine: Engine, plan: LaunchPlan, listener, create_container: Callable
     """The networks, then the proxy, started and ready (Squid accepts connections); meanwhile,
     once its internal network exists, `create_container(plan)` makes the agent's container (the
     plan with the proxy's address pinned, where it has to be: plan.pinned_proxy). `start_container`
-    (when given) starts it once the proxy's container runs, alongside Squid's own start: its
-    probe waits for the proxy to answer (probe.sh, _p_ask_proxy), and the agent waits for the
-    launcher's word, which comes only after this returned. With rules per request the sandbox
-    trusts the proxy's CA from its start, which the proxy hands over once ready: it starts then.
-    Returns only when every step has ended, so a clean-up after a failure finds everything that
-    was made."""
+    (when given) starts it once the proxy's container exists, alongside the proxy's own start: its
+    probe asks the proxy only once the launcher has said the proxy is ready, which it says only
+    after this returned (probe.sh, _p_ask_proxy; launch._proxy_ready), and the agent waits for the
+    launcher's word after the report. With rules per request the sandbox trusts the proxy's CA
+    from its start, which the proxy hands over once ready: it starts then. Returns only when every
+    step has ended, so a clean-up after a failure finds everything that was made."""
     from concurrent.futures import ThreadPoolExecutor, wait   # here: it imports logging, which none mode never needs
 
     values = secret_values(plan)   # read only now: the plan itself never holds a secret's value
     interrupted = threading.Event()   # Ctrl-C or SIGTERM here: stop waiting for the proxy, clean up
-    created = threading.Event()       # the proxy's container runs (the sandbox's start may begin)
+    created = threading.Event()       # the proxy's container exists (the sandbox's start may begin)
     with ThreadPoolExecutor(max_workers=len(plan.networks) + 4) as pool:
         networks = {n.name: pool.submit(_network, engine, n, listener) for n in plan.networks}
         internal = networks.get(plan.proxy.internal_network)
@@ -63,7 +63,7 @@ def start(engine: Engine, plan: LaunchPlan, listener, create_container: Callable
 
 def _start_when(early: bool, created: threading.Event, made: Future, container: Future,
                 start_container: Callable) -> None:
-    """Start the sandbox's container once it is made and the proxy's runs (`early`), else once
+    """Start the sandbox's container once it is made and the proxy's exists (`early`), else once
     the proxy is ready; never when either failed."""
     made_container = container.result()
     while not (early and created.is_set()) and not made.done():
@@ -87,12 +87,12 @@ def _proxy(engine: Engine, plan: LaunchPlan, values: dict[str, str], listener, p
         shared = next((n for n in plan.networks if n.shared and n.name == plan.proxy.egress_network), None)
         ref = engine.create_proxy(plan.proxy, values, egress_ready=egress.result if egress else lambda: None,
                                   address=address, remake=shared and (lambda: subnets.shared_network(engine, shared)))
+    # The sandbox's start may begin alongside the proxy's: however long the engine's queue of starts
+    # holds the proxy's (50 at once: up to ~20 s), its probe asks the proxy only once the launcher
+    # has said the proxy is ready, and its 15 s for an answer begin then (probe.sh, _p_ask_proxy).
+    created.set()
     with timed(listener, "proxy start"):
         engine.start(ref)
-    # Only now the sandbox's start, not once the proxy's container exists: with many launches at once
-    # the engine's queue of starts could put the 15 s the probe gives the proxy (probe.sh) before
-    # the proxy's own start (50 at once, no egress network to make first: 3 failed egress.proxy).
-    created.set()
     deadline = time.monotonic() + PROXY_TIMEOUT
     with timed(listener, "proxy ready"):
         while time.monotonic() < deadline and not interrupted.is_set():

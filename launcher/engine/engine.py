@@ -48,8 +48,9 @@ def _sdk_client():
     return docker.from_env(timeout=300)   # asks the engine its API version: no ping needed
 
 
-def connect() -> "Engine":
-    """Connect to the engine the environment points at (DOCKER_HOST or the default socket)."""
+def connect(info: bool = False) -> "Engine":
+    """Connect to the engine the environment points at (DOCKER_HOST or the default socket); `info`:
+    its /info asked beside /version (a launch reads both: Docker runs runc --version for each)."""
     try:
         from launcher.host import host
 
@@ -57,12 +58,13 @@ def connect() -> "Engine":
         if path is None:
             return Engine(engineapi.Sdk(_sdk_client()))
         http = engineapi.Unix(path)
+        early = _asked_now(http, "/info") if info else None
         answer = http.call("GET", "/version")
         if answer.status != 200:
             raise engineapi.failed("reading the engine version", answer)
         version = answer.json()
         http.version = version["ApiVersion"]   # the engine's own, as the SDK negotiates it
-        return Engine(http, version)
+        return Engine(http, version, early)
     except EngineError:
         raise
     except Exception as exc:  # noqa: BLE001 - every failure here means "no engine"
@@ -71,13 +73,25 @@ def connect() -> "Engine":
         raise unreachable(exc, DEFAULT_SOCKET) from None
 
 
+def _asked_now(http: "engineapi.Unix", path: str) -> Callable[[], dict | None]:
+    """GET `path` on a thread from now on, unversioned (the engine's own API version, which connect then
+    takes); what gives its document once, None when it failed (asked again then)."""
+    got: list = []
+
+    def ask() -> None:
+        with suppress(Exception):
+            got.append((answer := http.call("GET", path)).status == 200 and answer.json() or None)
+    (thread := threading.Thread(target=ask, daemon=True)).start()
+    return lambda: thread.join() or (got.pop() if got else None)
+
+
 class Engine(Networks):
     """engineproto.Engine over the Engine API: typed inputs and answers, mapped errors, nothing else.
     `http` is an engineapi transport (or enginefake's); the SDK's client is made only when a build,
     pull or exec needs it."""
 
-    def __init__(self, http, version: dict | None = None):
-        self.http, self._version, self._client = http, version, None
+    def __init__(self, http, version: dict | None = None, info: Callable[[], dict | None] | None = None):
+        self.http, self._version, self._client, self._info = http, version, None, info
 
     @property
     def client(self):
@@ -120,8 +134,9 @@ class Engine(Networks):
         return dialects.of(engineid.identify(self.version(), {}).kind)
 
     def info(self, libpod: bool = False) -> dict:   # libpod: podman's own (rootless, id maps, cgroups); Docker: {}
-        return self._json("reading the engine's system information", "GET", "/libpod/info" if libpod else "/info",
-                          missing=libpod) or {}
+        early, self._info = (None, self._info) if libpod else (self._info, None)   # asked at connect: used once
+        return (early and early()) or self._json("reading the engine's system information", "GET",
+                                                 "/libpod/info" if libpod else "/info", missing=libpod) or {}
 
     # images
     def _image(self, ref: str, missing: bool = False) -> dict | None:

@@ -173,8 +173,12 @@ def build_agent(engine: Engine, name: str, progress: Progress, ca_files: list[Pa
     return image
 
 
+def probe_version() -> str:   # the probe image's tag, its context's digest: names its volume and host directory
+    return probe_image().tag.split(":")[1]
+
+
 def probe_volume_name() -> str:
-    return "sandbox-probe-" + probe_image().tag.split(":")[1]
+    return "sandbox-probe-" + probe_version()
 
 
 def image_id(engine: Engine, ref: str) -> str:
@@ -364,10 +368,6 @@ def _busybox(engine: Engine, tag: str) -> bytes:
     return busybox
 
 
-def _busybox_digest(engine: Engine, tag: str) -> str:
-    return probefiles.sha256(_busybox(engine, tag))
-
-
 def ensure_for(engine: Engine, policy_image: str, progress: Progress, proxy: bool = False, probe_dir: str = "") -> str:
     """Make sure the probe image, its volume (and its copy at probe_dir on this host, when one is
     bound), the policy's image (and the proxy) exist. Returns the volume."""
@@ -385,7 +385,7 @@ def ensure_for(engine: Engine, policy_image: str, progress: Progress, proxy: boo
     if not ours:
         # The busybox it is filled with, recorded on the volume (labels never change): every
         # launch compares the container's copy with it and with its own probe.sh (probefiles).
-        found = {**LABELS, label.PROBE_BUSYBOX: _busybox_digest(engine, probe.tag)}
+        found = {**LABELS, label.PROBE_BUSYBOX: probefiles.sha256(_busybox(engine, probe.tag))}
         engine.fill_volume(volume, probe.tag, "/probe", found)   # image path, see images/probe
     if probe_dir and not os.path.isdir(probe_dir):   # every launch compares it all the same (probefiles)
         probefiles.fill_dir(probe_dir, _busybox(engine, probe.tag), found[label.PROBE_BUSYBOX], volume)

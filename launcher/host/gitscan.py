@@ -76,15 +76,16 @@ def _git_dirs(root: str, surfaces: dict[str, str], writable_git: bool, out: _Fou
     return tops
 
 
-def _configured(root: str, tops: dict[str, str], owner: tuple[int, int] | None, out: _Found) -> None:
+def _configured(root: str, tops: dict[str, str], owner: tuple[int, int] | None, out: _Found,
+                read: tuple | None = None) -> None:
     """Protect and fingerprint every config file, hooks path and program the repositories' git
     configuration names inside the workspace."""
     if len(tops) > MAX_REPOSITORIES:
         out.refusals.append(f"{len(tops)} repositories (more than {MAX_REPOSITORIES}) whose git configuration to read")
         return
     for top in tops.values():
-        try:
-            named = gitgraph.paths(top, owner)
+        try:   # the root's as the layers read it in this launch (a moment ago), else git's listing now
+            named = read[2] if read and read[:2] == (os.path.normpath(top), owner) else gitgraph.paths(top, owner)
         except PolicyError as exc:
             out.refusals.append(f"git cannot read the configuration of {top} ({exc.problems[0].found}), so what "
                                 "it includes is not known")
@@ -118,14 +119,15 @@ def _uncovered(paths: list[str]) -> tuple[str, ...]:
 
 
 def discover(root: str, surfaces: dict[str, str], *, writable_git: bool, owner: tuple[int, int] | None,
-             placeholder: str = "") -> GitFacts:
-    """GitFacts for a writable bind workspace whose snapshot (scan.snapshot) is `surfaces`."""
+             placeholder: str = "", read: tuple | None = None) -> GitFacts:
+    """GitFacts for a writable bind workspace whose snapshot (scan.snapshot) is `surfaces`. `read`:
+    (top, owner, paths) as gitgraph.paths gave them earlier in the same launch (Stack.git_read)."""
     out = _Found()
     enclosing = gitdirs.enclosing_git_dir(root)
     if enclosing:
         out.refusals.append(f"the workspace is {'' if enclosing == root else 'inside '}the git directory {enclosing}: "
                             "its config and hooks would be the agent's to write")
-    _configured(root, _git_dirs(root, surfaces, writable_git, out), owner, out)
+    _configured(root, _git_dirs(root, surfaces, writable_git, out), owner, out, read)
     protect = _uncovered(out.protect)
     # What a snapshot fingerprints already (a git directory, a surface) is not fingerprinted twice.
     out.fingerprint = [p for p in out.fingerprint if not any(p == k or p.startswith(k + "/") for k in surfaces)]

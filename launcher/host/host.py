@@ -226,6 +226,14 @@ def user_config_path() -> str:
     return os.path.join(_xdg_dir("XDG_CONFIG_HOME", ".config"), "sandbox", "config.yaml")
 
 
+def launcher_paths() -> tuple[str, ...]:
+    """Real paths of what the launcher trusts on this host: its state (trust store, approvals,
+    probe files), the user's layer and defaults, the org policy. No sandbox may mount them."""
+    org = os.environ.get("SANDBOX_ORG_POLICY", "") or ORG_POLICY
+    return tuple(os.path.realpath(p) for p in
+                 (state_dir(), os.path.join(_xdg_dir("XDG_CONFIG_HOME", ".config"), "sandbox"), org))
+
+
 def settings_environment(names) -> dict[str, str]:
     """The SANDBOX_* variables of settings.py that are set (the defaults' environment source)."""
     return {name: os.environ[name] for name in names if name in os.environ}

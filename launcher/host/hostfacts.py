@@ -26,6 +26,9 @@ class HostFacts:
     runtime_sockets: tuple[str, ...]       # real paths of known runtime sockets and dirs
     credential_paths: tuple[str, ...]      # real paths of credential locations
     probe_volume: str
+    # What the launcher itself trusts on this host (host.launcher_paths): a sandbox that could write
+    # the trust store or a layer would approve its own policy next time.
+    launcher_paths: tuple[str, ...] = ()
     # The launcher's own copy of the probe files on this host (probedir.py), bound instead of the
     # volume when the engine is a daemon on this host: "" for the volume (files for another tool too).
     probe_dir: str = ""
@@ -60,7 +63,8 @@ class HostFacts:
 
 def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str = "",
            placeholders: tuple[str, ...] = (), config_placeholder: str = "",
-           ca_store: tuple[str, str] = ("", ""), git_placeholder: str = "", launched: bool = True) -> HostFacts:
+           ca_store: tuple[str, str] = ("", ""), git_placeholder: str = "", launched: bool = True,
+           git_read: tuple | None = None) -> HostFacts:
     home = os.path.realpath(os.path.expanduser("~"))
     ws = hostpaths.path_fact(workspace, os.getcwd(), scan=True)
     surfaces, git = None, GitFacts()
@@ -72,7 +76,7 @@ def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str =
 
         surfaces = scan.snapshot(ws.real)
         git = gitscan.discover(ws.real, surfaces, writable_git=policy.workspace.git is Access.READ_WRITE,
-                               owner=ws.owner, placeholder=git_placeholder)
+                               owner=ws.owner, placeholder=git_placeholder, read=git_read)
         surfaces.update(scan.extras(ws.real, git.fingerprint, surfaces))   # what the include graph names
     inside = tuple(p for p in git.protect if p not in policy.workspace.protected)
     return HostFacts(
@@ -85,6 +89,7 @@ def gather(policy: Policy, workspace: str, probe_volume: str, proxy_image: str =
         runtime_sockets=host.runtime_socket_paths(),
         credential_paths=tuple(os.path.realpath(os.path.join(home, p)) for p in CREDENTIAL_PATHS),
         probe_volume=probe_volume,
+        launcher_paths=host.launcher_paths(),
         config_placeholder=config_placeholder, ca_store=ca_store,
         ca_certs=tuple(cafiles.ca_file(given) for given in policy.ca_certificates),
         proxy_image=proxy_image,

@@ -26,6 +26,28 @@ def path(tag: str) -> str:
     return os.path.join(os.path.realpath(host.state_dir()), "probe", tag)
 
 
+def remove_stale(current: str) -> list[str]:
+    """Remove the probe directories of other probe versions than `current` (a sandbox still bound
+    to one keeps its files: the mount holds them), and half-written ones whose writer is gone.
+    Returns what it removed, as "probe files TAG"."""
+    top = os.path.dirname(path(current))
+    try:
+        names = sorted(os.listdir(top))
+    except OSError:   # none yet
+        return []
+    removed = []
+    for name in names:
+        if name.endswith(".tmp"):   # fill()'s TAG.PID.HEX.tmp
+            parts = name.split(".")
+            if len(parts) == 4 and parts[1].isdigit() and host.pid_alive(int(parts[1])):
+                continue
+        elif name == current:
+            continue
+        _remove(os.path.join(top, name))
+        removed.append(f"probe files {name}")
+    return removed
+
+
 def engine_is_local(socket_path: str | None) -> bool:
     """Whether the engine at this unix socket is an engine daemon on this host (no socket: no)."""
     if not socket_path:

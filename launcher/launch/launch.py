@@ -22,7 +22,7 @@ from launcher.errors import EngineError, ProbeFailed, Terminated, also_failed, c
 from launcher.host import hostpaths, workspaces
 from launcher.launch import home, proof
 from launcher.plan import checks, runtimes
-from launcher.plan.plan import PROBE_END, LaunchPlan, MountKind
+from launcher.plan.plan import PROBE_ASK, PROBE_END, LaunchPlan, MountKind
 from launcher.timings import timed
 
 if TYPE_CHECKING:
@@ -81,9 +81,10 @@ class _Output:
                 if time.monotonic() >= deadline:
                     raise TimeoutError from None
 
-    def read_probe(self, timeout: float) -> tuple[ProbeReport, bytes, list[str]]:
-        """Read the probe's lines up to PROBE-END; return the report and any bytes after it."""
-        deadline, buffer, errors = time.monotonic() + timeout, b"", []
+    def read_probe(self, timeout: float, asked: Callable[[], None] | None = None) -> tuple[ProbeReport, bytes, list[str]]:
+        """Read the probe's lines up to PROBE-END; return the report and any bytes after it.
+        `asked()` once the probe asks for the word that its proxy is ready (a PROBE-ASK line)."""
+        deadline, buffer, errors, answered = time.monotonic() + timeout, b"", [], False
         try:
             while True:
                 chunk = self.next(deadline)
@@ -94,13 +95,19 @@ class _Output:
                     errors.append(data.decode(errors="replace"))
                     continue
                 buffer += data
+                if asked is not None and (b"\n" + buffer).find(b"\n" + PROBE_ASK.encode() + b"\n") >= 0:
+                    asked()
+                    asked, answered = None, True
                 marker = (b"\n" + buffer).find(b"\n" + PROBE_END.encode() + b"\t")
                 if marker >= 0 and buffer.find(b"\n", marker) >= 0:
                     end = buffer.find(b"\n", marker) + 1
                     lines = buffer[:end].decode(errors="replace").splitlines()
                     return parse_probe(lines, self.not_applicable), buffer[end:], errors
-        except TimeoutError:
-            errors.append(f"the probe did not finish within {timeout:.0f} s")
+        except TimeoutError:   # where it stopped, for whoever finds out why
+            lines = buffer.decode(errors="replace").splitlines()
+            where = f"{len(lines)} lines, the last {lines[-1][:160]!r}" if lines else "nothing printed"
+            word = "; it asked for the word that the proxy is ready and was answered" if answered else ""
+            errors.append(f"the probe did not finish within {timeout:.0f} s ({where}{word})")
         return parse_probe(buffer.decode(errors="replace").splitlines(), self.not_applicable), b"", errors
 
 
@@ -184,7 +191,8 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener,
             ref, output = _create(engine, plan, listener, filling)
             start((ref, output))
         with timed(listener, "probe"):
-            report, rest, errors = output.read_probe(PROBE_TIMEOUT)
+            # proxy.start has returned: the proxy is ready, which the probe waits to hear (probe.sh)
+            report, rest, errors = output.read_probe(PROBE_TIMEOUT, plan.proxy and (lambda: _proxy_ready(engine, ref)))
         proof.judge(report, errors, plan)
         with timed(listener, "gate"):
             # The launcher's word: the probe waits for it before it starts the agent (probe.sh's gate).
@@ -194,6 +202,14 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener,
     except BaseException as primary:
         _cleaning_up(primary, lambda: remove_sandbox(engine, plan.container.name), f"removing {plan.container.name}")
         raise
+
+
+def _proxy_ready(engine: Engine, ref: str) -> None:
+    """The launcher's word that the proxy is ready (SIGUSR2): the probe asks its proxy from then on."""
+    try:
+        engine.signal(ref, "USR2")
+    except EngineError:   # the probe has ended: its report says why
+        pass
 
 
 def remove_sandbox(engine: Engine, name: str) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from launcher import labels
-from launcher.engine import images
+from launcher.engine import early, images
 from launcher.host import baseline, engineid, host, proven, statefiles
 from launcher.launch import launch, ports, proof, sandboxes, upoptions
 from launcher.pipeline import pipeline
@@ -104,11 +104,12 @@ def prepare(request: Request, listener: Listener, *, kind: str = "run", launched
     return planned
 
 
-def for_engine(request: Request, planned: Planned, engine, *, kind: str = "run", timings=None) -> Planned:
-    """The plan compiled again with the facts of the engine that runs it, where they change it: on a
-    rootless or userns-remapped engine the probe proves the id map, and a limit the engine would
-    ignore is refused (PolicyError)."""
-    facts = engineid.asked(engine)
+def for_engine(request: Request, planned: Planned, engine, *, kind: str = "run", timings=None,
+               facts: engineid.EngineFacts | None = None) -> Planned:
+    """The plan compiled again with the facts of the engine that runs it (`facts`: asked already), where
+    they change it: on a rootless or userns-remapped engine the probe proves the id map, and a limit
+    the engine would ignore is refused (PolicyError)."""
+    facts = facts or engineid.asked(engine)
     if not facts.remapped and not facts.unenforced and facts.kind == engineid.EngineFacts().kind:
         return planned   # what the first compile assumed (its dialect too)
     again = pipeline.compiled(planned.layered, request.workspace, request.command, kind=kind, name=request.name,
@@ -143,7 +144,7 @@ def connect(listener: Listener):
     with timed(listener, "connect"):
         from launcher.engine import engine
 
-        return engine.connect()
+        return engine.connect(info=True)   # its facts are asked next (engineid.asked)
 
 
 def run(request: Request, listener: Listener, *, engine=None, timings=None) -> RunResult:
@@ -161,9 +162,10 @@ def run(request: Request, listener: Listener, *, engine=None, timings=None) -> R
 
         recorder = attest.Recorder(listener)
     try:
+        asked = early.Asked(lambda: connect(listener), listener) if engine is None else None
         planned = prepare(request, listener, timings=timings)
-        engine = engine or connect(listener)
-        planned = for_engine(request, planned, engine, timings=timings)
+        engine = engine or asked.engine()
+        planned = for_engine(request, planned, engine, timings=timings, facts=asked and asked.facts())
         ready(engine, planned, request.options.agent, listener)
         held = ports.hold(request.ports, planned.plan.container.name)   # before anything starts
         try:

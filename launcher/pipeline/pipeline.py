@@ -162,14 +162,16 @@ def facts_for(policy, workspace: str, launched: bool = True) -> HostFacts:
     return facts_and_files(policy, hostpaths.workspace_real(workspace), launched)[0]
 
 
-def facts_and_files(policy, workspace: str, launched: bool = True,
-                    engine: EngineFacts | None = None) -> tuple[HostFacts, tuple[StateFile, ...]]:
+def facts_and_files(policy, workspace: str, launched: bool = True, engine: EngineFacts | None = None,
+                    git_read: tuple | None = None) -> tuple[HostFacts, tuple[StateFile, ...]]:
     """The host facts (with the engine's, when it was asked), and the state files they name
-    (nothing written: statefiles.write does). `workspace`: its real path (Stack.workspace)."""
+    (nothing written: statefiles.write does). `workspace`: its real path (Stack.workspace);
+    `git_read`: what the layers read of its git configuration (Stack.git_read)."""
     shared = workspaces.placeholders(workspace)   # other sandboxes' mount points
     config, git = workspaces.config_placeholder(), workspaces.git_placeholder()
     facts = hostfacts.gather(policy, workspace, images.probe_volume_name(), images.proxy_image().tag, placeholders=shared,
-                             config_placeholder=config.path, git_placeholder=git.path, launched=launched)
+                             config_placeholder=config.path, git_placeholder=git.path, launched=launched,
+                             git_read=git_read)
     if engine is not None:
         facts = replace(facts, engine=engine)
     if launched:
@@ -202,7 +204,7 @@ def _probe_dir() -> str:
         return ""
     if not probedir.engine_is_local(host.engine_socket(engine.DEFAULT_SOCKET)):
         return ""
-    return probedir.path(images.probe_image().tag.split(":")[1])
+    return probedir.path(images.probe_version())
 
 
 def engine_seccomp(facts: HostFacts) -> tuple[StateFile, ...]:
@@ -247,7 +249,7 @@ def compiled(result: stack.Stack, workspace: str, command: tuple[str, ...] = (),
     policy = imagebuild.protected(result.effective.policy)   # a build's Dockerfile: read-only inside
     real = result.workspace or hostpaths.workspace_real(workspace)   # a Stack made elsewhere (check) has none
     with timed(timings, "host facts"):
-        facts, files = facts_and_files(policy, real, launched, engine)
+        facts, files = facts_and_files(policy, real, launched, engine, result.git_read)
     if agent and command:
         from launcher.agents.wiring import wrapped
 

@@ -188,6 +188,9 @@ class Stack:
     effective: Effective
     notes: tuple[str, ...]      # warnings for the person at the terminal
     workspace: str = ""         # the workspace's real path, resolved once (pipeline.layered); "": not yet
+    # what git's configuration names for the root repository (gitgraph.paths): (top, owner, paths),
+    # for the host facts of the same launch, so git lists it once; None: not read, or unreadable
+    git_read: tuple | None = None
 
 
 Ask = Callable[[str], bool]
@@ -235,7 +238,7 @@ def _repo_layer(read: Callable[[], LayerFile | None], workspace: str, base: Poli
     return layer
 
 
-def _git_layers(workspace: str, notes: list[str]) -> tuple[list[Layer], list[str]]:
+def _git_layers(workspace: str, notes: list[str]) -> tuple[list[Layer], list[str], tuple | None]:
     """Protect what the root repository's git configuration names inside the workspace (every
     config file of the include graph, hooks paths, programs) like .git/hooks, in bind and copy
     mode alike; nested repositories are bind mode's (gitscan.py)."""
@@ -243,11 +246,13 @@ def _git_layers(workspace: str, notes: list[str]) -> tuple[list[Layer], list[str
 
     by_config: dict[str, list[str]] = {}
     at_root = []
+    owner = hostpaths.path_fact(workspace).owner
     try:
-        named = gitgraph.paths(workspace, hostpaths.path_fact(workspace).owner)
+        named = gitgraph.paths(workspace, owner)
+        read = (workspace, owner, named)
     except PolicyError as exc:   # bind mode refuses such a workspace (gitscan); copy mode carries no .git back
         notes.append(f"git cannot read the configuration of {workspace}: {exc.problems[0].found}")
-        named = ()
+        named, read = (), None
     for git in named:
         rel = os.path.relpath(os.path.realpath(git.path), workspace)
         where = f"{git.key} = {git.value} in {git.config}" if git.key else git.config
@@ -264,7 +269,7 @@ def _git_layers(workspace: str, notes: list[str]) -> tuple[list[Layer], list[str
             by_config.setdefault(git.config, []).append(posixpath.normpath(rel))
     layers = [Layer(kind=LayerKind.GIT, file=config, digest="", values=(("workspace.protect", tuple(dict.fromkeys(rels))),))
               for config, rels in by_config.items()]
-    return layers, at_root
+    return layers, at_root, read
 
 
 def build(base: Policy, prior: Effective, ws: str, *, timeout: str | None = None, session: str | None = None,
@@ -283,7 +288,7 @@ def build(base: Policy, prior: Effective, ws: str, *, timeout: str | None = None
                        approved_only=approved_only, notes=notes)
     if repo is not None:
         layers.append(repo)
-    git_layers, at_root = _git_layers(ws, notes)
+    git_layers, at_root, git_read = _git_layers(ws, notes)
     layers += git_layers
     kinds = {settings.USER: LayerKind.USER, settings.REPOSITORY: LayerKind.REPO}
     for flag, field, value, option in (("--timeout", "limits.timeout", timeout, "timeout"),
@@ -306,4 +311,4 @@ def build(base: Policy, prior: Effective, ws: str, *, timeout: str | None = None
                                    expected="a hooks directory below the workspace root", found=at_root[0],
                                    hint="git would run hooks the agent can write; use a subdirectory such as "
                                         ".githooks, or a read-only workspace")])
-    return Stack(effective=eff, notes=tuple(notes), workspace=ws)
+    return Stack(effective=eff, notes=tuple(notes), workspace=ws, git_read=git_read)

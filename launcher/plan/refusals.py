@@ -49,6 +49,10 @@ def refuse_source(fact: PathFact, host: HostFacts, where: str, file: str) -> Pro
     if host.probe_dir and _related(real, host.probe_dir):   # checked, then bound: written meanwhile, it runs
         return problem(f"{real}, which is or holds the launcher's probe files {host.probe_dir}",
                        "a sandbox that could write them would decide what the next sandbox's probe runs")
+    for path in host.launcher_paths:
+        if _related(real, path):
+            return problem(f"{real}, which is or holds the launcher's own {path}",
+                           "the launcher trusts what is there (approvals, policy layers); a sandbox must not write it")
     for path in _REFUSED_SOURCES:
         if _related(real, path) and real != "/":
             return problem(f"{real} (kernel or device filesystem)", "devices cannot be mounted")

@@ -1,10 +1,22 @@
 """The egress proxy's Squid configuration, rendered at compile time from a jinja2 template
 (squid.conf.j2 beside this file): the allow rules and the injected secrets' endpoints. The plan's
-proxy types and constants (ProxySpec, PROXY_ALIAS, ...) are launcher/plan/plan.py's."""
+proxy types and constants (ProxySpec, PROXY_ALIAS, ...) are launcher/plan/plan.py's.
+
+A rendering is kept by its exact input (the template's text and every value it is given, the
+sandbox's name aside, which goes in afterwards), one small file each in the package's
+`__pycache__`, where Python keeps this module's bytecode (trusted alike: whoever can write one can
+write the other; `sys.pycache_prefix` and `PYTHONDONTWRITEBYTECODE` are honoured as Python honours
+them): importing jinja2 and compiling the template cost a proxy-mode start ~50 ms, reading the kept
+text well under one. The same input always renders the same text, so what the proxy enforces is
+decided by the input alone, exactly as without the files."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
+import sys
 
 from launcher.plan.plan import PROXY_ALIAS, PROXY_PORT, EgressRule, SecretEndpoint
 from launcher.policy.allowlist import AllowRule
@@ -40,20 +52,73 @@ def _endpoint(index: int, s: SecretEndpoint) -> dict:
             "cafile": CA_PATH % index if s.ca_pem else ""}
 
 
+TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "squid.conf.j2")
+NAME = "\0sandbox\0"   # the sandbox's name while rendering: no policy value holds a NUL
+KEPT = 64               # renderings kept; past that the oldest go
+
+
 def render_squid(sandbox: str, rules: tuple[AllowRule, ...], port: int = PROXY_PORT,
                  secrets: tuple[SecretEndpoint, ...] = ()) -> str:
-    from jinja2 import Environment, PackageLoader, StrictUndefined
-
-    env = Environment(loader=PackageLoader("launcher.plan", "."), undefined=StrictUndefined,
-                      keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
     http = [r for r in rules if r.http]
     context = [{"acl": _acl(r), "sni_acl": _sni_acl(r), "ports": " ".join(map(str, r.ports)), "private": r.private,
                 "index": i, "text": str(r), **_http(r, http, len(secrets))} for i, r in enumerate(rules, 1)]
     endpoints = [_endpoint(i, s) for i, s in enumerate(secrets) if not s.bind]
-    return env.get_template("squid.conf.j2").render(sandbox=sandbox, rules=context, port=port, bind=PROXY_ALIAS,
-                                                    endpoints=endpoints, bump=bool(http),
-                                                    keys=[_key(i, s) for i, s in enumerate(secrets) if s.bind],
-                                                    seen=keybind.seen_headers(s.header for s in secrets if s.bind))
+    return _rendered(dict(sandbox=NAME, rules=context, port=port, bind=PROXY_ALIAS, endpoints=endpoints, bump=bool(http),
+                          keys=[_key(i, s) for i, s in enumerate(secrets) if s.bind],
+                          seen=list(keybind.seen_headers(s.header for s in secrets if s.bind)))).replace(NAME, sandbox)
+
+
+def _rendered(values: dict) -> str:
+    """The template rendered with `values` (plain data only): kept, or rendered now and kept."""
+    with open(TEMPLATE, encoding="utf-8") as source:
+        template = source.read()
+    key = hashlib.sha256(f"{template}\0{json.dumps(values, sort_keys=True)}".encode()).hexdigest()
+    folder = kept_folder()
+    path = os.path.join(folder, f"{key}.conf") if folder else ""
+    try:
+        with open(path, encoding="utf-8") as kept:
+            text = kept.read()
+        if text.startswith(f"{key}\n"):   # a whole file of this key (written in one rename)
+            return text[len(key) + 1:]
+    except (OSError, ValueError):
+        pass
+    from jinja2 import Environment, StrictUndefined
+
+    env = Environment(undefined=StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+                      autoescape=False)
+    text = env.from_string(template).render(**values)
+    if folder and not sys.dont_write_bytecode:
+        _keep(folder, path, f"{key}\n{text}")
+    return text
+
+
+def kept_folder() -> str:
+    """Where the renderings are kept: beside this module's bytecode ("" where Python keeps none)."""
+    from importlib.util import cache_from_source
+
+    try:
+        return os.path.join(os.path.dirname(cache_from_source(os.path.abspath(__file__))), "squid-conf")
+    except (NotImplementedError, ValueError):
+        return ""
+
+
+def _keep(folder: str, path: str, text: str) -> None:
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(temporary, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temporary, path)   # whole or not at all, also with many launchers at once
+        names = [n for n in os.listdir(folder) if n.endswith(".conf")]
+        if len(names) > KEPT:
+            by_age = sorted(names, key=lambda n: os.stat(os.path.join(folder, n)).st_mtime)
+            for name in by_age[:len(names) - KEPT]:
+                os.unlink(os.path.join(folder, name))
+    except OSError:   # a read-only install: every proxy-mode compile renders, as without the files
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
 
 
 def _key(index: int, s: SecretEndpoint) -> dict:

@@ -9,7 +9,7 @@ from typing import Callable
 
 from launcher.engine.engineproto import Engine
 from launcher.errors import ExitCode
-from launcher.host import baseline, host
+from launcher.host import baseline, host, probedir
 from launcher.launch import records, sandboxes
 from launcher.policy.surfaces import Change
 
@@ -89,6 +89,7 @@ def gc(engine: Engine, *, everything: bool = False, force: bool = False, volumes
 
     removed = sandboxes.gc(engine, everything)
     removed += sandboxes.stale_probe_volumes(engine, images.probe_volume_name())
+    removed += probedir.remove_stale(images.probe_version())
     if volumes:
         removed += home.remove_unused(engine)[0]
     if any(i.kind == "copy" for i in sandboxes.ls(engine)):

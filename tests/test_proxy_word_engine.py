@@ -1,0 +1,131 @@
+"""Proxy mode's start order on the real engine (issue 45): the sandbox's container starts alongside
+its proxy's, before the proxy runs, and its probe asks the proxy only once the launcher has said the
+proxy is ready (SIGUSR2, asked for with a PROBE-ASK line; probe.sh __sbx_probe_checks). The word
+only says when to ask: without it the probe waits a bounded time and then fails on its own; the
+launcher's no (SIGTERM) ends the checks at once; and the sleeper that waits for the word is gone
+before the agent starts. Only our own containers and networks: nothing leaves the host."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from fakes import Recorder
+from launcher import labels as label
+from launcher.engine import subnets
+from launcher.errors import EngineError
+from launcher.launch import launch
+from launcher.plan.plan import PROBE_ASK
+from test_proxy import _plan, internet, leftovers  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.engine
+BB = "/.sandbox/probe/busybox"
+
+
+def _gate(plan, seconds: str):
+    command = tuple(f"gate={seconds}" if a.startswith("gate=") else a for a in plan.container.command)
+    return replace(plan, container=replace(plan.container, command=command))
+
+
+def _without_its_proxy(engine, plan):
+    """The plan's sandbox, created and started by the test on its internal network, with no proxy
+    and no launcher reading its report or giving any word; removed with its network at the end."""
+    internal = next(n for n in plan.networks if n.internal)
+    subnets.create_network(engine, internal)
+    ref = launch.create_verified(engine, plan)
+    engine.start(ref)
+    return ref
+
+
+def _cleanup(engine, plan, ref):
+    engine.remove(ref)
+    for n in plan.networks:
+        if n.internal:
+            engine.remove_network(n.name)
+
+
+def _logs_until(engine, ref, text: str, seconds: float) -> str:
+    deadline = time.monotonic() + seconds
+    while text not in (logs := engine.logs(ref)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return logs
+
+
+# the agent: the command line of each child of PID 1 (itself, after the probe's exec)
+CHILDREN = f'for p in $({BB} cat /proc/1/task/1/children); do {BB} tr "\\0" " " </proc/$p/cmdline; echo; done'
+
+
+def test_the_word_s_sleeper_is_gone_before_the_agent_starts(engine, internet, workspace):
+    """The sleeper (busybox sleep, twice the gate: 120 s) is no child of the agent: it was ended
+    and reaped before the exec. (The proxy checks' own short-lived helpers may still be there.)"""
+    plan = _plan(engine, workspace, internet)
+    argv = plan.container.command
+    plan = replace(plan, container=replace(plan.container, command=argv[:argv.index("--") + 1] + (BB, "sh", "-c", CHILDREN)))
+    listener = Recorder()
+    outcome = launch.run(engine, plan, listener)
+    assert outcome.probe.ok and outcome.exit_code == 0
+    assert b"sleep 120" not in listener.out and b"sleep 60" not in listener.out, listener.out
+    assert PROBE_ASK.encode() not in listener.out and leftovers(engine, workspace) == []
+
+
+def test_without_the_launcher_s_word_the_probe_waits_a_bounded_time_then_fails(engine, internet, workspace):
+    """gate=2: the probe waits 4 s for the word that never comes, then gives the proxy (none here) its
+    15 s, and fails egress.proxy: the agent never runs."""
+    plan = _gate(_plan(engine, workspace, internet), "2")
+    ref = _without_its_proxy(engine, plan)
+    try:
+        began = time.monotonic()
+        assert engine.wait(ref) == 97
+        took = time.monotonic() - began
+        logs = engine.logs(ref)
+        assert logs.startswith(PROBE_ASK + "\n"), logs[:200]
+        failed = [line for line in logs.splitlines() if line.startswith("PROBE\tegress.proxy\tfail")]
+        assert failed and "PROBE-END\tfail" in logs, logs
+        assert took >= 4 + 15 - 1, took   # the word's bound, then the proxy's own 15 s
+        assert not (workspace / "AGENT-RAN").exists()
+    finally:
+        _cleanup(engine, plan, ref)
+
+
+def test_the_launcher_s_no_while_the_probe_waits_for_its_proxy_ends_it_at_once(engine, internet, workspace):
+    plan = _plan(engine, workspace, internet)   # gate=60: the probe would wait 120 s for the word
+    ref = _without_its_proxy(engine, plan)
+    try:
+        assert PROBE_ASK in _logs_until(engine, ref, PROBE_ASK, 30)
+        time.sleep(0.5)   # the checks are running, the proxy's ask waiting for the word
+        began = time.monotonic()
+        engine.signal(ref, "TERM")
+        assert engine.wait(ref) == 97
+        assert time.monotonic() - began < 10   # not the probe's 120 s, nor the proxy's 15
+        said = engine.logs(ref, stdout=False, stderr=True)
+        assert "the launcher said no while the checks ran: the agent was not started" in said, said
+        assert "PROBE-END" not in engine.logs(ref) and not (workspace / "AGENT-RAN").exists()
+    finally:
+        _cleanup(engine, plan, ref)
+
+
+class _ProxyNeverStarts:
+    """The real engine, but the proxy's start fails (after the sandbox's own start has begun)."""
+
+    def __init__(self, engine, proxy: str):
+        self.engine, self.proxy = engine, proxy
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def start(self, ref):
+        if self.engine.inspect(ref).name.lstrip("/") == self.proxy:
+            time.sleep(1)
+            raise EngineError(f"starting container {ref}: refused by the test")
+        return self.engine.start(ref)
+
+
+def test_a_proxy_that_never_starts_means_the_agent_never_runs_and_nothing_stays(engine, internet, workspace):
+    plan = _plan(engine, workspace, internet)
+    with pytest.raises(EngineError, match="refused by the test"):
+        launch.run(_ProxyNeverStarts(engine, plan.proxy.name), plan, Recorder())
+    assert not (workspace / "AGENT-RAN").exists()
+    assert leftovers(engine, workspace) == []
+    assert engine.list(label.selector(label.SANDBOX, plan.container.name)) == []
