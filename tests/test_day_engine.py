@@ -124,7 +124,12 @@ def test_a_day_as_the_page_writes_it(engine, upstream, tmp_path):
         pid, fd = on_a_pty(SANDBOX + shell[1:], workspace, {})
         try:
             assert b"$ " in read_until(fd, b"$ ", 60)
-            os.write(fd, b"python3 -m http.server 5173 --bind 127.0.0.1 >/dev/null 2>&1 & sleep 2; echo SERVING\r")
+            # SERVING once the server listens, spelt so the terminal's echo of the line is not it: the
+            # echo used to match at once, the request raced the server, and the forwarder, finding
+            # nobody inside, closed the connection (a CI run on a loaded host)
+            os.write(fd, b"python3 -m http.server 5173 --bind 127.0.0.1 >/dev/null 2>&1 & until python3 -c "
+                         b"\"import socket; socket.create_connection(('127.0.0.1', 5173))\" 2>/dev/null; "
+                         b"do sleep 0.2; done; echo SERV'ING'\r")
             assert b"SERVING" in read_until(fd, b"SERVING\r\n", 30)
             with urllib.request.urlopen("http://127.0.0.1:5173/README.md", timeout=30) as answer:
                 assert answer.status == 200 and answer.read() == (workspace / "README.md").read_bytes()
