@@ -1,43 +1,25 @@
-"""The one module that imports `docker` (lazily, for builds, pulls and execs: it costs ~0.25 s) and
-maps its errors. What a launch asks goes through engineapi: on a unix socket, without the SDK."""
+"""The one module that imports `docker` (lazily, for builds, pulls and engineexec's execs: it costs
+~0.25 s). What a launch asks goes through engineapi: on a unix socket, without the SDK."""
 
 from __future__ import annotations
 
 import io
-import sys
 import threading
 from contextlib import contextmanager, suppress
 from typing import Callable, Iterator
 
 from launcher import labels as label
 from launcher.engine import dialects, enginebodies, engineapi, streams
-from launcher.engine.engineapi import path_of
+from launcher.engine.engineapi import mapped, path_of
 from launcher.engine.engineproto import ContainerInfo, ContainerSummary, VolumeInfo
+from launcher.engine.engineexec import Execs
 from launcher.engine.enginenets import Networks
-from launcher.engine.execsocket import ExecSocket
 from launcher.errors import EngineError, NotFound, over_limit
 from launcher.host import engineid
 from launcher.plan.plan import ContainerSpec, ProxySpec, proxy_env
 
 MANAGED = label.MANAGED_SELECTOR
 DEFAULT_SOCKET = "/var/run/docker.sock"
-
-
-@contextmanager
-def _mapped(action: str) -> Iterator[None]:
-    """The SDK's errors (when it is loaded) and the socket's, as ours."""
-    try:
-        yield
-    except OSError as exc:   # requests' errors are OSErrors too
-        raise EngineError(f"{action}: {exc}") from None
-    except Exception as exc:
-        sdk = sys.modules.get("docker.errors")
-        if sdk is None or not isinstance(exc, sdk.DockerException):
-            raise
-        if isinstance(exc, sdk.NotFound):
-            raise NotFound(f"{action}: {exc.explanation or exc}") from None
-        message = exc.explanation if isinstance(exc, sdk.APIError) else None
-        raise EngineError(f"{action}: {message or exc}") from None
 
 
 def _sdk_client():
@@ -85,7 +67,7 @@ def _asked_now(http: "engineapi.Unix", path: str) -> Callable[[], dict | None]:
     return lambda: thread.join() or (got.pop() if got else None)
 
 
-class Engine(Networks):
+class Engine(Networks, Execs):
     """engineproto.Engine over the Engine API: typed inputs and answers, mapped errors, nothing else.
     `http` is an engineapi transport (or enginefake's); the SDK's client is made only when a build,
     pull or exec needs it."""
@@ -97,7 +79,7 @@ class Engine(Networks):
     def client(self):
         """The docker SDK's client (imported on first use)."""
         if self._client is None:
-            with _mapped("connecting to the engine"):
+            with mapped("connecting to the engine"):
                 self._client = self.http.client if isinstance(self.http, engineapi.Sdk) else _sdk_client()
         return self._client
 
@@ -157,12 +139,12 @@ class Engine(Networks):
         return self._image(ref)["Config"].get("Env") or []
 
     def pull(self, ref: str) -> None:
-        with _mapped(f"pulling {ref}"):
+        with mapped(f"pulling {ref}"):
             self.client.images.pull(ref)
 
     def build(self, context: str, tag: str, labels: dict, on_line: Callable[[str], None],
               buildargs: dict[str, str] | None = None, dockerfile: str | None = None) -> None:
-        with _mapped(f"building {tag}"):   # dockerfile: a path, else context/Dockerfile
+        with mapped(f"building {tag}"):   # dockerfile: a path, else context/Dockerfile
             for chunk in self.client.api.build(path=context, tag=tag, labels=labels, rm=True, dockerfile=dockerfile,
                                                forcerm=True, pull=False, decode=True,
                                                buildargs=buildargs or None):
@@ -173,7 +155,7 @@ class Engine(Networks):
                     on_line(text)
 
     def import_tar(self, path: str, ref: str) -> None:
-        with _mapped(f"importing {ref}"):
+        with mapped(f"importing {ref}"):
             self.client.api.import_image_from_file(path, repository=ref)
 
     # volumes
@@ -245,7 +227,7 @@ class Engine(Networks):
         """A container's logs, as text (in frames: no container here has a terminal)."""
         action = f"reading the logs of {ref}"
         answer = self._call(action, "GET", path_of("/containers/{}/logs", ref), {"stdout": stdout, "stderr": stderr})
-        with _mapped(action):
+        with mapped(action):
             return b"".join(out or err for out, err in engineapi.frames(answer.chunks())).decode(errors="replace")
 
     def inspect(self, ref: str) -> ContainerInfo:   # and the engine's own inspect, where its dialect has one
@@ -264,7 +246,7 @@ class Engine(Networks):
 
     def output(self, ref: str) -> Iterator[tuple[bytes | None, bytes | None]]:
         """(stdout, stderr) chunks until the container exits; attach before starting it."""
-        with _mapped(f"attaching to {ref}"):
+        with mapped(f"attaching to {ref}"):
             return self.http.attach(ref)
 
     def wait(self, ref: str) -> int:
@@ -276,7 +258,7 @@ class Engine(Networks):
         unbuffered). Killed after `timeout` s; always removed; the exit code set after a full block."""
         ref = self.create(spec)
         try:
-            run = streams.Attached(self.output(ref), _mapped)
+            run = streams.Attached(self.output(ref), mapped)
             self.start(ref)
             killer = threading.Timer(timeout, self._kill_late, (ref, run))
             killer.daemon = True
@@ -329,7 +311,7 @@ class Engine(Networks):
         answer = self._call(action, "GET", path_of("/containers/{}/archive", ref), {"path": path}, missing=True)
         if answer is None:
             return None
-        with _mapped(action):
+        with mapped(action):
             try:
                 stat = answer.headers.get("x-docker-container-path-stat", "")
                 if not wanted(json.loads(base64.b64decode(stat)) if stat else {}):
@@ -365,34 +347,3 @@ class Engine(Networks):
         found = self._json("listing sandboxes", "GET", "/containers/json",
                            {"all": True, "filters": {"label": [MANAGED, *filters]}})
         return [c for c in map(ContainerSummary.of, found) if label.matches(c.labels, (MANAGED, *filters))]
-
-    def exec_stream(self, ref: str, argv: list[str], user: str = "") -> tuple[str, Iterator]:
-        with _mapped(f"running a command in {ref}"):
-            exec_id = self.client.api.exec_create(ref, argv, stdout=True, stderr=True, user=user)["Id"]
-            return exec_id, self.client.api.exec_start(exec_id, stream=True, demux=True)
-
-    def exec_socket(self, ref: str, argv: list[str], user: str) -> tuple[str, "ExecSocket"]:
-        """Start `argv` in the running container `ref` as `user`, unprivileged, with no terminal, on a socket.
-        Output written before it was sent anything may stay in the SDK's buffer and be lost."""
-        with _mapped(f"starting a relay in {ref}"):
-            exec_id = self.client.api.exec_create(ref, argv, stdin=True, stdout=True, stderr=True, tty=False,
-                                                  privileged=False, user=user)["Id"]
-            return exec_id, ExecSocket(self.client.api.exec_start(exec_id, socket=True))
-
-    def exec_tty(self, ref: str, argv: list[str], size: tuple[int, int] = (0, 0)) -> tuple[str, ExecSocket]:
-        """`argv` in the running container `ref` on a terminal of `size` (rows, columns), as `docker exec -it`
-        runs it (the container's user, directory and environment); the terminal's bytes on a socket."""
-        exec_id = self._json(f"starting {argv[0]} in {ref}", "POST", path_of("/containers/{}/exec", ref), body={
-            "Cmd": argv, "Tty": True, "AttachStdin": True, "AttachStdout": True, "AttachStderr": True,
-            **({"ConsoleSize": list(size)} if all(size) else {})})["Id"]
-        with _mapped(f"starting {argv[0]} in {ref}"):
-            return exec_id, self.http.exec_tty(exec_id)
-
-    def exec_resize(self, exec_id: str, rows: int, columns: int) -> None:   # the terminal of an exec_tty
-        self._post("resizing a terminal", "/exec/{}/resize", exec_id, {"h": rows, "w": columns})
-
-    def exec_running(self, exec_id: str) -> bool:
-        return bool(self._json("inspecting a relay", "GET", path_of("/exec/{}/json", exec_id))["Running"])
-
-    def exec_exit_code(self, exec_id: str) -> int:
-        return int(self._json("reading the exit code", "GET", path_of("/exec/{}/json", exec_id))["ExitCode"] or 0)

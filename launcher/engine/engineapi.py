@@ -1,12 +1,14 @@
 """The Docker Engine API over HTTP, for engine.py only. Two transports with one interface: `Unix`
 speaks HTTP/1.1 on the engine's unix socket with the standard library (a launch no longer imports
 the SDK, whose `requests` and `urllib3` cost ~0.25 s per run); `Sdk` sends the same requests through
-the docker SDK, for what `Unix` does not speak (tcp://, ssh://, TLS)."""
+the docker SDK, for what `Unix` does not speak (tcp://, ssh://, TLS). `mapped`: both ways' errors as ours."""
 
 from __future__ import annotations
 
 import json
 import socket
+import sys
+from contextlib import contextmanager
 from typing import Iterator
 from urllib.parse import quote, urlencode
 
@@ -14,6 +16,23 @@ from launcher.engine.execsocket import ExecSocket
 from launcher.errors import EngineError, NotFound
 
 Body = bytes | Iterator[bytes] | None
+
+
+@contextmanager
+def mapped(action: str) -> Iterator[None]:
+    """The SDK's errors (when it is loaded) and the socket's, as ours."""
+    try:
+        yield
+    except OSError as exc:   # requests' errors are OSErrors too
+        raise EngineError(f"{action}: {exc}") from None
+    except Exception as exc:
+        sdk = sys.modules.get("docker.errors")
+        if sdk is None or not isinstance(exc, sdk.DockerException):
+            raise
+        if isinstance(exc, sdk.NotFound):
+            raise NotFound(f"{action}: {exc.explanation or exc}") from None
+        message = exc.explanation if isinstance(exc, sdk.APIError) else None
+        raise EngineError(f"{action}: {message or exc}") from None
 
 
 class Answer:
