@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
-import threading
 import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -17,12 +15,13 @@ from launcher.egress import proxy
 from launcher.egress.audit import EgressEvent
 from launcher.engine import hostengines, overlap
 from launcher.engine.engineproto import Engine
-from launcher.engine.verify import ProbeReport, compare_inspect, parse_probe
+from launcher.engine.verify import ProbeReport, compare_inspect
 from launcher.errors import EngineError, ProbeFailed, Terminated, also_failed, copy_kept
 from launcher.host import hostpaths, workspaces
 from launcher.launch import home, proof
+from launcher.launch.probeoutput import ProbeOutput
 from launcher.plan import checks, runtimes
-from launcher.plan.plan import PROBE_ASK, PROBE_END, LaunchPlan, MountKind
+from launcher.plan.plan import LaunchPlan, MountKind
 from launcher.timings import timed
 
 if TYPE_CHECKING:
@@ -50,65 +49,6 @@ class Outcome:
     copy: str | None = None         # copy mode: where the agent's changes are
     copy_changes: int | None = None  # how many it holds (None: not known)
     copy_dropped: bool = False      # it held none, nor did any checkpoint: dropped at the end
-
-
-class _Output:
-    """Reads a container's output on a thread so the launcher can keep its deadlines."""
-
-    def __init__(self, engine: Engine, ref: str, not_applicable: tuple[str, ...] = ()):
-        self.chunks: queue.Queue = queue.Queue()
-        self.not_applicable = not_applicable   # the plan's n/a checks: the only ones an n/a verdict may pass
-        stream = engine.output(ref)
-        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
-
-    def _pump(self, stream) -> None:
-        try:
-            for out, err in stream:
-                if out:
-                    self.chunks.put(("stdout", out))
-                if err:
-                    self.chunks.put(("stderr", err))
-        except Exception:  # noqa: BLE001 - a broken stream ends the output; the exit code tells the rest
-            pass
-        self.chunks.put(None)
-
-    def next(self, deadline: float):
-        """The next chunk, None at the end of output; raises TimeoutError at the deadline."""
-        while True:
-            try:
-                return self.chunks.get(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
-            except queue.Empty:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError from None
-
-    def read_probe(self, timeout: float, asked: Callable[[], None] | None = None) -> tuple[ProbeReport, bytes, list[str]]:
-        """Read the probe's lines up to PROBE-END; return the report and any bytes after it.
-        `asked()` once the probe asks for the word that its proxy is ready (a PROBE-ASK line)."""
-        deadline, buffer, errors, answered = time.monotonic() + timeout, b"", [], False
-        try:
-            while True:
-                chunk = self.next(deadline)
-                if chunk is None:
-                    break
-                stream, data = chunk
-                if stream == "stderr":
-                    errors.append(data.decode(errors="replace"))
-                    continue
-                buffer += data
-                if asked is not None and (b"\n" + buffer).find(b"\n" + PROBE_ASK.encode() + b"\n") >= 0:
-                    asked()
-                    asked, answered = None, True
-                marker = (b"\n" + buffer).find(b"\n" + PROBE_END.encode() + b"\t")
-                if marker >= 0 and buffer.find(b"\n", marker) >= 0:
-                    end = buffer.find(b"\n", marker) + 1
-                    lines = buffer[:end].decode(errors="replace").splitlines()
-                    return parse_probe(lines, self.not_applicable), buffer[end:], errors
-        except TimeoutError:   # where it stopped, for whoever finds out why
-            lines = buffer.decode(errors="replace").splitlines()
-            where = f"{len(lines)} lines, the last {lines[-1][:160]!r}" if lines else "nothing printed"
-            word = "; it asked for the word that the proxy is ready and was answered" if answered else ""
-            errors.append(f"the probe did not finish within {timeout:.0f} s ({where}{word})")
-        return parse_probe(buffer.decode(errors="replace").splitlines(), self.not_applicable), b"", errors
 
 
 def create_verified(engine: Engine, plan: LaunchPlan, listener: Listener | None = None) -> str:
@@ -153,7 +93,7 @@ def _cleaning_up(primary: BaseException, clean, what: str) -> None:
         also_failed(primary, f"{what} failed: {exc}")
 
 
-def _create(engine: Engine, plan: LaunchPlan, listener: Listener, filling: Filling | None) -> tuple[str, _Output]:
+def _create(engine: Engine, plan: LaunchPlan, listener: Listener, filling: Filling | None) -> tuple[str, ProbeOutput]:
     """The agent's container, created (while the copy goes in), compared with the plan and attached
     to once the copy is complete; not started."""
     listener.status(f"creating {plan.container.name} (policy {plan.policy_name})")
@@ -173,14 +113,14 @@ def _create(engine: Engine, plan: LaunchPlan, listener: Listener, filling: Filli
         _cleaning_up(primary, lambda: engine.remove(ref), f"removing {plan.container.name}")
         raise
     with timed(listener, "attach"):
-        output = _Output(engine, ref, plan.probe.na)  # attach first: output written before attaching can be lost
+        output = ProbeOutput(engine, ref, plan.probe.na)  # attach first: output written before attaching can be lost
     return ref, output
 
 
 def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener,
-                     filling: Filling | None) -> tuple[str, _Output, ProbeReport, bytes]:
+                     filling: Filling | None) -> tuple[str, ProbeOutput, ProbeReport, bytes]:
     try:
-        def start(made: tuple[str, _Output]) -> None:
+        def start(made: tuple[str, ProbeOutput]) -> None:
             with timed(listener, "start"):
                 engine.start(made[0])
 

@@ -1,0 +1,72 @@
+"""A container's output read on a thread, so the launcher keeps its deadlines: the probe's report
+up to its PROBE-END line (the word that its proxy is ready given when it asks), then the rest."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Callable
+
+from launcher.engine.engineproto import Engine
+from launcher.engine.verify import ProbeReport, parse_probe
+from launcher.plan.plan import PROBE_ASK, PROBE_END
+
+
+class ProbeOutput:
+    """Reads a container's output on a thread so the launcher can keep its deadlines."""
+
+    def __init__(self, engine: Engine, ref: str, not_applicable: tuple[str, ...] = ()):
+        self.chunks: queue.Queue = queue.Queue()
+        self.not_applicable = not_applicable   # the plan's n/a checks: the only ones an n/a verdict may pass
+        stream = engine.output(ref)
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream) -> None:
+        try:
+            for out, err in stream:
+                if out:
+                    self.chunks.put(("stdout", out))
+                if err:
+                    self.chunks.put(("stderr", err))
+        except Exception:  # noqa: BLE001 - a broken stream ends the output; the exit code tells the rest
+            pass
+        self.chunks.put(None)
+
+    def next(self, deadline: float):
+        """The next chunk, None at the end of output; raises TimeoutError at the deadline."""
+        while True:
+            try:
+                return self.chunks.get(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+            except queue.Empty:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError from None
+
+    def read_probe(self, timeout: float, asked: Callable[[], None] | None = None) -> tuple[ProbeReport, bytes, list[str]]:
+        """Read the probe's lines up to PROBE-END; return the report and any bytes after it.
+        `asked()` once the probe asks for the word that its proxy is ready (a PROBE-ASK line)."""
+        deadline, buffer, errors, answered = time.monotonic() + timeout, b"", [], False
+        try:
+            while True:
+                chunk = self.next(deadline)
+                if chunk is None:
+                    break
+                stream, data = chunk
+                if stream == "stderr":
+                    errors.append(data.decode(errors="replace"))
+                    continue
+                buffer += data
+                if asked is not None and (b"\n" + buffer).find(b"\n" + PROBE_ASK.encode() + b"\n") >= 0:
+                    asked()
+                    asked, answered = None, True
+                marker = (b"\n" + buffer).find(b"\n" + PROBE_END.encode() + b"\t")
+                if marker >= 0 and buffer.find(b"\n", marker) >= 0:
+                    end = buffer.find(b"\n", marker) + 1
+                    lines = buffer[:end].decode(errors="replace").splitlines()
+                    return parse_probe(lines, self.not_applicable), buffer[end:], errors
+        except TimeoutError:   # where it stopped, for whoever finds out why
+            lines = buffer.decode(errors="replace").splitlines()
+            where = f"{len(lines)} lines, the last {lines[-1][:160]!r}" if lines else "nothing printed"
+            word = "; it asked for the word that the proxy is ready and was answered" if answered else ""
+            errors.append(f"the probe did not finish within {timeout:.0f} s ({where}{word})")
+        return parse_probe(buffer.decode(errors="replace").splitlines(), self.not_applicable), b"", errors
