@@ -20,7 +20,7 @@ from fakes import Recorder
 from launcher import timings
 from launcher.engine import overlap
 from launcher.engine.enginefake import FakeEngine
-from launcher.errors import EngineError
+from launcher.errors import EngineError, ProbeFailed
 from launcher.launch import launch
 from launcher.plan.compiler import compile_policy
 from launcher.plan.networks import SHARED_EGRESS
@@ -169,6 +169,28 @@ def test_a_proxy_that_never_comes_up_means_the_agent_never_starts_and_nothing_st
     assert ("create", "agent") in engine.events
     # the shared egress network stays by design (made once, kept while proxies use it: `sandbox gc`)
     assert engine.calls[-1] == "remove" and engine.containers == {} and list(engine.networks) == [SHARED_EGRESS]
+
+
+def test_a_probe_that_never_finishes_is_refused_saying_where_it_stopped_what_the_word_met_and_what_still_ran(
+        tmp_path, monkeypatch):
+    plan = _proxy_plan(tmp_path)
+    engine = ProxyEngine(plan)
+
+    def asks_then_hangs(ref):   # it asks for the word, then says nothing more until it is removed
+        yield f"{PROBE_ASK}\n".encode(), None
+        while engine.http.container(ref) is not None:
+            time.sleep(0.05)
+
+    monkeypatch.setattr(engine.http, "attach", asks_then_hangs)
+    engine.http.fail = {r"POST /containers/[^/]+/kill": "Cannot kill container: context deadline exceeded"}
+    monkeypatch.setattr(launch, "PROBE_TIMEOUT", 1)
+    with pytest.raises(ProbeFailed) as refused:
+        launch.run(engine, plan, Recorder())
+    said = str(refused.value)
+    assert "the probe did not finish within 1 s (1 lines, the last 'PROBE-ASK\\tproxy'; it asked for the word" in said
+    assert "which could not be given: sending USR2" in said and "context deadline exceeded" in said, said
+    assert "still running: " in said and "probe.sh" in said, said
+    assert ("USR1", "agent") not in engine.events and engine.containers == {}
 
 
 @pytest.mark.engine

@@ -244,6 +244,10 @@ class Engine(Networks, Execs):
     def signal(self, ref: str, name: str) -> None:   # USR1, TERM, …: to the container's first process
         self._post(f"sending {name} to {ref}", "/containers/{}/kill", ref, {"signal": name})
 
+    def processes(self, ref: str) -> list[str]:   # `docker top`: each one's command line (its last column)
+        top = self._json(f"listing the processes of {ref}", "GET", path_of("/containers/{}/top", ref)) or {}
+        return [str(row[-1]) for row in top.get("Processes") or [] if row]
+
     def output(self, ref: str) -> Iterator[tuple[bytes | None, bytes | None]]:
         """(stdout, stderr) chunks until the container exits; attach before starting it."""
         with mapped(f"attaching to {ref}"):

@@ -9,9 +9,8 @@ exists, with PATH=/usr/bin), `output` ((stdout, stderr) pairs every attached con
 answered), `fail` ({"METHOD /path regex": message}: the engine answers 500 with it), `logs`
 (container name -> its log text), `archive` ((ContainerInfo, path) -> the raw tar the archive API
 answers, or None: no such path), `builds` ((context, tag) -> the build's output lines) and `execs`
-(argv -> (output pairs, exit code)); `http.add_container` seeds a container made earlier.
-What happened: `calls` (create, start, kill, stop, remove), `created` (each create body),
-`removed_volumes`, `imported`, and the models' dicts."""
+(argv -> (output pairs, exit code)); `http.add_container` seeds a container made earlier. What
+happened: `calls` (create, start, kill, stop, remove), `created`, `removed_volumes`, `imported`."""
 
 from __future__ import annotations
 
@@ -255,6 +254,12 @@ class Transport:
                    "stop": {**ended, "ExitCode": 0}, "pause": {"Status": "paused"}, "unpause": {"Status": "running"}}
         return self._acting(ref, verb, lambda state: state.update(changes[verb]))
 
+    def _top(self, ref, **_):   # the first process alone: the container's command
+        if (doc := self.container(ref)) is None:
+            return _answer(404, {"message": f"No such container: {ref}"})
+        command = [*(doc["Config"].get("Entrypoint") or []), *(doc["Config"].get("Cmd") or [])]
+        return _answer(200, {"Titles": ["PID", "CMD"], "Processes": [["4242", " ".join(command)]]})
+
     def _remove(self, ref, **_):
         answer = self._acting(ref, "remove")
         if answer.status == 204:
@@ -331,7 +336,7 @@ class Transport:
         ("POST", "/containers/create", _create), ("POST", "/libpod/containers/create", _libpod_create),
         ("GET", "/libpod/containers/([^/]+)/json", _libpod_inspect), ("GET", "/containers/json", _containers),
         ("GET", C + "/json", _inspect), ("POST", C + "/(start|kill|stop|pause|unpause|wait)", _post),
-        ("DELETE", C, _remove), ("GET", C + "/logs", _logs), ("GET", C + "/archive", _archive_get),
+        ("DELETE", C, _remove), ("GET", C + "/logs", _logs), ("GET", C + "/top", _top), ("GET", C + "/archive", _archive_get),
         ("HEAD", C + "/archive", _archive_head), ("PUT", C + "/archive", _archive_put),
         ("POST", "/networks/create", _network_create), ("POST", "/libpod/networks/create", _libpod_network_create),
         ("GET", "/networks", _networks), ("GET", "/networks/([^/]+)", _network),

@@ -146,10 +146,7 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener,
 
 def _proxy_ready(engine: Engine, ref: str) -> None:
     """The launcher's word that the proxy is ready (SIGUSR2): the probe asks its proxy from then on."""
-    try:
-        engine.signal(ref, "USR2")
-    except EngineError:   # the probe has ended: its report says why
-        pass
+    engine.signal(ref, "USR2")
 
 
 def remove_sandbox(engine: Engine, name: str) -> None:

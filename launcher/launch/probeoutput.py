@@ -10,6 +10,7 @@ from typing import Callable
 
 from launcher.engine.engineproto import Engine
 from launcher.engine.verify import ProbeReport, parse_probe
+from launcher.errors import EngineError
 from launcher.plan.plan import PROBE_ASK, PROBE_END
 
 
@@ -19,6 +20,7 @@ class ProbeOutput:
     def __init__(self, engine: Engine, ref: str, not_applicable: tuple[str, ...] = ()):
         self.chunks: queue.Queue = queue.Queue()
         self.not_applicable = not_applicable   # the plan's n/a checks: the only ones an n/a verdict may pass
+        self.engine, self.ref = engine, ref
         stream = engine.output(ref)
         threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
 
@@ -45,7 +47,7 @@ class ProbeOutput:
     def read_probe(self, timeout: float, asked: Callable[[], None] | None = None) -> tuple[ProbeReport, bytes, list[str]]:
         """Read the probe's lines up to PROBE-END; return the report and any bytes after it.
         `asked()` once the probe asks for the word that its proxy is ready (a PROBE-ASK line)."""
-        deadline, buffer, errors, answered = time.monotonic() + timeout, b"", [], False
+        deadline, buffer, errors, word = time.monotonic() + timeout, b"", [], ""
         try:
             while True:
                 chunk = self.next(deadline)
@@ -57,8 +59,12 @@ class ProbeOutput:
                     continue
                 buffer += data
                 if asked is not None and (b"\n" + buffer).find(b"\n" + PROBE_ASK.encode() + b"\n") >= 0:
-                    asked()
-                    asked, answered = None, True
+                    word = "; it asked for the word that the proxy is ready and was answered"
+                    try:
+                        asked()
+                    except EngineError as exc:   # the probe may have ended (its report says why), or not
+                        word = f"; it asked for the word that the proxy is ready, which could not be given: {exc}"
+                    asked = None
                 marker = (b"\n" + buffer).find(b"\n" + PROBE_END.encode() + b"\t")
                 if marker >= 0 and buffer.find(b"\n", marker) >= 0:
                     end = buffer.find(b"\n", marker) + 1
@@ -67,6 +73,13 @@ class ProbeOutput:
         except TimeoutError:   # where it stopped, for whoever finds out why
             lines = buffer.decode(errors="replace").splitlines()
             where = f"{len(lines)} lines, the last {lines[-1][:160]!r}" if lines else "nothing printed"
-            word = "; it asked for the word that the proxy is ready and was answered" if answered else ""
-            errors.append(f"the probe did not finish within {timeout:.0f} s ({where}{word})")
+            errors.append(f"the probe did not finish within {timeout:.0f} s ({where}{word}){self._still_running()}")
         return parse_probe(buffer.decode(errors="replace").splitlines(), self.not_applicable), b"", errors
+
+    def _still_running(self) -> str:
+        """What the sandbox still runs, for whoever finds out why its probe did not finish."""
+        try:
+            commands = self.engine.processes(self.ref)
+        except EngineError as exc:
+            return f"; its processes could not be listed: {exc}"
+        return "; still running: " + " | ".join(c[:120] for c in commands[:40])
