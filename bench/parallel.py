@@ -97,11 +97,13 @@ def main() -> None:
     args = parser.parse_args()
     tag = "par" + uuid.uuid4().hex[:6]
     with tempfile.TemporaryDirectory() as tmp:
-        env = None
+        # as run.py: without PYTHONDONTWRITEBYTECODE (set on these machines), so the launcher keeps its
+        # compiled dataclass code and squid.conf renderings as on a machine without it
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         if args.helper:   # the helper's XDG_RUNTIME_DIR: this run's own (0700), so no other helper answers
             runtime = os.path.join(tmp, "runtime")
             os.mkdir(runtime, 0o700)
-            env = {**os.environ, "XDG_RUNTIME_DIR": runtime, "SANDBOX_HELPER": "on"}
+            env |= {"XDG_RUNTIME_DIR": runtime, "SANDBOX_HELPER": "on"}
             subprocess.run(SANDBOX + ["helper", "start"], check=True, env=env, cwd=ROOT)
         try:
             bad = _batches(args, tmp, tag, env)
@@ -111,7 +113,7 @@ def main() -> None:
     sys.exit(1 if bad else 0)
 
 
-def _batches(args, tmp: str, tag: str, env: dict[str, str] | None) -> int:
+def _batches(args, tmp: str, tag: str, env: dict[str, str]) -> int:
     warm = os.path.join(tmp, "warm")
     os.mkdir(warm)
     if os.geteuid() == 0:
@@ -120,7 +122,7 @@ def _batches(args, tmp: str, tag: str, env: dict[str, str] | None) -> int:
         subprocess.run(SANDBOX + ["run", *POLICY[mode], "--workspace-mode", "bind", "-w", warm, "--", "true"],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     print(f"{args.n} sandboxes at once, {os.cpu_count()} cores; sandbox run ... -- sh -c 'echo sandbox-ok'"
-          + (" (through the resident helper)" if env else ""))
+          + (" (through the resident helper)" if args.helper else ""))
     bad = 0
     for mode in args.modes.split(","):
         for layout in args.layouts.split(","):
