@@ -26,7 +26,7 @@ from launcher.copies.limits import Limits, upper_refused
 from launcher.copies.review import Allowed
 from launcher.engine import overlap
 from launcher.engine.engineproto import Engine, VolumeInfo
-from launcher.engine.tools import TOOL_SECONDS, created, read_files, run_tool, tool_stream
+from launcher.engine.tools import TOOL_SECONDS, created, read_files, remove_released, run_tool, tool_stream
 from launcher.errors import EngineError, NotFound, PolicyError, Problem
 from launcher.plan.plan import CopySpec, Mount, MountKind
 
@@ -388,12 +388,10 @@ def discard(engine: Engine, name: str) -> None:
 
 
 def drop(engine: Engine, name: str) -> None:
-    """Remove whichever of the copy's volumes exist."""
+    """Remove whichever of the copy's volumes exist, each waited for a moment while another
+    launcher's tools container holds it (tools.remove_released)."""
     views = [v.name for v in engine.list_volumes(label.selector(label.COPY, name))
              if v.labels.get(label.KIND) == "copy-view"]   # a killed diff's or apply's
-    def remove(volume: str) -> None:
-        with contextlib.suppress(NotFound):
-            engine.remove_volume(volume)
     for volume in views + [f"{name}-tree"]:   # the overlays first: they hold the other two
-        remove(volume)
-    overlap.each(remove, [f"{name}-upper", f"{name}-base"])
+        remove_released(engine, volume)
+    overlap.each(lambda volume: remove_released(engine, volume), [f"{name}-upper", f"{name}-base"])

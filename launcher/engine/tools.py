@@ -6,17 +6,19 @@ Every one has a time limit, and its output is read as a stream or up to a bound,
 from __future__ import annotations
 
 import os
+import time
 from contextlib import contextmanager
 from typing import BinaryIO, Iterator
 
 from launcher import labels as label
 from launcher.engine.engineproto import Engine
-from launcher.errors import EngineError, SandboxError
+from launcher.errors import EngineError, NotFound, SandboxError
 from launcher.plan.plan import ContainerSpec, Mount
 
 TOOL_IMAGE = "sandbox/agent:bookworm"      # has python3, tar, cp, chown (images/agent)
 TOOL_SECONDS = 600                         # a job on the agent's files: long enough for gigabytes, not forever
 OUTPUT_LIMIT = 64 << 20                    # bytes of a job's answer (JSON) the launcher holds in memory
+HELD_SECONDS = 60                          # a volume still held by a container: waited for this long
 
 
 def _spec(name: str, entrypoint: tuple[str, ...], argv: list[str], mounts: list[Mount], caps: tuple[str, ...],
@@ -97,3 +99,20 @@ def read_files(engine: Engine, *, name: str, mounts: list[Mount], paths: list[st
     each path's bytes, None where there is no regular file."""
     with created(engine, name=name, mounts=mounts, labels=labels) as ref:
         return {path: engine.read_file(ref, path, limit) for path in paths}
+
+
+def remove_released(engine: Engine, volume: str, seconds: float = HELD_SECONDS) -> None:
+    """Remove `volume` (one already gone is fine), trying again for up to `seconds` while a
+    container holds it: another launcher's tools container (a `gc` reading each copy) holds one
+    for a moment, and a `down` or `discard` meanwhile failed on it (seen in CI)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            engine.remove_volume(volume)
+            return
+        except NotFound:
+            return
+        except EngineError as exc:   # Docker: "volume is in use"; podman: "volume is being used"
+            if not any(words in str(exc) for words in ("in use", "being used")) or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.25)
