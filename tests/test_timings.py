@@ -184,12 +184,15 @@ def test_a_probe_that_never_finishes_is_refused_saying_where_it_stopped_what_the
     monkeypatch.setattr(engine.http, "attach", asks_then_hangs)
     engine.http.fail = {r"POST /containers/[^/]+/kill": "Cannot kill container: context deadline exceeded"}
     monkeypatch.setattr(launch, "PROBE_TIMEOUT", 1)
+    listed = engine.processes   # and one whose command line would drive the terminal
+    monkeypatch.setattr(engine, "processes", lambda ref: listed(ref) + ["sh -c \x1b]0;owned\x07\x1b[2J"])
     with pytest.raises(ProbeFailed) as refused:
         launch.run(engine, plan, Recorder())
     said = str(refused.value)
     assert "the probe did not finish within 1 s (1 lines, the last 'PROBE-ASK\\tproxy'; it asked for the word" in said
     assert "which could not be given: sending USR2" in said and "context deadline exceeded" in said, said
     assert "still running: " in said and "probe.sh" in said, said
+    assert "| sh -c \\x1b]0;owned\\x07\\x1b[2J" in said and "\x1b" not in said and "\x07" not in said, said
     assert ("USR1", "agent") not in engine.events and engine.containers == {}
 
 

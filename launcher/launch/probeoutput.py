@@ -82,4 +82,6 @@ class ProbeOutput:
             commands = self.engine.processes(self.ref)
         except EngineError as exc:
             return f"; its processes could not be listed: {exc}"
-        return "; still running: " + " | ".join(c[:120] for c in commands[:40])
+        # command lines from inside the sandbox, bound for a terminal: no control byte goes through
+        shown = ("".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in c[:120]) for c in commands[:40])
+        return "; still running: " + " | ".join(shown)
