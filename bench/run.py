@@ -18,7 +18,8 @@ on a small repository (examples/untrusted-repo with one commit), and prints medi
 none/plain, proxy/none and copy/none, and the median of each launch phase
 (SANDBOX_TIMINGS=1). --compare DIR runs the launcher in DIR (a checkout of another commit) in the
 same rounds as well, for before/after figures from one run; --helper measures this tree through
-its resident helper too (`helper` rows; the others run with SANDBOX_HELPER=off), --probe-volume
+its resident helper too (`helper` rows, and `compare helper` ones with --compare; the others run
+with SANDBOX_HELPER=off), --probe-volume
 with the shared probe volume (`volume` rows: what the launcher's own probe directory saves). The
 launcher runs byte-compiled, as an installed one does (PYTHONDONTWRITEBYTECODE is dropped for it).
 """
@@ -101,7 +102,8 @@ def main() -> None:
     parser.add_argument("--modes", default="none,proxy,copy",
                         help="the launcher's modes to measure (comma-separated; fewer: more rounds in the same time)")
     parser.add_argument("--helper", action="store_true",
-                        help="this tree through its resident helper as well (`sandbox helper start`, stopped after)")
+                        help="this tree (and the --compare tree) through its own resident helper as well "
+                             "(`sandbox helper start`, stopped after)")
     parser.add_argument("--probe-volume", action="store_true",
                         help="this tree with SANDBOX_PROBE_VOLUME=1 as well (the shared probe volume, read "
                              "through the engine's archive API, instead of the launcher's own directory)")
@@ -111,10 +113,15 @@ def main() -> None:
     sandbox = [sys.executable, "-m", "launcher"]
     runtime = tempfile.mkdtemp(prefix="sandbox-bench-run-")   # the helper's XDG_RUNTIME_DIR (0700)
     trees = {"": (ROOT, {}), **({"compare ": (args.compare.resolve(), {})} if args.compare else {}),
-             **({"volume ": (ROOT, {"SANDBOX_PROBE_VOLUME": "1"})} if args.probe_volume else {}),
-             **({"helper ": (ROOT, {"XDG_RUNTIME_DIR": runtime, "SANDBOX_HELPER": "on"})} if args.helper else {})}
-    if args.helper:
-        subprocess.run(sandbox + ["helper", "start"], check=True, env=env_for(ROOT, trees["helper "][1]), cwd=ROOT)
+             **({"volume ": (ROOT, {"SANDBOX_PROBE_VOLUME": "1"})} if args.probe_volume else {})}
+    # --helper: each tree's own helper, in a runtime directory of its own
+    helpers = {f"{label}helper ": (tree, {"XDG_RUNTIME_DIR": os.path.join(runtime, label.strip() or "this"),
+                                          "SANDBOX_HELPER": "on"})
+               for label, (tree, extra) in trees.items() if args.helper and label in ("", "compare ")}
+    for tree, extra in helpers.values():
+        os.mkdir(extra["XDG_RUNTIME_DIR"], 0o700)
+        subprocess.run(sandbox + ["helper", "start"], check=True, env=env_for(tree, extra), cwd=tree)
+    trees.update(helpers)
     if not args.default_egress:
         subprocess.run(["docker", "network", "create", "--internal", NET], check=True, capture_output=True)
     try:
@@ -156,8 +163,8 @@ def main() -> None:
     finally:
         if not args.default_egress:
             subprocess.run(["docker", "network", "rm", NET], capture_output=True)
-        if args.helper:
-            subprocess.run(sandbox + ["helper", "stop"], env=env_for(ROOT, trees["helper "][1]), cwd=ROOT)
+        for tree, extra in helpers.values():
+            subprocess.run(sandbox + ["helper", "stop"], env=env_for(tree, extra), cwd=tree)
         shutil.rmtree(runtime, ignore_errors=True)
     med = {name: statistics.median(values) for name, values in wall.items()}
     print(f"rounds: {args.rounds} (medians; each round runs every command once, in a shuffled order)")
@@ -177,10 +184,11 @@ def main() -> None:
     print("phase medians, ms (proxy-mode phases overlap; 'total' is the launcher's own clock):")
     names = [n for n in runs if table[n] and table[n][0]]
     keys = list(dict.fromkeys(k for n in names for row in table[n] for k in row))
-    print(f"  {'':<14}" + "".join(f"{n:>16}" for n in names))
+    widths = [max(16, len(n) + 2) for n in names]
+    print(f"  {'':<14}" + "".join(f"{n:>{w}}" for n, w in zip(names, widths)))
     for key in keys:
         cells = [statistics.median([row[key] for row in table[n] if key in row] or [float("nan")]) for n in names]
-        print(f"  {key:<14}" + "".join(f"{c:16.1f}" for c in cells))
+        print(f"  {key:<14}" + "".join(f"{c:{w}.1f}" for c, w in zip(cells, widths)))
 
 
 if __name__ == "__main__":

@@ -29,10 +29,11 @@ def _through_helper(argv: list[str]) -> int | None:
         if "answered by uid" in str(exc) or "is not a" in str(exc):   # not just absent: say why it is not used
             sys.stderr.write(f"sandbox: not using the helper: {exc}\n")
         return None
-    with sock:
+    try:
         buffer = bytearray()
         try:
-            if resident.hello(sock, buffer).get("build") != resident.build(__version__):
+            mine = resident.build(__version__)   # while the helper forks the child that says hello
+            if resident.hello(sock, buffer).get("build") != mine:
                 return None   # stale: `sandbox helper status` says so; `sandbox helper start` replaces it
             resident.send_request(sock, {
                 "argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "started": STARTED,
@@ -44,17 +45,19 @@ def _through_helper(argv: list[str]) -> int | None:
             return None   # nothing ran yet
         if first.startswith(b"R"):
             return None
-        import signal
+        import _signal   # not `signal`: it imports enum
 
-        relayed = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-        previous = {s: signal.signal(s, lambda number, _frame: _relay(sock, number)) for s in relayed}
+        relayed = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP)
+        previous = {s: _signal.signal(s, lambda number, _frame: _relay(sock, number)) for s in relayed}
         try:
             line = first
             while line and not line.startswith(b"X"):
                 line = resident.read_line(sock, buffer)
         finally:
             for number, handler in previous.items():
-                signal.signal(number, handler)
+                _signal.signal(number, handler)
+    finally:
+        sock.close()
     if not line:
         sys.stderr.write("sandbox: error: the helper ended without the command's exit code\n")
         return 125

@@ -178,3 +178,58 @@ def test_without_a_helper_the_client_runs_the_cli_in_process(runtime):
     said = _cli("--version")
     assert said.returncode == 0 and said.stdout.startswith("sandbox ") and said.stderr == ""
     assert "does not exist" in _state(runtime / "sandbox").problem
+
+
+def test_the_request_goes_over_whole_with_undecodable_bytes_and_empty_fields():
+    request = {"argv": ["run", "", "a=b", "--", "sh", "-c", "echo \udcff"], "cwd": "/tmp/d\udce9 x",
+               "env": {"A": "1=2", "EMPTY": "", "RAW": "\udcff\udcfe", "PATH": "/bin"}, "started": 1234.5678901,
+               "umask": 0o077, "gid": 1000, "groups": [4, 1000], "limits": {"RLIMIT_NOFILE": [1024, 4096],
+                                                                          "RLIMIT_CORE": [-1, -1]}}
+    assert resident.decode_request(resident.encode_request(request)) == request
+    bare = {**request, "argv": [], "env": {}, "groups": [], "limits": {}}
+    assert resident.decode_request(resident.encode_request(bare)) == bare
+
+
+@pytest.mark.parametrize("data", [
+    b'{"argv": ["--version"], "cwd": "/"}',                                   # an older client's JSON
+    resident.FORM.encode() + b"\x001.0\x0018\x000\x00\x00\x00/\x002\x00--version",   # one argument of two
+    resident.FORM.encode() + b"\x001.0\x0018\x000\x00\x00\x00/\x00-1",
+    resident.FORM.encode() + b"\x00soon\x0018\x000\x00\x00\x00/\x000",
+    resident.FORM.encode() + b"\x001.0\x0018\x000\x00\x00RLIMIT_CORE=1\x00/\x000",
+    resident.FORM.encode() + b"\x001.0\x0018\x000\x00\x00\x00/\x000\x00NOEQUALS",
+])
+def test_a_request_of_another_form_or_malformed_is_refused(data):
+    with pytest.raises(resident.Unusable):
+        resident.decode_request(data)
+
+
+def test_an_older_helper_s_hello_says_another_build():
+    one, other = socket.socketpair()
+    with one, other:
+        other.sendall(b'H{"pid": 7, "build": "0.1.0+abc"}\n' + resident.hello_line(8, "0.1.0+def"))
+        buffer = bytearray()
+        assert resident.hello(one, buffer) == {"pid": 0, "build": "(an older build)"}
+        assert resident.hello(one, buffer) == {"pid": 8, "build": "0.1.0+def"}
+
+
+def test_an_older_client_s_request_is_refused_and_it_runs_in_process(helper):
+    sock, _ = resident.connect(str(helper), os.geteuid())
+    try:
+        buffer = bytearray()
+        assert resident.hello(sock, buffer)["pid"] > 0
+        data = json.dumps({"argv": ["--version"], "cwd": "/", "env": {}}).encode()
+        socket.send_fds(socket.socket(fileno=os.dup(sock.fileno())), [len(data).to_bytes(4, "big") + data], [0, 1, 2])
+        assert resident.read_line(sock, buffer).startswith(b"Ra request of another form")
+    finally:
+        sock.close()
+
+
+def test_the_client_imports_only_modules_written_in_c_on_its_way_to_the_helper(helper):
+    """What every command through the helper pays before it is handed over: no `socket` (7 ms here),
+    `json` and `re` (8 ms), `hashlib` (3 ms) or `signal` (enum)."""
+    said = subprocess.run([sys.executable, "-c", "import sys; from launcher import __main__ as c; "
+                           "code = c._through_helper(['--version']); print(code, *sorted(sys.modules))"],
+                          capture_output=True, text=True, timeout=60, cwd="/")
+    code, *modules = said.stdout.splitlines()[-1].split()
+    assert code == "0" and said.stdout.startswith("sandbox "), said   # it ran in the helper
+    assert not {"socket", "json", "re", "hashlib", "signal", "enum", "selectors"} & set(modules)

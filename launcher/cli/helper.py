@@ -164,6 +164,7 @@ def _serve(where: str, main: click.Group) -> None:
     bound = os.lstat(path).st_ino
     for name in WARM:
         __import__(name)
+    _warm()
     import gc
 
     gc.freeze()
@@ -200,6 +201,22 @@ def _serve(where: str, main: click.Group) -> None:
             os._exit(0)
 
 
+def _warm() -> None:
+    """What each child would pay at its first use, paid once here: the bundled presets read and
+    checked (the schema loaded, its patterns compiled: ~10 ms of a launch's `load`), the probe
+    script's digest. Only what this build ships, never a file of the user's (it may change)."""
+    from launcher import resources
+    from launcher.engine import probefiles
+    from launcher.pipeline import stack
+
+    try:
+        for name in resources.preset_names():
+            stack.load_base(name)
+        probefiles.script_digest()
+    except Exception:  # noqa: BLE001 - a request meets the same error and says it
+        pass
+
+
 def admitted(conn: socket.socket) -> bool:
     """Only the user's own processes are answered (the socket's peer uid; its directory is the
     user's alone as well)."""
@@ -210,9 +227,12 @@ def _child(conn: socket.socket, build: str, main: click.Group) -> None:
     """One request (never returns): the client's world taken over, the command run, its exit code sent."""
     code = 125
     try:
-        conn.sendall(b"H" + json.dumps({"pid": os.getpid(), "build": build}).encode() + b"\n")
-        request, fds = resident.receive_request(conn)
-        refused = _take_over(request, fds)
+        conn.sendall(resident.hello_line(os.getpid(), build))
+        try:
+            request, fds = resident.receive_request(conn)
+            refused = _take_over(request, fds)
+        except resident.Unusable as exc:   # a client of another form: it runs the command itself
+            refused = str(exc)
         if refused:
             conn.sendall(b"R" + refused.encode() + b"\n")
             os._exit(0)
