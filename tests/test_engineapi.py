@@ -56,7 +56,7 @@ def sdk_body(spec) -> dict:
         group_add=list(spec.group_add) or None, sysctls=dict(spec.sysctls) or None,
         ulimits=[docker.types.Ulimit(name=n, soft=s, hard=h) for n, s, h in spec.ulimits] or None,
         log_config=docker.types.LogConfig(type="json-file", config=dict(spec.log_options)),
-        runtime=spec.runtime, stdin_open=False, tty=False)
+        runtime=spec.runtime, stdin_open=spec.stdin, tty=False)
     return sent
 
 
@@ -66,6 +66,7 @@ VARIANTS = {
                       "cap_add": ("SYS_ADMIN",), "dns": ("10.0.0.2",), "runtime": "runsc",
                       "sysctls": (("net.ipv4.neigh.eth0.mcast_solicit", "2"),),
                       "ulimits": (("nofile", 1024, 4096), ("nproc", 512, 512))},
+    "stdin open for the word": {"stdin": True}, "no stdin (files another tool starts)": {"stdin": False},
     "volumes and limits": {"mounts": (Mount(kind=MountKind.VOLUME, target="/home/agent", read_only=False,
                                             source="home", no_copy=True),
                                       Mount(kind=MountKind.VOLUME, target="/x", read_only=True, source="v"),
@@ -150,7 +151,70 @@ def test_the_attach_joins_the_stream_without_a_replay_of_the_log(tmp_path):
                                                 b"\x01\x00\x00\x00\x00\x00\x00\x03hi\n")
     assert list(engine.output("abc")) == [(b"hi\n", None)]
     request = server.got[0].decode()
-    assert request.startswith("POST /v1.41/containers/abc/attach?logs=0&stream=1&stdout=1&stderr=1 ")
+    assert request.startswith("POST /v1.41/containers/abc/attach?logs=0&stream=1&stdout=1&stderr=1&stdin=0 ")
+
+
+def test_an_attach_with_stdin_carries_the_word_on_its_own_connection(tmp_path):
+    """The gate's word: written on the attach's hijacked connection (stdin=1), no request of its own."""
+    path, got = str(tmp_path / "engine.sock"), []
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen()
+
+    def serve():
+        conn, _ = server.accept()
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        head, _, rest = data.partition(b"\r\n\r\n")
+        conn.sendall(b"HTTP/1.1 101 UPGRADED\r\nConnection: Upgrade\r\n\r\n\x01\x00\x00\x00\x00\x00\x00\x03hi\n")
+        while not rest.endswith(b"\n"):
+            rest += conn.recv(100)
+        got.append((head, rest))
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    http = engineapi.Unix(path)
+    http.version = "1.41"
+    attached = Engine(http, {"ApiVersion": "1.41"}).output("abc", stdin=True)
+    assert attached.writable and next(attached) == (b"hi\n", None)
+    attached.write(b"go\n")
+    assert list(attached) == []   # the engine's side closed once it had the word
+    head, rest = got[0]
+    assert head.startswith(b"POST /v1.41/containers/abc/attach?logs=0&stream=1&stdout=1&stderr=1&stdin=1 ")
+    assert rest == b"go\n"
+
+
+@pytest.mark.parametrize("kind", ["socket", "SocketIO"])
+def test_the_sdk_s_attach_socket_carries_the_word_too(kind):
+    """tcp, ssh and TLS go through the SDK: its raw attach socket (a read-only SocketIO for unix and
+    plain tcp) is read as frames and written to as well."""
+    ours, engine_side = socket.socketpair()
+    raw = ours if kind == "socket" else socket.SocketIO(ours, "rb")   # as http.client makes it: read only
+
+    class Api:
+        api_version = "1.41"
+
+        def attach_socket(self, ref, params):
+            assert ref == "abc" and params["stdin"] and params["stream"] and not params["logs"]
+            return raw
+
+    http = engineapi.Sdk(type("Client", (), {"api": Api()})())
+    attached = http.attach("abc", stdin=True)
+    engine_side.sendall(b"\x02\x00\x00\x00\x00\x00\x00\x03err")
+    assert next(attached) == (None, b"err")
+    attached.write(b"go\n")
+    assert engine_side.recv(10) == b"go\n"
+    engine_side.close()
+    assert list(attached) == []
+
+
+def test_an_attach_without_stdin_cannot_write(tmp_path):
+    engine, _ = engine_answering(tmp_path, b"HTTP/1.1 101 UPGRADED\r\nConnection: Upgrade\r\n\r\n")
+    attached = engine.output("abc")
+    assert not attached.writable
+    with pytest.raises(EngineError, match="not attached with it"):
+        attached.write(b"go\n")
 
 
 def test_frames_split_anywhere_come_back_whole():

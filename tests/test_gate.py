@@ -203,23 +203,63 @@ def _started_without_the_launcher(engine, plan, seconds: str):
     return launch.create_verified(engine, replace(plan, container=replace(plan.container, command=command)))
 
 
-@pytest.mark.parametrize("word", [None, "TERM"], ids=["no word", "a no"])
-def test_no_word_or_a_no_and_the_probe_exits_without_starting_the_agent(engine, workspace, ready, word):
+WORDS = {"no word": None, "a no": "TERM", "another line": b"gone\n", "go with a CR": b"go\r\n",
+         "go without its line's end": b"go", "SIGUSR1, the word before": "USR1", "control: go": b"go\n"}
+
+
+@pytest.mark.parametrize("word", WORDS.values(), ids=WORDS.keys())
+def test_only_go_on_its_stdin_starts_the_agent(engine, workspace, ready, word):
+    """The word is the line "go" on the probe's stdin, which the test holds here as the launcher does
+    (attached before the start). Anything else in its place, a no (TERM) or nothing within the gate's
+    3 s, and the probe exits 97 without starting the agent; the control, "go", starts it."""
     plan = _plan(engine, workspace)
     ref = _started_without_the_launcher(engine, plan, "3")
     try:
+        attached = engine.output(ref, stdin=True)
+        assert attached.writable
         engine.start(ref)
         deadline = time.monotonic() + 30
         while "PROBE-END\tok" not in engine.logs(ref) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if word:
+        if isinstance(word, str):
             engine.signal(ref, word)
-        assert engine.wait(ref) == 97
-        said = engine.logs(ref, stdout=False, stderr=True)
-        assert ("refused the report" if word else "no word from the launcher within 3 s") in said
+        elif word is not None:
+            attached.write(word)
+        code, said = engine.wait(ref), engine.logs(ref, stdout=False, stderr=True)
+        if word == b"go\n":
+            assert code == 0 and (workspace / MARKER).exists(), said
+            return
+        assert code == 97
+        assert ("refused the report" if word == "TERM" else "no word from the launcher") in said
         assert not (workspace / MARKER).exists()
     finally:
         engine.remove(ref)
+
+
+def test_the_word_goes_through_the_sdk_s_transport_as_well(engine, workspace, ready, monkeypatch):
+    """An engine at tcp://, ssh:// or behind TLS is spoken to through the docker SDK: its attach
+    socket carries the word too (here the same engine, reached through the SDK)."""
+    from launcher.engine import engine as engines, engineapi
+    from launcher.host import host
+
+    monkeypatch.setattr(host, "engine_socket", lambda default: None)
+    through_sdk = engines.connect()
+    assert isinstance(through_sdk.http, engineapi.Sdk)
+    outcome = launch.run(through_sdk, _plan(engine, workspace), Recorder())
+    assert outcome.probe.ok and outcome.exit_code == 0 and (workspace / MARKER).exists()
+
+
+def test_the_agent_s_stdin_is_nothing_once_the_word_came_on_it(engine, workspace, ready):
+    """The container's stdin was the word's: the agent gets /dev/null, as before (a `cat` ends at once)."""
+    plan = _plan(engine, workspace)
+    agent = ("/.sandbox/probe/busybox", "sh", "-c", "/.sandbox/probe/busybox readlink /proc/self/fd/0; "
+             "/.sandbox/probe/busybox timeout 5 /.sandbox/probe/busybox cat; echo cat=$?")
+    command = plan.container.command[:plan.container.command.index("--") + 1] + agent
+    streams = {"stdout": b"", "stderr": b""}
+    recorder = Recorder()
+    recorder.output = lambda stream, data: streams.__setitem__(stream, streams[stream] + data)
+    outcome = launch.run(engine, replace(plan, container=replace(plan.container, command=command)), recorder)
+    assert outcome.exit_code == 0 and streams["stdout"] == b"/dev/null\ncat=0\n", streams
 
 
 def _cli(*args) -> subprocess.CompletedProcess:

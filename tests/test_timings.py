@@ -19,6 +19,7 @@ from conftest import BIND, fake_facts, preset
 from fakes import Recorder
 from launcher import timings
 from launcher.engine import overlap
+from launcher.engine.engineapi import Attachment
 from launcher.engine.enginefake import FakeEngine
 from launcher.errors import EngineError, ProbeFailed
 from launcher.launch import launch
@@ -105,6 +106,10 @@ class ProxyEngine(FakeEngine):
         super().signal(ref, name)
         self.note((name, self.role(ref)))
 
+    def output(self, ref, stdin=False):   # the launcher's word to the probe: "go" on its stdin
+        attached = super().output(ref, stdin)
+        return Attachment(attached, lambda data: self.note(("word " + data.decode().strip(), self.role(ref))))
+
     def logs(self, ref, stdout=True, stderr=False):
         if self.role(ref) != "proxy":
             return ""
@@ -134,11 +139,11 @@ def test_proxy_mode_overlaps_steps_but_starts_the_agent_only_after_the_proxy_is_
     launch.run(engine, plan, Recorder())
     events = engine.events
     internal = events.index(("network", plan.proxy.internal_network))
-    ready, word = events.index(("ready", "proxy")), events.index(("USR1", "agent"))
+    ready, word = events.index(("ready", "proxy")), events.index(("word go", "agent"))
     assert internal < events.index(("create", "agent")) < ready    # made while the proxy started
     # its container starts once the proxy's exists, alongside the proxy's start; the probe asks the
     # proxy once the launcher has said it is ready (USR2, asked for), the agent starts only on the
-    # launcher's word after the report (USR1)
+    # launcher's word after the report ("go" on its stdin)
     assert events.index(("proxy", plan.proxy.name)) < events.index(("start", "agent")) < ready < word
     assert ready < events.index(("USR2", "agent")) < word and events.count(("USR2", "agent")) == 1
     assert len([e for e in events if e[0] == "network"]) == len(plan.networks) == 2
@@ -155,7 +160,7 @@ def test_with_rules_per_request_the_container_starts_only_once_the_proxy_is_read
     launch.run(engine, plan, Recorder())
     events = engine.events
     assert handed == [plan.proxy.name]
-    assert events.index(("ready", "proxy")) < events.index(("start", "agent")) < events.index(("USR1", "agent"))
+    assert events.index(("ready", "proxy")) < events.index(("start", "agent")) < events.index(("word go", "agent"))
 
 
 def test_a_proxy_that_never_comes_up_means_the_agent_never_starts_and_nothing_stays(tmp_path):
@@ -165,7 +170,7 @@ def test_a_proxy_that_never_comes_up_means_the_agent_never_starts_and_nothing_st
         launch.run(engine, plan, Recorder())
     # its container may have started (the probe waits for the launcher's word that the proxy is
     # ready); neither that word nor the one that starts the agent came
-    assert ("USR1", "agent") not in engine.events and ("USR2", "agent") not in engine.events
+    assert ("word go", "agent") not in engine.events and ("USR2", "agent") not in engine.events
     assert ("create", "agent") in engine.events
     # the shared egress network stays by design (made once, kept while proxies use it: `sandbox gc`)
     assert engine.calls[-1] == "remove" and engine.containers == {} and list(engine.networks) == [SHARED_EGRESS]
@@ -176,7 +181,7 @@ def test_a_probe_that_never_finishes_is_refused_saying_where_it_stopped_what_the
     plan = _proxy_plan(tmp_path)
     engine = ProxyEngine(plan)
 
-    def asks_then_hangs(ref):   # it asks for the word, then says nothing more until it is removed
+    def asks_then_hangs(ref, stdin=False):   # it asks for the word, then says nothing more until it is removed
         yield f"{PROBE_ASK}\n".encode(), None
         while engine.http.container(ref) is not None:
             time.sleep(0.05)
@@ -193,7 +198,7 @@ def test_a_probe_that_never_finishes_is_refused_saying_where_it_stopped_what_the
     assert "which could not be given: sending USR2" in said and "context deadline exceeded" in said, said
     assert "still running: " in said and "probe.sh" in said, said
     assert "| sh -c \\x1b]0;owned\\x07\\x1b[2J" in said and "\x1b" not in said and "\x07" not in said, said
-    assert ("USR1", "agent") not in engine.events and engine.containers == {}
+    assert ("word go", "agent") not in engine.events and engine.containers == {}
 
 
 @pytest.mark.engine

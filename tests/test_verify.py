@@ -176,4 +176,4 @@ def test_passing_probe_streams_the_agent_and_returns_its_exit_code(plan):
     listener = Recorder()
     outcome = launch.run(engine, plan, listener)
     assert outcome.exit_code == 3 and listener.out == b"hello world\n"
-    assert engine.calls == ["create", "start", "signal USR1", "remove"]   # the launcher's word, after the report
+    assert engine.calls == ["create", "start", "stdin go", "remove"]   # the launcher's word, after the report

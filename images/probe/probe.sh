@@ -1941,12 +1941,16 @@ __sbx_probe_checks() {
 
 # =============================================================================================
 # 6. gate: the launcher's word. The probe's own verdict is not the last one: the launcher reads
-# the whole report, compares it with its plan (the check list, the order) and only then sends
-# SIGUSR1 to this process (PID 1); SIGTERM is its no. The traps are set at the top level, before
-# the checks start, so a word that comes while the subshell still runs is kept (ash runs the trap
-# once the subshell has ended). gate=- is a sandbox with no launcher watching (files for compose,
-# a dev container, a Pod): the probe's own verdict decides. Runs in the probe's own process, so
-# it only assigns __sbx_probe_* names and unsets them again.
+# the whole report, compares it with its plan (the check list, the order) and only then writes
+# "go" on this process's stdin, which only the launcher holds (the container's stdin, open for it,
+# attached to the launcher alone); SIGTERM is its no. A pipe keeps a word written before the read
+# began, so nothing races it (a signal did: one that came just before the wait was lost until the
+# wait's end), and ash's read is a builtin: no process of its own on the word's path. The TERM trap
+# is set at the top level, before the checks start, and ends the read at once. gate=- is a
+# sandbox with no launcher watching (files for compose, a dev container, a Pod): the probe's own
+# verdict decides, and its stdin is left as it is. The agent's stdin is /dev/null, as it was
+# before the word came on it. Runs in the probe's own process, so it only assigns __sbx_probe_*
+# names and unsets them again.
 
 __sbx_probe_gate() {
 	__sbx_probe_g=-
@@ -1954,19 +1958,9 @@ __sbx_probe_gate() {
 		case $__sbx_probe_a in --) break ;; gate=*) __sbx_probe_g=${__sbx_probe_a#gate=} ;; esac
 	done
 	if [ "$__sbx_probe_g" != - ]; then
-		if [ -z "${__sbx_probe_go-}" ]; then
-			# one bounded sleep; wait returns as soon as a trapped signal comes. A word that comes
-			# after the test above but before the wait began would not end it (ash runs the trap
-			# between commands): the trap also ends the sleep once it runs, and the word is looked
-			# at again before waiting (seen: the agent started 60 s late, about one launch in ten
-			# on a loaded machine)
-			# (kill is ash's builtin here and in the traps: no process of its own on the word's path)
-			/.sandbox/probe/busybox sleep "$__sbx_probe_g" &
-			__sbx_probe_p=$!
-			[ -n "${__sbx_probe_go-}" ] || wait "$__sbx_probe_p" 2>/dev/null
-			kill "$__sbx_probe_p" 2>/dev/null
-			# the wait that reaps the sleep says "Terminated" on stderr: the agent's, not the probe's
-			wait "$__sbx_probe_p" 2>/dev/null
+		if [ -z "${__sbx_probe_go-}" ] && read -r -t "$__sbx_probe_g" __sbx_probe_word && [ "$__sbx_probe_word" = go ]
+		then
+			[ -n "${__sbx_probe_go-}" ] || __sbx_probe_go=go   # (a no that came meanwhile stays a no)
 		fi
 		case ${__sbx_probe_go-} in
 		go) ;;
@@ -1979,9 +1973,10 @@ __sbx_probe_gate() {
 			exit 97
 			;;
 		esac
+		exec </dev/null
 	fi
-	trap - USR1 TERM
-	unset __sbx_probe_a __sbx_probe_g __sbx_probe_p __sbx_probe_go
+	trap - TERM
+	unset __sbx_probe_a __sbx_probe_g __sbx_probe_go __sbx_probe_word
 }
 
 # =============================================================================================
@@ -2065,8 +2060,7 @@ while IFS= read -r -d '' __sbx_probe_e; do
 	esac
 done </proc/$$/environ
 unset __sbx_probe_e
-trap '__sbx_probe_go=go; [ -z "${__sbx_probe_p-}" ] || kill "$__sbx_probe_p" 2>/dev/null' USR1
-trap '__sbx_probe_go=no; [ -z "${__sbx_probe_p-}" ] || kill "$__sbx_probe_p" 2>/dev/null' TERM
+trap '__sbx_probe_go=no' TERM
 trap '[ -z "${__sbx_probe_w-}" ] || kill "$__sbx_probe_w" 2>/dev/null' USR2
 __sbx_probe_checks "$@"
 __sbx_probe_gate "$@"

@@ -241,17 +241,18 @@ class Engine(Networks, Execs):
     def start(self, ref: str) -> None:
         self._post(f"starting container {ref}", "/containers/{}/start", ref)
 
-    def signal(self, ref: str, name: str) -> None:   # USR1, TERM, …: to the container's first process
+    def signal(self, ref: str, name: str) -> None:   # USR2, TERM, …: to the container's first process
         self._post(f"sending {name} to {ref}", "/containers/{}/kill", ref, {"signal": name})
 
     def processes(self, ref: str) -> list[str]:   # `docker top`: each one's command line (its last column)
         top = self._json(f"listing the processes of {ref}", "GET", path_of("/containers/{}/top", ref)) or {}
         return [str(row[-1]) for row in top.get("Processes") or [] if row]
 
-    def output(self, ref: str) -> Iterator[tuple[bytes | None, bytes | None]]:
-        """(stdout, stderr) chunks until the container exits; attach before starting it."""
+    def output(self, ref: str, stdin: bool = False) -> engineapi.Attachment:
+        """(stdout, stderr) chunks until the container exits; attach before starting it. `stdin`:
+        attached with its stdin as well, where the transport can write there (`writable`)."""
         with mapped(f"attaching to {ref}"):
-            return self.http.attach(ref)
+            return self.http.attach(ref, stdin)
 
     def wait(self, ref: str) -> int:
         return int(self._json(f"waiting for {ref}", "POST", path_of("/containers/{}/wait", ref), timeout=None)["StatusCode"])

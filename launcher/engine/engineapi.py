@@ -64,6 +64,30 @@ class Answer:
 ATTACH = {"logs": False, "stream": True, "stdout": True, "stderr": True}
 
 
+class Attachment:
+    """An attached container's output, (stdout, stderr) pairs as they come; and its stdin, when it
+    was attached with it and this transport can write there (`writable`)."""
+
+    def __init__(self, chunks: Iterator[tuple[bytes | None, bytes | None]], send=None):
+        self._chunks, self._send = chunks, send
+
+    def __iter__(self) -> "Attachment":
+        return self
+
+    def __next__(self) -> tuple[bytes | None, bytes | None]:
+        return next(self._chunks)
+
+    @property
+    def writable(self) -> bool:
+        return self._send is not None
+
+    def write(self, data: bytes) -> None:
+        if self._send is None:
+            raise EngineError("writing to a container's stdin: it was not attached with it")
+        with mapped("writing to a container's stdin"):
+            self._send(data)
+
+
 def params_of(params: dict | None) -> str:
     """A query string: booleans as 1/0, lists and dicts as JSON (the engine's `filters`)."""
     if not params:
@@ -149,11 +173,12 @@ class Unix:
         status = int(parts[1])
         return Answer(status, headers, _body(reader, headers, method, status), reader, sock)
 
-    def attach(self, ref: str) -> Iterator[tuple[bytes | None, bytes | None]]:
-        answer = self.call("POST", path_of("/containers/{}/attach", ref), upgrade=True, timeout=None, params=ATTACH)
+    def attach(self, ref: str, stdin: bool = False) -> Attachment:
+        answer = self.call("POST", path_of("/containers/{}/attach", ref), upgrade=True, timeout=None,
+                           params={**ATTACH, "stdin": stdin})
         if answer.status not in (101, 200):
             raise failed(f"attaching to {ref}", answer)
-        return frames(answer.chunks())
+        return Attachment(frames(answer.chunks()), answer.connections[1].sendall if stdin else None)
 
     def exec_tty(self, exec_id: str) -> ExecSocket:
         """Start the exec `exec_id` (made with a terminal) on a hijacked connection; what came with
@@ -181,13 +206,28 @@ class Sdk:
         headers = {name.lower(): value for name, value in answer.headers.items()}
         return Answer(answer.status_code, headers, answer.iter_content(1 << 16), answer)
 
-    def attach(self, ref: str) -> Iterator[tuple[bytes | None, bytes | None]]:
-        return self.api.attach(ref, **ATTACH, demux=True)
+    def attach(self, ref: str, stdin: bool = False) -> Attachment:
+        if not stdin:
+            return Attachment(iter(self.api.attach(ref, **ATTACH, demux=True)))
+        # the SDK's raw socket: a socket (unix, TLS), a channel (ssh) or a SocketIO (tcp)
+        sock = self.api.attach_socket(ref, params={**ATTACH, "stdin": True})
+        return Attachment(frames(_received(sock)), lambda data: _send_all(sock, data))
 
     def exec_tty(self, exec_id: str) -> ExecSocket:
         # The SDK's socket: output that came with the answer's head is lost (the shell draws its
         # prompt again at the first key).
         return ExecSocket(self.api.exec_start(exec_id, tty=True, socket=True))
+
+
+def _received(sock) -> Iterator[bytes]:
+    read = sock.recv if hasattr(sock, "recv") else sock.read
+    while data := read(1 << 16):
+        yield data
+
+
+def _send_all(sock, data: bytes) -> None:
+    # http's SocketIO is the socket's reading side (mode rb): write on the socket it wraps
+    getattr(sock, "_sock", sock).sendall(data)
 
 
 def _closing(chunks: Iterator[bytes], *conns) -> Iterator[bytes]:

@@ -45,7 +45,7 @@ def create_body(spec: ContainerSpec) -> dict:
     body = {
         "Image": spec.image, "Cmd": list(spec.command), "Entrypoint": list(spec.entrypoint), "User": spec.user,
         "Env": [f"{k}={v}" for k, v in spec.env], "WorkingDir": spec.working_dir, "Labels": dict(spec.labels),
-        "Hostname": spec.hostname, "Tty": False, "OpenStdin": False, "StdinOnce": False, "AttachStdin": False,
+        "Hostname": spec.hostname, "Tty": False, "OpenStdin": spec.stdin, "StdinOnce": spec.stdin, "AttachStdin": spec.stdin,
         "AttachStdout": True, "AttachStderr": True, "NetworkDisabled": False,
         "HostConfig": {k: v for k, v in host.items() if v is not None},
     }

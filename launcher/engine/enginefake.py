@@ -8,9 +8,8 @@ exists, with PATH=/usr/bin), `output` ((stdout, stderr) pairs every attached con
 `exit_code` (what every wait answers), `tamper` (edits each inspect document before it is
 answered), `fail` ({"METHOD /path regex": message}: the engine answers 500 with it), `logs`
 (container name -> its log text), `archive` ((ContainerInfo, path) -> the raw tar the archive API
-answers, or None: no such path), `builds` ((context, tag) -> the build's output lines) and `execs`
-(argv -> (output pairs, exit code)); `http.add_container` seeds a container made earlier. What
-happened: `calls` (create, start, kill, stop, remove), `created`, `removed_volumes`, `imported`."""
+answers, or None: no such path), `builds` ((context, tag) -> its output lines), `execs` (argv -> (output pairs, exit code));
+`http.add_container` seeds an earlier one. Kept: `calls` ("create", "stdin go", …), `created`, `removed_volumes`, `imported`."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from typing import Callable, Iterable, Iterator
 
 from launcher.engine import podmanfake
 from launcher.engine.engine import Engine
-from launcher.engine.engineapi import Answer
+from launcher.engine.engineapi import Answer, Attachment
 from launcher.engine.engineproto import ContainerInfo
 from launcher.engine.fakearchive import filled_probe_volume, probe_files, stat_of, tar_of  # noqa: F401 - tar_of: tests take it from here
 from launcher.errors import EngineError
@@ -135,10 +134,11 @@ class Transport:
     def info(self, ref: str) -> ContainerInfo:
         return ContainerInfo.of(self.container(ref))
 
-    def attach(self, ref: str) -> Iterator[tuple[bytes | None, bytes | None]]:
+    def attach(self, ref: str, stdin: bool = False) -> Attachment:
         if self.container(ref) is None:
             raise EngineError(f"attaching to {ref}: no such container")
-        return iter(list(self.output))
+        return Attachment(iter(list(self.output)), (lambda data: self.calls.append(f"stdin {data.decode().strip()}"))
+                          if stdin else None)
 
     def call(self, method: str, path: str, params: dict | None = None, body=None, *, raw=None,
              timeout: float | None = -1, upgrade: bool = False) -> Answer:

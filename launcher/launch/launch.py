@@ -113,7 +113,7 @@ def _create(engine: Engine, plan: LaunchPlan, listener: Listener, filling: Filli
         _cleaning_up(primary, lambda: engine.remove(ref), f"removing {plan.container.name}")
         raise
     with timed(listener, "attach"):
-        output = ProbeOutput(engine, ref, plan.probe.na)  # attach first: output written before attaching can be lost
+        output = ProbeOutput(engine, ref, plan.probe.na, plan.container.stdin)  # attach first: output written before attaching can be lost
     return ref, output
 
 
@@ -135,8 +135,7 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener,
             report, rest, errors = output.read_probe(PROBE_TIMEOUT, plan.proxy and (lambda: _proxy_ready(engine, ref)))
         proof.judge(report, errors, plan)
         with timed(listener, "gate"):
-            # The launcher's word: the probe waits for it before it starts the agent (probe.sh's gate).
-            engine.signal(ref, "USR1")
+            output.give_word()
         listener.status(f"probe passed: {len(report.checks)} checks")
         return ref, output, report, rest
     except BaseException as primary:

@@ -17,12 +17,17 @@ from launcher.plan.plan import PROBE_ASK, PROBE_END
 class ProbeOutput:
     """Reads a container's output on a thread so the launcher can keep its deadlines."""
 
-    def __init__(self, engine: Engine, ref: str, not_applicable: tuple[str, ...] = ()):
+    def __init__(self, engine: Engine, ref: str, not_applicable: tuple[str, ...] = (), stdin: bool = True):
         self.chunks: queue.Queue = queue.Queue()
         self.not_applicable = not_applicable   # the plan's n/a checks: the only ones an n/a verdict may pass
         self.engine, self.ref = engine, ref
-        stream = engine.output(ref)
-        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+        self.stream = engine.output(ref, stdin=stdin)   # stdin: the container's is open for the word
+        threading.Thread(target=self._pump, args=(self.stream,), daemon=True).start()
+
+    def give_word(self) -> None:
+        """The launcher's word that the report holds, which the probe waits for before it starts the
+        agent: "go" on its stdin (probe.sh's gate; a write, where a signal was a ~10 ms runc round trip)."""
+        self.stream.write(b"go\n")
 
     def _pump(self, stream) -> None:
         try:

@@ -337,6 +337,7 @@ def _container(policy: Policy, name: str, probe: ProbeExpectations, main: tuple[
         security_opt=security_opt, pids_limit=runtimes.host_pids(policy.runtime, policy.limits.pids),
         memory_bytes=policy.limits.memory_bytes, nano_cpus=int(policy.limits.cpus * 1e9),
         labels=tuple(sorted(labels.items())), hostname=hostname(name), ulimits=ulimits,
+        stdin=probe.gate != "-",   # the launcher's word comes there
     )
 
 

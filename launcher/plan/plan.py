@@ -198,6 +198,9 @@ class ContainerSpec:
     # The engine's copy of the output (json-file, rotated): the launcher streams it anyway, so a
     # small one bounds what an agent printing forever can leave on the host's disk.
     log_options: tuple[tuple[str, str], ...] = (("max-size", "10m"), ("max-file", "2"))
+    # Open for the launcher's word (the probe's gate reads it; the agent gets /dev/null): a launch's
+    # plan only, never files another tool starts (unwatched)
+    stdin: bool = False
     # Always empty from the compiler; the tamper tests set them to prove the probe notices.
     devices: tuple[str, ...] = ()
     pid_mode: str = ""
@@ -232,7 +235,8 @@ class ProbeExpectations:
     dnsname: str = "-"      # an allowed name that must NOT resolve inside the sandbox
     resolver: str = "-"     # proxy mode: the one nameserver resolv.conf may list (a loopback address)
     # A launch's own: seconds the probe waits, after its checks passed, for the launcher's word
-    # (SIGUSR1) before it starts the agent; "-" for files another tool runs (no launcher watches).
+    # ("go" on its stdin) before it starts the agent; "-" for files another tool runs (no launcher
+    # watches).
     gate: str = "-"
     # Rules per request only (launcher/probehttp.py, images/probe/CONTRACT.md; "-" or () otherwise)
     bump: str = "-"
@@ -374,7 +378,8 @@ def unwatched(plan: LaunchPlan) -> LaunchPlan:
     args = plan.container.command
     cut = args.index("--")
     command = tuple("gate=-" if a.startswith("gate=") else a for a in args[:cut]) + args[cut:]
-    return replace(plan, probe=replace(plan.probe, gate="-"), container=replace(plan.container, command=command))
+    return replace(plan, probe=replace(plan.probe, gate="-"),
+                   container=replace(plan.container, command=command, stdin=False))
 
 
 def escape_path(path: str) -> str:

@@ -102,7 +102,7 @@ def specgen_body(spec: ContainerSpec, ulimits: tuple[tuple[str, int, int], ...] 
     body = {
         "name": spec.name, "image": spec.image, "user": spec.user, "entrypoint": list(spec.entrypoint),
         "command": list(spec.command), "env": dict(spec.env), "work_dir": spec.working_dir or None,
-        "labels": dict(spec.labels), "hostname": spec.hostname, "terminal": False, "stdin": False,
+        "labels": dict(spec.labels), "hostname": spec.hostname, "terminal": False, "stdin": spec.stdin,
         # no passwd/group entry bound in for a user the image lacks (Docker adds none)
         "systemd": "false", "manage_password": False, "read_only_filesystem": spec.read_only_root,
         "mounts": [_specgen_mount(m) for m in spec.mounts if m.kind is not MountKind.VOLUME] or None,
