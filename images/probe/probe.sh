@@ -549,9 +549,10 @@ _p_ask_proxy() {
 	while :; do
 		# busybox nc hangs up when its input ends, and Squid drops a request whose client left: the
 		# program nc runs once connected (the socket its fd 0 and 1) sends the request and reads the
-		# answer's first line (at once for a 403), so nothing waits a fixed time for it
+		# answer's first line (at once for a 403), so nothing waits a fixed time for it (ash's read:
+		# busybox's timeout would leave its watcher for a second, into the agent's session)
 		_r=$("$BB" nc -w 3 "${A_proxy%:*}" "${A_proxy##*:}" -e "$BB" sh -c \
-			'printf "GET http://%s/ HTTP/1.0\r\nHost: %s\r\n\r\n" "$2" "$2"; "$1" timeout 3 "$1" head -n 1 >&2' \
+			'printf "GET http://%s/ HTTP/1.0\r\nHost: %s\r\n\r\n" "$2" "$2"; IFS= read -r -t 3 l; printf "%s\n" "$l" >&2' \
 			sh "$BB" "$A_denyhost" </dev/null 2>&1 | "$BB" head -n 1)
 		case $_r in
 		*"bad address"* | *"onnection refused"* | *"o route to host"* | "nc: timed out")
@@ -749,7 +750,9 @@ q=$("$1" head -c "$2" | "$1" xxd -p | "$1" tr -d "\n")
 p=$("$1" awk -v i="$i" '"'"'$10 == i { print $3 }'"'"' /proc/net/tcp /proc/net/tcp6 2>/dev/null)
 printf "heard\t%s\t%s\n" "$q" "$p" >&2' sh "$BB" "$_n" 2>&1 &
 		_c=$!
-		( "$BB" sleep "$_w"; kill "$_c" 2>/dev/null ) >/dev/null 2>&1 &
+		# the window: ended early (TERM), it ends its sleep too, or the sleep would outlive the probe
+		# into the agent's session ($!: set at the sleep's fork, whenever the trap runs after it)
+		( trap 'kill $! 2>/dev/null; exit 0' TERM; "$BB" sleep "$_w" & wait $!; kill "$_c" 2>/dev/null ) >/dev/null 2>&1 &
 		_k=$!
 		if _p_listening 0035 "$_c"; then
 			# busybox nc hangs up when its input ends: the resolver has the query by then
