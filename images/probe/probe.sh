@@ -1972,7 +1972,11 @@ __sbx_probe_gate() {
 			exit 97
 			;;
 		*)
-			printf 'probe: no word from the launcher within %s s: the agent was not started\n' "$__sbx_probe_g" >&2
+			if [ -n "${__sbx_probe_word-}" ]; then   # (what came is not printed: bytes for a terminal)
+				printf 'probe: what came on stdin was not the launcher'"'"'s word: the agent was not started\n' >&2
+			else
+				printf 'probe: no word from the launcher within %s s (or its stdin ended): the agent was not started\n' "$__sbx_probe_g" >&2
+			fi
 			exit 97
 			;;
 		esac

@@ -17,7 +17,7 @@ from launcher.plan.plan import PROBE_ASK, PROBE_END
 class ProbeOutput:
     """Reads a container's output on a thread so the launcher can keep its deadlines."""
 
-    def __init__(self, engine: Engine, ref: str, not_applicable: tuple[str, ...] = (), stdin: bool = True):
+    def __init__(self, engine: Engine, ref: str, not_applicable: tuple[str, ...] = (), stdin: bool = False):
         self.chunks: queue.Queue = queue.Queue()
         self.not_applicable = not_applicable   # the plan's n/a checks: the only ones an n/a verdict may pass
         self.engine, self.ref = engine, ref
