@@ -13,7 +13,7 @@ import pytest
 
 from conftest import fake_facts, untrusted_bind
 
-from launcher.engine import imageext, images
+from launcher.engine import imageext, images, probefiles
 from launcher.engine.enginefake import FakeEngine
 from launcher.errors import PolicyError
 from launcher.host import imagebuild
@@ -309,7 +309,7 @@ def test_the_full_image_builds_on_the_agent_image_with_the_everyday_tools_and_it
     real = engine.build
     monkeypatch.setattr(engine, "build", lambda context, tag, labels, on_line, buildargs=None: (
         built.append((tag, buildargs)), real(context, tag, labels, on_line, buildargs))[1])
-    monkeypatch.setattr(images, "_busybox", lambda engine, tag: b"a busybox")
+    monkeypatch.setattr(probefiles, "busybox_of", lambda engine, tag: b"a busybox")
     images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None)
     assert images.FULL_IMAGE not in [t for t, _ in built]   # the presets' (and CI's) image does not build it
     images.ensure_for(engine, images.FULL_IMAGE, lambda line: None)

@@ -21,7 +21,6 @@ from launcher import resources
 from launcher.engine import probefiles
 from launcher.engine.engineproto import Engine
 from launcher.errors import EngineError
-from launcher.plan.plan import ContainerSpec
 
 BASE_IMAGE = "debian:bookworm-slim"
 AGENT_IMAGE = "sandbox/agent:bookworm"        # slim: the ci and read-only presets, the tools container
@@ -352,22 +351,6 @@ def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def _busybox(engine: Engine, tag: str) -> bytes:
-    """The probe image's busybox, read from a container of it that never starts."""
-    ref = engine.create(ContainerSpec(
-        name=f"sandbox-probe-read-{os.urandom(3).hex()}", image=tag, user="0:0", entrypoint=("/probe/busybox",),
-        command=("true",), env=(), working_dir="/", mounts=(), network_mode="none", read_only_root=True,
-        cap_drop=("ALL",), cap_add=(), security_opt=("no-new-privileges",), pids_limit=16, memory_bytes=None,
-        nano_cpus=None, labels=tuple(LABELS.items()), hostname="sandbox-probe"))
-    try:
-        busybox = engine.read_file(ref, "/probe/busybox", probefiles.LIMIT)
-    finally:
-        engine.remove(ref)
-    if busybox is None:
-        raise EngineError(f"the probe image {tag} has no /probe/busybox")
-    return busybox
-
-
 def ensure_for(engine: Engine, policy_image: str, progress: Progress, proxy: bool = False, probe_dir: str = "") -> str:
     """Make sure the probe image, its volume (and its copy at probe_dir on this host, when one is
     bound), the policy's image (and the proxy) exist. Returns the volume."""
@@ -376,19 +359,7 @@ def ensure_for(engine: Engine, policy_image: str, progress: Progress, proxy: boo
     if proxy:
         build(engine, proxy_image(), progress)
     volume = probe_volume_name()
-    found = engine.volume_labels(volume)
-    ours = found is not None and label.MANAGED in found and label.PROBE_BUSYBOX in found
-    if found is not None and not ours:
-        # Not ours, so not filled by us: Docker creates an empty volume of that name when a
-        # container names it before it exists. Replace it rather than mount an empty probe.
-        engine.remove_volume(volume)
-    if not ours:
-        # The busybox it is filled with, recorded on the volume (labels never change): every
-        # launch compares the container's copy with it and with its own probe.sh (probefiles).
-        found = {**LABELS, label.PROBE_BUSYBOX: probefiles.sha256(_busybox(engine, probe.tag))}
-        engine.fill_volume(volume, probe.tag, "/probe", found)   # image path, see images/probe
-    if probe_dir and not os.path.isdir(probe_dir):   # every launch compares it all the same (probefiles)
-        probefiles.fill_dir(probe_dir, _busybox(engine, probe.tag), found[label.PROBE_BUSYBOX], volume)
+    probefiles.ensure_volume(engine, volume, engine.volume_labels(volume), probe.tag, probe_dir)
     if policy_image in (AGENT_IMAGE, FULL_IMAGE):
         build(engine, agent_image(), progress)
         if policy_image == FULL_IMAGE:

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import tarfile
 from functools import lru_cache
 
+from launcher import labels as label
 from launcher import resources
+from launcher.engine.engineproto import Engine
 from launcher.errors import EngineError
 from launcher.host import probedir
+from launcher.plan.plan import ContainerSpec
 
 LIMIT = 16 << 20      # bytes of the probe directory's tar read at most (busybox is about 2 MB)
 # name in the probe directory -> mode; nothing else may be there
@@ -73,6 +77,39 @@ def dir_problems(where: str, busybox: str | None) -> list[str]:
     if files is None:
         return said
     return said + _compared({name: sha256(data) for name, data in files.items()}, busybox)
+
+
+def ensure_volume(engine: Engine, volume: str, found: dict | None, tag: str, probe_dir: str = "") -> None:
+    """The probe volume filled from the probe image `tag` (`found`: its labels, None when it does not
+    exist), and the launcher's own copy at probe_dir on this host when one is bound and missing."""
+    ours = found is not None and label.MANAGED in found and label.PROBE_BUSYBOX in found
+    if found is not None and not ours:
+        # Not ours, so not filled by us: Docker creates an empty volume of that name when a
+        # container names it before it exists. Replace it rather than mount an empty probe.
+        engine.remove_volume(volume)
+    if not ours:
+        # The busybox it is filled with, recorded on the volume (labels never change): every
+        # launch compares the container's copy with it and with its own probe.sh.
+        found = {label.MANAGED: "1", label.PROBE_BUSYBOX: sha256(busybox_of(engine, tag))}
+        engine.fill_volume(volume, tag, "/probe", found)   # image path, see images/probe
+    if probe_dir and not os.path.isdir(probe_dir):   # every launch compares it all the same
+        fill_dir(probe_dir, busybox_of(engine, tag), found[label.PROBE_BUSYBOX], volume)
+
+
+def busybox_of(engine: Engine, tag: str) -> bytes:
+    """The probe image's busybox, read from a container of it that never starts."""
+    ref = engine.create(ContainerSpec(
+        name=f"sandbox-probe-read-{os.urandom(3).hex()}", image=tag, user="0:0", entrypoint=("/probe/busybox",),
+        command=("true",), env=(), working_dir="/", mounts=(), network_mode="none", read_only_root=True,
+        cap_drop=("ALL",), cap_add=(), security_opt=("no-new-privileges",), pids_limit=16, memory_bytes=None,
+        nano_cpus=None, labels=((label.MANAGED, "1"),), hostname="sandbox-probe"))
+    try:
+        busybox = engine.read_file(ref, "/probe/busybox", LIMIT)
+    finally:
+        engine.remove(ref)
+    if busybox is None:
+        raise EngineError(f"the probe image {tag} has no /probe/busybox")
+    return busybox
 
 
 def fill_dir(where: str, busybox: bytes, recorded: str, volume: str) -> None:
