@@ -314,3 +314,25 @@ def test_the_full_image_builds_on_the_agent_image_with_the_everyday_tools_and_it
     assert images.FULL_IMAGE not in [t for t, _ in built]   # the presets' (and CI's) image does not build it
     images.ensure_for(engine, images.FULL_IMAGE, lambda line: None)
     assert built[-1] == (images.FULL_IMAGE, {"BASE": images.image_id(engine, images.AGENT_IMAGE)})
+
+
+def test_the_images_a_launch_runs_are_each_asked_once_and_a_missing_one_is_built_in_order(monkeypatch):
+    """ensure_for asks every image at once, one inspect each (the agent image for the policy and for
+    the tools is one image), and builds what is missing in order: the agent image before the full."""
+    monkeypatch.setattr(probefiles, "busybox_of", lambda engine, tag: b"a busybox")
+    engine = FakeEngine(images={images.BASE_IMAGE: {}})
+    built, asked = [], []
+    real_build, real_labels, real_exists = engine.build, engine.image_labels, engine.image_exists
+    monkeypatch.setattr(engine, "build", lambda context, tag, labels, on_line, buildargs=None: (
+        built.append(tag), real_build(context, tag, labels, on_line, buildargs))[1])
+    monkeypatch.setattr(engine, "image_labels", lambda ref: (asked.append(ref), real_labels(ref))[1])
+    monkeypatch.setattr(engine, "image_exists", lambda ref: (asked.append(ref), real_exists(ref))[1])
+    images.ensure_for(engine, images.FULL_IMAGE, lambda line: None, proxy=True, tools=True)
+    wanted = [images.probe_image().tag, images.proxy_image().tag, images.AGENT_IMAGE, images.FULL_IMAGE]
+    assert built == wanted   # all missing: each built once, the full image after the agent image
+    built.clear(), asked.clear()
+    images.ensure_for(engine, images.FULL_IMAGE, lambda line: None, proxy=True, tools=True)
+    assert built == [] and sorted(asked) == sorted(wanted)   # all there: one inspect each, nothing built
+    asked.clear()
+    images.ensure_for(engine, images.AGENT_IMAGE, lambda line: None, tools=True)
+    assert sorted(asked) == sorted([images.probe_image().tag, images.AGENT_IMAGE])

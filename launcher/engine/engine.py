@@ -127,8 +127,10 @@ class Engine(Networks, Execs):
     def image_exists(self, ref: str) -> bool:
         return self._image(ref, missing=True) is not None
 
-    def image_labels(self, ref: str) -> dict:
-        return self._image(ref)["Config"].get("Labels") or {}
+    def image_labels(self, ref: str) -> dict | None:
+        """The image's labels ({} for none); None when the engine has no such image."""
+        found = self._image(ref, missing=True)
+        return None if found is None else found["Config"].get("Labels") or {}
 
     def image_digests(self, ref: str) -> dict:
         """The image's ID (the digest of its config) and its registry digests, if any."""

@@ -18,7 +18,7 @@ from typing import Callable
 
 from launcher import labels as label
 from launcher import resources
-from launcher.engine import probefiles
+from launcher.engine import overlap, probefiles
 from launcher.engine.engineproto import Engine
 from launcher.errors import EngineError
 
@@ -320,8 +320,7 @@ def _run(argv: list[str], on_line: Callable[[str], None] = lambda line: None) ->
 def build(engine: Engine, image: BundledImage, progress: Progress, force: bool = False,
           buildargs: dict[str, str] | None = None) -> bool:
     """Build one bundled image when it is missing (or when forced). Returns True if it built."""
-    if not force and engine.image_exists(image.tag) and (
-            not image.context_hash or engine.image_labels(image.tag).get(label.CONTEXT) == image.context_hash):
+    if not force and current(engine, image):
         return False
     base = ensure_base(engine, progress) if image.base == BASE_IMAGE else image_id(engine, image.base)
     buildargs = {"BASE": base, **(buildargs or {})}
@@ -347,24 +346,34 @@ def build(engine: Engine, image: BundledImage, progress: Progress, force: bool =
     return True
 
 
+def current(engine: Engine, image: BundledImage) -> bool:
+    """Whether the engine has the image, built from this context (one inspect)."""
+    labels = engine.image_labels(image.tag)
+    return labels is not None and (not image.context_hash or labels.get(label.CONTEXT) == image.context_hash)
+
+
 def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def ensure_for(engine: Engine, policy_image: str, progress: Progress, proxy: bool = False, probe_dir: str = "") -> str:
+def ensure_for(engine: Engine, policy_image: str, progress: Progress, proxy: bool = False, probe_dir: str = "",
+               tools: bool = False) -> str:
     """Make sure the probe image, its volume (and its copy at probe_dir on this host, when one is
-    bound), the policy's image (and the proxy) exist. Returns the volume."""
-    probe = probe_image()
-    build(engine, probe, progress)
-    if proxy:
-        build(engine, proxy_image(), progress)
+    bound), the policy's image, the proxy's and the tools' (the agent image) exist. Returns the
+    volume. What is there is asked all at once (one inspect each); what is missing is made in order."""
+    bundled = [probe_image()] + [proxy_image()] * proxy + [agent_image()] * (
+        tools or policy_image in (AGENT_IMAGE, FULL_IMAGE)) + [full_image()] * (policy_image == FULL_IMAGE)
     volume = probe_volume_name()
-    probefiles.ensure_volume(engine, volume, engine.volume_labels(volume), probe.tag, probe_dir)
-    if policy_image in (AGENT_IMAGE, FULL_IMAGE):
-        build(engine, agent_image(), progress)
-        if policy_image == FULL_IMAGE:
-            build(engine, full_image(), progress)
-    elif not engine.image_exists(policy_image):
+    asks = {volume: lambda: engine.volume_labels(volume), **{i.tag: lambda i=i: current(engine, i) for i in bundled}}
+    asks.setdefault(policy_image, lambda: engine.image_exists(policy_image))
+    seen: dict = {}
+    overlap.each(lambda key: seen.__setitem__(key, asks[key]()), asks)
+    for image in bundled:   # in this order: the full image is built on the agent image
+        if not seen[image.tag]:
+            build(engine, image, progress)
+            seen[image.tag] = True
+    probefiles.ensure_volume(engine, volume, seen[volume], bundled[0].tag, probe_dir)
+    if not seen[policy_image]:
         progress(f"image {policy_image} is missing; pulling it")
         engine.pull(policy_image)
     return volume

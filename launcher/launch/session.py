@@ -130,14 +130,13 @@ def ready(engine, planned: Planned, agent, listener: Listener) -> None:
                                [Path(p) for p in agent.ca_files] or images.extra_ca_files())
         built = plan.image_build   # packages: / build: the policy's image first, then the extension on it
         bound = next((m.source for m in plan.container.mounts if m.target == PROBE_DIR and m.kind is MountKind.BIND), "")
+        # tools: copy mode's and the home's run in our agent image, whatever the policy's image
         images.ensure_for(engine, built.base if built else plan.container.image, listener.status, proxy=plan.proxy is not None,
-                          probe_dir=bound)
+                          probe_dir=bound, tools=bool(plan.copy or plan.home))
         if built:
             from launcher.engine import imageext
 
             imageext.ensure(engine, built, listener.status, images.extra_ca_files())
-        if plan.copy or plan.home:   # their tools run in our agent image, whatever the policy's image
-            images.build(engine, images.agent_image(), listener.status)
 
 
 def connect(listener: Listener):
