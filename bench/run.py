@@ -157,6 +157,10 @@ def main() -> None:
                     seconds, err = timed(argv, env)
                     wall[name].append(seconds)
                     table[name].append(phases(err))
+                    if name.startswith(tuple(helpers)) and "helper" not in table[name][-1]:
+                        # the client ran it in-process: its helper is of another build now
+                        raise SystemExit(f"bench: `{name}` ran without its helper: a file of that tree "
+                                         "changed during the run (its helper is stale); run it again")
             py = [timed([sys.executable, "-c", "pass"])[0] for _ in range(args.rounds)]
             imp = [timed([sys.executable, "-c", "import launcher.cli"], env_for(ROOT))[0] for _ in range(args.rounds)]
             dock = [timed([sys.executable, "-c", "import docker"])[0] for _ in range(args.rounds)]
