@@ -1,9 +1,9 @@
 """Proxy mode's start order on the real engine (issue 45): the sandbox's container starts alongside
 its proxy's, before the proxy runs, and its probe asks the proxy only once the launcher has said the
-proxy is ready (SIGUSR2, asked for with a PROBE-ASK line; probe.sh __sbx_probe_checks). The word
-only says when to ask: without it the probe waits a bounded time and then fails on its own; the
-launcher's no (SIGTERM) ends the checks at once; and the sleeper that waits for the word is gone
-before the agent starts. Only our own containers and networks: nothing leaves the host."""
+proxy is ready (the line "proxy" on its stdin, asked for with a PROBE-ASK line; probe.sh
+__sbx_probe_checks). The word only says when to ask: without it the probe waits a bounded time and
+then fails on its own; the launcher's no (SIGTERM) ends the checks at once; and nothing of the probe
+is left when the agent starts. Only our own containers and networks: nothing leaves the host."""
 
 from __future__ import annotations
 
@@ -60,9 +60,9 @@ CHILDREN = f'for p in $({BB} cat /proc/1/task/1/children); do {BB} tr "\\0" " " 
 
 def test_nothing_of_the_probe_is_left_in_the_agent_s_session(engine, internet, workspace):
     """No process of the probe outlives it into the agent's session, where the agent (PID 1) would
-    inherit it: not the sleeper for the word (busybox sleep, twice the gate: 120 s), not the DNS
-    check's window (sleep 4.5), not a watcher of busybox's timeout (it lingers up to a second). The
-    agent's only child is its own listing (`cat`, gone by the time its line is read: empty)."""
+    inherit it: not the DNS check's window (sleep 4.5), not a watcher of busybox's timeout (it
+    lingers up to a second), nor (until the word came on stdin) the sleeper that waited for the
+    word. The agent's only child is its own listing (`cat`, gone by the time its line is read)."""
     plan = _plan(engine, workspace, internet)
     argv = plan.container.command
     plan = replace(plan, container=replace(plan.container, command=argv[:argv.index("--") + 1] + (BB, "sh", "-c", CHILDREN)))
@@ -89,6 +89,22 @@ def test_without_the_launcher_s_word_the_probe_waits_a_bounded_time_then_fails(e
         assert failed and "PROBE-END\tfail" in logs, logs
         assert took >= 4 + 15 - 1, took   # the word's bound, then the proxy's own 15 s
         assert not (workspace / "AGENT-RAN").exists()
+    finally:
+        _cleanup(engine, plan, ref)
+
+
+def test_while_the_probe_waits_for_the_word_no_process_of_its_own_waits_or_looks_for_it(engine, internet, workspace):
+    """The word that the proxy is ready is a line on the probe's stdin, which its checks read with
+    ash's builtin read: no sleeper waits for a signal (it was `busybox sleep 120`, twice the gate),
+    and nothing looks for the word every 10 ms (it was a `busybox usleep` each time)."""
+    plan = _plan(engine, workspace, internet)   # gate=60: without the word the probe would wait 120 s
+    ref = _without_its_proxy(engine, plan)
+    try:
+        assert PROBE_ASK in _logs_until(engine, ref, PROBE_ASK, 30)
+        time.sleep(6)   # the other egress asks are done by then (the DNS check's window is 4.5 s)
+        seen = {line for _ in range(10) for line in engine.processes(ref)}
+        assert seen and not [p for p in seen if " sleep " in f" {p} " or "usleep" in p], seen
+        assert "PROBE-END" not in engine.logs(ref)   # still waiting for the word
     finally:
         _cleanup(engine, plan, ref)
 

@@ -142,10 +142,11 @@ def test_proxy_mode_overlaps_steps_but_starts_the_agent_only_after_the_proxy_is_
     ready, word = events.index(("ready", "proxy")), events.index(("word go", "agent"))
     assert internal < events.index(("create", "agent")) < ready    # made while the proxy started
     # its container starts once the proxy's exists, alongside the proxy's start; the probe asks the
-    # proxy once the launcher has said it is ready (USR2, asked for), the agent starts only on the
-    # launcher's word after the report ("go" on its stdin)
+    # proxy once the launcher has said it is ready ("proxy" on its stdin, asked for), the agent starts
+    # only on the launcher's word after the report ("go" on its stdin); no signal is sent
     assert events.index(("proxy", plan.proxy.name)) < events.index(("start", "agent")) < ready < word
-    assert ready < events.index(("USR2", "agent")) < word and events.count(("USR2", "agent")) == 1
+    assert ready < events.index(("word proxy", "agent")) < word and events.count(("word proxy", "agent")) == 1
+    assert not [e for e in events if e[0] in ("USR2", "USR1")]
     assert len([e for e in events if e[0] == "network"]) == len(plan.networks) == 2
 
 
@@ -170,7 +171,7 @@ def test_a_proxy_that_never_comes_up_means_the_agent_never_starts_and_nothing_st
         launch.run(engine, plan, Recorder())
     # its container may have started (the probe waits for the launcher's word that the proxy is
     # ready); neither that word nor the one that starts the agent came
-    assert ("word go", "agent") not in engine.events and ("USR2", "agent") not in engine.events
+    assert ("word go", "agent") not in engine.events and ("word proxy", "agent") not in engine.events
     assert ("create", "agent") in engine.events
     # the shared egress network stays by design (made once, kept while proxies use it: `sandbox gc`)
     assert engine.calls[-1] == "remove" and engine.containers == {} and list(engine.networks) == [SHARED_EGRESS]
@@ -181,13 +182,15 @@ def test_a_probe_that_never_finishes_is_refused_saying_where_it_stopped_what_the
     plan = _proxy_plan(tmp_path)
     engine = ProxyEngine(plan)
 
-    def asks_then_hangs(ref, stdin=False):   # it asks for the word, then says nothing more until it is removed
+    def asks_then_hangs(ref):   # it asks for the word, then says nothing more until it is removed
         yield f"{PROBE_ASK}\n".encode(), None
         while engine.http.container(ref) is not None:
             time.sleep(0.05)
 
-    monkeypatch.setattr(engine.http, "attach", asks_then_hangs)
-    engine.http.fail = {r"POST /containers/[^/]+/kill": "Cannot kill container: context deadline exceeded"}
+    def broken(data):
+        raise BrokenPipeError("[Errno 32] Broken pipe")
+
+    monkeypatch.setattr(engine, "output", lambda ref, stdin=False: Attachment(asks_then_hangs(ref), broken))
     monkeypatch.setattr(launch, "PROBE_TIMEOUT", 1)
     listed = engine.processes   # and one whose command line would drive the terminal
     monkeypatch.setattr(engine, "processes", lambda ref: listed(ref) + ["sh -c \x1b]0;owned\x07\x1b[2J"])
@@ -195,7 +198,7 @@ def test_a_probe_that_never_finishes_is_refused_saying_where_it_stopped_what_the
         launch.run(engine, plan, Recorder())
     said = str(refused.value)
     assert "the probe did not finish within 1 s (1 lines, the last 'PROBE-ASK\\tproxy'; it asked for the word" in said
-    assert "which could not be given: sending USR2" in said and "context deadline exceeded" in said, said
+    assert "which could not be given: writing to a container's stdin" in said and "Broken pipe" in said, said
     assert "still running: " in said and "probe.sh" in said, said
     assert "| sh -c \\x1b]0;owned\\x07\\x1b[2J" in said and "\x1b" not in said and "\x07" not in said, said
     assert ("word go", "agent") not in engine.events and engine.containers == {}

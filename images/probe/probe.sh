@@ -526,8 +526,9 @@ gather_egress() {
 
 # one plain-HTTP request for the deny-test host through the proxy. A launch starts the sandbox
 # alongside its proxy (launcher/egress/proxy.py), before the proxy's container runs, and the
-# launcher says when the proxy is ready (_P_WORD, see __sbx_probe_checks): the request waits for
-# that word, however long the engine takes to start the proxy, and then its 15 s begin. Until the
+# launcher says when the proxy is ready (a line on fd 3 within _P_WORD seconds, see
+# __sbx_probe_checks): the request waits for that word, however long the engine takes to start the
+# proxy (no process runs meanwhile: ash's read blocks), and then its 15 s begin. Until the
 # proxy's container has joined the network its name does not resolve (Docker: the resolver is
 # silent, nc's 3 s alarm ends the try) or its pinned address has no owner (podman: "No route to
 # host"), and until Squid listens it refuses: each is tried again, every 20 ms, until 15 s have
@@ -535,16 +536,11 @@ gather_egress() {
 # proxy's own answer is the observation. With rules per request the sandbox starts only once the
 # proxy is ready, so the other asks need no such wait.
 _p_ask_proxy() {
-	local _r _end _n=0
-	# every 10 ms for a second, then every 0.1 s, past 5 s every 0.5 s: each look costs a process,
-	# and with many launches at once the engine may take 20 s and more to start the proxy
-	while _p_word_pending; do
-		_n=$((_n + 1))
-		if [ "$_n" -le 100 ]; then "$BB" usleep 10000
-		elif [ "$_n" -le 140 ]; then "$BB" usleep 100000
-		else "$BB" usleep 500000
-		fi
-	done
+	local _r _end
+	if [ -n "$_P_WORD" ]; then   # any line is the word (it only says when to ask); none: the bound
+		IFS= read -r -t "$_P_WORD" _r <&3
+		exec 3<&-
+	fi
 	_end=$(($("$BB" date +%s) + 15))
 	while :; do
 		# busybox nc hangs up when its input ends, and Squid drops a request whose client left: the
@@ -562,15 +558,6 @@ _p_ask_proxy() {
 		"$BB" usleep 20000
 	done
 	printf 'proxy\t%s\n' "${_r%"$_P_CR"}"
-}
-
-# the launcher's word that the proxy is ready has not come yet: the sleeper PID 1 started for it
-# (_P_WORD) still runs (the word's trap ends it; so does its own bound)
-_p_word_pending() {
-	local _pid _comm _state _rest
-	[ -n "$_P_WORD" ] || return 1
-	{ read -r _pid _comm _state _rest <"/proc/$_P_WORD/stat"; } 2>/dev/null || return 1
-	[ "$_state" != Z ]
 }
 
 # KEY HOST:PORT HELLO -- through the proxy, CONNECT HOST:PORT and send the plan's TLS 1.2
@@ -1864,7 +1851,7 @@ _p_main() {
 	_P_N=0          # lines reported (see _p_line)
 	_P_FAILED=0
 	_P_LEFT=        # probe files that could not be removed (see _p_left)
-	_P_WORD=${__sbx_probe_w-}   # the sleeper for the launcher's word that the proxy is ready (or empty)
+	_P_WORD=${__sbx_probe_w-}   # seconds to wait on fd 3 for the launcher's word that the proxy is ready (or empty)
 	readonly _P_WORD
 
 	parse_args "$@"
@@ -1897,13 +1884,16 @@ _p_main() {
 # the background, so that PID 1 runs a trapped signal's action while they run (while it waits for a
 # foreground command, ash runs traps only once the command has ended). In proxy mode with a
 # launcher watching (net=proxy, gate=N) the launcher starts the sandbox alongside its proxy, before
-# the proxy runs: the probe asks (a "PROBE-ASK<TAB>proxy" line, printed once the traps are set) for
-# the launcher's word that the proxy is ready, and the launcher answers with SIGUSR2 to PID 1, whose
-# trap ends a sleeper started here; _p_ask_proxy waits while that sleeper runs. The word only says
-# when to ask the proxy and when its 15 s begin: a word that never comes ends with the sleeper's
-# bound (twice the gate, more than the launcher waits for its proxy), a forged or early one only
-# begins the 15 s sooner. The launcher's no (SIGTERM, e.g. its proxy never started) ends the checks
-# at once: exit 97. Assigns only __sbx_probe_* names and unsets them again.
+# the proxy runs: the probe asks (a "PROBE-ASK<TAB>proxy" line, printed once the TERM trap is set)
+# for the launcher's word that the proxy is ready, and the launcher answers with a line on this
+# process's stdin, which the checks' subshell gets as fd 3 (its stdin is /dev/null) and
+# _p_ask_proxy reads, one line, before it asks. PID 1 itself reads nothing until the gate, whose
+# "go" the launcher writes only after the whole report, so the two lines cannot be taken one for the
+# other (and a first line the checks never took is read by the gate: not "go", so no agent). The
+# word only says when to ask the proxy and when its 15 s begin: a word that never comes ends with
+# read's bound (twice the gate, more than the launcher waits for its proxy). The launcher's no
+# (SIGTERM, e.g. its proxy never started) ends the checks at once: exit 97. Assigns only
+# __sbx_probe_* names and unsets them again.
 
 __sbx_probe_checks() {
 	__sbx_probe_w= __sbx_probe_n= __sbx_probe_g=-
@@ -1913,13 +1903,16 @@ __sbx_probe_checks() {
 	case $__sbx_probe_n:$__sbx_probe_g in
 	proxy:- | proxy:*[!0-9]* | proxy:) ;;   # a bad gate= fails in parse_args
 	proxy:*)
-		/.sandbox/probe/busybox sleep $((__sbx_probe_g * 2)) &
-		__sbx_probe_w=$!
+		__sbx_probe_w=$((__sbx_probe_g * 2))
 		printf 'PROBE-ASK\tproxy\n'
 		;;
 	esac
+	# fd 3 from PID 1's own: ash gives a command put in the background /dev/null as its stdin before
+	# that command's own redirections, so `3<&0` there would copy /dev/null
+	[ -z "$__sbx_probe_w" ] || exec 3<&0
 	(_p_main "$@") </dev/null &
 	__sbx_probe_m=$!
+	[ -z "$__sbx_probe_w" ] || exec 3<&-   # PID 1 keeps no copy: the agent never holds one
 	while :; do
 		wait "$__sbx_probe_m"
 		__sbx_probe_s=$?
@@ -1933,11 +1926,6 @@ __sbx_probe_checks() {
 	done
 	# ... or right as it ended: its status is kept until asked for again (a failed one is no pass)
 	[ "$__sbx_probe_s" -le 128 ] || { wait "$__sbx_probe_m"; __sbx_probe_s=$?; }
-	trap - USR2
-	if [ -n "$__sbx_probe_w" ]; then   # gone before the agent starts (never its child)
-		/.sandbox/probe/busybox kill "$__sbx_probe_w" 2>/dev/null
-		while [ -e "/proc/$__sbx_probe_w" ]; do wait "$__sbx_probe_w"; done
-	fi
 	[ "$__sbx_probe_s" = 0 ] || exit 97
 	unset __sbx_probe_a __sbx_probe_g __sbx_probe_m __sbx_probe_n __sbx_probe_s __sbx_probe_w
 }
@@ -2068,7 +2056,6 @@ while IFS= read -r -d '' __sbx_probe_e; do
 done </proc/$$/environ
 unset __sbx_probe_e
 trap '__sbx_probe_go=no' TERM
-trap '[ -z "${__sbx_probe_w-}" ] || kill "$__sbx_probe_w" 2>/dev/null' USR2
 __sbx_probe_checks "$@"
 __sbx_probe_gate "$@"
 __sbx_probe_exec "$@"

@@ -31,7 +31,7 @@ def start(engine: Engine, plan: LaunchPlan, listener, create_container: Callable
     plan with the proxy's address pinned, where it has to be: plan.pinned_proxy). `start_container`
     (when given) starts it once the proxy's container exists, alongside the proxy's own start: its
     probe asks the proxy only once the launcher has said the proxy is ready, which it says only
-    after this returned (probe.sh, _p_ask_proxy; launch._proxy_ready), and the agent waits for the
+    after this returned (probe.sh, _p_ask_proxy; ProbeOutput.proxy_ready), and the agent waits for the
     launcher's word after the report. With rules per request the sandbox trusts the proxy's CA
     from its start, which the proxy hands over once ready: it starts then. Returns only when every
     step has ended, so a clean-up after a failure finds everything that was made."""

@@ -243,7 +243,7 @@ class Engine(Networks, Execs):
     def start(self, ref: str) -> None:
         self._post(f"starting container {ref}", "/containers/{}/start", ref)
 
-    def signal(self, ref: str, name: str) -> None:   # USR2, TERM, …: to the container's first process
+    def signal(self, ref: str, name: str) -> None:   # TERM, …: to the container's first process
         self._post(f"sending {name} to {ref}", "/containers/{}/kill", ref, {"signal": name})
 
     def processes(self, ref: str) -> list[str]:   # `docker top`: each one's command line (its last column)

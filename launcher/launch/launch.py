@@ -132,7 +132,7 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener,
             start((ref, output))
         with timed(listener, "probe"):
             # proxy.start has returned: the proxy is ready, which the probe waits to hear (probe.sh)
-            report, rest, errors = output.read_probe(PROBE_TIMEOUT, plan.proxy and (lambda: _proxy_ready(engine, ref)))
+            report, rest, errors = output.read_probe(PROBE_TIMEOUT, plan.proxy and output.proxy_ready)
         proof.judge(report, errors, plan)
         with timed(listener, "gate"):
             output.give_word()
@@ -141,11 +141,6 @@ def _start_and_probe(engine: Engine, plan: LaunchPlan, listener: Listener,
     except BaseException as primary:
         _cleaning_up(primary, lambda: remove_sandbox(engine, plan.container.name), f"removing {plan.container.name}")
         raise
-
-
-def _proxy_ready(engine: Engine, ref: str) -> None:
-    """The launcher's word that the proxy is ready (SIGUSR2): the probe asks its proxy from then on."""
-    engine.signal(ref, "USR2")
 
 
 def remove_sandbox(engine: Engine, name: str) -> None:

@@ -29,6 +29,12 @@ class ProbeOutput:
         agent: "go" on its stdin (probe.sh's gate; a write, where a signal was a ~10 ms runc round trip)."""
         self.stream.write(b"go\n")
 
+    def proxy_ready(self) -> None:
+        """The launcher's word that the proxy is ready, which the probe asked for (a PROBE-ASK line):
+        a line on its stdin, which its checks read before they ask the proxy (probe.sh, _p_ask_proxy;
+        a write, where a signal was a runc round trip and the probe looked for it every 10 ms)."""
+        self.stream.write(b"proxy\n")
+
     def _pump(self, stream) -> None:
         try:
             for out, err in stream:

@@ -366,7 +366,7 @@ PROBE_DIR = "/.sandbox/probe"
 PROBE_BUSYBOX = f"{PROBE_DIR}/busybox"
 PROBE_SCRIPT = f"{PROBE_DIR}/probe.sh"
 PROBE_END = "PROBE-END"
-PROBE_ASK = "PROBE-ASK\tproxy"   # the probe asks for the launcher's word that its proxy is ready (SIGUSR2)
+PROBE_ASK = "PROBE-ASK\tproxy"   # the probe asks for the launcher's word that its proxy is ready (a line on its stdin)
 PROBE_GATE = 60          # seconds the probe waits for the launcher's word (it normally comes in ms)
 
 
